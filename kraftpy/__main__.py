@@ -1,0 +1,3 @@
+from kraftpy.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The `kraftpy` command line: typer commands over the packages below it."""

@@ -1,0 +1,21 @@
+"""The `kraftpy` command: one typer app, with each command group in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="kraftpy",
+    help="kraftpy: a Kafka-compatible, self-managed distributed commit log.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
