@@ -38,7 +38,7 @@ test: $(STAMP) system-deps
 	$(VENV)/bin/pytest
 
 docs: $(STAMP)
-	$(PY) -m kraftpy.config.docgen > docs/configuration.md
+	$(VENV)/bin/kraftpy config docs > docs/configuration.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

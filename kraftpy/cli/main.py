@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from kraftpy.cli import config_cmd, storage
+
 app = typer.Typer(
     name="kraftpy",
     help="kraftpy: a Kafka-compatible, self-managed distributed commit log.",
@@ -11,6 +13,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+app.add_typer(storage.app, name="storage")
+app.add_typer(config_cmd.app, name="config")
 
 
 def main() -> None:

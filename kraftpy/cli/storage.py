@@ -1,0 +1,59 @@
+"""`kraftpy storage random-uuid | format | info`, with kafka-storage.sh's flags."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from kraftpy.cli.common import ConfigOption, OverrideOption, fail, load_config_or_exit
+from kraftpy.ids import random_uuid_str
+from kraftpy.storage.formatter import FormatError, format_dirs, inspect_dirs
+
+app = typer.Typer(help="Format log directories and show their state.", no_args_is_help=True)
+
+
+@app.command("random-uuid")
+def random_uuid() -> None:
+    """Print a new random id (22 characters of URL-safe base64), for --cluster-id."""
+    typer.echo(random_uuid_str())
+
+
+@app.command("format")
+def format_(
+    config: ConfigOption,
+    cluster_id: Annotated[str, typer.Option("--cluster-id", "-t", help="The cluster id.", show_default=False)],
+    ignore_formatted: Annotated[
+        bool, typer.Option("--ignore-formatted", "-g", help="Skip directories that are already formatted.")
+    ] = False,
+    override: OverrideOption = None,
+) -> None:
+    """Write meta.properties into every log directory and the metadata log directory."""
+    cfg = load_config_or_exit(config, override)
+    try:
+        result = format_dirs(cfg.all_dirs, cluster_id, cfg.node_id, ignore_formatted)
+    except FormatError as exc:
+        fail(str(exc))
+    for d in result.formatted:
+        typer.echo(f"Formatted {d} for cluster {cluster_id}, node {cfg.node_id}.")
+    for d in result.skipped:
+        typer.echo(f"Skipped {d}: already formatted for cluster {cluster_id}, node {cfg.node_id}.")
+
+
+@app.command("info")
+def info(config: ConfigOption, override: OverrideOption = None) -> None:
+    """Show each directory's state and ids, and what is wrong with any of them."""
+    cfg = load_config_or_exit(config, override)
+    infos = inspect_dirs(cfg.all_dirs, cfg.node_id)
+    bad = False
+    for item in infos:
+        role = " (metadata log)" if item.path == cfg.metadata_log_dir else ""
+        typer.echo(f"{item.path}{role}: {item.state}")
+        if item.meta is not None:
+            typer.echo(f"  cluster.id={item.meta.cluster_id} node.id={item.meta.node_id} "
+                       f"directory.id={item.meta.directory_id} version={item.meta.version}")
+        for problem in item.problems:
+            bad = True
+            typer.echo(f"  problem: {problem}")
+    if bad:
+        raise typer.Exit(1)

@@ -1,0 +1,289 @@
+"""Loading a configuration: properties file + command-line overrides → a validated `KraftConfig`.
+
+Every problem is a `ConfigError` whose message is one line naming the key, the value and where it
+came from (``file:line`` or ``--override``); the command line prints that line and exits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from kraftpy.config.keys import BY_NAME, IGNORED
+from kraftpy.config.properties import Entry, PropertiesSyntaxError, load_properties, parse_properties
+from kraftpy.config.schema import REQUIRED, Listener, Voter
+
+
+class ConfigError(ValueError):
+    """A configuration value that kraftpy cannot run with."""
+
+    def __init__(self, reason: str, key: str | None = None, value: str | None = None,
+                 source: str | None = None, line: int | None = None) -> None:
+        self.reason = reason
+        self.key = key
+        self.value = value
+        self.source = source
+        self.line = line
+        where = ""
+        if source is not None:
+            where = f"{source}:{line}: " if line else f"{source}: "
+        what = ""
+        if key is not None:
+            what = f"{key}={value}: " if value is not None else f"{key}: "
+        super().__init__(f"{where}{what}{reason}")
+
+
+@attrs.frozen
+class Origin:
+    source: str
+    line: int | None
+
+
+OVERRIDE = "--override"
+
+
+@attrs.frozen
+class KraftConfig:
+    """A validated configuration; ``config["key"]`` gives the typed value of any schema key."""
+
+    values: Mapping[str, Any]
+    origins: Mapping[str, Origin]
+    raw: Mapping[str, str]
+    unknown: tuple[Entry, ...] = ()
+    source: str | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in BY_NAME:
+            raise KeyError(f"{key} is not a kraftpy configuration key")
+        return self.values[key]
+
+    def is_set(self, key: str) -> bool:
+        return key in self.origins
+
+    # --- derived values, resolved the way Kafka resolves them
+
+    @property
+    def node_id(self) -> int:
+        return self.values["node.id"]
+
+    @property
+    def roles(self) -> frozenset[str]:
+        return frozenset(self.values["process.roles"])
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def role_name(self) -> str:
+        return "+".join(sorted(self.roles))
+
+    @property
+    def voters(self) -> list[Voter]:
+        return self.values["controller.quorum.voters"]
+
+    @property
+    def listeners(self) -> list[Listener]:
+        return self.values["listeners"]
+
+    @property
+    def controller_listener_names(self) -> list[str]:
+        return [n.upper() for n in self.values["controller.listener.names"]]
+
+    @property
+    def controller_listener(self) -> Listener | None:
+        names = self.controller_listener_names
+        for listener in self.listeners:
+            if names and listener.name == names[0]:
+                return listener
+        return None
+
+    @property
+    def broker_listeners(self) -> list[Listener]:
+        names = set(self.controller_listener_names)
+        return [listener for listener in self.listeners if listener.name not in names]
+
+    @property
+    def advertised_listeners(self) -> list[Listener]:
+        advertised = self.values["advertised.listeners"]
+        return advertised if advertised is not None else self.broker_listeners
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        dirs = self.values["log.dirs"]
+        if not dirs:
+            dirs = [self.values["log.dir"]]
+        return [Path(d) for d in dirs]
+
+    @property
+    def metadata_log_dir(self) -> Path:
+        d = self.values["metadata.log.dir"]
+        return Path(d) if d else self.log_dirs[0]
+
+    @property
+    def all_dirs(self) -> list[Path]:
+        """Every directory `storage format` writes meta.properties into, without repeats."""
+        out: list[Path] = []
+        for d in [*self.log_dirs, self.metadata_log_dir]:
+            if d not in out:
+                out.append(d)
+        return out
+
+    @property
+    def log_retention_ms(self) -> int:
+        if self.values["log.retention.ms"] is not None:
+            return self.values["log.retention.ms"]
+        if self.values["log.retention.minutes"] is not None:
+            minutes = self.values["log.retention.minutes"]
+            return -1 if minutes < 0 else minutes * 60_000
+        hours = self.values["log.retention.hours"]
+        return -1 if hours < 0 else hours * 3_600_000
+
+    @property
+    def log_roll_ms(self) -> int:
+        if self.values["log.roll.ms"] is not None:
+            return self.values["log.roll.ms"]
+        return self.values["log.roll.hours"] * 3_600_000
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError("an override is written key=value", value=None, source=OVERRIDE, key=text)
+    return key.strip(), value
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = (),
+                text: str | None = None) -> KraftConfig:
+    """Read ``path`` (or ``text``), apply ``--override key=value`` pairs, and validate everything."""
+    entries: list[Entry] = []
+    source = None
+    try:
+        if path is not None:
+            source = str(path)
+            entries = load_properties(path)
+        elif text is not None:
+            source = "<string>"
+            entries = parse_properties(text, source)
+    except PropertiesSyntaxError as exc:
+        raise ConfigError(str(exc).split(": ", 1)[1], source=exc.source, line=exc.line or None) from None
+    for item in overrides:
+        key, value = parse_override(item)
+        entries.append(Entry(key, value, OVERRIDE, 0))
+    return build_config(entries, source)
+
+
+def build_config(entries: Iterable[Entry], source: str | None = None) -> KraftConfig:
+    values: dict[str, Any] = {}
+    origins: dict[str, Origin] = {}
+    raw: dict[str, str] = {}
+    unknown: list[Entry] = []
+    for entry in entries:  # a later entry wins: overrides come last
+        spec = BY_NAME.get(entry.key)
+        if spec is None:
+            if entry.key not in IGNORED:
+                unknown.append(entry)
+            continue
+        try:
+            values[entry.key] = spec.parse(entry.value)
+        except ValueError as exc:
+            raise ConfigError(str(exc), entry.key, entry.value, entry.source, entry.line or None) from None
+        origins[entry.key] = Origin(entry.source, entry.line or None)
+        raw[entry.key] = entry.value
+    for name, spec in BY_NAME.items():
+        if name in values:
+            continue
+        if spec.required:
+            continue  # whether it is needed depends on the roles; checked below
+        default = spec.default
+        values[name] = spec.parse(default) if isinstance(default, str) else default
+    config = KraftConfig(values, origins, raw, tuple(unknown), source)
+    _validate(config)
+    return config
+
+
+def _fail(config: KraftConfig, key: str, reason: str) -> ConfigError:
+    origin = config.origins.get(key)
+    if origin is None:
+        return ConfigError(reason, key, None, config.source)
+    return ConfigError(reason, key, config.raw[key], origin.source, origin.line)
+
+
+def _validate(c: KraftConfig) -> None:
+    """Rules that involve more than one key, or depend on the process roles."""
+    for name in ("process.roles", "node.id"):
+        if name not in c.values:
+            raise _fail(c, name, "is required")
+    roles = c.values["process.roles"]
+    if not roles:
+        raise _fail(c, "process.roles", "must name broker, controller or both")
+    if len(set(roles)) != len(roles):
+        raise _fail(c, "process.roles", "names a role twice")
+    for name in ("controller.quorum.voters", "controller.listener.names"):
+        if name not in c.values:
+            raise _fail(c, name, "is required")
+    if not c.voters:
+        raise _fail(c, "controller.quorum.voters", "must name at least one voter")
+    if not c.controller_listener_names:
+        raise _fail(c, "controller.listener.names", "must name at least one listener")
+    protocol_map = c.values["listener.security.protocol.map"]
+    for listener in c.listeners:
+        proto = protocol_map.get(listener.name, listener.name)
+        if proto != "PLAINTEXT":
+            raise _fail(c, "listeners", f"listener {listener.name} uses {proto}; only PLAINTEXT is supported")
+    if c.is_controller:
+        if c.node_id not in {v.node_id for v in c.voters}:
+            raise _fail(c, "node.id", "a controller's node.id must be one of controller.quorum.voters")
+        if c.controller_listener is None:
+            raise _fail(c, "controller.listener.names",
+                        f"the controller listener {c.controller_listener_names[0]} is not in listeners")
+    else:
+        names = {listener.name for listener in c.listeners}
+        clash = names & set(c.controller_listener_names)
+        if clash:
+            raise _fail(c, "listeners", f"a broker-only process must not listen on controller listener "
+                        f"{sorted(clash)[0]}")
+    if c.is_broker:
+        if not c.broker_listeners:
+            raise _fail(c, "listeners", "a broker needs a PLAINTEXT listener besides the controller's")
+        inter = c.values["inter.broker.listener.name"].upper()
+        if inter not in {listener.name for listener in c.broker_listeners}:
+            raise _fail(c, "inter.broker.listener.name", f"no listener is named {inter}")
+        advertised = c.values["advertised.listeners"]
+        if advertised is not None:
+            names = {listener.name for listener in c.broker_listeners}
+            for listener in advertised:
+                if listener.name not in names:
+                    raise _fail(c, "advertised.listeners", f"{listener.name} is not one of listeners")
+                if listener.host in ("0.0.0.0", "::"):
+                    raise _fail(c, "advertised.listeners",
+                                f"{listener} advertises a wildcard address clients cannot reach")
+                if listener.port == 0:
+                    raise _fail(c, "advertised.listeners", f"{listener} advertises port 0")
+    if c.values["default.replication.factor"] > 32767:
+        raise _fail(c, "default.replication.factor", "must be at most 32767")
+    if not c.log_dirs:
+        raise _fail(c, "log.dirs", "must name at least one directory")
+    if c.is_set("log.dirs"):
+        for d in c.values["log.dirs"]:
+            if not d:
+                raise _fail(c, "log.dirs", "has an empty entry")
+    session = c.values["broker.session.timeout.ms"]
+    heartbeat = c.values["broker.heartbeat.interval.ms"]
+    if heartbeat >= session:
+        raise _fail(c, "broker.heartbeat.interval.ms",
+                    f"must be smaller than broker.session.timeout.ms ({session})")
+    if c.values["group.min.session.timeout.ms"] > c.values["group.max.session.timeout.ms"]:
+        raise _fail(c, "group.min.session.timeout.ms", "must not exceed group.max.session.timeout.ms")
+
+
+def defaults() -> dict[str, Any]:
+    """Defaults of every key that has one (for the docs)."""
+    return {k: s.default for k, s in BY_NAME.items() if s.default is not REQUIRED}

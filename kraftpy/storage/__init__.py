@@ -1,0 +1,1 @@
+"""Storage: the segmented log, its indexes and checkpoints, and the formatting of log directories."""
