@@ -1,0 +1,244 @@
+"""The control plane: msgpack request/response over size-prefixed frames.
+
+Controllers talk Raft to each other, brokers register and heartbeat, and tools ask for the
+quorum's status over this plane. Each frame holds one msgpack map:
+
+    request   {"id": int, "api": str, "body": map}
+    response  {"id": int, "body": map}
+              {"id": int, "error": str, "message": str}      (the handler raised RpcError)
+
+Requests on one connection are handled concurrently (a long-polling Fetch must not hold up a Vote)
+and answered by id. A frame that is not such a map closes that connection and nothing else.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgpack
+import trio
+
+from kraftpy.logs import get_logger
+from kraftpy.rpc.framing import FramedStream, FrameError
+
+DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+Handler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class RpcError(Exception):
+    """An error answer: ``code`` is a short name (Kafka's error names where one fits)."""
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
+
+
+class ConnectionLost(RpcError):
+    def __init__(self, message: str) -> None:
+        super().__init__("NETWORK_EXCEPTION", message)
+
+
+class RequestTimeout(RpcError):
+    def __init__(self, message: str) -> None:
+        super().__init__("REQUEST_TIMED_OUT", message)
+
+
+def pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+class ControlServer:
+    """Serves one handler on a TCP listener; every connection lives in the server's nursery."""
+
+    def __init__(self, handler: Handler, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 name: str = "control") -> None:
+        self.handler = handler
+        self.max_frame_bytes = max_frame_bytes
+        self.log = get_logger(name)
+        self.port: int | None = None
+
+    async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled; reports the bound port through ``task_status``."""
+        listeners = await trio.open_tcp_listeners(port, host=host or None)
+        self.port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, self._handle_connection, listeners)
+            task_status.started(self.port)
+
+    async def _handle_connection(self, stream: trio.SocketStream) -> None:
+        framed = FramedStream(stream, self.max_frame_bytes)
+        try:
+            async with trio.open_nursery() as nursery:
+                try:
+                    await self._read_requests(framed, nursery)
+                except FrameError as exc:
+                    self.log.warning("closing connection", reason=str(exc))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+                # The peer is gone or misbehaved: nobody is left to read pending answers.
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await framed.aclose()
+
+    async def _read_requests(self, framed: FramedStream, nursery: trio.Nursery) -> None:
+        while True:
+            payload = await framed.receive_frame()
+            if payload is None:
+                return
+            try:
+                msg = unpack(payload)
+                req_id, api, body = msg["id"], msg["api"], msg["body"]
+                if not isinstance(req_id, int) or not isinstance(api, str) or not isinstance(body, dict):
+                    raise TypeError("id, api and body have the wrong types")
+            except Exception as exc:
+                raise FrameError(f"malformed control request: {exc}") from None
+            nursery.start_soon(self._answer, framed, req_id, api, body)
+
+    async def _answer(self, framed: FramedStream, req_id: int, api: str, body: dict) -> None:
+        try:
+            result = await self.handler(api, body)
+            reply = {"id": req_id, "body": result}
+        except RpcError as exc:
+            reply = {"id": req_id, "error": exc.code, "message": exc.message}
+        except Exception as exc:  # a bug in a handler answers the caller instead of killing the server
+            self.log.exception("handler failed", api=api)
+            reply = {"id": req_id, "error": "UNKNOWN_SERVER_ERROR", "message": repr(exc)}
+        try:
+            await framed.send_frame(pack(reply))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
+class _Connection:
+    def __init__(self, framed: FramedStream) -> None:
+        self.framed = framed
+        self.pending: dict[int, list] = {}
+        self.closed = False
+        self.error = ""
+
+    def fail_all(self, reason: str) -> None:
+        self.closed = True
+        self.error = reason
+        for slot in self.pending.values():
+            slot[1] = ConnectionLost(reason)
+            slot[0].set()
+        self.pending.clear()
+
+
+class ControlClient:
+    """Requests to one peer, multiplexed by id over one connection that is re-opened on demand.
+
+    Failed connects back off exponentially from ``retry_backoff`` to ``max_backoff`` seconds.
+    The connection's reader task runs in ``nursery``: cancelling it is how the client shuts down.
+    """
+
+    def __init__(self, nursery: trio.Nursery, host: str, port: int, *, request_timeout: float = 2.0,
+                 connect_timeout: float = 2.0, retry_backoff: float = 0.02, max_backoff: float = 1.0,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.nursery = nursery
+        self.host = host
+        self.port = port
+        self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout
+        self.retry_backoff = retry_backoff
+        self.max_backoff = max_backoff
+        self.max_frame_bytes = max_frame_bytes
+        self._conn: _Connection | None = None
+        self._lock = trio.Lock()
+        self._ids = itertools.count(1)
+        self._next_attempt = -math.inf
+        self._backoff = retry_backoff
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def _connection(self) -> _Connection:
+        async with self._lock:
+            if self._conn is not None and not self._conn.closed:
+                return self._conn
+            wait = self._next_attempt - trio.current_time()
+            if wait > 0:
+                await trio.sleep(wait)
+            try:
+                with trio.fail_after(self.connect_timeout):
+                    stream = await trio.open_tcp_stream(self.host, self.port)
+            except (OSError, trio.TooSlowError) as exc:
+                self._next_attempt = trio.current_time() + self._backoff
+                self._backoff = min(self._backoff * 2, self.max_backoff)
+                raise ConnectionLost(f"cannot connect to {self.address}: {exc}") from None
+            self._backoff = self.retry_backoff
+            self._next_attempt = -math.inf
+            conn = _Connection(FramedStream(stream, self.max_frame_bytes))
+            self._conn = conn
+            self.nursery.start_soon(self._read_responses, conn)
+            return conn
+
+    async def _read_responses(self, conn: _Connection) -> None:
+        reason = "connection closed by peer"
+        try:
+            while True:
+                payload = await conn.framed.receive_frame()
+                if payload is None:
+                    break
+                try:
+                    msg = unpack(payload)
+                    slot = conn.pending.pop(msg["id"], None)
+                except Exception as exc:
+                    reason = f"malformed response: {exc}"
+                    break
+                if slot is None:
+                    continue  # the caller timed out and left
+                if "error" in msg:
+                    slot[1] = RpcError(msg["error"], msg.get("message", ""))
+                else:
+                    slot[1] = msg.get("body", {})
+                slot[0].set()
+        except (FrameError, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            reason = str(exc) or type(exc).__name__
+        finally:
+            conn.fail_all(reason)
+            with trio.CancelScope(shield=True):
+                await conn.framed.aclose()
+
+    async def request(self, api: str, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        """Send one request and wait for its answer; raises RpcError (ConnectionLost, RequestTimeout,
+        or the server's error)."""
+        timeout = self.request_timeout if timeout is None else timeout
+        req_id = next(self._ids)
+        slot: list = [trio.Event(), None]
+        conn: _Connection | None = None
+        with trio.move_on_after(timeout) as scope:
+            conn = await self._connection()
+            conn.pending[req_id] = slot
+            try:
+                await conn.framed.send_frame(pack({"id": req_id, "api": api, "body": body}))
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                conn.pending.pop(req_id, None)
+                conn.fail_all(str(exc))
+                raise ConnectionLost(f"{self.address}: {exc}") from None
+            await slot[0].wait()
+        if scope.cancelled_caught:
+            if conn is not None:
+                conn.pending.pop(req_id, None)
+            raise RequestTimeout(f"{api} to {self.address} got no answer within {timeout:.3f}s")
+        result = slot[1]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            conn.fail_all("client closed")
+            await conn.framed.aclose()
