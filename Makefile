@@ -1,14 +1,17 @@
-# kraftpy: everything a fresh machine needs, installed by these targets.
+# kraftpy: every target installs what it needs into .venv (and the system packages it uses).
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+STAMP  := $(VENV)/.installed-dev
+PYTEST := $(VENV)/bin/pytest
+APT    := DEBIAN_FRONTEND=noninteractive apt-get
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test lint fmt docs bench soak jepsen system-deps clean
 
 $(PY):
-	@command -v $(PYTHON) >/dev/null 2>&1 || { $(MAKE) --no-print-directory system-python; }
-	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	@command -v $(PYTHON) >/dev/null 2>&1 || { $(SUDO) $(APT) update -qq && $(SUDO) $(APT) install -y -qq python3 python3-venv; }
+	@command -v $(PYTHON) >/dev/null 2>&1 && $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(PY)
@@ -20,12 +23,12 @@ system-deps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
+	  echo "installing system packages:$$missing"; \
+	  $(SUDO) $(APT) update -qq && $(SUDO) $(APT) install -y -qq $$missing; \
 	fi
 
-system-python:
-	@if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq python3 python3-venv; fi
+run: $(STAMP)
+	$(VENV)/bin/kraftpy dev --dir data/dev
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -35,10 +38,18 @@ fmt: $(STAMP)
 
 test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest
+	$(PYTEST)
 
+# Regenerate the configuration reference from the schema.
 docs: $(STAMP)
 	$(VENV)/bin/kraftpy config docs > docs/configuration.md
+
+# Long runs of the randomized tests: thousands of simulation seeds and hypothesis examples.
+soak: $(STAMP)
+	KRAFTPY_SIM_SEEDS=$${KRAFTPY_SIM_SEEDS:-5000} KRAFTPY_SOAK=1 $(PYTEST) tests/raft tests/storage -q
+
+bench: $(STAMP)
+	$(PY) bench/run.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,51 @@
+"""Run every benchmark and write docs/benchmarks.md.
+
+Each ``bench/<name>.py`` prints one markdown section (its results and how they were measured);
+this script runs them one after another, in separate processes so that none warms up another,
+and assembles the page. ``python bench/run.py storage protocol`` runs only those.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ORDER = ["storage", "protocol", "raft", "broker", "replication", "spark"]
+
+
+def main(argv: list[str]) -> int:
+    names = argv or [n for n in ORDER if (ROOT / "bench" / f"{n}.py").exists()]
+    sections = []
+    failed = []
+    for name in names:
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        proc = subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py")], cwd=ROOT,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            failed.append(name)
+            sys.stderr.write(proc.stderr)
+            sections.append(f"## {name}\n\nThe benchmark failed:\n\n```\n{proc.stderr[-2000:]}\n```\n")
+        else:
+            sections.append(proc.stdout.strip() + "\n")
+    header = [
+        "# Benchmarks",
+        "",
+        "<!-- Written by `make bench` (bench/run.py); each section by bench/<name>.py. -->",
+        "",
+        f"Run on {datetime.date.today().isoformat()}: {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, {platform.system()} {platform.machine()}. Every figure below comes "
+        "from the run that wrote this page; ratios compare two things measured in the same run.",
+        "",
+    ]
+    (ROOT / "docs" / "benchmarks.md").write_text("\n".join(header) + "\n".join(sections))
+    print("wrote docs/benchmarks.md", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
