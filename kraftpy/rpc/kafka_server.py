@@ -1,0 +1,118 @@
+"""The Kafka-protocol server loop: one trio task per connection, requests answered in order.
+
+Like Kafka's socket server, a connection's requests are handled one at a time and answered in the
+order they came (clients pipeline, and rely on that order). The handler gets each frame's bytes
+and returns the response as a list of parts: bytes-like parts are written as they are, and a part
+with ``fileno()``/``offset``/``length`` (a file region of a log segment) is written with
+``os.sendfile``, so record data goes from the page cache to the socket without passing through
+Python. A handler that returns None sends nothing (Produce with acks=0).
+
+A frame over ``socket.request.max.bytes``, or one the handler rejects with `BadRequest`, closes that
+connection and only that one.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import trio
+
+from kraftpy.logs import get_logger
+from kraftpy.rpc.framing import FramedStream, FrameError
+
+
+class BadRequest(Exception):
+    """The frame does not parse as a request we serve; the connection is closed."""
+
+
+class Connection:
+    """What a handler may know about the connection a request came on."""
+
+    def __init__(self, stream: trio.SocketStream, listener: str) -> None:
+        self.stream = stream
+        self.listener = listener
+        try:
+            host, port = stream.socket.getpeername()[:2]
+            self.peer = f"{host}:{port}"
+        except OSError:
+            self.peer = "?"
+
+
+Handler = Callable[[bytes, Connection], Awaitable[Sequence[Any] | None]]
+
+
+async def send_parts(stream: trio.SocketStream, parts: Sequence[Any]) -> None:
+    """Write bytes parts and file regions, in order, to the socket."""
+    pending: list[bytes | bytearray | memoryview] = []
+    for part in parts:
+        if hasattr(part, "length") and hasattr(part, "fileno"):
+            if pending:
+                await stream.send_all(b"".join(pending))
+                pending = []
+            await _sendfile(stream, part.fileno(), part.offset, part.length)
+        else:
+            pending.append(part)
+    if pending:
+        await stream.send_all(b"".join(pending) if len(pending) > 1 else pending[0])
+
+
+async def _sendfile(stream: trio.SocketStream, fd: int, offset: int, length: int) -> None:
+    sock = stream.socket
+    out = sock.fileno()
+    while length > 0:
+        try:
+            sent = os.sendfile(out, fd, offset, length)
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(sock)
+            continue
+        except OSError as exc:
+            if exc.errno in (errno.EPIPE, errno.ECONNRESET):
+                raise trio.BrokenResourceError(str(exc)) from exc
+            raise
+        if sent == 0:
+            raise trio.BrokenResourceError("file region ended early: the segment was truncated")
+        offset += sent
+        length -= sent
+        await trio.lowlevel.checkpoint()
+
+
+class KafkaServer:
+    def __init__(self, handler: Handler, *, max_frame_bytes: int, listener: str = "PLAINTEXT",
+                 log: Any = None) -> None:
+        self.handler = handler
+        self.max_frame_bytes = max_frame_bytes
+        self.listener = listener
+        self.log = log or get_logger("kafka-server")
+        self.port: int | None = None
+        self.connections = 0
+
+    async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(port, host=host or None)
+        self.port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
+            task_status.started(self.port)
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        conn = Connection(stream, self.listener)
+        framed = FramedStream(stream, self.max_frame_bytes)
+        self.connections += 1
+        try:
+            while True:
+                frame = await framed.receive_frame()
+                if frame is None:
+                    return
+                parts = await self.handler(frame, conn)
+                if parts:
+                    await send_parts(stream, parts)
+        except (FrameError, BadRequest) as exc:
+            self.log.warning("closing connection", peer=conn.peer, reason=str(exc))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self.connections -= 1
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
