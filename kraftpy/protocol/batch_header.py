@@ -40,8 +40,13 @@ ATTRIBUTES_OFFSET = 21
 #: The smallest prefix that tells a reader the batch's size and magic.
 PREFIX = struct.Struct(">qiiB")
 assert PREFIX.size == 17
+MAX_TIMESTAMP_OFFSET = 35
 _OFFSET_EPOCH = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
+_BATCH_LENGTH = struct.Struct(">i")
+_ATTRIBUTES = struct.Struct(">h")
+_TIMESTAMP = struct.Struct(">q")
+_CRC = struct.Struct(">I")
 
 CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
@@ -155,13 +160,19 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
 
 
 def iter_batches(buf: bytes | bytearray | memoryview, verify: bool = True):
-    """Yield ``(position, header)`` for each whole batch in ``buf``, stopping at a partial tail."""
+    """Yield ``(position, header)`` for each whole batch in ``buf``, stopping at a partial tail.
+
+    A partial tail is what a fetch response may end with: fewer bytes than the last batch's
+    ``batch_length`` announces, or too few to hold that length. It ends the iteration quietly,
+    whether or not ``verify`` is set; a whole batch that is bad raises CorruptRecordError.
+    """
     pos = 0
     end = len(buf)
     while end - pos >= LOG_OVERHEAD:
-        header = check_batch(buf, pos) if verify else read_header(buf, pos)
-        if end - pos < header.size:
+        (batch_length,) = _BATCH_LENGTH.unpack_from(buf, pos + 8)
+        if batch_length >= HEADER_SIZE - LOG_OVERHEAD and end - pos < batch_length + LOG_OVERHEAD:
             return
+        header = check_batch(buf, pos) if verify else read_header(buf, pos)
         yield pos, header
         pos += header.size
 
@@ -170,3 +181,22 @@ def stamp(buf: bytearray | memoryview, pos: int, base_offset: int, partition_lea
     """Write base offset and leader epoch into a batch in place; the CRC does not cover them."""
     _OFFSET_EPOCH.pack_into(buf, pos, base_offset)
     _EPOCH.pack_into(buf, pos + 12, partition_leader_epoch)
+
+
+def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp_type: int, max_timestamp: int) -> None:
+    """Set the timestamp type bit and the max timestamp in place, then recompute the CRC.
+
+    This is how a leader applies ``LogAppendTime``: readers then give every record of the batch
+    ``max_timestamp``. The batch must be whole in ``buf``.
+    """
+    header = read_header(buf, pos)
+    if len(buf) - pos < header.size:
+        raise CorruptRecordError(
+            f"truncated batch: {header.size} bytes announced, {len(buf) - pos} present", pos
+        )
+    attributes = header.attributes & ~TIMESTAMP_TYPE_BIT
+    if timestamp_type:
+        attributes |= TIMESTAMP_TYPE_BIT
+    _ATTRIBUTES.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
+    _TIMESTAMP.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    _CRC.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, header.size))
