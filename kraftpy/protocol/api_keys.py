@@ -1,0 +1,88 @@
+"""The Kafka APIs the data plane serves and, in one table, the versions of each it advertises.
+
+``API_VERSIONS`` is what an ApiVersions response lists. ``min_accepted`` is the lowest version the
+broker actually serves when that differs from what it advertises: like Kafka 4, kraftpy advertises
+Produce from v0 (librdkafka refuses a broker whose Produce range does not start at 0) yet rejects
+Produce below v3, the first version of message format v2, with UNSUPPORTED_VERSION.
+
+Every range here lies within the versions the message schemas declare (checked by the tests).
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+
+class ApiKey(enum.IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_CLUSTER = 60
+
+
+@attrs.frozen
+class VersionRange:
+    """Advertised ``min_version..max_version``; requests below ``min_accepted`` are refused."""
+
+    min_version: int
+    max_version: int
+    min_accepted: int = attrs.field()
+
+    @min_accepted.default
+    def _min_accepted_default(self) -> int:
+        return self.min_version
+
+    def accepts(self, version: int) -> bool:
+        return self.min_accepted <= version <= self.max_version
+
+
+# fmt: off
+API_VERSIONS: dict[ApiKey, VersionRange] = {
+    ApiKey.PRODUCE:                   VersionRange(0, 9, min_accepted=3),
+    ApiKey.FETCH:                     VersionRange(4, 13),
+    ApiKey.LIST_OFFSETS:              VersionRange(1, 7),
+    ApiKey.METADATA:                  VersionRange(0, 12),
+    ApiKey.OFFSET_COMMIT:             VersionRange(0, 8),
+    ApiKey.OFFSET_FETCH:              VersionRange(0, 8),
+    ApiKey.FIND_COORDINATOR:          VersionRange(0, 4),
+    ApiKey.JOIN_GROUP:                VersionRange(0, 9),
+    ApiKey.HEARTBEAT:                 VersionRange(0, 4),
+    ApiKey.LEAVE_GROUP:               VersionRange(0, 5),
+    ApiKey.SYNC_GROUP:                VersionRange(0, 5),
+    ApiKey.DESCRIBE_GROUPS:           VersionRange(0, 5),
+    ApiKey.LIST_GROUPS:               VersionRange(0, 4),
+    ApiKey.API_VERSIONS:              VersionRange(0, 3),
+    ApiKey.CREATE_TOPICS:             VersionRange(2, 7),
+    ApiKey.DELETE_TOPICS:             VersionRange(1, 6),
+    ApiKey.DELETE_RECORDS:            VersionRange(0, 2),
+    ApiKey.INIT_PRODUCER_ID:          VersionRange(0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH:   VersionRange(2, 4),
+    ApiKey.DESCRIBE_CONFIGS:          VersionRange(1, 4),
+    ApiKey.CREATE_PARTITIONS:         VersionRange(0, 3),
+    ApiKey.DELETE_GROUPS:             VersionRange(0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
+    ApiKey.DESCRIBE_CLUSTER:          VersionRange(0, 1),
+}
+# fmt: on

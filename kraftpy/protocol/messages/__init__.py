@@ -1,0 +1,77 @@
+"""Every message the data plane speaks, one module per API, declared with the DSL of ``schema.py``.
+
+``REQUESTS[api_key]`` and ``RESPONSES[api_key]`` map an api key to its generated message class;
+``cls.SCHEMA`` holds the versions and the compiled codecs.
+"""
+
+from kraftpy.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from kraftpy.protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
+from kraftpy.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
+from kraftpy.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
+from kraftpy.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
+from kraftpy.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from kraftpy.protocol.messages.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
+from kraftpy.protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
+from kraftpy.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from kraftpy.protocol.messages.fetch import FetchRequest, FetchResponse
+from kraftpy.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from kraftpy.protocol.messages.headers import RequestHeader, ResponseHeader
+from kraftpy.protocol.messages.heartbeat import HeartbeatRequest, HeartbeatResponse
+from kraftpy.protocol.messages.incremental_alter_configs import (
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from kraftpy.protocol.messages.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
+from kraftpy.protocol.messages.join_group import JoinGroupRequest, JoinGroupResponse
+from kraftpy.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
+from kraftpy.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
+from kraftpy.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from kraftpy.protocol.messages.metadata import MetadataRequest, MetadataResponse
+from kraftpy.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
+from kraftpy.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
+from kraftpy.protocol.messages.offset_for_leader_epoch import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+from kraftpy.protocol.messages.produce import ProduceRequest, ProduceResponse
+from kraftpy.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+
+_PAIRS = [
+    (ProduceRequest, ProduceResponse),
+    (FetchRequest, FetchResponse),
+    (ListOffsetsRequest, ListOffsetsResponse),
+    (MetadataRequest, MetadataResponse),
+    (OffsetCommitRequest, OffsetCommitResponse),
+    (OffsetFetchRequest, OffsetFetchResponse),
+    (FindCoordinatorRequest, FindCoordinatorResponse),
+    (JoinGroupRequest, JoinGroupResponse),
+    (HeartbeatRequest, HeartbeatResponse),
+    (LeaveGroupRequest, LeaveGroupResponse),
+    (SyncGroupRequest, SyncGroupResponse),
+    (DescribeGroupsRequest, DescribeGroupsResponse),
+    (ListGroupsRequest, ListGroupsResponse),
+    (ApiVersionsRequest, ApiVersionsResponse),
+    (CreateTopicsRequest, CreateTopicsResponse),
+    (DeleteTopicsRequest, DeleteTopicsResponse),
+    (DeleteRecordsRequest, DeleteRecordsResponse),
+    (InitProducerIdRequest, InitProducerIdResponse),
+    (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
+    (DescribeConfigsRequest, DescribeConfigsResponse),
+    (CreatePartitionsRequest, CreatePartitionsResponse),
+    (DeleteGroupsRequest, DeleteGroupsResponse),
+    (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    (DescribeClusterRequest, DescribeClusterResponse),
+]
+
+#: api key -> request class
+REQUESTS: dict[int, type] = {req.SCHEMA.api_key: req for req, _ in _PAIRS}
+#: api key -> response class
+RESPONSES: dict[int, type] = {resp.SCHEMA.api_key: resp for _, resp in _PAIRS}
+
+__all__ = [
+    "REQUESTS",
+    "RESPONSES",
+    "RequestHeader",
+    "ResponseHeader",
+    *sorted(cls.__name__ for pair in _PAIRS for cls in pair),
+]

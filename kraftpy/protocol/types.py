@@ -1,0 +1,345 @@
+"""Primitive types of the Kafka wire protocol, and the record-data parts a response may carry.
+
+Every reader takes a buffer (``bytes``, ``bytearray`` or a ``memoryview`` of unsigned bytes) and an
+offset and returns ``(value, new_offset)``; every writer appends to a ``bytearray``. Integers are
+big-endian and signed unless named ``uint``.
+
+==================  ====================================================================
+type                encoding
+==================  ====================================================================
+int8/16/32/64       1/2/4/8 bytes, two's complement
+uint16/uint32       2/4 bytes, unsigned
+bool                1 byte, 0 is false, anything else true
+float64             8 bytes, IEEE 754
+uuid                16 bytes
+unsigned varint     7 bits a byte, low group first, high bit set on all but the last byte
+varint/varlong      zig-zag ``(n << 1) ^ (n >> 63)`` then unsigned varint
+string              int16 length (-1 is null), then UTF-8
+compact string      unsigned varint length + 1 (0 is null), then UTF-8
+bytes               int32 length (-1 is null), then the bytes
+compact bytes       unsigned varint length + 1 (0 is null), then the bytes
+array               int32 count (-1 is null), then the elements
+compact array       unsigned varint count + 1 (0 is null), then the elements
+records             bytes / compact bytes, never decoded here (see ``records.py``)
+tagged fields       unsigned varint count, then (uvarint tag, uvarint size, size bytes) each
+==================  ====================================================================
+
+Record data is the one thing the codec never copies or decodes: a decoded ``records`` field is a
+``memoryview`` slice of the incoming frame, and an encoded one may be ``bytes``, a ``memoryview``,
+a :class:`FileRegion` (a byte range of an open segment file that the writer sends with
+``os.sendfile``), or a list of those.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Sequence
+
+import attrs
+
+INT8 = struct.Struct(">b")
+INT16 = struct.Struct(">h")
+INT32 = struct.Struct(">i")
+INT64 = struct.Struct(">q")
+UINT16 = struct.Struct(">H")
+UINT32 = struct.Struct(">I")
+FLOAT64 = struct.Struct(">d")
+BOOL = struct.Struct(">?")
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+class TruncatedError(ValueError):
+    """The buffer ended before the value did."""
+
+
+@attrs.frozen
+class FileRegion:
+    """``length`` bytes of the open file ``fd`` from ``offset``: record data the writer sends with sendfile.
+
+    Invariant: ``offset >= 0`` and ``length >= 0``. The codec only uses ``length``; it never reads the file.
+    """
+
+    fd: int
+    offset: int
+    length: int
+
+    def __attrs_post_init__(self) -> None:
+        if self.offset < 0 or self.length < 0:
+            raise ValueError(f"bad file region offset={self.offset} length={self.length}")
+
+
+#: What a response's ``records`` field may hold when it is encoded.
+RecordsPart = bytes | bytearray | memoryview | FileRegion
+Records = RecordsPart | Sequence[RecordsPart] | None
+#: One piece of an encoded frame: a buffer to write, or a file region to sendfile.
+FramePart = bytes | bytearray | memoryview | FileRegion
+
+
+def part_length(part: FramePart) -> int:
+    """The number of bytes ``part`` puts on the wire."""
+    if isinstance(part, FileRegion):
+        return part.length
+    if isinstance(part, memoryview):
+        return part.nbytes
+    return len(part)
+
+
+def records_length(records: Records) -> int:
+    """The size of a records field's data, without touching any file."""
+    if records is None:
+        return 0
+    if isinstance(records, bytes | bytearray | memoryview | FileRegion):
+        return part_length(records)
+    return sum(part_length(p) for p in records)
+
+
+# --- unsigned varints and zig-zag varints -------------------------------------------------------
+
+
+def read_uvarint(buf, pos: int) -> tuple[int, int]:
+    """An unsigned varint of at most 5 bytes (32 bits), as used for compact lengths and tags."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise TruncatedError("buffer ends inside a varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise ValueError("unsigned varint longer than 5 bytes")
+
+
+def read_uvarlong(buf, pos: int) -> tuple[int, int]:
+    """An unsigned varint of at most 10 bytes (64 bits)."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise TruncatedError("buffer ends inside a varlong")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("unsigned varlong longer than 10 bytes")
+
+
+def write_uvarint(out: bytearray, value: int) -> None:
+    """Append ``value`` (0 <= value < 2**64) as an unsigned varint."""
+    if value < 0:
+        raise ValueError(f"unsigned varint cannot hold {value}")
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def read_varint(buf, pos: int) -> tuple[int, int]:
+    """A zig-zag signed 32-bit varint."""
+    raw, pos = read_uvarint(buf, pos)
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def read_varlong(buf, pos: int) -> tuple[int, int]:
+    """A zig-zag signed 64-bit varint."""
+    raw, pos = read_uvarlong(buf, pos)
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def write_varint(out: bytearray, value: int) -> None:
+    """Append a signed 32-bit value zig-zag encoded."""
+    if not -(1 << 31) <= value < (1 << 31):
+        raise ValueError(f"varint out of range: {value}")
+    write_uvarint(out, ((value << 1) ^ (value >> 31)) & 0xFFFFFFFF)
+
+
+def write_varlong(out: bytearray, value: int) -> None:
+    """Append a signed 64-bit value zig-zag encoded."""
+    if not -(1 << 63) <= value < (1 << 63):
+        raise ValueError(f"varlong out of range: {value}")
+    write_uvarint(out, ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+# --- fixed-width numbers --------------------------------------------------------------------------
+
+
+def _fixed_reader(st: struct.Struct):
+    size = st.size
+    unpack_from = st.unpack_from
+
+    def read(buf, pos: int):
+        if pos + size > len(buf):
+            raise TruncatedError(f"need {size} bytes at offset {pos}, have {len(buf) - pos}")
+        return unpack_from(buf, pos)[0], pos + size
+
+    return read
+
+
+def _fixed_writer(st: struct.Struct):
+    pack = st.pack
+
+    def write(out: bytearray, value) -> None:
+        out += pack(value)
+
+    return write
+
+
+read_int8, write_int8 = _fixed_reader(INT8), _fixed_writer(INT8)
+read_int16, write_int16 = _fixed_reader(INT16), _fixed_writer(INT16)
+read_int32, write_int32 = _fixed_reader(INT32), _fixed_writer(INT32)
+read_int64, write_int64 = _fixed_reader(INT64), _fixed_writer(INT64)
+read_uint16, write_uint16 = _fixed_reader(UINT16), _fixed_writer(UINT16)
+read_uint32, write_uint32 = _fixed_reader(UINT32), _fixed_writer(UINT32)
+read_float64, write_float64 = _fixed_reader(FLOAT64), _fixed_writer(FLOAT64)
+read_bool, write_bool = _fixed_reader(BOOL), _fixed_writer(BOOL)
+
+
+def read_uuid(buf, pos: int) -> tuple[uuid.UUID, int]:
+    if pos + 16 > len(buf):
+        raise TruncatedError("buffer ends inside a uuid")
+    return uuid.UUID(bytes=bytes(buf[pos : pos + 16])), pos + 16
+
+
+def write_uuid(out: bytearray, value: uuid.UUID) -> None:
+    out += value.bytes
+
+
+# --- length-prefixed values -----------------------------------------------------------------------
+
+
+def _read_length(buf, pos: int, compact: bool) -> tuple[int, int]:
+    if compact:
+        n, pos = read_uvarint(buf, pos)
+        return n - 1, pos
+    return read_int16(buf, pos)
+
+
+def _take(buf, pos: int, n: int):
+    end = pos + n
+    if end > len(buf):
+        raise TruncatedError(f"need {n} bytes at offset {pos}, have {len(buf) - pos}")
+    return buf[pos:end], end
+
+
+def read_string(buf, pos: int, *, compact: bool = False) -> tuple[str | None, int]:
+    """A (compact) nullable string; a non-nullable field rejects ``None`` itself."""
+    n, pos = _read_length(buf, pos, compact)
+    if n < 0:
+        return None, pos
+    raw, pos = _take(buf, pos, n)
+    return str(raw, "utf-8"), pos
+
+
+def write_string(out: bytearray, value: str | None, *, compact: bool = False) -> None:
+    if value is None:
+        if compact:
+            out.append(0)
+        else:
+            out += b"\xff\xff"
+        return
+    data = value.encode("utf-8")
+    if compact:
+        write_uvarint(out, len(data) + 1)
+    else:
+        out += INT16.pack(len(data))
+    out += data
+
+
+def read_bytes(buf, pos: int, *, compact: bool = False) -> tuple[bytes | None, int]:
+    """(Compact) nullable bytes, copied out of the buffer."""
+    if compact:
+        n, pos = read_uvarint(buf, pos)
+        n -= 1
+    else:
+        n, pos = read_int32(buf, pos)
+    if n < 0:
+        return None, pos
+    raw, pos = _take(buf, pos, n)
+    return bytes(raw), pos
+
+
+def read_records(buf, pos: int, *, compact: bool = False):
+    """(Compact) nullable records: a slice of ``buf`` (zero-copy when ``buf`` is a memoryview)."""
+    if compact:
+        n, pos = read_uvarint(buf, pos)
+        n -= 1
+    else:
+        n, pos = read_int32(buf, pos)
+    if n < 0:
+        return None, pos
+    return _take(buf, pos, n)
+
+
+def write_bytes(out: bytearray, value: bytes | bytearray | memoryview | None, *, compact: bool = False) -> None:
+    if value is None:
+        if compact:
+            out.append(0)
+        else:
+            out += b"\xff\xff\xff\xff"
+        return
+    n = value.nbytes if isinstance(value, memoryview) else len(value)
+    if compact:
+        write_uvarint(out, n + 1)
+    else:
+        out += INT32.pack(n)
+    out += value
+
+
+def read_array_length(buf, pos: int, *, compact: bool = False) -> tuple[int, int]:
+    """An array's element count; -1 means null."""
+    if compact:
+        n, pos = read_uvarint(buf, pos)
+        return n - 1, pos
+    return read_int32(buf, pos)
+
+
+def write_array_length(out: bytearray, count: int | None, *, compact: bool = False) -> None:
+    if count is None:
+        count = -1
+    if compact:
+        write_uvarint(out, count + 1)
+    else:
+        out += INT32.pack(count)
+
+
+def skip_tagged_fields(buf, pos: int) -> int:
+    """Skip a tagged-field section, every field unknown; return the offset after it."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        _raw, pos = _take(buf, pos, size)
+    return pos
+
+
+def read_tagged_fields(buf, pos: int) -> tuple[dict[int, memoryview | bytes], int]:
+    """A tagged-field section as ``{tag: raw value bytes}``."""
+    count, pos = read_uvarint(buf, pos)
+    fields: dict[int, memoryview | bytes] = {}
+    last = -1
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        if tag <= last:
+            raise ValueError(f"tagged fields out of order: {tag} after {last}")
+        last = tag
+        size, pos = read_uvarint(buf, pos)
+        fields[tag], pos = _take(buf, pos, size)
+    return fields, pos
+
+
+def write_tagged_fields(out: bytearray, fields: dict[int, bytes]) -> None:
+    """Write a tagged-field section from ``{tag: raw value bytes}``, tags ascending."""
+    write_uvarint(out, len(fields))
+    for tag in sorted(fields):
+        data = fields[tag]
+        write_uvarint(out, tag)
+        write_uvarint(out, len(data))
+        out += data
