@@ -8,9 +8,13 @@ connection and nothing else.
 from __future__ import annotations
 
 import struct
+from collections import deque
 from collections.abc import Sequence
 
 import trio
+
+from kraftpy.protocol.errors import FrameTooLargeError
+from kraftpy.protocol.frames import FrameReader
 
 SIZE = struct.Struct(">i")
 _READ_CHUNK = 65536
@@ -21,37 +25,28 @@ class FrameError(Exception):
 
 
 class FramedStream:
+    """A trio stream read as frames (with the sans-IO `FrameReader`) and written as frames."""
+
     def __init__(self, stream: trio.abc.Stream, max_frame_bytes: int) -> None:
         self.stream = stream
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
+        self._reader = FrameReader(max_frame_bytes)
+        self._frames: deque[memoryview] = deque()
         self._send_lock = trio.Lock()
 
-    async def _fill(self, n: int) -> bool:
-        """Read until the buffer holds ``n`` bytes; False on a clean end of stream at a boundary."""
-        while len(self._buf) < n:
-            data = await self.stream.receive_some(max(_READ_CHUNK, n - len(self._buf)))
-            if not data:
-                if self._buf:
-                    raise FrameError(f"connection closed inside a frame ({len(self._buf)} bytes pending)")
-                return False
-            self._buf += data
-        return True
-
-    async def receive_frame(self) -> bytes | None:
+    async def receive_frame(self) -> memoryview | None:
         """The next frame's payload, or None when the peer closed the connection between frames."""
-        if not await self._fill(4):
-            return None
-        (size,) = SIZE.unpack_from(self._buf)
-        if size < 0:
-            raise FrameError(f"negative frame size {size}")
-        if size > self.max_frame_bytes:
-            raise FrameError(f"frame of {size} bytes is over the limit of {self.max_frame_bytes}")
-        if not await self._fill(4 + size):
-            raise FrameError("connection closed inside a frame")
-        payload = bytes(self._buf[4 : 4 + size])
-        del self._buf[: 4 + size]
-        return payload
+        while not self._frames:
+            data = await self.stream.receive_some(_READ_CHUNK)
+            if not data:
+                if self._reader.pending:
+                    raise FrameError(f"connection closed inside a frame ({self._reader.pending} bytes pending)")
+                return None
+            try:
+                self._frames.extend(self._reader.feed(data))
+            except FrameTooLargeError as exc:
+                raise FrameError(f"{exc} (limit {self.max_frame_bytes})") from None
+        return self._frames.popleft()
 
     async def send_frame(self, payload: bytes | Sequence[bytes]) -> None:
         """Send one frame; concurrent senders on one stream never interleave."""
