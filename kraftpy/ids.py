@@ -9,11 +9,14 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import random as _random
 
-ZERO_UUID = bytes(16)
+import attrs
+
+_ZERO = bytes(16)
 #: Kafka's reserved id of the __cluster_metadata topic (0 ... 1).
-METADATA_TOPIC_ID = bytes(15) + b"\x01"
-_RESERVED = (ZERO_UUID, METADATA_TOPIC_ID)
+_METADATA_TOPIC = bytes(15) + b"\x01"
+_RESERVED = (_ZERO, _METADATA_TOPIC)
 
 
 def uuid_to_str(raw: bytes) -> str:
@@ -46,3 +49,47 @@ def random_uuid() -> bytes:
 
 def random_uuid_str() -> str:
     return uuid_to_str(random_uuid())
+
+
+def _check_length(_instance: object, _attribute: object, value: bytes) -> None:
+    if len(value) != 16:
+        raise ValueError(f"a Uuid is 16 bytes, got {len(value)}")
+
+
+@attrs.frozen(order=True)
+class Uuid:
+    """A 16-byte id (topic ids, incarnation ids). ``str(uuid)`` is Kafka's base64 form."""
+
+    raw: bytes = attrs.field(converter=bytes, validator=_check_length)
+
+    @classmethod
+    def coerce(cls, value: Uuid | bytes) -> Uuid:
+        """Accept a ``Uuid`` or its 16 raw bytes (as msgpack hands them back)."""
+        return value if isinstance(value, Uuid) else cls(value)
+
+    @classmethod
+    def from_base64(cls, text: str) -> Uuid:
+        """Parse Kafka's display form; raises ``ValueError`` on anything else."""
+        return cls(uuid_from_str(text))
+
+    @classmethod
+    def random(cls, rng: _random.Random) -> Uuid:
+        """A fresh id drawn from ``rng`` (the controller stays a pure function of its inputs):
+        never a reserved id, never one whose text starts with '-'."""
+        while True:
+            raw = rng.getrandbits(128).to_bytes(16, "big")
+            if raw not in _RESERVED and not uuid_to_str(raw).startswith("-"):
+                return cls(raw)
+
+    def to_base64(self) -> str:
+        return uuid_to_str(self.raw)
+
+    def __str__(self) -> str:
+        return self.to_base64()
+
+    def __repr__(self) -> str:
+        return f"Uuid({self.to_base64()!r})"
+
+
+ZERO_UUID = Uuid(_ZERO)
+METADATA_TOPIC_ID = Uuid(_METADATA_TOPIC)

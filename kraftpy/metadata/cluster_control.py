@@ -1,0 +1,228 @@
+"""Broker registration, heartbeats, sessions, fencing and controlled shutdown.
+
+Theory of operation (KIP-631's broker lifecycle as the controller sees it)::
+
+    register ──> FENCED ──(heartbeat with metadata offset >= registration offset)──> ACTIVE
+                   ^  │                                                              │  │
+                   │  └──(want_shut_down: should_shut_down at once)                  │  │
+                   └──────────(session expired, or want_fence)───────────────────────┘  │
+                                                                                        │ want_shut_down
+    FENCED <──(nothing left to hand over: should_shut_down)── CONTROLLED_SHUTDOWN <─────┘
+
+* A registration gets broker epoch = the offset its RegisterBrokerRecord will have (the caller passes
+  the next offset of the metadata log), and starts fenced. A broker is caught up, and may be unfenced,
+  once the metadata offset it reports reaches that offset: it has then seen its own registration.
+* Sessions are in memory only (``BrokerHeartbeatManager``): the active controller notes when each broker
+  was last heard from; a broker silent for broker.session.timeout.ms is fenced. Sessions are not in the
+  log, so a newly active controller starts every registered broker's session afresh (``activate``).
+* Fencing writes FenceBrokerRecord and the PartitionChangeRecords that take the broker out of ISRs and
+  leaderships. Controlled shutdown writes BrokerRegistrationChangeRecord(in_controlled_shutdown) and moves
+  leaderships away; each later heartbeat moves what has become movable, and the broker is told to shut
+  down (and is fenced) in the first heartbeat that finds nothing left to move.
+* A second incarnation of a broker id is refused while the first one's session is alive
+  (DUPLICATE_BROKER_REGISTRATION); the same incarnation registering again with the same details gets
+  its existing epoch back and no record is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kraftpy.metadata import replication_control
+from kraftpy.metadata.controller_config import ControllerConfig
+from kraftpy.metadata.delta import replay_records
+from kraftpy.metadata.errors import Errors
+from kraftpy.metadata.image import BrokerRegistration, MetadataImage
+from kraftpy.metadata.messages import (
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+)
+from kraftpy.metadata.records import (
+    BrokerRegistrationChangeRecord,
+    FenceBrokerRecord,
+    InControlledShutdownChange,
+    MetadataRecord,
+    RegisterBrokerRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+)
+from kraftpy.metadata.result import ControllerResult
+
+
+class BrokerHeartbeatManager:
+    """When each broker was last heard from, in the controller's clock (seconds). In memory only.
+
+    Invariant: a broker id is here only while it is registered in the image the controller works on."""
+
+    def __init__(self, session_timeout: float) -> None:
+        self.session_timeout = session_timeout
+        self._last_contact: dict[int, float] = {}
+
+    def touch(self, broker_id: int, now: float) -> None:
+        self._last_contact[broker_id] = now
+
+    def remove(self, broker_id: int) -> None:
+        self._last_contact.pop(broker_id, None)
+
+    def has_valid_session(self, broker_id: int, now: float) -> bool:
+        last = self._last_contact.get(broker_id)
+        return last is not None and now - last <= self.session_timeout
+
+    def expired(self, now: float) -> list[int]:
+        """Brokers whose session has run out, in id order."""
+        return sorted(b for b, last in self._last_contact.items() if now - last > self.session_timeout)
+
+    def next_expiry(self) -> float | None:
+        """The earliest time at which some session runs out, or None with no sessions."""
+        if not self._last_contact:
+            return None
+        return min(self._last_contact.values()) + self.session_timeout
+
+
+# -- registration ---------------------------------------------------------------------------------
+
+
+def _same_details(reg: BrokerRegistration, request: BrokerRegistrationRequest) -> bool:
+    return (
+        reg.incarnation_id == request.incarnation_id
+        and reg.listeners == tuple(request.listeners)
+        and reg.features == tuple(request.features)
+        and reg.rack == request.rack
+    )
+
+
+def _registration_error(
+    image: MetadataImage, request: BrokerRegistrationRequest, config: ControllerConfig, session_alive: bool
+) -> tuple[Errors, str] | None:
+    if request.cluster_id != config.cluster_id:
+        return Errors.INCONSISTENT_CLUSTER_ID, (
+            f"Expected cluster ID {config.cluster_id}, but got cluster ID {request.cluster_id}"
+        )
+    for name, level in image.features.levels.items():
+        supported = next((f for f in request.features if f.name == name), None)
+        if supported is None or not supported.min_supported_version <= level <= supported.max_supported_version:
+            return Errors.UNSUPPORTED_VERSION, (
+                f"Unable to register because the broker does not support finalized version {level} of {name}."
+            )
+    existing = image.cluster.broker(request.broker_id)
+    if existing is not None and session_alive and existing.incarnation_id != request.incarnation_id:
+        return Errors.DUPLICATE_BROKER_REGISTRATION, "Another broker is registered with that broker id."
+    return None
+
+
+def register_broker(
+    image: MetadataImage,
+    request: BrokerRegistrationRequest,
+    config: ControllerConfig,
+    *,
+    next_offset: int,
+    session_alive: bool,
+) -> ControllerResult[BrokerRegistrationResponse]:
+    """Register a broker; its epoch is ``next_offset``, the offset the RegisterBrokerRecord will take.
+
+    ``session_alive`` says whether the broker id's current registration still has a live session."""
+    error = _registration_error(image, request, config, session_alive)
+    if error is not None:
+        return ControllerResult([], BrokerRegistrationResponse(error[0], -1, error[1]))
+    existing = image.cluster.broker(request.broker_id)
+    if existing is not None and _same_details(existing, request):
+        return ControllerResult([], BrokerRegistrationResponse(Errors.NONE, existing.epoch))
+    record = RegisterBrokerRecord(
+        broker_id=request.broker_id,
+        incarnation_id=request.incarnation_id,
+        broker_epoch=next_offset,
+        end_points=request.listeners,
+        features=request.features,
+        rack=request.rack,
+        fenced=True,
+        in_controlled_shutdown=False,
+    )
+    records: list[MetadataRecord] = [record]
+    # The previous incarnation may still lead partitions or sit in ISRs; the new one starts fenced.
+    records += replication_control.fence_brokers_changes(
+        replay_records(image, records), frozenset({request.broker_id}), config
+    )
+    return ControllerResult(records, BrokerRegistrationResponse(Errors.NONE, next_offset))
+
+
+def unregister_broker(
+    image: MetadataImage, request: UnregisterBrokerRequest, config: ControllerConfig
+) -> ControllerResult[UnregisterBrokerResponse]:
+    """Forget a broker (decommissioning): UnregisterBrokerRecord, after taking it out of ISRs and leaderships."""
+    reg = image.cluster.broker(request.broker_id)
+    if reg is None:
+        return ControllerResult([], UnregisterBrokerResponse(Errors.BROKER_ID_NOT_REGISTERED,
+                                                             f"Broker ID {request.broker_id} is not registered."))
+    records: list[MetadataRecord] = []
+    if not reg.fenced:
+        records.append(FenceBrokerRecord(reg.id, reg.epoch))
+    records += replication_control.fence_brokers_changes(replay_records(image, records), frozenset({reg.id}), config)
+    records.append(UnregisterBrokerRecord(reg.id, reg.epoch))
+    return ControllerResult(records, UnregisterBrokerResponse(Errors.NONE))
+
+
+# -- heartbeats -----------------------------------------------------------------------------------
+
+
+def fence_brokers(
+    image: MetadataImage, broker_ids: Iterable[int], config: ControllerConfig
+) -> list[MetadataRecord]:
+    """FenceBrokerRecords for the registered, unfenced ``broker_ids``, then the partition changes that take
+    them all out of ISRs and leaderships at once (so that no fenced broker is elected on the way)."""
+    fenced = [image.cluster.brokers[b] for b in sorted(set(broker_ids))
+              if b in image.cluster.brokers and not image.cluster.brokers[b].fenced]
+    records: list[MetadataRecord] = [FenceBrokerRecord(reg.id, reg.epoch) for reg in fenced]
+    if records:
+        records += replication_control.fence_brokers_changes(
+            replay_records(image, records), frozenset(reg.id for reg in fenced), config
+        )
+    return records
+
+
+def process_heartbeat(
+    image: MetadataImage, request: BrokerHeartbeatRequest, config: ControllerConfig
+) -> ControllerResult[BrokerHeartbeatResponse]:
+    """Answer a heartbeat and write the state transition it calls for (see the module docstring)."""
+    reg = image.cluster.broker(request.broker_id)
+    if reg is None:
+        return ControllerResult([], BrokerHeartbeatResponse(Errors.BROKER_ID_NOT_REGISTERED))
+    if reg.epoch != request.broker_epoch:
+        return ControllerResult([], BrokerHeartbeatResponse(Errors.STALE_BROKER_EPOCH))
+    caught_up = request.current_metadata_offset >= reg.epoch
+    records: list[MetadataRecord] = []
+
+    def reply(fenced: bool, shut_down: bool = False) -> ControllerResult[BrokerHeartbeatResponse]:
+        return ControllerResult(records, BrokerHeartbeatResponse(Errors.NONE, caught_up, fenced, shut_down))
+
+    if reg.fenced:
+        if request.want_shut_down:
+            return reply(fenced=True, shut_down=True)
+        if request.want_fence or not caught_up:
+            return reply(fenced=True)
+        records.append(UnfenceBrokerRecord(reg.id, reg.epoch))
+        records += replication_control.elect_leaderless_partitions(replay_records(image, records), config)
+        return reply(fenced=False)
+
+    if reg.in_controlled_shutdown:
+        records += replication_control.controlled_shutdown_changes(image, reg.id, config)
+        if records:
+            return reply(fenced=False)
+        records += fence_brokers(image, [reg.id], config)
+        return reply(fenced=True, shut_down=True)
+
+    if request.want_fence:
+        records += fence_brokers(image, [reg.id], config)
+        return reply(fenced=True)
+    if request.want_shut_down:
+        records.append(
+            BrokerRegistrationChangeRecord(
+                reg.id, reg.epoch, in_controlled_shutdown=InControlledShutdownChange.IN_CONTROLLED_SHUTDOWN
+            )
+        )
+        records += replication_control.controlled_shutdown_changes(replay_records(image, records), reg.id, config)
+        return reply(fenced=False)
+    return reply(fenced=False)

@@ -1,0 +1,145 @@
+"""DescribeConfigs and IncrementalAlterConfigs for topics and brokers.
+
+Overrides live in ConfigRecords. IncrementalAlterConfigs applies SET, DELETE, APPEND and SUBTRACT
+(the last two only to list-typed keys, starting from the key's current effective value), validates
+every resulting value, and writes one ConfigRecord per key that actually changes. A resource with any
+refused operation changes nothing; other resources in the request are unaffected. A BROKER resource is
+named by broker id, or ``""`` for the default of every broker.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kraftpy.metadata import configs as config_defs
+from kraftpy.metadata.controller_config import ControllerConfig
+from kraftpy.metadata.errors import ControllerError, Errors
+from kraftpy.metadata.image import ConfigResource, MetadataImage
+from kraftpy.metadata.messages import (
+    AlterConfigOp,
+    AlterConfigsResource,
+    AlterConfigsResourceResponse,
+    ConfigSource,
+    DescribeConfigsRequest,
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from kraftpy.metadata.records import ConfigRecord, ConfigResourceType, MetadataRecord
+from kraftpy.metadata.result import ControllerResult
+
+
+def _resource(image: MetadataImage, resource_type: int, name: str) -> tuple[ConfigResource, dict]:
+    """The resource and its schema; raises for unknown types, bad broker names and missing topics."""
+    if resource_type == ConfigResourceType.TOPIC:
+        if image.topics.get_by_name(name) is None:
+            raise ControllerError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
+        return ConfigResource.topic(name), dict(config_defs.TOPIC_CONFIGS)
+    if resource_type == ConfigResourceType.BROKER:
+        if name != "" and not (name.isdigit() and name.isascii()):
+            raise ControllerError(Errors.INVALID_REQUEST, f"Illegal broker name {name!r}: not a broker id.")
+        return ConfigResource.broker(name), dict(config_defs.BROKER_CONFIGS)
+    raise ControllerError(Errors.INVALID_REQUEST, f"Unsupported resource type {resource_type}.")
+
+
+def _effective(
+    image: MetadataImage, config: ControllerConfig, resource: ConfigResource, key: str
+) -> tuple[str, ConfigSource]:
+    if resource.type is ConfigResourceType.TOPIC:
+        return config_defs.effective_topic_config(image, config.static_broker_configs, resource.name, key)
+    return config_defs.effective_broker_config(image, config.static_broker_configs, resource.name, key)
+
+
+def _alter_resource(
+    image: MetadataImage, entry: AlterConfigsResource, config: ControllerConfig
+) -> list[MetadataRecord]:
+    resource, schema = _resource(image, entry.resource_type, entry.resource_name)
+    duplicates = [name for name, n in Counter(c.name for c in entry.configs).items() if n > 1]
+    if duplicates:
+        raise ControllerError(Errors.INVALID_REQUEST, f"Error due to duplicate config keys: {', '.join(duplicates)}")
+    current = image.configs.config(resource)
+    records: list[MetadataRecord] = []
+    for op in entry.configs:
+        key = schema.get(op.name)
+        if key is None:
+            raise ControllerError(Errors.INVALID_CONFIG, f"Unknown {resource.type.name.lower()} config name: {op.name}")
+        try:
+            operation = AlterConfigOp(op.config_operation)
+        except ValueError:
+            raise ControllerError(Errors.INVALID_REQUEST, f"Unknown config operation {op.config_operation}.") from None
+        new_value: str | None
+        if operation is AlterConfigOp.DELETE:
+            new_value = None
+        elif op.value is None:
+            raise ControllerError(Errors.INVALID_CONFIG, f"Null value not supported for {operation.name}: {op.name}")
+        elif operation is AlterConfigOp.SET:
+            new_value = op.value
+        else:
+            if not key.is_list:
+                raise ControllerError(
+                    Errors.INVALID_CONFIG, f"Can't {operation.name} to key {op.name} because its type is not LIST."
+                )
+            items = config_defs.parse(key, _effective(image, config, resource, op.name)[0])
+            assert isinstance(items, list)
+            changes = config_defs.parse(key, op.value)
+            assert isinstance(changes, list)
+            if operation is AlterConfigOp.APPEND:
+                items += [v for v in changes if v not in items]
+            else:
+                items = [v for v in items if v not in changes]
+            new_value = ",".join(items)
+        if new_value is not None:
+            reason = config_defs.validate(key, new_value)
+            if reason is not None:
+                raise ControllerError(Errors.INVALID_CONFIG, reason)
+        if current.get(op.name) != new_value:
+            records.append(ConfigRecord(resource.type, resource.name, op.name, new_value))
+    return records
+
+
+def incremental_alter_configs(
+    image: MetadataImage, request: IncrementalAlterConfigsRequest, config: ControllerConfig
+) -> ControllerResult[IncrementalAlterConfigsResponse]:
+    records: list[MetadataRecord] = []
+    responses = []
+    for entry in request.resources:
+        try:
+            resource_records = _alter_resource(image, entry, config)
+        except ControllerError as exc:
+            err = exc.api_error
+            responses.append(AlterConfigsResourceResponse(err.code, err.message, entry.resource_type, entry.resource_name))
+            continue
+        records += resource_records
+        responses.append(AlterConfigsResourceResponse(Errors.NONE, None, entry.resource_type, entry.resource_name))
+    return ControllerResult(
+        [] if request.validate_only else records, IncrementalAlterConfigsResponse(tuple(responses))
+    )
+
+
+def describe_configs(
+    image: MetadataImage, request: DescribeConfigsRequest, config: ControllerConfig
+) -> DescribeConfigsResponse:
+    """Effective values and their sources. The cluster-default broker resource (``""``) lists only the
+    keys set on it, as Kafka does."""
+    results = []
+    for entry in request.resources:
+        try:
+            resource, schema = _resource(image, entry.resource_type, entry.resource_name)
+        except ControllerError as exc:
+            err = exc.api_error
+            results.append(DescribeConfigsResult(err.code, err.message, entry.resource_type, entry.resource_name))
+            continue
+        if resource == config_defs.CLUSTER_DEFAULT:
+            names = sorted(image.configs.config(resource))
+        else:
+            names = sorted(schema)
+        if entry.configuration_keys is not None:
+            names = [n for n in names if n in set(entry.configuration_keys)]
+        entries = []
+        for name in names:
+            value, source = _effective(image, config, resource, name)
+            entries.append(DescribeConfigsResourceResult(name, value, read_only=False, config_source=source))
+        results.append(DescribeConfigsResult(Errors.NONE, None, entry.resource_type, entry.resource_name, tuple(entries)))
+    return DescribeConfigsResponse(tuple(results))

@@ -1,0 +1,55 @@
+"""The controller's static configuration (Kafka's key names in the comments) and supported features."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import attrs
+
+#: metadata.version levels this build can run at. Level 7 is Kafka's 3.3-IV3, the first whose
+#: RegisterBrokerRecord and BrokerRegistrationChangeRecord carry in_controlled_shutdown, which the
+#: controller writes; kraftpy writes the same record versions at every level it supports.
+MINIMUM_METADATA_VERSION = 7
+LATEST_METADATA_VERSION = 7
+
+DEFAULT_SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = MappingProxyType(
+    {"metadata.version": (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION)}
+)
+
+#: Producer ids are handed out in blocks of this many (Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE).
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+def _frozen(value: Mapping[str, object]) -> Mapping[str, object]:
+    return MappingProxyType(dict(value))
+
+
+@attrs.frozen
+class ControllerConfig:
+    #: The cluster id written by ``storage format``; registrations from other clusters are refused.
+    cluster_id: str
+    #: broker.session.timeout.ms: a broker silent for longer is fenced.
+    broker_session_timeout_ms: int = 9000
+    #: num.partitions: partitions of a topic created with NumPartitions -1.
+    num_partitions: int = 1
+    #: default.replication.factor: replicas of a topic created with ReplicationFactor -1.
+    default_replication_factor: int = 1
+    #: delete.topic.enable
+    delete_topic_enable: bool = True
+    #: auto.leader.rebalance.enable: move leadership back to preferred replicas periodically.
+    auto_leader_rebalance_enable: bool = True
+    #: leader.imbalance.check.interval.seconds
+    leader_imbalance_check_interval_seconds: int = 300
+    #: Broker configs from the properties file that topics inherit (e.g. unclean.leader.election.enable,
+    #: min.insync.replicas, log.retention.ms), reported with source STATIC_BROKER_CONFIG.
+    static_broker_configs: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen)
+    #: Features and the level ranges this controller supports.
+    supported_features: Mapping[str, tuple[int, int]] = attrs.field(
+        default=DEFAULT_SUPPORTED_FEATURES, converter=_frozen
+    )
+
+    @property
+    def broker_session_timeout(self) -> float:
+        """The session timeout in seconds, the unit of the controller's clock."""
+        return self.broker_session_timeout_ms / 1000.0

@@ -1,0 +1,317 @@
+"""The immutable ``MetadataImage``: the cluster's metadata as of one offset of the metadata log.
+
+An image is never changed. A ``MetadataDelta`` (``delta.py``) replays records on top of one and
+``apply()`` returns the next image, so a reader holding an image always sees one consistent state.
+Every mapping inside an image is a read-only view; the classes below are plain values compared by
+content, which is what lets a test say "replaying the log gives the same image as loading the snapshot".
+
+Areas, as in Kafka: features, cluster (broker and controller registrations), topics (by id and by name,
+with their partitions), configurations (by resource), producer ids, and the provenance (the offset and
+epoch of the last record the image reflects).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from kraftpy.ids import Uuid
+from kraftpy.metadata.records import (
+    NO_LEADER,
+    NO_LEADER_CHANGE,
+    NO_LEADER_RECOVERY_STATE_CHANGE,
+    BrokerEndpoint,
+    BrokerFeature,
+    ConfigResourceType,
+    LeaderRecoveryState,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    RegisterControllerRecord,
+)
+
+METADATA_VERSION = "metadata.version"
+
+
+def _frozen_map(value: Mapping[Any, Any]) -> Mapping[Any, Any]:
+    return MappingProxyType(dict(value))
+
+
+def _map_field() -> Any:
+    return attrs.field(factory=dict, converter=_frozen_map)
+
+
+@attrs.frozen
+class MetadataProvenance:
+    """The last record an image reflects: its offset in the metadata log and the Raft epoch it was
+    written in. ``-1`` for both before any record."""
+
+    last_offset: int = -1
+    last_epoch: int = -1
+
+
+# -- features ------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class FeaturesImage:
+    """Finalized feature levels by name; a feature absent here is at level 0 (not enabled)."""
+
+    levels: Mapping[str, int] = _map_field()
+
+    @property
+    def metadata_version(self) -> int:
+        return self.levels.get(METADATA_VERSION, 0)
+
+
+# -- cluster ---------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class BrokerRegistration:
+    """What the cluster knows of a broker: its current incarnation, epoch, listeners and state.
+
+    A broker is *active* (may lead, may join an ISR) when it is neither fenced nor in controlled
+    shutdown."""
+
+    id: int
+    epoch: int
+    incarnation_id: Uuid
+    listeners: tuple[BrokerEndpoint, ...]
+    features: tuple[BrokerFeature, ...]
+    rack: str | None
+    fenced: bool
+    in_controlled_shutdown: bool
+
+    @property
+    def is_active(self) -> bool:
+        return not self.fenced and not self.in_controlled_shutdown
+
+    def supported_range(self, feature: str) -> tuple[int, int] | None:
+        for f in self.features:
+            if f.name == feature:
+                return f.min_supported_version, f.max_supported_version
+        return None
+
+    @classmethod
+    def from_record(cls, record: RegisterBrokerRecord) -> BrokerRegistration:
+        return cls(
+            id=record.broker_id,
+            epoch=record.broker_epoch,
+            incarnation_id=record.incarnation_id,
+            listeners=record.end_points,
+            features=record.features,
+            rack=record.rack,
+            fenced=record.fenced,
+            in_controlled_shutdown=record.in_controlled_shutdown,
+        )
+
+    def to_record(self) -> RegisterBrokerRecord:
+        return RegisterBrokerRecord(
+            broker_id=self.id,
+            incarnation_id=self.incarnation_id,
+            broker_epoch=self.epoch,
+            end_points=self.listeners,
+            features=self.features,
+            rack=self.rack,
+            fenced=self.fenced,
+            in_controlled_shutdown=self.in_controlled_shutdown,
+        )
+
+
+@attrs.frozen
+class ControllerRegistration:
+    id: int
+    incarnation_id: Uuid
+    listeners: tuple[BrokerEndpoint, ...]
+    features: tuple[BrokerFeature, ...]
+
+    @classmethod
+    def from_record(cls, record: RegisterControllerRecord) -> ControllerRegistration:
+        return cls(record.controller_id, record.incarnation_id, record.end_points, record.features)
+
+    def to_record(self) -> RegisterControllerRecord:
+        return RegisterControllerRecord(self.id, self.incarnation_id, self.listeners, self.features)
+
+
+@attrs.frozen
+class ClusterImage:
+    brokers: Mapping[int, BrokerRegistration] = _map_field()
+    controllers: Mapping[int, ControllerRegistration] = _map_field()
+
+    def broker(self, broker_id: int) -> BrokerRegistration | None:
+        return self.brokers.get(broker_id)
+
+    def is_active(self, broker_id: int) -> bool:
+        """Registered, unfenced and not shutting down: may lead and may be in an ISR."""
+        reg = self.brokers.get(broker_id)
+        return reg is not None and reg.is_active
+
+    def active_brokers(self) -> list[BrokerRegistration]:
+        """Active brokers in id order: the ones new replicas are placed on."""
+        return [reg for _, reg in sorted(self.brokers.items()) if reg.is_active]
+
+
+# -- topics ----------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class PartitionRegistration:
+    """One partition's replicas (preferred order), ISR, leader and epochs.
+
+    Invariants kept by the controller: ``leader`` is NO_LEADER or a member of ``isr``; ``isr`` is a
+    non-empty subset of ``replicas``; ``partition_epoch`` grows with every change, ``leader_epoch``
+    with every leader election."""
+
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    leader: int = NO_LEADER
+    leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0]
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader != NO_LEADER
+
+    @classmethod
+    def from_record(cls, record: PartitionRecord) -> PartitionRegistration:
+        return cls(
+            replicas=record.replicas,
+            isr=record.isr,
+            removing_replicas=record.removing_replicas,
+            adding_replicas=record.adding_replicas,
+            leader=record.leader,
+            leader_recovery_state=LeaderRecoveryState(record.leader_recovery_state),
+            leader_epoch=record.leader_epoch,
+            partition_epoch=record.partition_epoch,
+        )
+
+    def to_record(self, topic_id: Uuid, partition_id: int) -> PartitionRecord:
+        return PartitionRecord(
+            partition_id=partition_id,
+            topic_id=topic_id,
+            replicas=self.replicas,
+            isr=self.isr,
+            removing_replicas=self.removing_replicas,
+            adding_replicas=self.adding_replicas,
+            leader=self.leader,
+            leader_recovery_state=int(self.leader_recovery_state),
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+        )
+
+    def merge(self, change: PartitionChangeRecord) -> PartitionRegistration:
+        """This partition after ``change``: the partition epoch always moves on, the leader epoch
+        when the record names a leader (Kafka's ``PartitionRegistration.merge``)."""
+        leader, leader_epoch = self.leader, self.leader_epoch
+        if change.leader != NO_LEADER_CHANGE:
+            leader, leader_epoch = change.leader, self.leader_epoch + 1
+        recovery = self.leader_recovery_state
+        if change.leader_recovery_state != NO_LEADER_RECOVERY_STATE_CHANGE:
+            recovery = LeaderRecoveryState(change.leader_recovery_state)
+        return PartitionRegistration(
+            replicas=self.replicas if change.replicas is None else change.replicas,
+            isr=self.isr if change.isr is None else change.isr,
+            removing_replicas=self.removing_replicas if change.removing_replicas is None else change.removing_replicas,
+            adding_replicas=self.adding_replicas if change.adding_replicas is None else change.adding_replicas,
+            leader=leader,
+            leader_recovery_state=recovery,
+            leader_epoch=leader_epoch,
+            partition_epoch=self.partition_epoch + 1,
+        )
+
+
+@attrs.frozen
+class TopicImage:
+    name: str
+    id: Uuid
+    partitions: Mapping[int, PartitionRegistration] = _map_field()
+
+
+@attrs.frozen
+class TopicsImage:
+    """Topics by id and by name; both views hold the same ``TopicImage`` objects."""
+
+    by_id: Mapping[Uuid, TopicImage] = _map_field()
+    by_name: Mapping[str, TopicImage] = _map_field()
+
+    def get_by_name(self, name: str) -> TopicImage | None:
+        return self.by_name.get(name)
+
+    def get_by_id(self, topic_id: Uuid) -> TopicImage | None:
+        return self.by_id.get(topic_id)
+
+    def partitions(self) -> Iterator[tuple[TopicImage, int, PartitionRegistration]]:
+        """Every partition, topics in name order, partitions in id order."""
+        for _, topic in sorted(self.by_name.items()):
+            for pid, part in sorted(topic.partitions.items()):
+                yield topic, pid, part
+
+
+# -- configs and producer ids --------------------------------------------------------------------
+
+
+@attrs.frozen(order=True)
+class ConfigResource:
+    """A configurable thing: a topic by name, or a broker by id (``""`` names the cluster-wide default)."""
+
+    type: ConfigResourceType = attrs.field(converter=ConfigResourceType)
+    name: str
+
+    @classmethod
+    def topic(cls, name: str) -> ConfigResource:
+        return cls(ConfigResourceType.TOPIC, name)
+
+    @classmethod
+    def broker(cls, name: str | int = "") -> ConfigResource:
+        return cls(ConfigResourceType.BROKER, str(name))
+
+
+@attrs.frozen
+class ConfigurationsImage:
+    """Dynamic configuration overrides by resource; a resource without overrides is absent."""
+
+    resources: Mapping[ConfigResource, Mapping[str, str]] = _map_field()
+
+    def config(self, resource: ConfigResource) -> Mapping[str, str]:
+        return self.resources.get(resource, _EMPTY_CONFIG)
+
+
+_EMPTY_CONFIG: Mapping[str, str] = MappingProxyType({})
+
+
+@attrs.frozen
+class ProducerIdsImage:
+    """The first producer id of the next block the controller will hand out."""
+
+    next_producer_id: int = 0
+
+
+# -- the whole image -----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class MetadataImage:
+    provenance: MetadataProvenance = MetadataProvenance()
+    features: FeaturesImage = FeaturesImage()
+    cluster: ClusterImage = ClusterImage()
+    topics: TopicsImage = TopicsImage()
+    configs: ConfigurationsImage = ConfigurationsImage()
+    producer_ids: ProducerIdsImage = ProducerIdsImage()
+
+    @property
+    def is_empty(self) -> bool:
+        return self == MetadataImage(provenance=self.provenance)
+
+
+EMPTY_IMAGE = MetadataImage()

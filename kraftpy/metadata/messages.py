@@ -1,0 +1,414 @@
+"""Requests the controller handles and the responses it gives, with Kafka's names and fields.
+
+These are the controller's own value classes; the control-plane and Kafka-protocol layers translate
+their wire forms to and from them. Fields follow Kafka's message definitions (snake_case); version-only
+and throttling fields (ThrottleTimeMs, timeouts) belong to the wire layer and are not repeated here.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from kraftpy.ids import Uuid
+from kraftpy.metadata.records import BrokerEndpoint, BrokerFeature, LeaderRecoveryState
+
+
+def _tuple(value: object) -> tuple:
+    return tuple(value)  # type: ignore[arg-type]
+
+
+def _seq() -> tuple:
+    return attrs.field(factory=tuple, converter=_tuple)
+
+
+# -- broker lifecycle -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class BrokerRegistrationRequest:
+    broker_id: int
+    cluster_id: str
+    incarnation_id: Uuid
+    listeners: tuple[BrokerEndpoint, ...] = _seq()
+    features: tuple[BrokerFeature, ...] = _seq()
+    rack: str | None = None
+
+
+@attrs.frozen
+class BrokerRegistrationResponse:
+    error_code: int
+    broker_epoch: int = -1
+    error_message: str | None = None
+
+
+@attrs.frozen
+class BrokerHeartbeatRequest:
+    broker_id: int
+    broker_epoch: int
+    current_metadata_offset: int
+    want_fence: bool = False
+    want_shut_down: bool = False
+
+
+@attrs.frozen
+class BrokerHeartbeatResponse:
+    error_code: int
+    is_caught_up: bool = False
+    is_fenced: bool = True
+    should_shut_down: bool = False
+
+
+@attrs.frozen
+class UnregisterBrokerRequest:
+    broker_id: int
+
+
+@attrs.frozen
+class UnregisterBrokerResponse:
+    error_code: int
+    error_message: str | None = None
+
+
+# -- topics ----------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class CreatableReplicaAssignment:
+    partition_index: int
+    broker_ids: tuple[int, ...] = attrs.field(converter=_tuple)
+
+
+@attrs.frozen
+class CreatableTopicConfig:
+    name: str
+    value: str | None
+
+
+@attrs.frozen
+class CreatableTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: tuple[CreatableReplicaAssignment, ...] = _seq()
+    configs: tuple[CreatableTopicConfig, ...] = _seq()
+
+
+@attrs.frozen
+class CreateTopicsRequest:
+    topics: tuple[CreatableTopic, ...] = _seq()
+    validate_only: bool = False
+
+
+@attrs.frozen
+class CreatableTopicResult:
+    name: str
+    error_code: int
+    error_message: str | None = None
+    topic_id: Uuid | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+
+
+@attrs.frozen
+class CreateTopicsResponse:
+    topics: tuple[CreatableTopicResult, ...] = _seq()
+
+    def result(self, name: str) -> CreatableTopicResult:
+        return next(t for t in self.topics if t.name == name)
+
+
+@attrs.frozen
+class DeleteTopicState:
+    """A topic to delete, by name or (name None) by id."""
+
+    name: str | None = None
+    topic_id: Uuid | None = None
+
+
+@attrs.frozen
+class DeleteTopicsRequest:
+    topics: tuple[DeleteTopicState, ...] = _seq()
+
+
+@attrs.frozen
+class DeletableTopicResult:
+    name: str | None
+    topic_id: Uuid | None
+    error_code: int
+    error_message: str | None = None
+
+
+@attrs.frozen
+class DeleteTopicsResponse:
+    responses: tuple[DeletableTopicResult, ...] = _seq()
+
+
+@attrs.frozen
+class CreatePartitionsTopic:
+    name: str
+    count: int
+    #: Replicas of each new partition, or None to place them.
+    assignments: tuple[tuple[int, ...], ...] | None = None
+
+
+@attrs.frozen
+class CreatePartitionsRequest:
+    topics: tuple[CreatePartitionsTopic, ...] = _seq()
+    validate_only: bool = False
+
+
+@attrs.frozen
+class CreatePartitionsTopicResult:
+    name: str
+    error_code: int
+    error_message: str | None = None
+
+
+@attrs.frozen
+class CreatePartitionsResponse:
+    results: tuple[CreatePartitionsTopicResult, ...] = _seq()
+
+
+# -- ISR changes and elections ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class BrokerState:
+    broker_id: int
+    #: -1 when the sender does not know the epoch (then it is not checked).
+    broker_epoch: int = -1
+
+
+@attrs.frozen
+class AlterPartitionPartitionData:
+    partition_index: int
+    leader_epoch: int
+    new_isr_with_epochs: tuple[BrokerState, ...] = attrs.field(converter=_tuple)
+    partition_epoch: int = 0
+    leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
+
+
+@attrs.frozen
+class AlterPartitionTopicData:
+    topic_id: Uuid
+    partitions: tuple[AlterPartitionPartitionData, ...] = _seq()
+
+
+@attrs.frozen
+class AlterPartitionRequest:
+    broker_id: int
+    broker_epoch: int
+    topics: tuple[AlterPartitionTopicData, ...] = _seq()
+
+
+@attrs.frozen
+class AlterPartitionPartitionResult:
+    partition_index: int
+    error_code: int
+    leader_id: int = -1
+    leader_epoch: int = -1
+    isr: tuple[int, ...] = _seq()
+    leader_recovery_state: int = 0
+    partition_epoch: int = -1
+
+
+@attrs.frozen
+class AlterPartitionTopicResult:
+    topic_id: Uuid
+    partitions: tuple[AlterPartitionPartitionResult, ...] = _seq()
+
+
+@attrs.frozen
+class AlterPartitionResponse:
+    error_code: int
+    topics: tuple[AlterPartitionTopicResult, ...] = _seq()
+
+    def partition(self, topic_id: Uuid, index: int) -> AlterPartitionPartitionResult:
+        topic = next(t for t in self.topics if t.topic_id == topic_id)
+        return next(p for p in topic.partitions if p.partition_index == index)
+
+
+class ElectionType(enum.IntEnum):
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+@attrs.frozen
+class TopicPartitions:
+    topic: str
+    partitions: tuple[int, ...] = attrs.field(converter=_tuple)
+
+
+@attrs.frozen
+class ElectLeadersRequest:
+    election_type: ElectionType = ElectionType.PREFERRED
+    #: None means every partition.
+    topic_partitions: tuple[TopicPartitions, ...] | None = None
+
+
+@attrs.frozen
+class PartitionResult:
+    partition_id: int
+    error_code: int
+    error_message: str | None = None
+
+
+@attrs.frozen
+class ReplicaElectionResult:
+    topic: str
+    partition_result: tuple[PartitionResult, ...] = _seq()
+
+
+@attrs.frozen
+class ElectLeadersResponse:
+    error_code: int
+    replica_election_results: tuple[ReplicaElectionResult, ...] = _seq()
+
+    def partition(self, topic: str, index: int) -> PartitionResult:
+        result = next(r for r in self.replica_election_results if r.topic == topic)
+        return next(p for p in result.partition_result if p.partition_id == index)
+
+
+# -- configs ---------------------------------------------------------------------------------------
+
+
+class ConfigSource(enum.IntEnum):
+    UNKNOWN = 0
+    TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+@attrs.frozen
+class DescribeConfigsResource:
+    resource_type: int
+    resource_name: str
+    #: None means every key.
+    configuration_keys: tuple[str, ...] | None = None
+
+
+@attrs.frozen
+class DescribeConfigsRequest:
+    resources: tuple[DescribeConfigsResource, ...] = _seq()
+
+
+@attrs.frozen
+class DescribeConfigsResourceResult:
+    name: str
+    value: str | None
+    read_only: bool
+    config_source: ConfigSource
+    is_sensitive: bool = False
+
+
+@attrs.frozen
+class DescribeConfigsResult:
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
+    configs: tuple[DescribeConfigsResourceResult, ...] = _seq()
+
+    def value(self, name: str) -> str | None:
+        return next(c.value for c in self.configs if c.name == name)
+
+    def entry(self, name: str) -> DescribeConfigsResourceResult:
+        return next(c for c in self.configs if c.name == name)
+
+
+@attrs.frozen
+class DescribeConfigsResponse:
+    results: tuple[DescribeConfigsResult, ...] = _seq()
+
+
+class AlterConfigOp(enum.IntEnum):
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@attrs.frozen
+class AlterableConfig:
+    name: str
+    config_operation: int
+    value: str | None = None
+
+
+@attrs.frozen
+class AlterConfigsResource:
+    resource_type: int
+    resource_name: str
+    configs: tuple[AlterableConfig, ...] = _seq()
+
+
+@attrs.frozen
+class IncrementalAlterConfigsRequest:
+    resources: tuple[AlterConfigsResource, ...] = _seq()
+    validate_only: bool = False
+
+
+@attrs.frozen
+class AlterConfigsResourceResponse:
+    error_code: int
+    error_message: str | None
+    resource_type: int
+    resource_name: str
+
+
+@attrs.frozen
+class IncrementalAlterConfigsResponse:
+    responses: tuple[AlterConfigsResourceResponse, ...] = _seq()
+
+
+# -- producer ids and features ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class AllocateProducerIdsRequest:
+    broker_id: int
+    broker_epoch: int
+
+
+@attrs.frozen
+class AllocateProducerIdsResponse:
+    error_code: int
+    producer_id_start: int = -1
+    producer_id_len: int = 0
+
+
+class FeatureUpgradeType(enum.IntEnum):
+    UPGRADE = 1
+    SAFE_DOWNGRADE = 2
+    UNSAFE_DOWNGRADE = 3
+
+
+@attrs.frozen
+class FeatureUpdateKey:
+    feature: str
+    max_version_level: int
+    upgrade_type: FeatureUpgradeType = FeatureUpgradeType.UPGRADE
+
+
+@attrs.frozen
+class UpdateFeaturesRequest:
+    feature_updates: tuple[FeatureUpdateKey, ...] = _seq()
+    validate_only: bool = False
+
+
+@attrs.frozen
+class UpdatableFeatureResult:
+    feature: str
+    error_code: int
+    error_message: str | None = None
+
+
+@attrs.frozen
+class UpdateFeaturesResponse:
+    error_code: int
+    error_message: str | None = None
+    results: tuple[UpdatableFeatureResult, ...] = _seq()

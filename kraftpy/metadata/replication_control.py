@@ -1,0 +1,547 @@
+"""Topics, partitions, ISRs and leaders: the controller's replication rules as pure functions.
+
+Each entry point takes the current ``MetadataImage`` (plus the static config and, where placement is
+random, an injected ``random.Random``) and returns a ``ControllerResult``: the records to append and
+the response. Nothing here changes state; the records do, once replayed.
+
+Topic creation follows Kafka's ``ReplicationControlManager.createTopic``: name rules, collisions,
+manual assignments or placement (``placement.py``) over active brokers, topic configs, then one
+TopicRecord, the ConfigRecords and one PartitionRecord per partition, whose ISR is the active replicas
+and whose leader is the first of them.
+
+Leadership and ISR changes all go through ``PartitionChangeBuilder`` (``partition_change.py``), so
+fencing, controlled shutdown, unfencing, AlterPartition and elections follow one set of rules.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterable
+
+from kraftpy.ids import Uuid
+from kraftpy.metadata import configs as config_defs
+from kraftpy.metadata.controller_config import ControllerConfig
+from kraftpy.metadata.errors import ControllerError, Errors
+from kraftpy.metadata.image import MetadataImage, PartitionRegistration, TopicImage
+from kraftpy.metadata.messages import (
+    AlterPartitionPartitionData,
+    AlterPartitionPartitionResult,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    AlterPartitionTopicResult,
+    CreatableTopic,
+    CreatableTopicResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopic,
+    CreatePartitionsTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    ElectionType,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    PartitionResult,
+    ReplicaElectionResult,
+)
+from kraftpy.metadata.partition_change import Election, PartitionChangeBuilder, isr_without
+from kraftpy.metadata.placement import PlacementBroker, PlacementError, assign_replicas
+from kraftpy.metadata.records import (
+    ConfigRecord,
+    ConfigResourceType,
+    LeaderRecoveryState,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+from kraftpy.metadata.result import ControllerResult
+from kraftpy.metadata.topic_names import topic_name_error, unify_collision_chars
+
+UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
+
+
+def unclean_election_allowed(image: MetadataImage, config: ControllerConfig, topic: str) -> bool:
+    return config_defs.topic_config_bool(image, config.static_broker_configs, topic, UNCLEAN_LEADER_ELECTION_ENABLE)
+
+
+def _builder(image: MetadataImage, config: ControllerConfig, topic: TopicImage, pid: int) -> PartitionChangeBuilder:
+    return PartitionChangeBuilder(
+        topic.id, pid, topic.partitions[pid], image.cluster,
+        unclean_allowed=unclean_election_allowed(image, config, topic.name),
+    )
+
+
+# -- CreateTopics ---------------------------------------------------------------------------------
+
+
+class _NewTopicNames:
+    """Names taken so far (the image's plus this request's), and their collision forms."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self.unified = {unify_collision_chars(name): name for name in image.topics.by_name}
+        self.ids: set[Uuid] = set(image.topics.by_id)
+
+    def check(self, name: str) -> None:
+        existing = self.unified.get(unify_collision_chars(name))
+        if existing == name:
+            raise ControllerError(Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if existing is not None:
+            raise ControllerError(
+                Errors.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {existing}"
+            )
+
+    def take(self, name: str, topic_id: Uuid) -> None:
+        self.unified[unify_collision_chars(name)] = name
+        self.ids.add(topic_id)
+
+
+def _validate_topic_configs(
+    entries: Iterable[tuple[str, str | None]],
+) -> list[tuple[str, str]]:
+    seen: set[str] = set()
+    result = []
+    for name, value in entries:
+        if name in seen:
+            raise ControllerError(Errors.INVALID_REQUEST, f"Duplicate topic config name: {name}")
+        seen.add(name)
+        key = config_defs.TOPIC_CONFIGS.get(name)
+        if key is None:
+            raise ControllerError(Errors.INVALID_CONFIG, f"Unknown topic config name: {name}")
+        if value is None:
+            raise ControllerError(Errors.INVALID_CONFIG, f"Null value not supported for topic configs: {name}")
+        reason = config_defs.validate(key, value)
+        if reason is not None:
+            raise ControllerError(Errors.INVALID_CONFIG, reason)
+        result.append((name, value))
+    return result
+
+
+def _validate_manual_assignment(
+    image: MetadataImage, partition: int, replicas: tuple[int, ...], expected_rf: int | None
+) -> None:
+    if not replicas:
+        raise ControllerError(
+            Errors.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment for partition {partition} is empty."
+        )
+    if expected_rf is not None and len(replicas) != expected_rf:
+        raise ControllerError(
+            Errors.INVALID_REPLICA_ASSIGNMENT,
+            f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but this is "
+            f"not consistent with previous partitions, which have {expected_rf} replica(s).",
+        )
+    for broker, count in Counter(replicas).items():
+        if count > 1:
+            raise ControllerError(
+                Errors.INVALID_REPLICA_ASSIGNMENT,
+                f"The manual partition assignment includes the broker {broker} more than once.",
+            )
+        if image.cluster.broker(broker) is None:
+            raise ControllerError(
+                Errors.INVALID_REPLICA_ASSIGNMENT,
+                f"The manual partition assignment includes broker {broker}, but no such broker is registered.",
+            )
+    if not any(image.cluster.is_active(b) for b in replicas):
+        raise ControllerError(
+            Errors.INVALID_REPLICA_ASSIGNMENT,
+            f"All brokers specified in the manual partition assignment for partition {partition} are fenced "
+            "or in controlled shutdown.",
+        )
+
+
+def _placement_brokers(image: MetadataImage) -> list[PlacementBroker]:
+    return [PlacementBroker(reg.id, reg.rack) for reg in image.cluster.active_brokers()]
+
+
+def _place(
+    image: MetadataImage, count: int, rf: int, rng: random.Random, *, fixed_start_index: int = -1,
+    start_partition_id: int = 0,
+) -> list[tuple[int, ...]]:
+    try:
+        return assign_replicas(
+            _placement_brokers(image), count, rf, rng,
+            fixed_start_index=fixed_start_index, start_partition_id=start_partition_id,
+        )
+    except PlacementError as exc:
+        raise ControllerError(
+            Errors.INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition {rf} time(s): {exc}"
+        ) from None
+
+
+def _new_partition_record(image: MetadataImage, topic_id: Uuid, pid: int, replicas: tuple[int, ...]) -> PartitionRecord:
+    isr = tuple(b for b in replicas if image.cluster.is_active(b))
+    return PartitionRecord(
+        partition_id=pid, topic_id=topic_id, replicas=replicas, isr=isr, leader=isr[0],
+        leader_recovery_state=LeaderRecoveryState.RECOVERED, leader_epoch=0, partition_epoch=0,
+    )
+
+
+def _create_topic(
+    image: MetadataImage, topic: CreatableTopic, config: ControllerConfig, rng: random.Random, names: _NewTopicNames
+) -> tuple[list[MetadataRecord], CreatableTopicResult]:
+    reason = topic_name_error(topic.name)
+    if reason is not None:
+        raise ControllerError(Errors.INVALID_TOPIC_EXCEPTION, reason)
+    names.check(topic.name)
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            raise ControllerError(
+                Errors.INVALID_REQUEST,
+                "A manual partition assignment was specified, but numPartitions or replicationFactor was not "
+                "set to -1.",
+            )
+        by_index = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
+        if sorted(by_index) != list(range(len(topic.assignments))):
+            raise ControllerError(
+                Errors.INVALID_REPLICA_ASSIGNMENT,
+                "Partitions should be a consecutive 0-based integer sequence",
+            )
+        assignment = [by_index[i] for i in range(len(by_index))]
+        for pid, replicas in enumerate(assignment):
+            _validate_manual_assignment(image, pid, replicas, len(assignment[0]))
+    else:
+        count = config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+        rf = config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
+        if count <= 0:
+            raise ControllerError(Errors.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
+        if rf <= 0:
+            raise ControllerError(Errors.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+        assignment = _place(image, count, rf, rng)
+    topic_configs = _validate_topic_configs((c.name, c.value) for c in topic.configs)
+    topic_id = Uuid.random(rng)
+    while topic_id in names.ids:
+        topic_id = Uuid.random(rng)
+    names.take(topic.name, topic_id)
+    records: list[MetadataRecord] = [TopicRecord(topic.name, topic_id)]
+    records += [ConfigRecord(ConfigResourceType.TOPIC, topic.name, k, v) for k, v in topic_configs]
+    records += [_new_partition_record(image, topic_id, pid, replicas) for pid, replicas in enumerate(assignment)]
+    result = CreatableTopicResult(
+        name=topic.name, error_code=Errors.NONE, topic_id=topic_id,
+        num_partitions=len(assignment), replication_factor=len(assignment[0]),
+    )
+    return records, result
+
+
+def create_topics(
+    image: MetadataImage, request: CreateTopicsRequest, config: ControllerConfig, rng: random.Random
+) -> ControllerResult[CreateTopicsResponse]:
+    """Create each topic that passes validation; a failing topic does not stop the others."""
+    records: list[MetadataRecord] = []
+    results = []
+    counts = Counter(t.name for t in request.topics)
+    names = _NewTopicNames(image)
+    for topic in request.topics:
+        if counts[topic.name] > 1:
+            results.append(CreatableTopicResult(topic.name, Errors.INVALID_REQUEST, "Duplicate topic name."))
+            continue
+        try:
+            topic_records, result = _create_topic(image, topic, config, rng, names)
+        except ControllerError as exc:
+            err = exc.api_error
+            results.append(CreatableTopicResult(topic.name, err.code, err.message))
+            continue
+        records += topic_records
+        results.append(result)
+    return ControllerResult([] if request.validate_only else records, CreateTopicsResponse(tuple(results)))
+
+
+# -- DeleteTopics ---------------------------------------------------------------------------------
+
+
+def delete_topics(
+    image: MetadataImage, request: DeleteTopicsRequest, config: ControllerConfig
+) -> ControllerResult[DeleteTopicsResponse]:
+    records: list[MetadataRecord] = []
+    results = []
+    deleted: set[Uuid] = set()
+    for entry in request.topics:
+        topic = image.topics.get_by_name(entry.name) if entry.name is not None else (
+            image.topics.get_by_id(entry.topic_id) if entry.topic_id is not None else None
+        )
+        if not config.delete_topic_enable:
+            results.append(DeletableTopicResult(entry.name, entry.topic_id, Errors.TOPIC_DELETION_DISABLED,
+                                                "Topic deletion is disabled."))
+        elif topic is None:
+            error = Errors.UNKNOWN_TOPIC_OR_PARTITION if entry.name is not None else Errors.UNKNOWN_TOPIC_ID
+            results.append(DeletableTopicResult(entry.name, entry.topic_id, error, error.name))
+        elif topic.id in deleted:
+            results.append(DeletableTopicResult(entry.name, entry.topic_id, Errors.INVALID_REQUEST,
+                                                "Duplicate topic in request."))
+        else:
+            deleted.add(topic.id)
+            records.append(RemoveTopicRecord(topic.id))
+            results.append(DeletableTopicResult(topic.name, topic.id, Errors.NONE))
+    return ControllerResult(records, DeleteTopicsResponse(tuple(results)))
+
+
+# -- CreatePartitions ------------------------------------------------------------------------------
+
+
+def _create_partitions_for(
+    image: MetadataImage, request: CreatePartitionsTopic, rng: random.Random
+) -> list[MetadataRecord]:
+    topic = image.topics.get_by_name(request.name)
+    if topic is None:
+        raise ControllerError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{request.name}' does not exist.")
+    current = len(topic.partitions)
+    if request.count < current:
+        raise ControllerError(
+            Errors.INVALID_PARTITIONS,
+            f"The topic {request.name} currently has {current} partition(s); {request.count} would not be an increase.",
+        )
+    if request.count == current:
+        raise ControllerError(Errors.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+    added = request.count - current
+    rf = len(topic.partitions[0].replicas)
+    if request.assignments is not None:
+        if len(request.assignments) != added:
+            raise ControllerError(
+                Errors.INVALID_REPLICA_ASSIGNMENT,
+                f"Attempted to add {added} additional partition(s), but only {len(request.assignments)} "
+                "assignment(s) were specified.",
+            )
+        assignment = [tuple(a) for a in request.assignments]
+        for i, replicas in enumerate(assignment):
+            _validate_manual_assignment(image, current + i, replicas, rf)
+    else:
+        # Continue the round robin where the topic's placement left it (Kafka's AdminZkClient.addPartitions).
+        ordered = sorted(b.id for b in _placement_brokers(image))
+        first_leader = topic.partitions[0].replicas[0]
+        start = next((i for i, b in enumerate(ordered) if b >= first_leader), 0)
+        assignment = _place(image, added, rf, rng, fixed_start_index=start, start_partition_id=current)
+    return [_new_partition_record(image, topic.id, current + i, r) for i, r in enumerate(assignment)]
+
+
+def create_partitions(
+    image: MetadataImage, request: CreatePartitionsRequest, config: ControllerConfig, rng: random.Random
+) -> ControllerResult[CreatePartitionsResponse]:
+    records: list[MetadataRecord] = []
+    results = []
+    counts = Counter(t.name for t in request.topics)
+    for topic in request.topics:
+        if counts[topic.name] > 1:
+            results.append(CreatePartitionsTopicResult(topic.name, Errors.INVALID_REQUEST, "Duplicate topic name."))
+            continue
+        try:
+            records += _create_partitions_for(image, topic, rng)
+        except ControllerError as exc:
+            results.append(CreatePartitionsTopicResult(topic.name, exc.api_error.code, exc.api_error.message))
+            continue
+        results.append(CreatePartitionsTopicResult(topic.name, Errors.NONE))
+    return ControllerResult([] if request.validate_only else records, CreatePartitionsResponse(tuple(results)))
+
+
+# -- AlterPartition ---------------------------------------------------------------------------------
+
+
+def _alter_partition_error(
+    image: MetadataImage, broker_id: int, part: PartitionRegistration | None, data: AlterPartitionPartitionData
+) -> Errors:
+    """Kafka's ``validateAlterPartitionData``, check for check."""
+    if part is None:
+        return Errors.UNKNOWN_TOPIC_OR_PARTITION
+    # Epochs from the future: this controller is behind, most likely no longer active.
+    if data.leader_epoch > part.leader_epoch or data.partition_epoch > part.partition_epoch:
+        return Errors.NOT_CONTROLLER
+    if broker_id != part.leader:
+        return Errors.INVALID_REQUEST
+    if data.leader_epoch < part.leader_epoch:
+        return Errors.FENCED_LEADER_EPOCH
+    if data.partition_epoch < part.partition_epoch:
+        return Errors.INVALID_UPDATE_VERSION
+    new_isr = [s.broker_id for s in data.new_isr_with_epochs]
+    if len(set(new_isr)) != len(new_isr) or not set(new_isr) <= set(part.replicas) or part.leader not in new_isr:
+        return Errors.INVALID_REQUEST
+    if data.leader_recovery_state == LeaderRecoveryState.RECOVERING and len(new_isr) > 1:
+        return Errors.INVALID_REQUEST
+    if (part.leader_recovery_state == LeaderRecoveryState.RECOVERED
+            and data.leader_recovery_state == LeaderRecoveryState.RECOVERING):
+        return Errors.INVALID_REQUEST
+    for state in data.new_isr_with_epochs:
+        reg = image.cluster.broker(state.broker_id)
+        if reg is None or reg.fenced or reg.in_controlled_shutdown:
+            return Errors.INELIGIBLE_REPLICA
+        if state.broker_epoch != -1 and state.broker_epoch != reg.epoch:
+            return Errors.INELIGIBLE_REPLICA
+    return Errors.NONE
+
+
+def alter_partition(
+    image: MetadataImage, request: AlterPartitionRequest, config: ControllerConfig
+) -> ControllerResult[AlterPartitionResponse]:
+    """ISR changes sent by partition leaders, checked against broker, leader and partition epochs."""
+    reg = image.cluster.broker(request.broker_id)
+    if reg is None or reg.epoch != request.broker_epoch:
+        return ControllerResult([], AlterPartitionResponse(Errors.STALE_BROKER_EPOCH))
+    records: list[MetadataRecord] = []
+    topics = []
+    for topic_data in request.topics:
+        topic = image.topics.get_by_id(topic_data.topic_id)
+        results = []
+        for data in topic_data.partitions:
+            if topic is None:
+                results.append(AlterPartitionPartitionResult(data.partition_index, Errors.UNKNOWN_TOPIC_ID))
+                continue
+            part = topic.partitions.get(data.partition_index)
+            error = _alter_partition_error(image, request.broker_id, part, data)
+            if error is not Errors.NONE:
+                results.append(AlterPartitionPartitionResult(data.partition_index, error))
+                continue
+            assert part is not None
+            builder = _builder(image, config, topic, data.partition_index)
+            builder.set_target_isr(tuple(s.broker_id for s in data.new_isr_with_epochs))
+            builder.set_target_leader_recovery_state(LeaderRecoveryState(data.leader_recovery_state))
+            change = builder.build()
+            after = part if change is None else part.merge(change)
+            if change is not None:
+                records.append(change)
+            error = Errors.NONE if after.leader == part.leader else Errors.NEW_LEADER_ELECTED
+            results.append(
+                AlterPartitionPartitionResult(
+                    partition_index=data.partition_index,
+                    error_code=error,
+                    leader_id=after.leader,
+                    leader_epoch=after.leader_epoch,
+                    isr=after.isr,
+                    leader_recovery_state=int(after.leader_recovery_state),
+                    partition_epoch=after.partition_epoch,
+                )
+            )
+        topics.append(AlterPartitionTopicResult(topic_data.topic_id, tuple(results)))
+    return ControllerResult(records, AlterPartitionResponse(Errors.NONE, tuple(topics)))
+
+
+# -- broker state changes -------------------------------------------------------------------------
+
+
+def fence_brokers_changes(
+    image: MetadataImage, broker_ids: set[int] | frozenset[int], config: ControllerConfig
+) -> list[PartitionChangeRecord]:
+    """Take ``broker_ids`` (already fenced, or gone, in ``image``) out of every ISR and leadership."""
+    changes = []
+    for topic, pid, part in image.topics.partitions():
+        if part.leader not in broker_ids and not broker_ids.intersection(part.isr):
+            continue
+        builder = _builder(image, config, topic, pid).set_target_isr(isr_without(part.isr, broker_ids, part.leader))
+        change = builder.build()
+        if change is not None:
+            changes.append(change)
+    return changes
+
+
+def _has_successor(image: MetadataImage, part: PartitionRegistration, broker_id: int) -> bool:
+    return any(r != broker_id and image.cluster.is_active(r) for r in part.isr)
+
+
+def controlled_shutdown_changes(
+    image: MetadataImage, broker_id: int, config: ControllerConfig
+) -> list[PartitionChangeRecord]:
+    """Move leaderships off ``broker_id`` (in controlled shutdown in ``image``) to another ISR member, and
+    take it out of ISRs it follows in. A partition it leads with no successor stays with it."""
+    changes = []
+    for topic, pid, part in image.topics.partitions():
+        if broker_id not in part.isr:
+            continue
+        if part.leader == broker_id and not _has_successor(image, part, broker_id):
+            continue
+        target = tuple(r for r in part.isr if r != broker_id)
+        if not target:
+            continue
+        change = _builder(image, config, topic, pid).set_target_isr(target).build()
+        if change is not None:
+            changes.append(change)
+    return changes
+
+
+def movable_leaderships(image: MetadataImage, broker_id: int) -> int:
+    """How many partitions ``broker_id`` leads that another active ISR member could lead instead."""
+    return sum(
+        1 for _, _, part in image.topics.partitions()
+        if part.leader == broker_id and _has_successor(image, part, broker_id)
+    )
+
+
+def elect_leaderless_partitions(image: MetadataImage, config: ControllerConfig) -> list[PartitionChangeRecord]:
+    """Give a leader to every partition without one that can have one now (after an unfencing)."""
+    changes = []
+    for topic, pid, part in image.topics.partitions():
+        if part.has_leader:
+            continue
+        change = _builder(image, config, topic, pid).build()
+        if change is not None:
+            changes.append(change)
+    return changes
+
+
+def preferred_leader_changes(
+    image: MetadataImage, config: ControllerConfig, limit: int | None = None
+) -> list[PartitionChangeRecord]:
+    """Move leadership back to the preferred replica wherever it is an active ISR member."""
+    changes: list[PartitionChangeRecord] = []
+    for topic, pid, part in image.topics.partitions():
+        if limit is not None and len(changes) >= limit:
+            break
+        if part.leader == part.preferred_leader:
+            continue
+        change = _builder(image, config, topic, pid).set_election(Election.PREFERRED).build()
+        if change is not None and change.leader == part.preferred_leader:
+            changes.append(change)
+    return changes
+
+
+# -- ElectLeaders ---------------------------------------------------------------------------------
+
+
+def _elect_one(
+    image: MetadataImage, config: ControllerConfig, topic: TopicImage, pid: int, election_type: ElectionType
+) -> tuple[Errors, str | None, PartitionChangeRecord | None]:
+    part = topic.partitions[pid]
+    if election_type is ElectionType.PREFERRED:
+        if part.leader == part.preferred_leader:
+            return Errors.ELECTION_NOT_NEEDED, "Leader is already the preferred replica.", None
+        preferred = part.preferred_leader
+        if preferred not in part.isr or not image.cluster.is_active(preferred):
+            return Errors.PREFERRED_LEADER_NOT_AVAILABLE, f"Preferred replica {preferred} is not available.", None
+        change = _builder(image, config, topic, pid).set_election(Election.PREFERRED).build()
+        return Errors.NONE, None, change
+    if part.has_leader and image.cluster.is_active(part.leader):
+        return Errors.ELECTION_NOT_NEEDED, "The partition has a leader.", None
+    change = _builder(image, config, topic, pid).set_election(Election.UNCLEAN).build()
+    if change is None or change.leader == -1:
+        return Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE, "No replica of the partition is available.", None
+    return Errors.NONE, None, change
+
+
+def elect_leaders(
+    image: MetadataImage, request: ElectLeadersRequest, config: ControllerConfig
+) -> ControllerResult[ElectLeadersResponse]:
+    """Preferred or unclean elections on request. With no partitions named, every partition is tried and
+    only those where an election was needed are reported (as Kafka does)."""
+    election_type = ElectionType(request.election_type)
+    records: list[MetadataRecord] = []
+    results = []
+    if request.topic_partitions is None:
+        wanted = [(t.name, sorted(t.partitions)) for _, t in sorted(image.topics.by_name.items())]
+    else:
+        wanted = [(tp.topic, list(tp.partitions)) for tp in request.topic_partitions]
+    for name, pids in wanted:
+        topic = image.topics.get_by_name(name)
+        partition_results = []
+        for pid in pids:
+            if topic is None or pid not in topic.partitions:
+                partition_results.append(PartitionResult(pid, Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                                         "The partition does not exist."))
+                continue
+            error, message, change = _elect_one(image, config, topic, pid, election_type)
+            if change is not None:
+                records.append(change)
+            if request.topic_partitions is None and error is Errors.ELECTION_NOT_NEEDED:
+                continue
+            partition_results.append(PartitionResult(pid, error, message))
+        if partition_results or request.topic_partitions is not None:
+            results.append(ReplicaElectionResult(name, tuple(partition_results)))
+    return ControllerResult(records, ElectLeadersResponse(Errors.NONE, tuple(results)))

@@ -1,0 +1,38 @@
+"""Kafka's topic name rules (``org.apache.kafka.common.internals.Topic``).
+
+A legal name is 1 to 249 characters of ``[a-zA-Z0-9._-]`` and is neither ``.`` nor ``..``. Because
+metric names turn ``.`` into ``_``, two topics whose names differ only there (``a.b`` and ``a_b``)
+collide, and the controller refuses the second one.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def topic_name_error(name: str) -> str | None:
+    """None for a legal topic name, else Kafka's message saying why it is not."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > MAX_NAME_LENGTH:
+        return f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, topic name: {name}"
+    if not _LEGAL.fullmatch(name):
+        return (
+            f"Topic name \"{name}\" is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )
+    return None
+
+
+def has_collision_chars(name: str) -> bool:
+    return "." in name or "_" in name
+
+
+def unify_collision_chars(name: str) -> str:
+    """The form two colliding names share: every '.' as '_'."""
+    return name.replace(".", "_")
