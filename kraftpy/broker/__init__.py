@@ -1,0 +1,1 @@
+"""The broker: lifecycle, replica management, request handlers, coordinators and producer state."""
