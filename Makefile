@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml | $(PY)
 system-deps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	  command -v iptables >/dev/null 2>&1 || missing="$$missing iptables"; \
+	fi; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  $(SUDO) $(APT) update -qq && $(SUDO) $(APT) install -y -qq $$missing; \

@@ -1,0 +1,1 @@
+"""Jepsen-style fault-injection harness: real processes, nemeses, a queue workload, a checker, reports."""

@@ -1,0 +1,241 @@
+"""The queue checker: a pure function from a history to a results map.
+
+Kafka's semantics for a queue workload (unique values sent to partitions, consumers reading
+partitions in order):
+
+- a send that ended `ok` was acknowledged at the offset the broker answered; it must be read;
+- a send that ended `info` is indeterminate: reading it is fine, not reading it is fine;
+- a send that ended `fail` did not happen: reading it later is an *aborted read*;
+- *lost*: acknowledged, never read, although some read saw a higher offset in its partition
+  (readers went past the place where it should be);
+- *unseen*: acknowledged and never read, and no read went past its offset (typically a lost tail);
+  once a final read of the partition has completed it is as bad as lost;
+- *duplicated*: one value at two different offsets (acknowledged offsets count as observations);
+- *inconsistent offsets*: one offset holding two different values (ditto);
+- *nonmonotonic*: one consumer process reading a partition went back (`rewind`, an offset not
+  above the one before) or jumped forward (`skip`, an offset above the one before plus one: the
+  topic is neither compacted nor transactional, so offsets are contiguous);
+- *unexpected*: a value read that no send wrote (reported in the details, makes the run invalid).
+
+Availability is the share of `ok` among completed client operations (sends and polls; the final
+read runs after healing and is left out). Latencies are completion time minus invocation time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from tests.jepsen.history import FAIL, FINAL_READ, INFO, INVOKE, NEMESIS, OK, POLL, SEND, Op
+
+DETAIL_LIMIT = 32
+CLIENT_FS = (SEND, POLL)
+QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank quantile of an already sorted list."""
+    if not sorted_values:
+        raise ValueError("quantile of an empty list")
+    rank = max(1, -(-len(sorted_values) * q // 1))  # ceil(n * q), at least 1
+    return sorted_values[min(len(sorted_values), int(rank)) - 1]
+
+
+def pair_ops(history: Iterable[Op]) -> list[tuple[Op, Op | None]]:
+    """Pairs every client invocation with its completion (None if the history ends first)."""
+    open_: dict[int | str, Op] = {}
+    pairs: list[tuple[Op, Op | None]] = []
+    slot: dict[int, int] = {}
+    for op in history:
+        if op.f == NEMESIS:
+            continue
+        if op.type == INVOKE:
+            if op.process in open_:
+                raise ValueError(f"op {op.index}: process {op.process!r} invoked twice without completing")
+            open_[op.process] = op
+            slot[op.index] = len(pairs)
+            pairs.append((op, None))
+        else:
+            inv = open_.pop(op.process, None)
+            if inv is None or inv.f != op.f:
+                raise ValueError(f"op {op.index}: {op.type} {op.f} of process {op.process!r} "
+                                 f"matches no invocation")
+            pairs[slot[inv.index]] = (inv, op)
+    return pairs
+
+
+class _Capped:
+    """A count plus the first `limit` examples."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+        self.items: list[Any] = []
+
+    def add(self, item: Any) -> None:
+        self.count += 1
+        if len(self.items) < self.limit:
+            self.items.append(item)
+
+
+def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None,
+          detail_limit: int = DETAIL_LIMIT) -> dict[str, Any]:
+    """Checks a queue history. Returns the results map (see the module docstring)."""
+    history = list(history)
+    pairs = pair_ops(history)
+
+    # value -> (partition, acked offset) for ok sends; value sets for fail/info sends.
+    acked: dict[Any, tuple[int | None, int | None]] = {}
+    failed: set[Any] = set()
+    indeterminate: set[Any] = set()
+    sent: set[Any] = set()
+    for inv, comp in pairs:
+        if inv.f != SEND:
+            continue
+        sent.add(inv.value)
+        if comp is None or comp.type == INFO:
+            indeterminate.add(inv.value)
+        elif comp.type == FAIL:
+            failed.add(inv.value)
+        else:
+            partition = comp.partition if comp.partition is not None else inv.partition
+            acked[inv.value] = (partition, comp.offset)
+
+    # Observations: where each value was seen, what each offset held.
+    value_places: dict[Any, dict[tuple[int, int], list[str]]] = defaultdict(lambda: defaultdict(list))
+    offset_values: dict[tuple[int, int], dict[Any, list[str]]] = defaultdict(lambda: defaultdict(list))
+    read_values: set[Any] = set()
+    max_read_offset: dict[int, int] = {}
+    final_read_partitions: set[int] = set()
+    for value, (partition, offset) in acked.items():
+        if partition is not None and offset is not None and offset >= 0:
+            value_places[value][(partition, offset)].append("ack")
+            offset_values[(partition, offset)][value].append("ack")
+
+    nonmonotonic = _Capped(detail_limit)
+    last_offset: dict[tuple[int | str, int], tuple[int, int]] = {}  # (process, partition) -> (offset, op)
+    for inv, comp in pairs:
+        if inv.f not in (POLL, FINAL_READ) or comp is None or comp.type != OK:
+            continue
+        if inv.f == FINAL_READ:
+            for p in (inv.partition, comp.partition):
+                if p is not None:
+                    final_read_partitions.add(p)
+            final_read_partitions.update(p for p, _, _ in comp.records or ())
+        where = f"{comp.f}@{comp.index}"
+        for partition, offset, value in comp.records or ():
+            read_values.add(value)
+            value_places[value][(partition, offset)].append(where)
+            offset_values[(partition, offset)][value].append(where)
+            if offset > max_read_offset.get(partition, -1):
+                max_read_offset[partition] = offset
+            key = (comp.process, partition)
+            prev = last_offset.get(key)
+            if prev is not None:
+                prev_offset, prev_index = prev
+                if offset != prev_offset + 1:
+                    nonmonotonic.add({
+                        "kind": "rewind" if offset <= prev_offset else "skip",
+                        "process": comp.process, "partition": partition,
+                        "from": prev_offset, "to": offset, "ops": [prev_index, comp.index],
+                    })
+            last_offset[key] = (offset, comp.index)
+
+    lost = _Capped(detail_limit)
+    unseen = _Capped(detail_limit)
+    unseen_after_final = 0
+    for value, (partition, offset) in acked.items():
+        if value in read_values:
+            continue
+        item = {"value": value, "partition": partition, "offset": offset}
+        if partition is not None and offset is not None and max_read_offset.get(partition, -1) > offset:
+            lost.add(item)
+        else:
+            unseen.add(item)
+            if partition in final_read_partitions:
+                unseen_after_final += 1
+
+    duplicated = _Capped(detail_limit)
+    for value, places in value_places.items():
+        if len(places) > 1:
+            duplicated.add({"value": value, "at": [
+                {"partition": p, "offset": o, "seen": seen[:4]} for (p, o), seen in sorted(places.items())]})
+
+    inconsistent = _Capped(detail_limit)
+    for (partition, offset), values in sorted(offset_values.items(), key=lambda kv: kv[0]):
+        if len(values) > 1:
+            inconsistent.add({"partition": partition, "offset": offset, "values": [
+                {"value": v, "seen": seen[:4]} for v, seen in values.items()]})
+
+    aborted = _Capped(detail_limit)
+    for value in sorted(failed & read_values, key=repr):
+        aborted.add({"value": value, "at": [{"partition": p, "offset": o} for p, o in value_places[value]]})
+
+    unexpected = _Capped(detail_limit)
+    for value in sorted(read_values - sent, key=repr):
+        unexpected.add({"value": value, "at": [{"partition": p, "offset": o} for p, o in value_places[value]]})
+
+    # Availability, operation counts and latencies.
+    counts: dict[str, dict[str, int]] = {}
+    latencies: dict[str, list[float]] = defaultdict(list)
+    client_ok = client_done = 0
+    for inv, comp in pairs:
+        c = counts.setdefault(inv.f, {"invoke": 0, OK: 0, FAIL: 0, INFO: 0, "open": 0})
+        c["invoke"] += 1
+        if comp is None:
+            c["open"] += 1
+            continue
+        c[comp.type] += 1
+        latencies[inv.f].append((comp.time - inv.time) / 1e6)
+        if inv.f in CLIENT_FS:
+            client_done += 1
+            client_ok += comp.type == OK
+    latency: dict[str, dict[str, float | int]] = {}
+    for f, values in sorted(latencies.items()):
+        values.sort()
+        entry: dict[str, float | int] = {"count": len(values)}
+        for name, q in QUANTILES:
+            entry[f"{name}_ms"] = round(quantile(values, q), 3)
+        entry["max_ms"] = round(values[-1], 3)
+        latency[f] = entry
+
+    hard = lost.count + duplicated.count + inconsistent.count + nonmonotonic.count + aborted.count \
+        + unexpected.count + unseen_after_final
+    valid: bool | str
+    if hard:
+        valid = False
+    elif unseen.count:
+        valid = "unknown"  # acknowledged values not read, but no final read covered their partitions
+    else:
+        valid = True
+
+    return {
+        "valid": valid,
+        "acked": len(acked),
+        "lost": lost.count,
+        "unseen": unseen.count,
+        "duplicated": duplicated.count,
+        "inconsistent_offsets": inconsistent.count,
+        "nonmonotonic": nonmonotonic.count,
+        "aborted_reads": aborted.count,
+        "availability": round(client_ok / client_done, 6) if client_done else None,
+        "seed": seed,
+        "nemesis": nemesis,
+        "latency": latency,
+        "details": {
+            "lost": lost.items,
+            "unseen": unseen.items,
+            "unseen_after_final_read": unseen_after_final,
+            "duplicated": duplicated.items,
+            "inconsistent_offsets": inconsistent.items,
+            "nonmonotonic": nonmonotonic.items,
+            "aborted_reads": aborted.items,
+            "unexpected": unexpected.items,
+            "unexpected_count": unexpected.count,
+            "sends": {"ok": len(acked), "fail": len(failed), "info": len(indeterminate)},
+            "ops": counts,
+            "read_values": len(read_values),
+            "final_read_partitions": sorted(final_read_partitions),
+        },
+    }

@@ -1,0 +1,201 @@
+"""The operation history: one record per event, written and read as JSON lines.
+
+Every client operation is recorded twice, Jepsen style: once when it is invoked (`type="invoke"`) and
+once when it completes, with the same `process` and `f`:
+
+- `ok`: it happened (a send the broker acknowledged, a poll that returned records);
+- `fail`: it certainly did not happen (a send the client never handed to a broker, or that a broker
+  refused before appending);
+- `info`: indeterminate (a timeout, a lost connection): a send that ended `info` may or may not be
+  in the log.
+
+A process runs one operation at a time; a process whose operation ended `info` is retired and its
+worker continues under a new process number, so pairing invocations with completions by process is
+unambiguous. The nemesis records its faults with `process="nemesis"`, `f="nemesis"`, type `info`
+and a `fault` map whose `phase` is `start` or `stop`.
+
+Fields: `index` (position in the history), `type`, `f` (`send`, `poll`, `final-read`, `nemesis`),
+`process`, `time` (monotonic nanoseconds since the start of the test), `value` (the value a send
+wrote), `key` and `partition` (where it was sent, or the partition a consumer reads), `offset` (the
+offset the broker answered for a send), `records` (for reads: `[partition, offset, value]` triples in
+the order the consumer received them), `error` (a short text), `fault` (nemesis records only).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+
+INVOKE = "invoke"
+OK = "ok"
+FAIL = "fail"
+INFO = "info"
+TYPES = (INVOKE, OK, FAIL, INFO)
+
+SEND = "send"
+POLL = "poll"
+FINAL_READ = "final-read"
+NEMESIS = "nemesis"
+FS = (SEND, POLL, FINAL_READ, NEMESIS)
+
+NEMESIS_PROCESS = "nemesis"
+
+
+def _check_type(_inst: Any, _attr: attrs.Attribute, value: str) -> None:
+    if value not in TYPES:
+        raise ValueError(f"op type must be one of {TYPES}, not {value!r}")
+
+
+def _check_f(_inst: Any, _attr: attrs.Attribute, value: str) -> None:
+    if value not in FS:
+        raise ValueError(f"op f must be one of {FS}, not {value!r}")
+
+
+def _records(value: Any) -> list[tuple[int, int, Any]] | None:
+    if value is None:
+        return None
+    return [(int(p), int(o), v) for p, o, v in value]
+
+
+@attrs.frozen
+class Op:
+    """One event of the history."""
+
+    index: int
+    type: str = attrs.field(validator=_check_type)
+    f: str = attrs.field(validator=_check_f)
+    process: int | str
+    time: int
+    value: Any = None
+    key: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    records: list[tuple[int, int, Any]] | None = attrs.field(default=None, converter=_records)
+    error: str | None = None
+    fault: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The op as a JSON object, leaving out the fields that are None."""
+        out: dict[str, Any] = {}
+        for field in attrs.fields(Op):
+            v = getattr(self, field.name)
+            if v is None:
+                continue
+            if field.name == "records":
+                v = [list(r) for r in v]
+            out[field.name] = v
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Op:
+        names = {f.name for f in attrs.fields(Op)}
+        unknown = set(obj) - names
+        if unknown:
+            raise ValueError(f"unknown op fields {sorted(unknown)} in {obj!r}")
+        return cls(**obj)
+
+
+def dumps(op: Op) -> str:
+    return json.dumps(op.to_json(), separators=(",", ":"), sort_keys=True)
+
+
+def loads(line: str) -> Op:
+    return Op.from_json(json.loads(line))
+
+
+def write_history(path: str | Path, ops: Iterable[Op]) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        for op in ops:
+            fh.write(dumps(op) + "\n")
+
+
+def iter_history(path: str | Path) -> Iterator[Op]:
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield loads(line)
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{path}:{lineno}: bad history line: {e}") from e
+
+
+def read_history(path: str | Path) -> list[Op]:
+    return list(iter_history(path))
+
+
+class Recorder:
+    """Thread-safe history recorder: numbers the ops, stamps their time, keeps them in memory and
+    appends each one as a JSON line to `sink` (flushed per line, so a crashed run keeps its history).
+
+    Workers call `invoke(...)` and then exactly one of `ok/fail/info(...)` for the same process.
+    """
+
+    def __init__(self, sink: TextIO | None = None, *, clock: Any = time.monotonic_ns) -> None:
+        self._lock = threading.Lock()
+        self._sink = sink
+        self._clock = clock
+        self._start = clock()
+        self._ops: list[Op] = []
+        self._open: dict[int | str, Op] = {}
+
+    def now(self) -> int:
+        """Nanoseconds since the recorder was created."""
+        return self._clock() - self._start
+
+    @property
+    def ops(self) -> list[Op]:
+        with self._lock:
+            return list(self._ops)
+
+    def _append(self, **fields: Any) -> Op:
+        with self._lock:
+            op = Op(index=len(self._ops), time=self.now(), **fields)
+            if op.type == INVOKE:
+                if op.process in self._open:
+                    raise RuntimeError(f"process {op.process!r} already has an operation in flight")
+                self._open[op.process] = op
+            elif op.f != NEMESIS:
+                inv = self._open.pop(op.process, None)
+                if inv is None or inv.f != op.f:
+                    raise RuntimeError(f"completion {op.type} {op.f} of process {op.process!r} "
+                                       f"matches no invocation")
+            self._ops.append(op)
+            if self._sink is not None:
+                self._sink.write(dumps(op) + "\n")
+                self._sink.flush()
+            return op
+
+    def invoke(self, f: str, process: int | str, **fields: Any) -> Op:
+        return self._append(type=INVOKE, f=f, process=process, **fields)
+
+    def complete(self, type_: str, f: str, process: int | str, **fields: Any) -> Op:
+        if type_ not in (OK, FAIL, INFO):
+            raise ValueError(f"completion type must be ok, fail or info, not {type_!r}")
+        return self._append(type=type_, f=f, process=process, **fields)
+
+    def ok(self, f: str, process: int | str, **fields: Any) -> Op:
+        return self.complete(OK, f, process, **fields)
+
+    def fail(self, f: str, process: int | str, **fields: Any) -> Op:
+        return self.complete(FAIL, f, process, **fields)
+
+    def info(self, f: str, process: int | str, **fields: Any) -> Op:
+        return self.complete(INFO, f, process, **fields)
+
+    def nemesis(self, phase: str, fault: dict[str, Any]) -> Op:
+        """Record the start or the stop of a fault (`phase` is `start` or `stop`)."""
+        if phase not in ("start", "stop"):
+            raise ValueError(f"nemesis phase must be start or stop, not {phase!r}")
+        return self._append(type=INFO, f=NEMESIS, process=NEMESIS_PROCESS, fault={**fault, "phase": phase})
+
+    def in_flight(self) -> list[Op]:
+        with self._lock:
+            return list(self._open.values())

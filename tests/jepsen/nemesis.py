@@ -1,0 +1,609 @@
+"""Nemeses: a seeded fault schedule and the faults themselves.
+
+The schedule is a pure function of the seed, the fault kinds, the node names and the timing: the
+same `--seed` gives the same list of faults (kind, variant, targets, start and stop times). Targets
+that only exist at run time (the leader of a partition, the active controller) are resolved when the
+fault starts; the schedule names the partition and a fallback node for them.
+
+Fault kinds and their variants:
+
+- `kill`: SIGKILL `one` node, the `leader` of a partition, the active `controller`, or a `majority`
+  (of the controllers or of the brokers); healed by restarting the killed nodes.
+- `pause`: SIGSTOP the same choices of targets; healed by SIGCONT.
+- `partition`: cut node-to-node links: `one` node isolated, `majority` (a majority and a minority),
+  `bridge` (two halves that only one node sees both of), `ring` (every node sees a majority, no two
+  the same one). Clients are never partitioned.
+- `link`: `slow` (a delay with jitter) or `lossy` (a share of the traffic dropped) on all the links
+  of one node.
+
+A fault starts every ~`interval` seconds and is healed before the next one starts; everything is
+healed at the end.
+
+Network faults have two backends with the same three operations (`partition`, `set_links`,
+`heal`):
+
+1. `NetnsNetwork` (root on Linux): each node in its own network namespace with a veth pair to a
+   bridge in the root namespace, node addresses 10.77.0.10+i/24 and 10.77.0.1 for the root
+   namespace (the harness's clients); partitions are iptables DROP rules inside the nodes'
+   namespaces; slow and lossy links are `tc netem` (delay, jitter, loss) on a htb class per
+   destination. Where the kernel has no netem, a slow link is a rate limit (htb + tbf) and a lossy
+   link is an iptables `statistic` DROP rule. Processes are started with `ip netns exec NAME cmd`.
+2. The TCP proxy layer of `tests.jepsen.proxy` (anywhere): every node listener is reached through a
+   proxy port; the proxy refuses and closes connections across a partition, delays chunks, and
+   closes connections at random to drop traffic.
+
+Found in the sandbox this harness was first built in (Linux 6.x, Debian 12, root): `ip netns add`,
+veth pairs, bridges, iptables (nf_tables backend, after `apt-get install iptables iproute2`), the
+`statistic` match, htb, tbf and u32 filters all work; the kernel is built without `sch_netem`
+(`tc qdisc add ... netem` answers "Specified qdisc kind is unknown"), so there slow links are rate
+limits and lossy links are iptables rules, and the netem delay test is skipped. There is no modprobe
+and no /lib/modules: what the kernel lacks cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import random
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+KINDS = ("kill", "pause", "partition", "link")
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "kill": ("one", "leader", "controller", "majority"),
+    "pause": ("one", "leader", "controller", "majority"),
+    "partition": ("one", "majority", "bridge", "ring"),
+    "link": ("slow", "lossy"),
+}
+
+Pair = tuple[str, str]
+
+
+def parse_kinds(spec: str | Iterable[str]) -> tuple[str, ...]:
+    """`kill,pause` -> ("kill", "pause"); `all` -> every kind; `none` or empty -> no faults."""
+    items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+    kinds: list[str] = []
+    for item in items:
+        if item == "all":
+            kinds.extend(KINDS)
+        elif item == "none":
+            continue
+        elif item in KINDS:
+            kinds.append(item)
+        else:
+            raise ValueError(f"unknown nemesis {item!r}: choose from {', '.join(KINDS)}, all, none")
+    return tuple(dict.fromkeys(kinds))
+
+
+@attrs.frozen
+class Fault:
+    """One scheduled fault. Times are seconds since the start of the test."""
+
+    id: int
+    kind: str
+    variant: str
+    start: float
+    stop: float
+    nodes: tuple[str, ...] = ()  # targets; for leader/controller variants, the fallback target
+    partition: int | None = None  # leader variants: the topic partition whose leader is the target
+    cut: tuple[Pair, ...] = ()  # partition: node pairs that cannot talk (both directions)
+    links: tuple[Pair, ...] = ()  # link faults: affected node pairs (both directions)
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    loss: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = attrs.asdict(self, recurse=False)
+        out["nodes"] = list(self.nodes)
+        out["cut"] = [list(p) for p in self.cut]
+        out["links"] = [list(p) for p in self.links]
+        for key in ("delay_ms", "jitter_ms", "loss"):
+            if not out[key]:
+                del out[key]
+        return {k: v for k, v in out.items() if v is not None and v != []}
+
+    @property
+    def network(self) -> bool:
+        return self.kind in ("partition", "link")
+
+
+def _pairs_between(a: Iterable[str], b: Iterable[str]) -> set[Pair]:
+    return {tuple(sorted((x, y))) for x in a for y in b if x != y}  # type: ignore[misc]
+
+
+def _all_pairs(nodes: Sequence[str]) -> set[Pair]:
+    return _pairs_between(nodes, nodes)
+
+
+def partition_cut(variant: str, nodes: Sequence[str], rnd: random.Random) -> tuple[Pair, ...]:
+    """The node pairs a partition of this variant cuts, chosen with `rnd`."""
+    order = list(nodes)
+    rnd.shuffle(order)
+    n = len(order)
+    if n < 2:
+        return ()
+    if variant == "one":
+        cut = _pairs_between(order[:1], order[1:])
+    elif variant == "majority":
+        m = n // 2 + 1
+        cut = _pairs_between(order[:m], order[m:])
+    elif variant == "bridge":
+        if n < 3:
+            cut = _pairs_between(order[:1], order[1:])
+        else:
+            bridge, rest = order[0], order[1:]
+            half = len(rest) // 2
+            cut = _pairs_between(rest[:half], rest[half:])
+            assert all(bridge not in p for p in cut)
+    elif variant == "ring":
+        # nodes on a ring see their neighbours up to distance d, where 1 + 2d >= a majority
+        m = n // 2 + 1
+        d = -(-(m - 1) // 2)
+        cut = set()
+        for i in range(n):
+            for j in range(i + 1, n):
+                dist = min(j - i, n - (j - i))
+                if dist > d:
+                    cut.add(tuple(sorted((order[i], order[j]))))
+    else:
+        raise ValueError(f"unknown partition variant {variant!r}")
+    return tuple(sorted(cut))  # type: ignore[arg-type]
+
+
+def schedule(seed: int, kinds: Sequence[str], controllers: Sequence[str], brokers: Sequence[str],
+             time_limit: float, *, interval: float = 10.0, partitions: int = 3,
+             first_after: float | None = None, heal_before_end: float = 0.0) -> list[Fault]:
+    """A deterministic list of faults: one every ~`interval` seconds (±20 %), each lasting 30–60 % of
+    the interval and healed before the next starts, all healed by `time_limit - heal_before_end`."""
+    kinds = tuple(kinds)
+    for k in kinds:
+        if k not in KINDS:
+            raise ValueError(f"unknown nemesis kind {k!r}")
+    if not kinds:
+        return []
+    rnd = random.Random(f"kraftpy-jepsen-{seed}")
+    nodes = list(controllers) + list(brokers)
+    end = time_limit - heal_before_end
+    t = interval * 0.5 if first_after is None else first_after
+    faults: list[Fault] = []
+    while True:
+        duration = interval * rnd.uniform(0.3, 0.6)
+        if t + duration > end:
+            break
+        kind = rnd.choice(kinds)
+        variant = rnd.choice(VARIANTS[kind])
+        fault = _make_fault(len(faults), kind, variant, t, t + duration, rnd, controllers, brokers,
+                            nodes, partitions)
+        faults.append(fault)
+        t = t + duration + max(interval * 0.1, interval * rnd.uniform(0.8, 1.2) - duration)
+    return faults
+
+
+def _make_fault(fid: int, kind: str, variant: str, start: float, stop: float, rnd: random.Random,
+                controllers: Sequence[str], brokers: Sequence[str], nodes: Sequence[str],
+                partitions: int) -> Fault:
+    common: dict[str, Any] = dict(id=fid, kind=kind, variant=variant, start=round(start, 3),
+                                  stop=round(stop, 3))
+    if kind in ("kill", "pause"):
+        if variant == "one":
+            return Fault(nodes=(rnd.choice(list(nodes)),), **common)
+        if variant == "leader":
+            return Fault(nodes=(rnd.choice(list(brokers or nodes)),), partition=rnd.randrange(partitions),
+                         **common)
+        if variant == "controller":
+            return Fault(nodes=(rnd.choice(list(controllers or nodes)),), **common)
+        group = list(rnd.choice([g for g in (controllers, brokers) if g] or [nodes]))
+        return Fault(nodes=tuple(sorted(rnd.sample(group, len(group) // 2 + 1))), **common)
+    if kind == "partition":
+        return Fault(cut=partition_cut(variant, nodes, rnd), **common)
+    victim = rnd.choice(list(nodes))
+    links = tuple(sorted(_pairs_between([victim], nodes)))
+    if variant == "slow":
+        return Fault(nodes=(victim,), links=links, delay_ms=float(rnd.choice([50, 100, 200, 500])),
+                     jitter_ms=float(rnd.choice([0, 10, 50])), **common)
+    return Fault(nodes=(victim,), links=links, loss=rnd.choice([0.05, 0.1, 0.2, 0.4]), **common)
+
+
+# --- the cluster and network interfaces -------------------------------------------------------
+
+
+class Node(Protocol):
+    name: str
+    role: str  # "controller" or "broker"
+    address: str
+    process: subprocess.Popen | None
+
+
+class Cluster(Protocol):
+    """What the nemesis needs from the runner."""
+
+    def nodes(self) -> Sequence[Node]: ...
+
+    def active_controller(self) -> str | None: ...
+
+    def partition_leader(self, partition: int) -> str | None: ...
+
+    def restart(self, name: str) -> None: ...
+
+
+class Network(Protocol):
+    def partition(self, cut: Iterable[Pair]) -> None: ...
+
+    def set_links(self, pairs: Iterable[Pair], *, delay_ms: float = 0.0, jitter_ms: float = 0.0,
+                  loss: float = 0.0) -> None: ...
+
+    def heal(self) -> None: ...
+
+
+class Nemesis:
+    """Applies faults to a cluster (processes) and a network backend. `start` returns the fault as
+    resolved (the actual targets), which the caller records."""
+
+    def __init__(self, cluster: Cluster, network: Network | None = None, *,
+                 stop_timeout: float = 10.0) -> None:
+        self.cluster = cluster
+        self.network = network
+        self.stop_timeout = stop_timeout
+        self._active: dict[int, tuple[Fault, tuple[str, ...]]] = {}
+
+    def _node(self, name: str) -> Node:
+        for node in self.cluster.nodes():
+            if node.name == name:
+                return node
+        raise KeyError(f"no node named {name!r}")
+
+    def resolve(self, fault: Fault) -> tuple[str, ...]:
+        if fault.variant == "leader" and fault.partition is not None:
+            leader = _quietly(lambda: self.cluster.partition_leader(fault.partition))
+            return (leader,) if leader else fault.nodes
+        if fault.variant == "controller":
+            active = _quietly(self.cluster.active_controller)
+            return (active,) if active else fault.nodes
+        return fault.nodes
+
+    def start(self, fault: Fault) -> dict[str, Any]:
+        targets: tuple[str, ...] = ()
+        if fault.kind == "kill":
+            targets = self.resolve(fault)
+            for name in targets:
+                self._kill(self._node(name))
+        elif fault.kind == "pause":
+            targets = self.resolve(fault)
+            for name in targets:
+                self._pause(self._node(name))
+        elif fault.kind == "partition":
+            self._require_network().partition(fault.cut)
+        elif fault.kind == "link":
+            self._require_network().set_links(fault.links, delay_ms=fault.delay_ms,
+                                              jitter_ms=fault.jitter_ms, loss=fault.loss)
+        else:
+            raise ValueError(f"unknown fault kind {fault.kind!r}")
+        self._active[fault.id] = (fault, targets)
+        return {**fault.to_json(), "targets": list(targets)}
+
+    def stop(self, fault: Fault) -> dict[str, Any]:
+        _, targets = self._active.pop(fault.id, (fault, ()))
+        if fault.kind == "kill":
+            for name in targets:
+                self.cluster.restart(name)
+        elif fault.kind == "pause":
+            for name in targets:
+                self._resume(self._node(name))
+        elif fault.network:
+            self._require_network().heal()
+        return {**fault.to_json(), "targets": list(targets)}
+
+    def heal_all(self) -> None:
+        """Stops every active fault, resumes every stopped process and heals the network."""
+        for fault, _ in list(self._active.values()):
+            with contextlib.suppress(Exception):
+                self.stop(fault)
+        for node in self.cluster.nodes():
+            proc = node.process
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)
+        if self.network is not None:
+            self.network.heal()
+
+    def _require_network(self) -> Network:
+        if self.network is None:
+            raise RuntimeError("a network fault needs a network backend (netns or proxy)")
+        return self.network
+
+    def _kill(self, node: Node) -> None:
+        proc = node.process
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=self.stop_timeout)
+
+    def _pause(self, node: Node) -> None:
+        proc = node.process
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGSTOP)
+        _wait_state(proc.pid, stopped=True, timeout=self.stop_timeout)
+
+    def _resume(self, node: Node) -> None:
+        proc = node.process
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGCONT)
+        _wait_state(proc.pid, stopped=False, timeout=self.stop_timeout)
+
+
+def _quietly(fn: Callable[[], str | None]) -> str | None:
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def _wait_state(pid: int, *, stopped: bool, timeout: float) -> None:
+    """Waits until a child is stopped (or running again): waitpid reports the change as an event;
+    for a process that is not our child, /proc is read until the state matches."""
+    flag = os.WUNTRACED if stopped else os.WCONTINUED
+    try:
+        wpid, status = os.waitpid(pid, flag)
+        if wpid == pid and (os.WIFSTOPPED(status) if stopped else os.WIFCONTINUED(status)):
+            return
+    except ChildProcessError:
+        pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = _proc_state(pid)
+        if state is None or (state in "Tt") == stopped:
+            return
+        time.sleep(0.005)
+    raise TimeoutError(f"process {pid} did not {'stop' if stopped else 'continue'} within {timeout}s")
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+class ScheduleRunner:
+    """Runs a schedule against a nemesis in a thread: each fault starts and stops at its time,
+    the start and stop are recorded (`record(phase, fault_json)`), and everything is healed when
+    the schedule ends or `abort()` is called."""
+
+    def __init__(self, faults: Sequence[Fault], nemesis: Nemesis,
+                 record: Callable[[str, dict[str, Any]], Any], *,
+                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], Any] = lambda s: None):
+        self.faults = list(faults)
+        self.nemesis = nemesis
+        self.record = record
+        self.clock = clock
+        self.log = log
+        self.errors: list[str] = []
+        self._abort = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        self._t0 = self.clock()
+        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+        self._thread.start()
+
+    def abort(self) -> None:
+        self._abort.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _until(self, at: float) -> bool:
+        """Waits until `at` seconds after the start; False when aborted."""
+        return not self._abort.wait(max(0.0, self._t0 + at - self.clock()))
+
+    def _run(self) -> None:
+        try:
+            for fault in self.faults:
+                if not self._until(fault.start):
+                    break
+                try:
+                    resolved = self.nemesis.start(fault)
+                except Exception as e:
+                    self.errors.append(f"start {fault.kind} {fault.variant}: {e!r}")
+                    self.log(self.errors[-1])
+                    resolved = {**fault.to_json(), "error": repr(e)}
+                self.record("start", resolved)
+                self.log(f"fault {fault.id} {fault.kind} {fault.variant} started: {resolved.get('targets')}")
+                self._until(fault.stop)
+                try:
+                    resolved = self.nemesis.stop(fault)
+                except Exception as e:
+                    self.errors.append(f"stop {fault.kind} {fault.variant}: {e!r}")
+                    self.log(self.errors[-1])
+                    resolved = {**fault.to_json(), "error": repr(e)}
+                self.record("stop", resolved)
+                self.log(f"fault {fault.id} healed")
+        finally:
+            try:
+                self.nemesis.heal_all()
+            except Exception as e:
+                self.errors.append(f"heal: {e!r}")
+
+
+# --- backend 1: Linux network namespaces ------------------------------------------------------
+
+SUBNET = ipaddress.ip_network("10.77.0.0/24")
+ROOT_ADDRESS = "10.77.0.1"
+CHAIN = "KPJ_FAULTS"
+SLOW_RATE = "256kbit"  # the rate limit standing in for a delay where the kernel has no netem
+
+
+class CommandError(RuntimeError):
+    pass
+
+
+def _run(cmd: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(cmd), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise CommandError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def netns_available() -> str | None:
+    """None when network namespaces can be used here, else the reason why not."""
+    if os.geteuid() != 0:
+        return "not running as root"
+    for tool in ("ip", "iptables", "tc"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (apt-get install -y iproute2 iptables)"
+    name = f"kpjprobe{os.getpid()}"
+    add = _run(["ip", "netns", "add", name], check=False)
+    if add.returncode != 0:
+        return f"ip netns add failed: {add.stderr.strip()}"
+    try:
+        ipt = _run(["ip", "netns", "exec", name, "iptables", "-S"], check=False)
+        if ipt.returncode != 0:
+            return f"iptables in a namespace failed: {ipt.stderr.strip()}"
+    finally:
+        _run(["ip", "netns", "del", name], check=False)
+    return None
+
+
+class NetnsNetwork:
+    """Nodes in their own network namespaces behind one bridge (see the module docstring). A context
+    manager: setup on enter (after removing leftovers of the same prefix), teardown on exit; both
+    idempotent. Processes started in a namespace must be stopped before teardown."""
+
+    def __init__(self, nodes: Sequence[str], *, prefix: str = "kpj", first_host: int = 10) -> None:
+        if len(prefix) > 6 or not prefix.isalnum():
+            raise ValueError("prefix must be at most 6 letters or digits (interface names are short)")
+        if first_host + len(nodes) > 254:
+            raise ValueError("too many nodes for 10.77.0.0/24")
+        self.nodes = list(nodes)
+        self.prefix = prefix
+        self.bridge = f"{prefix}br"
+        self.addresses = {n: str(SUBNET.network_address + first_host + i) for i, n in enumerate(self.nodes)}
+        self.netem = False
+        self._forward_rule = ["FORWARD", "-s", str(SUBNET), "-d", str(SUBNET), "-j", "ACCEPT"]
+
+    def namespace(self, node: str) -> str:
+        return f"{self.prefix}-{node}"
+
+    def _veth(self, node: str) -> str:
+        return f"{self.prefix}v{self.nodes.index(node)}"
+
+    def wrap(self, node: str, cmd: Sequence[str]) -> list[str]:
+        """The command line that runs `cmd` inside the node's namespace."""
+        return ["ip", "netns", "exec", self.namespace(node), *cmd]
+
+    def _in(self, node: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+        return _run(self.wrap(node, cmd), check=check)
+
+    # lifecycle
+
+    def __enter__(self) -> NetnsNetwork:
+        self.setup()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.teardown()
+
+    def setup(self) -> None:
+        reason = netns_available()
+        if reason:
+            raise RuntimeError(f"network namespaces are not usable: {reason}")
+        self.teardown()
+        for line in _run(["ip", "-o", "-4", "addr", "show"]).stdout.splitlines():
+            for addr in [ROOT_ADDRESS, *self.addresses.values()]:
+                if f" {addr}/" in line:
+                    raise RuntimeError(f"{addr} is already in use here: {line.strip()}")
+        try:
+            _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+            _run(["ip", "addr", "add", f"{ROOT_ADDRESS}/{SUBNET.prefixlen}", "dev", self.bridge])
+            _run(["ip", "link", "set", self.bridge, "up"])
+            for node in self.nodes:
+                ns, veth = self.namespace(node), self._veth(node)
+                _run(["ip", "netns", "add", ns])
+                _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns])
+                _run(["ip", "link", "set", veth, "master", self.bridge, "up"])
+                self._in(node, "ip", "addr", "add", f"{self.addresses[node]}/{SUBNET.prefixlen}", "dev", "eth0")
+                self._in(node, "ip", "link", "set", "eth0", "up")
+                self._in(node, "ip", "link", "set", "lo", "up")
+                self._in(node, "iptables", "-N", CHAIN)
+                self._in(node, "iptables", "-A", "INPUT", "-j", CHAIN)
+                self._in(node, "iptables", "-A", "OUTPUT", "-j", CHAIN)
+            # bridged traffic passes the root namespace's FORWARD chain when br_netfilter is loaded
+            if _run(["iptables", "-C", *self._forward_rule], check=False).returncode != 0:
+                _run(["iptables", "-I", *self._forward_rule])
+            probe = self._in(self.nodes[0], "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms",
+                             check=False) if self.nodes else None
+            self.netem = probe is not None and probe.returncode == 0
+            if self.netem:
+                self._in(self.nodes[0], "tc", "qdisc", "del", "dev", "lo", "root", check=False)
+        except Exception:
+            self.teardown()
+            raise
+
+    def teardown(self) -> None:
+        for i, node in enumerate(self.nodes):
+            _run(["ip", "netns", "del", self.namespace(node)], check=False)
+            _run(["ip", "link", "del", f"{self.prefix}v{i}"], check=False)
+        _run(["ip", "link", "del", self.bridge], check=False)
+        if shutil.which("iptables"):
+            while _run(["iptables", "-C", *self._forward_rule], check=False).returncode == 0:
+                _run(["iptables", "-D", *self._forward_rule], check=False)
+
+    # faults
+
+    def partition(self, cut: Iterable[Pair]) -> None:
+        for a, b in cut:
+            for x, y in ((a, b), (b, a)):
+                self._in(x, "iptables", "-A", CHAIN, "-s", self.addresses[y], "-j", "DROP")
+                self._in(x, "iptables", "-A", CHAIN, "-d", self.addresses[y], "-j", "DROP")
+
+    def set_links(self, pairs: Iterable[Pair], *, delay_ms: float = 0.0, jitter_ms: float = 0.0,
+                  loss: float = 0.0) -> None:
+        targets: dict[str, set[str]] = {}
+        for a, b in pairs:
+            targets.setdefault(a, set()).add(b)
+            targets.setdefault(b, set()).add(a)
+        for node, peers in sorted(targets.items()):
+            shaped = self.netem or delay_ms > 0
+            if shaped:
+                self._in(node, "tc", "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "1")
+                self._in(node, "tc", "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1",
+                         "htb", "rate", "10gbit")
+                if self.netem:
+                    rate = "10gbit"
+                    leaf = ["netem", "delay", f"{delay_ms}ms"]
+                    if jitter_ms:
+                        leaf.append(f"{jitter_ms}ms")
+                    if loss:
+                        leaf += ["loss", f"{loss * 100:.3f}%"]
+                else:
+                    rate = SLOW_RATE
+                    leaf = ["tbf", "rate", SLOW_RATE, "burst", "1600", "latency", "30s"]
+                self._in(node, "tc", "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:2",
+                         "htb", "rate", rate)
+                self._in(node, "tc", "qdisc", "add", "dev", "eth0", "parent", "1:2", "handle", "20:", *leaf)
+                for peer in sorted(peers):
+                    self._in(node, "tc", "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip",
+                             "prio", "1", "u32", "match", "ip", "dst", f"{self.addresses[peer]}/32",
+                             "flowid", "1:2")
+            if loss and not self.netem:
+                for peer in sorted(peers):
+                    self._in(node, "iptables", "-A", CHAIN, "-d", self.addresses[peer], "-m", "statistic",
+                             "--mode", "random", "--probability", f"{loss:.4f}", "-j", "DROP")
+
+    def heal(self) -> None:
+        for node in self.nodes:
+            self._in(node, "iptables", "-F", CHAIN, check=False)
+            self._in(node, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)

@@ -1,0 +1,781 @@
+"""The Jepsen runner: a fresh cluster of real processes, a queue workload, a seeded nemesis, a
+final read, the checker and the report.
+
+    python -m tests.jepsen.runner --time-limit 60 --nemesis kill,pause --seed 7 --out DIR \\
+        --nodes 3 --brokers 3
+
+Steps: write a `.properties` file per node into DIR/config, `kraftpy storage format` each one with a
+cluster id derived from the seed, set up the network backend (network namespaces when root, else the
+TCP proxy layer), start `kraftpy controller --config F` and `kraftpy broker --config F` (inside the
+node's namespace with the netns backend), wait until the brokers answer, create the topic
+(RF=3, min.insync.replicas=2), run producer and consumer workers (confluent-kafka: acks=all,
+idempotence, retries; consumers assign() their partitions) while the nemesis runs the schedule,
+heal everything, read every partition from the start, stop the cluster and write history.jsonl,
+schedule.json, results.json, summary.txt and the PNG. The exit status is 0 when the history is
+valid, 1 when it is not, 2 when the harness itself failed.
+
+`--dry-run` writes the configurations and the schedule and stops there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import random
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from kraftpy.config.properties import format_properties
+from kraftpy.ids import uuid_to_str
+from tests.jepsen import nemesis as nm
+from tests.jepsen.checker import check
+from tests.jepsen.history import FINAL_READ, POLL, SEND, Recorder
+from tests.jepsen.proxy import Route, SocketOwners, ThreadedProxy
+from tests.jepsen.report import HISTORY, write_report
+
+CONTROLLER_PORT = 9093
+BROKER_PORT = 9092
+NETWORKS = ("auto", "netns", "proxy", "none")
+
+
+class HarnessError(RuntimeError):
+    """The harness could not run the test (as opposed to the system under test misbehaving)."""
+
+
+# --- the cluster plan and its configuration files ---------------------------------------------
+
+
+@attrs.frozen
+class NodeSpec:
+    name: str
+    node_id: int
+    role: str  # controller | broker
+    host: str  # where the process listens
+    port: int
+    advertised_host: str  # where the others (and clients) reach it
+    advertised_port: int
+    data_dir: Path
+    config: Path
+
+    @property
+    def advertised(self) -> str:
+        return f"{self.advertised_host}:{self.advertised_port}"
+
+
+@attrs.frozen
+class Plan:
+    out: Path
+    network: str  # netns | proxy | none
+    cluster_id: str
+    controllers: tuple[NodeSpec, ...]
+    brokers: tuple[NodeSpec, ...]
+    partitions: int
+    replication_factor: int
+    min_insync: int
+
+    @property
+    def nodes(self) -> tuple[NodeSpec, ...]:
+        return self.controllers + self.brokers
+
+    @property
+    def voters(self) -> str:
+        return ",".join(f"{c.node_id}@{c.advertised}" for c in self.controllers)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.advertised for b in self.brokers)
+
+    def node(self, name: str) -> NodeSpec:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def proxy_routes(self) -> list[Route]:
+        return [Route(n.name, (n.host, n.port), listen=(n.advertised_host, n.advertised_port))
+                for n in self.nodes]
+
+
+def cluster_id_for(seed: int) -> str:
+    return uuid_to_str(random.Random(f"kraftpy-jepsen-cluster-{seed}").randbytes(16))
+
+
+def plan_cluster(out: Path, *, seed: int, controllers: int = 3, brokers: int = 3, network: str = "netns",
+                 base_port: int = 19000, partitions: int = 3, replication_factor: int = 3,
+                 min_insync: int = 2) -> Plan:
+    """Names, ids, addresses and files of every node. Controllers are c1..cN with node ids 1..N,
+    brokers b1..bM with node ids 101..100+M.
+
+    netns: node k listens on 10.77.0.(10+k), controllers on 9093 and brokers on 9092.
+    proxy: node k listens on 127.0.0.1:(base_port+k) and is reached through the proxy at
+    127.0.0.1:(base_port+100+k). none: 127.0.0.1:(base_port+k), no network faults."""
+    if network not in ("netns", "proxy", "none"):
+        raise ValueError(f"unknown network backend {network!r}")
+    if controllers < 1 or brokers < 1:
+        raise ValueError("a cluster needs at least one controller and one broker")
+    if replication_factor > brokers:
+        raise ValueError(f"replication factor {replication_factor} needs at least that many brokers, not {brokers}")
+    out = Path(out).resolve()
+    specs: list[NodeSpec] = []
+    roles = [("controller", f"c{i + 1}", i + 1) for i in range(controllers)] + \
+        [("broker", f"b{i + 1}", 101 + i) for i in range(brokers)]
+    for k, (role, name, node_id) in enumerate(roles):
+        if network == "netns":
+            host = str(nm.SUBNET.network_address + 10 + k)
+            port = CONTROLLER_PORT if role == "controller" else BROKER_PORT
+            adv_host, adv_port = host, port
+        else:
+            host, port = "127.0.0.1", base_port + k
+            adv_host, adv_port = (host, base_port + 100 + k) if network == "proxy" else (host, port)
+        specs.append(NodeSpec(name=name, node_id=node_id, role=role, host=host, port=port,
+                              advertised_host=adv_host, advertised_port=adv_port,
+                              data_dir=out / "data" / name, config=out / "config" / f"{name}.properties"))
+    return Plan(out=out, network=network, cluster_id=cluster_id_for(seed),
+                controllers=tuple(s for s in specs if s.role == "controller"),
+                brokers=tuple(s for s in specs if s.role == "broker"),
+                partitions=partitions, replication_factor=replication_factor, min_insync=min_insync)
+
+
+def render_config(node: NodeSpec, plan: Plan) -> str:
+    """The node's configuration in Kafka's `.properties` format."""
+    props: list[tuple[str, str]] = [
+        ("process.roles", node.role),
+        ("node.id", str(node.node_id)),
+        ("controller.quorum.voters", plan.voters),
+        ("controller.listener.names", "CONTROLLER"),
+        ("listener.security.protocol.map", "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"),
+    ]
+    if node.role == "controller":
+        props.append(("listeners", f"CONTROLLER://{node.host}:{node.port}"))
+    else:
+        props += [
+            ("listeners", f"PLAINTEXT://{node.host}:{node.port}"),
+            ("advertised.listeners", f"PLAINTEXT://{node.advertised}"),
+            ("inter.broker.listener.name", "PLAINTEXT"),
+        ]
+    props += [
+        ("log.dirs", str(node.data_dir)),
+        ("num.partitions", str(plan.partitions)),
+        ("default.replication.factor", str(plan.replication_factor)),
+        ("min.insync.replicas", str(plan.min_insync)),
+        ("offsets.topic.replication.factor", str(plan.replication_factor)),
+        ("unclean.leader.election.enable", "false"),
+        ("auto.create.topics.enable", "false"),
+        ("broker.heartbeat.interval.ms", "500"),
+        ("broker.session.timeout.ms", "6000"),
+        ("replica.lag.time.max.ms", "10000"),
+        ("controller.quorum.election.timeout.ms", "1000"),
+        ("controller.quorum.fetch.timeout.ms", "2000"),
+    ]
+    return format_properties(props, header=f"kraftpy jepsen: {node.role} {node.name} ({plan.network} network)")
+
+
+def write_configs(plan: Plan) -> list[Path]:
+    paths = []
+    for node in plan.nodes:
+        node.config.parent.mkdir(parents=True, exist_ok=True)
+        node.data_dir.mkdir(parents=True, exist_ok=True)
+        node.config.write_text(render_config(node, plan))
+        paths.append(node.config)
+    return paths
+
+
+# --- the kraftpy command ----------------------------------------------------------------------
+
+
+def default_kraftpy() -> list[str]:
+    return [sys.executable, "-m", "kraftpy"]
+
+
+def check_kraftpy(cmd: Sequence[str]) -> None:
+    """Fails with a clear message when the kraftpy command lacks what the runner starts."""
+    for sub in ("storage", "controller", "broker"):
+        try:
+            proc = subprocess.run([*cmd, sub, "--help"], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise HarnessError(f"cannot run `{shlex.join(cmd)}`: {e}") from e
+        if proc.returncode != 0:
+            detail = " ".join((proc.stderr or proc.stdout).split())[-300:]
+            raise HarnessError(
+                f"`kraftpy {sub}` is not available (`{shlex.join([*cmd, sub, '--help'])}` exited "
+                f"{proc.returncode}: {detail}). The Jepsen runner starts real `kraftpy controller` and "
+                f"`kraftpy broker` processes; it cannot run before both commands exist.")
+
+
+def format_storage(plan: Plan, cmd: Sequence[str]) -> None:
+    for node in plan.nodes:
+        proc = subprocess.run([*cmd, "storage", "format", "-c", str(node.config), "-t", plan.cluster_id],
+                              capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise HarnessError(f"kraftpy storage format failed for {node.name}: "
+                               f"{(proc.stderr or proc.stdout).strip()}")
+
+
+# --- the running cluster ------------------------------------------------------------------------
+
+
+@attrs.define
+class RunningNode:
+    spec: NodeSpec
+    process: subprocess.Popen | None = None
+    starts: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def role(self) -> str:
+        return self.spec.role
+
+    @property
+    def address(self) -> str:
+        return self.spec.host
+
+
+class ProcessCluster:
+    """The node processes (implements the nemesis's `Cluster`). Each node's output goes to
+    DIR/logs/NAME.log, appended across restarts."""
+
+    def __init__(self, plan: Plan, cmd: Sequence[str], *, topic: str,
+                 wrap: Callable[[str, list[str]], list[str]] = lambda name, c: c,
+                 log: Callable[[str], Any] = print) -> None:
+        self.plan = plan
+        self.cmd = list(cmd)
+        self.topic = topic
+        self.wrap = wrap
+        self.log = log
+        self._nodes = [RunningNode(spec) for spec in plan.nodes]
+        self._lock = threading.Lock()
+        (plan.out / "logs").mkdir(parents=True, exist_ok=True)
+
+    def nodes(self) -> list[RunningNode]:
+        return self._nodes
+
+    def node(self, name: str) -> RunningNode:
+        for n in self._nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def pids(self) -> dict[int, str]:
+        return {n.process.pid: n.name for n in self._nodes if n.process is not None and n.process.poll() is None}
+
+    def start(self, name: str) -> None:
+        node = self.node(name)
+        with self._lock:
+            if node.process is not None and node.process.poll() is None:
+                return
+            cmd = self.wrap(name, [*self.cmd, node.role, "--config", str(node.spec.config)])
+            logfile = open(self.plan.out / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - closed below
+            try:
+                logfile.write(f"\n--- start {node.starts + 1}: {shlex.join(cmd)}\n".encode())
+                logfile.flush()
+                node.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logfile,
+                                                stderr=subprocess.STDOUT, start_new_session=True)
+            finally:
+                logfile.close()
+            node.starts += 1
+
+    def start_all(self) -> None:
+        for n in self._nodes:
+            self.start(n.name)
+
+    def restart(self, name: str) -> None:
+        node = self.node(name)
+        if node.process is not None and node.process.poll() is None:
+            node.process.kill()
+            node.process.wait(timeout=10)
+        self.start(name)
+
+    def exited(self) -> list[str]:
+        return [f"{n.name} (exit {n.process.returncode})" for n in self._nodes
+                if n.process is not None and n.process.poll() is not None]
+
+    def stop_all(self, timeout: float = 10.0) -> None:
+        for n in self._nodes:
+            p = n.process
+            if p is not None and p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGCONT)
+                    p.terminate()
+        deadline = time.monotonic() + timeout
+        for n in self._nodes:
+            p = n.process
+            if p is None:
+                continue
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        path = self.plan.out / "logs" / f"{name}.log"
+        try:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    # what the nemesis asks
+
+    def active_controller(self) -> str | None:
+        """The quorum leader, from `kraftpy quorum status` (Kafka's `LeaderId: N`, or a JSON
+        `leader_id`); None when it cannot tell (the nemesis then uses the scheduled node)."""
+        for c in self.plan.controllers:
+            try:
+                proc = subprocess.run([*self.cmd, "quorum", "status", "--bootstrap-controller", c.advertised],
+                                      capture_output=True, text=True, timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if proc.returncode != 0:
+                continue
+            m = re.search(r"(?:LeaderId|leader_id)\"?\s*[:=]\s*(\d+)", proc.stdout)
+            if m:
+                leader = int(m.group(1))
+                for spec in self.plan.controllers:
+                    if spec.node_id == leader:
+                        return spec.name
+        return None
+
+    def partition_leader(self, partition: int) -> str | None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.plan.bootstrap})
+        md = admin.list_topics(self.topic, timeout=3)
+        t = md.topics.get(self.topic)
+        if t is None or partition not in t.partitions:
+            return None
+        leader = t.partitions[partition].leader
+        for spec in self.plan.brokers:
+            if spec.node_id == leader:
+                return spec.name
+        return None
+
+
+def wait_for_cluster(plan: Plan, cluster: ProcessCluster, timeout: float, log: Callable[[str], Any]) -> None:
+    """Until every broker is in the metadata a broker answers with."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": plan.bootstrap, "socket.timeout.ms": 3000})
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        dead = cluster.exited()
+        if dead:
+            name = dead[0].split()[0]
+            raise HarnessError(f"node {dead[0]} exited while the cluster started; its log ends with:\n"
+                               f"{cluster.log_tail(name)}")
+        try:
+            md = admin.list_topics(timeout=2)
+            if len(md.brokers) >= len(plan.brokers):
+                log(f"cluster answers: {len(md.brokers)} brokers")
+                return
+            last = f"{len(md.brokers)} of {len(plan.brokers)} brokers registered"
+        except Exception as e:
+            last = str(e)
+        time.sleep(0.5)
+    raise HarnessError(f"the cluster did not answer within {timeout:.0f}s ({last}); logs in {plan.out / 'logs'}")
+
+
+def create_topic(plan: Plan, topic: str, timeout: float, log: Callable[[str], Any]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": plan.bootstrap})
+    new = NewTopic(topic, num_partitions=plan.partitions, replication_factor=plan.replication_factor,
+                   config={"min.insync.replicas": str(plan.min_insync)})
+    deadline = time.monotonic() + timeout
+    futures = admin.create_topics([new], request_timeout=10)
+    try:
+        futures[topic].result(timeout=timeout)
+    except Exception as e:
+        if "TOPIC_ALREADY_EXISTS" not in str(e):
+            raise HarnessError(f"creating topic {topic} failed: {e}") from e
+    while time.monotonic() < deadline:
+        t = admin.list_topics(topic, timeout=3).topics.get(topic)
+        if t is not None and t.error is None and len(t.partitions) == plan.partitions \
+                and all(p.leader >= 0 and len(p.isr) >= plan.min_insync for p in t.partitions.values()):
+            log(f"topic {topic}: {plan.partitions} partitions with leaders")
+            return
+        time.sleep(0.5)
+    raise HarnessError(f"topic {topic} has no leader for every partition after {timeout:.0f}s")
+
+
+# --- the workload --------------------------------------------------------------------------------
+
+# delivery errors after which the record certainly was not appended
+DEFINITE_FAILURES = {
+    "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "_INVALID_ARG", "MSG_SIZE_TOO_LARGE", "INVALID_REQUIRED_ACKS",
+    "TOPIC_AUTHORIZATION_FAILED", "UNKNOWN_TOPIC_OR_PART", "RECORD_LIST_TOO_LARGE", "INVALID_RECORD",
+}
+
+
+def classify_send_error(name: str) -> str:
+    """`fail` when the broker certainly did not append the record, `info` when it may have."""
+    return "fail" if name in DEFINITE_FAILURES else "info"
+
+
+def decode_value(raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    text = raw.decode(errors="replace")
+    return int(text) if text.isdigit() else text
+
+
+class Workload:
+    """Producer and consumer threads recording into `recorder` until `stop` is set."""
+
+    def __init__(self, plan: Plan, recorder: Recorder, *, topic: str, seed: int, producers: int,
+                 consumers: int, op_timeout: float, log: Callable[[str], Any]) -> None:
+        self.plan = plan
+        self.recorder = recorder
+        self.topic = topic
+        self.seed = seed
+        self.producers = producers
+        self.consumers = consumers
+        self.op_timeout = op_timeout
+        self.log = log
+        self.stop = threading.Event()
+        self._values = itertools.count()
+        self._processes = itertools.count()
+        self._lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+        self.errors: list[str] = []
+
+    def next_process(self) -> int:
+        with self._lock:
+            return next(self._processes)
+
+    def next_value(self) -> int:
+        with self._lock:
+            return next(self._values)
+
+    def producer_config(self) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": self.plan.bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "retries": 2147483647,
+            "linger.ms": 0,
+            "message.timeout.ms": int(self.op_timeout * 1000),
+            "request.timeout.ms": max(1000, int(self.op_timeout * 500)),
+            "topic.metadata.refresh.interval.ms": 2000,
+            "reconnect.backoff.max.ms": 1000,
+        }
+
+    def consumer_config(self, process: int) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": self.plan.bootstrap,
+            "group.id": f"jepsen-{self.seed}-{process}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": 500,
+            "topic.metadata.refresh.interval.ms": 2000,
+            "reconnect.backoff.max.ms": 1000,
+        }
+
+    def start(self) -> None:
+        for i in range(self.producers):
+            self.threads.append(threading.Thread(target=self._guard, args=(self._produce, i),
+                                                 name=f"producer-{i}", daemon=True))
+        for i in range(self.consumers):
+            parts = [p for p in range(self.plan.partitions) if p % self.consumers == i]
+            if parts:
+                self.threads.append(threading.Thread(target=self._guard, args=(self._consume, parts),
+                                                     name=f"consumer-{i}", daemon=True))
+        for t in self.threads:
+            t.start()
+
+    def join(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=self.op_timeout * 3 + 10)
+            if t.is_alive():
+                self.errors.append(f"{t.name} did not stop")
+
+    def _guard(self, fn: Callable[..., None], arg: Any) -> None:
+        try:
+            fn(arg)
+        except Exception as e:
+            self.errors.append(f"{threading.current_thread().name}: {e!r}")
+            self.log(f"worker failed: {e!r}")
+
+    def _produce(self, worker: int) -> None:
+        from confluent_kafka import KafkaException, Producer
+
+        rnd = random.Random(f"{self.seed}-producer-{worker}")
+        producer = Producer(self.producer_config())
+        process = self.next_process()
+        while not self.stop.is_set():
+            value = self.next_value()
+            partition = rnd.randrange(self.plan.partitions)
+            key = f"k{partition}"
+            fields = dict(value=value, key=key, partition=partition)
+            self.recorder.invoke(SEND, process, **fields)
+            outcome: dict[str, Any] = {}
+            done = threading.Event()
+
+            def on_delivery(err: Any, msg: Any, outcome: dict[str, Any] = outcome, done: threading.Event = done) -> None:
+                if err is None:
+                    outcome.update(type="ok", offset=msg.offset(), partition=msg.partition())
+                else:
+                    outcome.update(type=classify_send_error(err.name()), error=err.name())
+                done.set()
+
+            try:
+                producer.produce(self.topic, key=key.encode(), value=str(value).encode(), partition=partition,
+                                 on_delivery=on_delivery)
+            except (BufferError, KafkaException) as e:
+                self.recorder.fail(SEND, process, error=f"produce: {e}", **fields)
+                continue
+            deadline = time.monotonic() + self.op_timeout + 5
+            while not done.is_set() and time.monotonic() < deadline:
+                producer.poll(0.1)
+            if not done.is_set():
+                self.recorder.info(SEND, process, error="no delivery report", **fields)
+            elif outcome["type"] == "ok":
+                self.recorder.ok(SEND, process, value=value, key=key, partition=outcome["partition"],
+                                 offset=outcome["offset"])
+                continue
+            else:
+                self.recorder.complete(outcome["type"], SEND, process, error=outcome["error"], **fields)
+                if outcome["type"] == "fail":
+                    continue
+            # indeterminate: a new process, and a new producer (the old one may still deliver)
+            process = self.next_process()
+            producer.flush(0)
+            producer = Producer(self.producer_config())
+        producer.flush(self.op_timeout)
+
+    def _consume(self, partitions: list[int]) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        positions = {p: OFFSET_BEGINNING for p in partitions}
+        while not self.stop.is_set():
+            process = self.next_process()
+            consumer = Consumer(self.consumer_config(process))
+            consumer.assign([TopicPartition(self.topic, p, positions[p]) for p in partitions])
+            try:
+                while not self.stop.is_set():
+                    self.recorder.invoke(POLL, process)
+                    try:
+                        msgs = consumer.consume(num_messages=200, timeout=1.0)
+                    except Exception as e:
+                        self.recorder.info(POLL, process, error=f"consume: {e}")
+                        break
+                    records = []
+                    error = None
+                    for m in msgs:
+                        if m.error() is not None:
+                            error = m.error().name()
+                            continue
+                        records.append((m.partition(), m.offset(), decode_value(m.value())))
+                        positions[m.partition()] = m.offset() + 1
+                    if error is not None and not records:
+                        self.recorder.info(POLL, process, error=error)
+                        break  # a new consumer (and process) resumes after the last record read
+                    self.recorder.ok(POLL, process, records=records, error=error)
+            finally:
+                consumer.close()
+
+    def final_read(self, timeout: float) -> None:
+        """Reads every partition from the beginning up to its high watermark."""
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        for p in range(self.plan.partitions):
+            process = self.next_process()
+            self.recorder.invoke(FINAL_READ, process, partition=p)
+            consumer = Consumer(self.consumer_config(process))
+            records: list[tuple[int, int, Any]] = []
+            deadline = time.monotonic() + timeout
+            high = None
+            try:
+                while high is None and time.monotonic() < deadline:
+                    with contextlib.suppress(Exception):
+                        _, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=3)
+                if high is None:
+                    self.recorder.info(FINAL_READ, process, partition=p, error="no high watermark")
+                    continue
+                consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING)])
+                last = -1
+                while last < high - 1 and time.monotonic() < deadline:
+                    for m in consumer.consume(num_messages=500, timeout=1.0):
+                        if m.error() is None:
+                            records.append((m.partition(), m.offset(), decode_value(m.value())))
+                            last = max(last, m.offset())
+                error = None if last >= high - 1 else f"incomplete: read up to {last}, high watermark {high}"
+                self.recorder.ok(FINAL_READ, process, partition=p, records=records, error=error)
+            finally:
+                consumer.close()
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def network_backend(kind: str, plan: Plan, cluster_pids: Callable[[], dict[int, str]],
+                    seed: int) -> Iterator[Any]:
+    if kind == "netns":
+        with nm.NetnsNetwork([n.name for n in plan.nodes]) as net:
+            for n in plan.nodes:
+                if net.addresses[n.name] != n.host:
+                    raise HarnessError(f"address plan mismatch for {n.name}")
+            yield net
+    elif kind == "proxy":
+        with ThreadedProxy(plan.proxy_routes(), identify=SocketOwners(cluster_pids), seed=seed) as proxy:
+            yield proxy
+    else:
+        yield None
+
+
+def choose_network(requested: str, kinds: Sequence[str]) -> str:
+    if requested == "auto":
+        return "netns" if nm.netns_available() is None else "proxy"
+    if requested == "netns":
+        reason = nm.netns_available()
+        if reason:
+            raise HarnessError(f"--network netns: {reason}")
+    if requested == "none" and any(k in ("partition", "link") for k in kinds):
+        raise HarnessError("partition and link faults need a network backend (--network netns or proxy)")
+    return requested
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m tests.jepsen.runner",
+                                 description="Run a Jepsen-style campaign against a fresh kraftpy cluster.")
+    ap.add_argument("--time-limit", type=float, default=60.0, help="seconds of workload (default 60)")
+    ap.add_argument("--nemesis", default="all",
+                    help="comma-separated fault kinds: kill, pause, partition, link, all, none (default all)")
+    ap.add_argument("--seed", type=int, default=None, help="seed of the schedule and workload (default: random)")
+    ap.add_argument("--out", type=Path, default=None, help="output directory (default jepsen-runs/seed-SEED)")
+    ap.add_argument("--nodes", type=int, default=3, help="controllers (default 3)")
+    ap.add_argument("--brokers", type=int, default=3, help="brokers (default 3)")
+    ap.add_argument("--partitions", type=int, default=3, help="partitions of the test topic (default 3)")
+    ap.add_argument("--topic", default="jepsen")
+    ap.add_argument("--interval", type=float, default=10.0, help="seconds between faults (default 10)")
+    ap.add_argument("--network", choices=NETWORKS, default="auto",
+                    help="netns (root), proxy, none; auto picks netns when it works, else proxy")
+    ap.add_argument("--producers", type=int, default=3)
+    ap.add_argument("--consumers", type=int, default=3)
+    ap.add_argument("--op-timeout", type=float, default=10.0, help="seconds before a send is indeterminate")
+    ap.add_argument("--base-port", type=int, default=19000, help="first port of the proxy/none layouts")
+    ap.add_argument("--startup-timeout", type=float, default=60.0)
+    ap.add_argument("--final-read-timeout", type=float, default=60.0)
+    ap.add_argument("--kraftpy", default=None, help="the kraftpy command (default: this python -m kraftpy)")
+    ap.add_argument("--dry-run", action="store_true", help="write the configurations and schedule, then stop")
+    return ap
+
+
+class Log:
+    def __init__(self, path: Path | None) -> None:
+        self.t0 = time.monotonic()
+        self.fh = open(path, "a") if path else None  # noqa: SIM115 - closed in close()
+
+    def __call__(self, message: str) -> None:
+        line = f"[{time.monotonic() - self.t0:8.2f}s] {message}"
+        print(line, file=sys.stderr, flush=True)
+        if self.fh:
+            self.fh.write(line + "\n")
+            self.fh.flush()
+
+    def close(self) -> None:
+        if self.fh:
+            self.fh.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    kinds = nm.parse_kinds(args.nemesis)
+    out = (args.out or Path("jepsen-runs") / f"seed-{seed}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    log = Log(out / "runner.log")
+    try:
+        network = choose_network(args.network, kinds)
+        plan = plan_cluster(out, seed=seed, controllers=args.nodes, brokers=args.brokers, network=network,
+                            base_port=args.base_port, partitions=args.partitions)
+        write_configs(plan)
+        faults = nm.schedule(seed, kinds, [c.name for c in plan.controllers], [b.name for b in plan.brokers],
+                             args.time_limit, interval=args.interval, partitions=args.partitions)
+        (out / "schedule.json").write_text(json.dumps(
+            {"seed": seed, "nemesis": list(kinds), "network": network, "time_limit": args.time_limit,
+             "faults": [f.to_json() for f in faults]}, indent=2) + "\n")
+        log(f"seed {seed}, nemesis {','.join(kinds) or 'none'}, network {network}, {len(faults)} faults, "
+            f"output in {out}")
+        if args.dry_run:
+            return 0
+        cmd = shlex.split(args.kraftpy) if args.kraftpy else default_kraftpy()
+        check_kraftpy(cmd)
+        format_storage(plan, cmd)
+        return _campaign(args, plan, cmd, faults, kinds, seed, log)
+    except HarnessError as e:
+        log(f"harness error: {e}")
+        return 2
+    finally:
+        log.close()
+
+
+def _campaign(args: argparse.Namespace, plan: Plan, cmd: list[str], faults: list[nm.Fault],
+              kinds: Sequence[str], seed: int, log: Log) -> int:
+    cluster = ProcessCluster(plan, cmd, topic=args.topic, log=log)
+    with network_backend(plan.network, plan, cluster.pids, seed) as net:
+        if isinstance(net, nm.NetnsNetwork):
+            cluster.wrap = net.wrap
+        try:
+            cluster.start_all()
+            wait_for_cluster(plan, cluster, args.startup_timeout, log)
+            create_topic(plan, args.topic, args.startup_timeout, log)
+            with open(plan.out / HISTORY, "w") as sink:
+                recorder = Recorder(sink)
+                workload = Workload(plan, recorder, topic=args.topic, seed=seed, producers=args.producers,
+                                    consumers=args.consumers, op_timeout=args.op_timeout, log=log)
+                nemesis = nm.Nemesis(cluster, net)
+                runner = nm.ScheduleRunner(faults, nemesis, recorder.nemesis, log=log)
+                workload.start()
+                runner.start()
+                time.sleep(args.time_limit)  # the workload's own duration
+                runner.abort()
+                runner.join()
+                nemesis.heal_all()
+                workload.join()
+                log(f"workload done: {len(recorder.ops)} ops; healed; final read")
+                for name in [n.name for n in cluster.nodes()]:
+                    if cluster.node(name).process is None or cluster.node(name).process.poll() is not None:
+                        cluster.restart(name)
+                wait_for_cluster(plan, cluster, args.startup_timeout, log)
+                workload.final_read(args.final_read_timeout)
+                history = recorder.ops
+        finally:
+            cluster.stop_all()
+    results = check(history, seed=seed, nemesis=list(kinds))
+    results["details"]["network"] = plan.network
+    results["details"]["harness_errors"] = runner.errors + workload.errors
+    write_report(history, results, plan.out)
+    sys.stdout.write((plan.out / "summary.txt").read_text())
+    return 0 if results["valid"] is True else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        nm.parse_kinds(args.nemesis)
+    except ValueError as e:
+        build_parser().error(str(e))
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

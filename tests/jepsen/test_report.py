@@ -1,0 +1,60 @@
+"""The report: results.json, summary.txt and the PNG from a synthetic history."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from tests.jepsen import report
+from tests.jepsen.checker import check
+from tests.jepsen.history import write_history
+from tests.jepsen.synthetic import Builder, synthetic_run
+
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+
+
+def test_fault_windows_pair_start_and_stop_and_close_open_ones():
+    b = Builder()
+    b.nemesis("start", {"id": 0, "kind": "kill", "variant": "one"}, at=1_000)
+    b.nemesis("stop", {"id": 0, "kind": "kill", "variant": "one"}, at=5_000)
+    b.nemesis("start", {"id": 1, "kind": "partition"}, at=9_000)
+    b.send(0, 1, 0, offset=0)
+    windows = report.fault_windows(b.ops)
+    assert [(w["label"], w["start"], w["stop"]) for w in windows] == [
+        ("kill one", 1_000, 5_000), ("partition", 9_000, b.ops[-1].time)]
+
+
+def test_results_and_summary(tmp_path):
+    history = synthetic_run(5, seconds=12)
+    results = check(history, seed=5, nemesis=["kill", "pause"])
+    report.write_report(history, results, tmp_path)
+    saved = json.loads((tmp_path / report.RESULTS).read_text())
+    for key in ("valid", "acked", "lost", "unseen", "duplicated", "inconsistent_offsets", "nonmonotonic",
+                "aborted_reads", "availability", "seed", "nemesis"):
+        assert key in saved
+    assert saved["seed"] == 5 and saved["nemesis"] == ["kill", "pause"]
+    summary = (tmp_path / report.SUMMARY).read_text()
+    assert "valid: True" in summary and "seed: 5" in summary
+    assert f"faults: {len(report.fault_windows(history))}" in summary
+
+
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib is not installed")
+def test_png_is_rendered(tmp_path):
+    history = synthetic_run(9, seconds=20)
+    written = report.write_report(history, check(history, seed=9, nemesis=["all"]), tmp_path)
+    png = written["plot"]
+    assert png is not None and png.exists()
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 10_000
+
+
+def test_report_main_rechecks_a_directory(tmp_path, capsys):
+    history = synthetic_run(2, seconds=6)
+    write_history(tmp_path / report.HISTORY, history)
+    (tmp_path / report.RESULTS).write_text(json.dumps({"seed": 2, "nemesis": ["link"]}))
+    assert report.main([str(tmp_path)]) == 0
+    assert json.loads((tmp_path / report.RESULTS).read_text())["nemesis"] == ["link"]
+    assert "valid: True" in capsys.readouterr().out
