@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from kraftpy.cli import config_cmd, storage
+from kraftpy.cli.dump_log import dump_log
 
 app = typer.Typer(
     name="kraftpy",
@@ -16,6 +17,7 @@ app = typer.Typer(
 
 app.add_typer(storage.app, name="storage")
 app.add_typer(config_cmd.app, name="config")
+app.command("dump-log")(dump_log)
 
 
 def main() -> None:

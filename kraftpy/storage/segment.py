@@ -1,0 +1,528 @@
+"""One log segment: a ``.log`` file of whole RecordBatches plus its two sparse indexes.
+
+Files, named by the segment's base offset as 20 zero-padded decimal digits::
+
+    00000000000000000000.log        RecordBatch v2 batches back to back, exactly as on the wire
+                                    (layout in kraftpy.protocol.batch_header); nothing else
+    00000000000000000000.index      see kraftpy.storage.index
+    00000000000000000000.timeindex  see kraftpy.storage.index
+    <any of the above>.deleted      a file being removed (retention, truncation); deleted on open
+
+Invariants, for the batches of one segment in file order: every batch's base offset is at
+least the base offset of the segment and at least the previous batch's next offset, and
+``last_offset - base_offset`` fits an int32 (the relative offsets of the indexes).
+
+Theory of operation. The segment keeps an open read/write descriptor on its ``.log`` (opened
+``O_APPEND``), knows its size and its next offset, and keeps the indexes up to date as batches
+are appended: every ``index_interval_bytes`` of data, the batch then appended gets an offset
+index entry and, if the running max timestamp grew, a time index entry. Reads turn an offset
+into a file position with the offset index and a short walk over batch headers, and hand back a
+:class:`FileRegion` for ``os.sendfile``. Each index entry used is checked against the header it
+points at; a mismatch rebuilds both indexes from the log. :meth:`LogSegment.recover` re-reads
+every batch with its CRC and cuts the file at the first one that fails.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import attrs
+
+from kraftpy.protocol.batch_header import (
+    HEADER_SIZE,
+    BatchHeader,
+    CorruptRecordError,
+    check_batch,
+    read_header,
+)
+from kraftpy.storage.index import (
+    INDEX_SUFFIX,
+    INT32_MAX,
+    TIME_INDEX_SUFFIX,
+    CorruptIndexError,
+    OffsetIndex,
+    TimeIndex,
+)
+
+LOG_SUFFIX = ".log"
+DELETED_SUFFIX = ".deleted"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+NO_TIMESTAMP = -1
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+
+def segment_file_name(base_offset: int, suffix: str = LOG_SUFFIX) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_segment_file_name(name: str, suffix: str = LOG_SUFFIX) -> int | None:
+    """The base offset of a segment file name with ``suffix``, or None for any other name."""
+    if not name.endswith(suffix):
+        return None
+    stem = name[: -len(suffix)]
+    if len(stem) != 20 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+@attrs.frozen
+class FileRegion:
+    """``length`` bytes of the file ``path`` from ``position``, readable through ``fd``.
+
+    The descriptor belongs to the segment: the region is valid until that segment is deleted
+    or closed, so send it right away (``os.sendfile``) or copy it (:meth:`read_bytes`).
+    ``first_offset`` is the base offset of the first batch in the region (the requested offset
+    for an empty region).
+    """
+
+    path: Path
+    fd: int
+    position: int
+    length: int
+    first_offset: int
+
+    def read_bytes(self) -> bytes:
+        chunks = []
+        position, remaining = self.position, self.length
+        while remaining:
+            chunk = os.pread(self.fd, remaining, position)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            position += len(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def sendfile(self, out_fd: int) -> int:
+        """Send the whole region to ``out_fd`` (blocking), returning the bytes sent."""
+        sent_total, position, remaining = 0, self.position, self.length
+        while remaining:
+            sent = os.sendfile(out_fd, self.fd, position, remaining)
+            if sent == 0:
+                break
+            sent_total += sent
+            position += sent
+            remaining -= sent
+        return sent_total
+
+
+@attrs.frozen
+class BatchInfo:
+    """What the segment needs to know about one batch of an append, read once by the log."""
+
+    position: int  # within the appended buffer
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    leader_epoch: int
+    record_count: int
+
+
+class LogSegment:
+    """A ``.log`` file and its indexes. Not thread-safe: the owning log serialises calls."""
+
+    def __init__(self, directory: Path, base_offset: int, fd: int, index_interval_bytes: int, now_ms: int):
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self._fd = fd
+        self.path = directory / segment_file_name(base_offset)
+        self.index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX), base_offset)
+        self.time_index = TimeIndex(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset)
+        self.size = 0
+        #: Offset after the last batch (base_offset when empty).
+        self.next_offset = base_offset
+        #: Largest batch max_timestamp, and the last offset of the first batch that reached it.
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = -1
+        #: max_timestamp of the first batch: what log.roll.ms counts from (as in Kafka).
+        self.first_batch_timestamp = NO_TIMESTAMP
+        self.created_ms = now_ms
+        self.last_modified_ms = now_ms
+        self._bytes_since_last_index_entry = 0
+        self._unsynced = False
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
+        """A new empty segment; any file left under its name is emptied."""
+        path = directory / segment_file_name(base_offset)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        segment = cls(directory, base_offset, fd, index_interval_bytes, now_ms)
+        segment.index.delete_file()
+        segment.time_index.delete_file()
+        segment._unsynced = True
+        return segment
+
+    @classmethod
+    def open(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
+        """Open an existing segment file; call :meth:`load` or :meth:`recover` next."""
+        path = directory / segment_file_name(base_offset)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        segment = cls(directory, base_offset, fd, index_interval_bytes, now_ms)
+        stat = os.fstat(fd)
+        segment.size = stat.st_size
+        segment.last_modified_ms = stat.st_mtime_ns // 1_000_000
+        return segment
+
+    def load(self, *, trust_indexes: bool) -> None:
+        """Set up the indexes without checking CRCs.
+
+        With ``trust_indexes`` the index files are loaded if they pass their checks and only the
+        tail after their last entry is walked; otherwise both are rebuilt from the log.
+        Raises CorruptRecordError when a batch header is unreadable (call :meth:`recover` then).
+        """
+        kept = self._load_index_files() if trust_indexes else 0
+        self._rebuild_indexes_from(kept)
+
+    def _load_index_files(self) -> int:
+        """Load both index files; the number of offset-index entries to keep (0: rebuild all)."""
+        try:
+            self.index.load(self.size)
+            self.time_index.load(self.base_offset + INT32_MAX + 1)
+        except (CorruptIndexError, OSError):
+            self.index.clear()
+            self.time_index.clear()
+            return 0
+        return len(self.index)
+
+    # -- walking the file ------------------------------------------------------------------------
+
+    def read_header_at(self, position: int) -> BatchHeader:
+        """The header of the batch at ``position``; the whole batch must lie inside the segment."""
+        data = os.pread(self._fd, HEADER_SIZE, position)
+        header = read_header(data)
+        if position + header.size > self.size:
+            raise CorruptRecordError(f"batch of {header.size} bytes runs past the end of {self.path.name}", position)
+        return header
+
+    def scan(
+        self,
+        start: int,
+        visit: Callable[[int, BatchHeader], None],
+        *,
+        verify_crc: bool,
+        end: int | None = None,
+    ) -> CorruptRecordError | None:
+        """Call ``visit(position, header)`` for each batch from ``start``, in order.
+
+        Stops at ``end`` (default: the file size) or at the first batch that is torn, has a bad
+        magic or (with ``verify_crc``) a bad CRC, or whose offsets break the segment's
+        invariants; returns that error (positions absolute) or None.
+        """
+        end = self.size if end is None else end
+        if end <= start:
+            return None
+        previous_next = self.base_offset
+        with mmap.mmap(self._fd, end, prot=mmap.PROT_READ) as mapped:
+            position = start
+            while position < end:
+                try:
+                    header = check_batch(mapped, position) if verify_crc else read_header(mapped, position)
+                    if position + header.size > end:
+                        raise CorruptRecordError(
+                            f"truncated batch: {header.size} bytes announced, {end - position} present", position
+                        )
+                    if header.last_offset_delta < 0:
+                        raise CorruptRecordError(f"negative last offset delta {header.last_offset_delta}", position)
+                    if header.base_offset < previous_next or header.last_offset - self.base_offset > INT32_MAX:
+                        raise CorruptRecordError(
+                            f"offset {header.base_offset} out of order in segment {self.base_offset}", position
+                        )
+                except CorruptRecordError as exc:
+                    return exc
+                visit(position, header)
+                previous_next = header.next_offset
+                position += header.size
+        return None
+
+    def _index_batch(self, position: int, size: int, last_offset: int, max_timestamp: int, may_index: bool) -> None:
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = last_offset
+        if may_index and self._bytes_since_last_index_entry > self.index_interval_bytes:
+            self.index.append(last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += size
+        self.next_offset = last_offset + 1
+        if position == 0:
+            self.first_batch_timestamp = max_timestamp
+
+    def _reset_tail_state(self, kept: int) -> int:
+        """Keep ``kept`` offset-index entries (and the time entries they cover); where to walk from."""
+        self.index.truncate_entries(kept)
+        self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, -1
+        self._bytes_since_last_index_entry = 0
+        self.next_offset = self.base_offset
+        self.first_batch_timestamp = NO_TIMESTAMP
+        if kept == 0:
+            self.time_index.clear()
+            return 0
+        last_offset, position = self.index.entry_at(kept - 1)
+        self.time_index.truncate_to_offset(last_offset + 1)
+        if self.time_index.last_entry is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
+        if self.size:
+            self.first_batch_timestamp = self.read_header_at(0).max_timestamp
+        return position
+
+    def _rebuild_indexes_from(self, kept: int) -> None:
+        """Keep the first ``kept`` index entries and re-index the file after them.
+
+        The kept entry must point at a batch ending at its offset, else everything is rebuilt.
+        Raises CorruptRecordError if a batch header after it is unreadable.
+        """
+        start = self._reset_tail_state(kept)
+        if kept:
+            entry_offset = self.index.entry_at(kept - 1)[0]
+            try:
+                valid = self.read_header_at(start).last_offset == entry_offset
+            except CorruptRecordError:
+                valid = False
+            if not valid:
+                start = self._reset_tail_state(0)
+        first = [start > 0]
+
+        def visit(position: int, header: BatchHeader) -> None:
+            # The batch at a kept entry's position is already indexed: count it, do not add it.
+            self._index_batch(position, header.size, header.last_offset, header.max_timestamp, not first[0])
+            first[0] = False
+
+        error = self.scan(start, visit, verify_crc=False)
+        if error is not None:
+            raise error
+
+    def rebuild_indexes(self) -> None:
+        self._rebuild_indexes_from(0)
+
+    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+        """Check every batch (size, magic, CRC, offsets), rebuild the indexes, cut at the first bad one.
+
+        Returns the number of bytes cut off (0 when the segment was whole).
+        """
+        self._reset_tail_state(0)
+
+        def visit(position: int, header: BatchHeader) -> None:
+            self._index_batch(position, header.size, header.last_offset, header.max_timestamp, True)
+            if on_batch is not None:
+                on_batch(header)
+
+        error = self.scan(0, visit, verify_crc=True)
+        if error is None:
+            return 0
+        valid = error.position or 0
+        cut = self.size - valid
+        os.ftruncate(self._fd, valid)
+        self.size = valid
+        self._unsynced = True
+        return cut
+
+    # -- appending -------------------------------------------------------------------------------
+
+    def append(self, parts: Sequence[bytes | bytearray | memoryview], batches: Sequence[BatchInfo],
+               now_ms: int) -> None:
+        """Write the whole batches described by ``batches``, given as ``parts`` to be written
+        back to back, with one ``os.writev`` call, then index them."""
+        if batches and batches[0].base_offset < self.next_offset:
+            raise ValueError(f"offset {batches[0].base_offset} is below segment end {self.next_offset}")
+        start = self.size
+        views = [memoryview(part) for part in parts]
+        total = sum(view.nbytes for view in views)
+        try:
+            written = os.writev(self._fd, views) if len(views) <= _IOV_MAX else 0
+            if written < total:
+                # Rare: a short write, or more parts than one writev takes; finish with plain writes.
+                rest = memoryview(b"".join(views))[written:]
+                while rest:
+                    rest = rest[os.write(self._fd, rest):]
+        except BaseException:
+            os.ftruncate(self._fd, start)
+            raise
+        self.size = start + total
+        self._unsynced = True
+        self.last_modified_ms = now_ms
+        for batch in batches:
+            self._index_batch(start + batch.position, batch.size, batch.last_offset, batch.max_timestamp, True)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _walk_to(self, position: int, offset: int) -> tuple[int, BatchHeader] | None:
+        while position < self.size:
+            header = self.read_header_at(position)
+            if header.last_offset >= offset:
+                return position, header
+            position += header.size
+        return None
+
+    def batches_from(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
+        """``(position, header)`` of each batch from ``position`` to the end (headers only, no CRC)."""
+        while position < self.size:
+            header = self.read_header_at(position)
+            yield position, header
+            position += header.size
+
+    def translate_offset(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= ``offset``, or None."""
+        for attempt in range(2):
+            entry, entry_offset, position = self.index.lookup(offset)
+            if entry < 0:
+                return self._walk_to(position, offset)
+            try:
+                header = self.read_header_at(position)
+            except CorruptRecordError:
+                header = None
+            if header is not None and header.last_offset == entry_offset:
+                # The entry's batch ends at entry_offset <= offset: it is the answer when equal.
+                if entry_offset == offset:
+                    return position, header
+                return self._walk_to(position + header.size, offset)
+            if attempt == 0:
+                self.rebuild_indexes()
+        raise AssertionError("unreachable: a rebuilt index always matches its log")
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+        whole_batches: bool = False,
+    ) -> FileRegion | None:
+        """The region starting at the batch holding ``start_offset``, or None if it is past this segment.
+
+        ``max_bytes`` bounds the length, except that with ``min_one_batch`` a first batch larger
+        than it is returned whole. Only batches whose last offset is below ``max_offset`` are
+        included. Like Kafka, the region may end inside a batch unless ``whole_batches``.
+        """
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        position, first = found
+        end = self.size
+        if max_offset is not None:
+            bound = self.translate_offset(max_offset)
+            if bound is not None:
+                end = bound[0]
+        limit = max(max_bytes, first.size) if min_one_batch else max_bytes
+        length = max(0, min(end - position, limit))
+        if whole_batches and length:
+            whole, cursor = 0, position
+            while cursor < position + length:
+                header = first if cursor == position else self.read_header_at(cursor)
+                if whole + header.size > length:
+                    break
+                whole += header.size
+                cursor += header.size
+            length = whole
+        return FileRegion(self.path, self._fd, position, length, first.base_offset if length else start_offset)
+
+    def find_by_timestamp(self, timestamp: int) -> tuple[int, BatchHeader] | None:
+        """The first batch whose max_timestamp is >= ``timestamp``, or None."""
+        if self.max_timestamp < timestamp:
+            return None
+        for attempt in range(2):
+            result = self._find_by_timestamp(timestamp)
+            if result is not False:
+                return result
+            if attempt == 0:
+                self.rebuild_indexes()
+        raise AssertionError("unreachable: a rebuilt index always matches its log")
+
+    def _find_by_timestamp(self, timestamp: int) -> tuple[int, BatchHeader] | None | bool:
+        """As find_by_timestamp, or False when an index entry used does not match the log."""
+        entry = self.time_index.lookup(timestamp)
+        position, verified = 0, True
+        if entry is not None:
+            entry_ts, entry_offset = entry
+            index_entry, index_offset, position = self.index.lookup(entry_offset)
+            verified = False
+            if index_entry >= 0:
+                try:
+                    if self.read_header_at(position).last_offset != index_offset:
+                        return False
+                except CorruptRecordError:
+                    return False
+        while position < self.size:
+            header = self.read_header_at(position)
+            if not verified:
+                if header.last_offset == entry_offset:
+                    if header.max_timestamp != entry_ts:
+                        return False
+                    verified = True
+                elif header.last_offset > entry_offset:
+                    return False
+            if header.max_timestamp >= timestamp:
+                return (position, header) if verified else False
+            position += header.size
+        return None if verified else False
+
+    # -- truncation, durability, deletion --------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop the batch holding ``offset`` and everything after it; returns the bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position, _ = found
+        removed = self.size - position
+        os.ftruncate(self._fd, position)
+        self.size = position
+        self._unsynced = True
+        self.index.truncate_to_position(position)
+        self._rebuild_indexes_from(len(self.index))
+        self.index.save()
+        self.time_index.save()
+        return removed
+
+    def flush(self) -> None:
+        """fsync the data file if anything changed since the last fsync."""
+        if self._unsynced:
+            os.fsync(self._fd)
+            self._unsynced = False
+
+    def save_indexes(self, fsync: bool = False) -> None:
+        self.index.save(fsync)
+        self.time_index.save(fsync)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def rename_to_deleted(self) -> None:
+        """Mark the files for deletion (the descriptor stays open); a crash leaves them for open to remove."""
+        new_path = self.path.with_name(self.path.name + DELETED_SUFFIX)
+        os.replace(self.path, new_path)
+        self.path = new_path
+        self.index.rename(self.index.path.with_name(self.index.path.name + DELETED_SUFFIX))
+        self.time_index.rename(self.time_index.path.with_name(self.time_index.path.name + DELETED_SUFFIX))
+
+    def delete(self) -> None:
+        """Close and remove the files (whatever their current names)."""
+        self.close()
+        self.path.unlink(missing_ok=True)
+        self.index.delete_file()
+        self.time_index.delete_file()
+
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size == 0
+
+    @property
+    def largest_timestamp(self) -> int:
+        """What log.retention.ms compares with: the max timestamp, else the last modification time."""
+        return self.max_timestamp if self.max_timestamp >= 0 else self.last_modified_ms
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size}, next_offset={self.next_offset})"
