@@ -1,0 +1,162 @@
+"""The replicated log as the Raft core sees it: batches with one epoch each, and snapshots.
+
+The core never touches a file. It is handed an object that satisfies `RaftLog`: `MemoryRaftLog`
+(kraftpy.raft.memory_log) in tests and the simulation, an adapter over the segment-file log of
+kraftpy.storage in production.
+
+Offsets are contiguous from `start_offset` to `end_offset` (exclusive). A batch holds one or more
+records, all appended together with one leader epoch; log ends, fetch offsets, the high watermark
+and snapshot end offsets fall on batch boundaries, because batches are only ever appended,
+truncated and replicated whole. (A truncation point computed from epochs may fall inside a batch;
+the batch then goes whole.)
+
+Durability contract (the simulation crashes nodes against exactly this):
+
+- `append_as_leader` / `append_as_follower` may stay in memory; they are durable only once
+  `flush(up_to)` returned for an offset at or past their end. The core asks for that with the
+  `FlushLog` effect and never counts an unflushed entry as replicated.
+- `truncate_to` must be durable no later than the next `flush` (a crash before it may bring back
+  the truncated tail, which is the same as the truncation never having happened).
+- `create_snapshot` and `finish_snapshot_download` are durable when they return; a snapshot being
+  downloaded (`write_snapshot_chunk`) is not, and is forgotten by a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+
+@attrs.frozen
+class OffsetAndEpoch:
+    offset: int
+    epoch: int
+
+
+@attrs.frozen(order=True)
+class SnapshotId:
+    """Names the state after applying every record below `end_offset`; `epoch` is the epoch of the
+    last of those records (KIP-630). Orders by end offset, then epoch."""
+
+    end_offset: int
+    epoch: int
+
+
+@attrs.frozen
+class RecordBatch:
+    """Records appended atomically with one leader epoch.
+
+    `records` are opaque bytes. A control batch (`is_control`) is written by Raft itself: today only
+    the leader-change record a new leader appends (KIP-595); state machines skip such batches.
+    """
+
+    base_offset: int
+    epoch: int
+    records: tuple[bytes, ...] = attrs.field(converter=tuple)
+    is_control: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not self.records:
+            raise ValueError("a batch holds at least one record")
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + len(self.records) - 1
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + len(self.records)
+
+    @property
+    def size_in_bytes(self) -> int:
+        """A size estimate used for fetch limits: payload plus a fixed per-record overhead."""
+        return 61 + sum(len(r) + 8 for r in self.records)
+
+
+@runtime_checkable
+class RaftLog(Protocol):
+    """The log interface the core drives. All offsets are batch boundaries (see module doc)."""
+
+    @property
+    def start_offset(self) -> int:
+        """First offset still in the log; equals the latest snapshot's end offset once the prefix
+        before it was deleted, else 0."""
+        ...
+
+    @property
+    def end_offset(self) -> int:
+        """One past the last offset in the log (the next offset to be appended)."""
+        ...
+
+    @property
+    def last_fetched_epoch(self) -> int:
+        """Epoch of the last batch; the latest snapshot's epoch if the log holds no batch; else 0."""
+        ...
+
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
+        """The largest epoch E' <= `epoch` known to this log (batches or the snapshot at the start)
+        and the end offset of E' (the first offset of the next larger epoch, or `end_offset`).
+
+        If `epoch` is below every known epoch, returns (`start_offset`, `epoch`)."""
+        ...
+
+    def read(self, offset: int, max_bytes: int) -> list[RecordBatch]:
+        """Batches from the one holding `offset` on: at least one if `offset < end_offset`, then more
+        while the total stays within `max_bytes`. `start_offset <= offset <= end_offset`."""
+        ...
+
+    def append_as_leader(
+        self, records: Sequence[bytes], epoch: int, *, is_control: bool = False
+    ) -> RecordBatch:
+        """Append one batch at `end_offset` stamped with `epoch`; return it."""
+        ...
+
+    def append_as_follower(self, batches: Sequence[RecordBatch]) -> None:
+        """Append batches received from the leader as they are; the first starts at `end_offset`."""
+        ...
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding an offset at or above `offset` (`>= start_offset`). A batch
+        that straddles `offset` is removed whole, so `end_offset` may end up below `offset`."""
+        ...
+
+    def flush(self, up_to: int) -> None:
+        """Make everything below `up_to` durable (fsync)."""
+        ...
+
+    @property
+    def latest_snapshot_id(self) -> SnapshotId | None: ...
+
+    @property
+    def earliest_snapshot_id(self) -> SnapshotId | None:
+        """The snapshot the log starts at (its end offset is `start_offset`); None while the log
+        starts at offset 0."""
+        ...
+
+    def create_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        """Store a complete, durable snapshot of the state after `snapshot_id.end_offset`."""
+        ...
+
+    def delete_before_snapshot(self, snapshot_id: SnapshotId) -> None:
+        """Advance `start_offset` to the snapshot's end offset, dropping the batches below it."""
+        ...
+
+    def snapshot_size(self, snapshot_id: SnapshotId) -> int | None:
+        """Size in bytes of a complete snapshot, None if there is no such snapshot."""
+        ...
+
+    def read_snapshot(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> bytes:
+        """Up to `max_bytes` of a complete snapshot from byte `position`."""
+        ...
+
+    def write_snapshot_chunk(self, snapshot_id: SnapshotId, position: int, data: bytes) -> None:
+        """Add the next chunk of a snapshot being downloaded; `position` is the bytes written so far
+        (0 starts the download over)."""
+        ...
+
+    def finish_snapshot_download(self, snapshot_id: SnapshotId) -> None:
+        """Durably make the downloaded snapshot the latest and reset the log to start and end at its
+        end offset (every batch is dropped)."""
+        ...

@@ -1,0 +1,204 @@
+"""The KRaft RPCs, one frozen class each, with Kafka's names and fields (KIP-595, KIP-630, KIP-996).
+
+Kafka nests every one of these in Topics[] / Partitions[] arrays; the only Raft partition kraftpy
+runs is ``__cluster_metadata``-0, so the nesting is dropped and each message carries that one
+partition's fields at the top. Per-partition and top-level error codes are folded into one
+`error_code`. Directory ids and endpoint lists (dynamic quorums, KIP-853) are not carried.
+
+Requests carry `cluster_id`; a receiver answers INCONSISTENT_CLUSTER_ID when it is set and differs
+from its own. Responses name the current leader (`leader_id`, `leader_epoch`, -1 when unknown) so
+a node that is behind learns of the new epoch from any answer.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from kraftpy.raft.log import RecordBatch, SnapshotId
+
+NO_LEADER = -1
+
+
+@attrs.frozen
+class VoteRequest:
+    """Asks `voter_id` for its vote for `candidate_id` in `candidate_epoch`.
+
+    With `pre_vote` (KIP-996) nothing is persisted or bumped on either side: `candidate_epoch` is the
+    epoch the sender would stand in (its epoch + 1) and a grant only says "I would vote for you"."""
+
+    is_request: ClassVar[bool] = True
+    cluster_id: str | None
+    voter_id: int
+    candidate_epoch: int
+    candidate_id: int
+    last_offset_epoch: int
+    last_offset: int
+    pre_vote: bool = False
+
+
+@attrs.frozen
+class VoteResponse:
+    is_request: ClassVar[bool] = False
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+    vote_granted: bool
+
+
+@attrs.frozen
+class BeginQuorumEpochRequest:
+    """Sent by a newly elected leader to every voter so that they stop waiting for an election."""
+
+    is_request: ClassVar[bool] = True
+    cluster_id: str | None
+    voter_id: int
+    leader_id: int
+    leader_epoch: int
+
+
+@attrs.frozen
+class BeginQuorumEpochResponse:
+    is_request: ClassVar[bool] = False
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+
+
+@attrs.frozen
+class EndQuorumEpochRequest:
+    """Sent by a leader that steps down; `preferred_successors` lists voters by log end offset,
+    largest first, so the most up-to-date one starts the next election first."""
+
+    is_request: ClassVar[bool] = True
+    cluster_id: str | None
+    leader_id: int
+    leader_epoch: int
+    preferred_successors: tuple[int, ...] = attrs.field(converter=tuple, default=())
+
+
+@attrs.frozen
+class EndQuorumEpochResponse:
+    is_request: ClassVar[bool] = False
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+
+
+@attrs.frozen
+class FetchRequest:
+    """Pull replication: `fetch_offset` is the fetcher's log end offset and `last_fetched_epoch`
+    the epoch of the batch just below it; the leader checks the two against its own log."""
+
+    is_request: ClassVar[bool] = True
+    cluster_id: str | None
+    replica_id: int
+    max_wait_ms: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int = -1
+    max_bytes: int = 0x7FFFFFFF
+
+
+@attrs.frozen
+class EpochEndOffset:
+    epoch: int
+    end_offset: int
+
+
+@attrs.frozen
+class FetchResponse:
+    """Exactly one of: `records` (possibly empty), `diverging_epoch` (truncate and fetch again) or
+    `snapshot_id` (fetch that snapshot first), unless `error_code` is set."""
+
+    is_request: ClassVar[bool] = False
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    diverging_epoch: EpochEndOffset | None = None
+    snapshot_id: SnapshotId | None = None
+    records: tuple[RecordBatch, ...] = attrs.field(converter=tuple, default=())
+
+
+@attrs.frozen
+class FetchSnapshotRequest:
+    is_request: ClassVar[bool] = True
+    cluster_id: str | None
+    replica_id: int
+    current_leader_epoch: int
+    snapshot_id: SnapshotId
+    position: int
+    max_bytes: int = 0x7FFFFFFF
+
+
+@attrs.frozen
+class FetchSnapshotResponse:
+    is_request: ClassVar[bool] = False
+    error_code: int
+    leader_id: int
+    leader_epoch: int
+    snapshot_id: SnapshotId | None = None
+    size: int = -1
+    position: int = -1
+    unaligned_records: bytes = b""
+
+
+@attrs.frozen
+class DescribeQuorumRequest:
+    is_request: ClassVar[bool] = True
+
+
+@attrs.frozen
+class ReplicaState:
+    replica_id: int
+    log_end_offset: int
+    #: Milliseconds on the leader's clock; -1 if never.
+    last_fetch_timestamp: int = -1
+    last_caught_up_timestamp: int = -1
+
+
+@attrs.frozen
+class DescribeQuorumResponse:
+    is_request: ClassVar[bool] = False
+    error_code: int
+    leader_id: int = NO_LEADER
+    leader_epoch: int = -1
+    high_watermark: int = -1
+    current_voters: tuple[ReplicaState, ...] = attrs.field(converter=tuple, default=())
+    observers: tuple[ReplicaState, ...] = attrs.field(converter=tuple, default=())
+    error_message: str | None = None
+
+
+Request = (
+    VoteRequest
+    | BeginQuorumEpochRequest
+    | EndQuorumEpochRequest
+    | FetchRequest
+    | FetchSnapshotRequest
+    | DescribeQuorumRequest
+)
+Response = (
+    VoteResponse
+    | BeginQuorumEpochResponse
+    | EndQuorumEpochResponse
+    | FetchResponse
+    | FetchSnapshotResponse
+    | DescribeQuorumResponse
+)
+Message = Request | Response
+
+
+@attrs.frozen
+class Received:
+    """A message as handed to `RaftCore.step`: who sent it and the correlation id of the exchange.
+
+    For a response, `correlation_id` is the one of the `Send` that carried the request; for a
+    request, the core echoes it in the `Send` of its response."""
+
+    source: int
+    correlation_id: int
+    message: Message

@@ -1,0 +1,47 @@
+"""Reading and atomically replacing the quorum-state file: the only file I/O in kraftpy.raft.
+
+The driver calls `write_quorum_state_file` for every PersistQuorumState effect and waits for it
+before applying the next effect: write a temporary file, fsync it, rename it over the old one,
+fsync the directory, so that after a crash the file holds either the old or the new state, whole.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from kraftpy.raft.effects import ElectionState
+from kraftpy.raft.quorum_state_file import decode_quorum_state, encode_quorum_state
+
+FILE_NAME = "quorum-state"
+
+
+def write_quorum_state_file(path: Path, state: ElectionState, voters: Iterable[int]) -> None:
+    data = encode_quorum_state(state, voters)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read_quorum_state_file(path: Path, voters: Iterable[int] | None = None) -> ElectionState | None:
+    """The persisted election state, None if the file does not exist (a fresh node). A leftover
+    temporary file from a crash mid-write is ignored: the rename never happened."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return decode_quorum_state(raw, voters)

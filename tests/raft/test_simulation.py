@@ -1,0 +1,149 @@
+"""Deterministic simulation of whole clusters under faults (see tests/helpers/raft_sim.py).
+
+- `test_simulation_seeds` runs KRAFTPY_SIM_SEEDS seeds (default 300) starting at
+  KRAFTPY_SIM_BASE_SEED (default 0): 1, 3 or 5 voters plus 0-2 observers, three simulated minutes
+  of drops, duplicates, delays, partitions, crashes (also mid-way through applying effects),
+  restarts, clock jumps, snapshots and resignations, then healing, after which a leader must
+  commit on every node within 30 simulated seconds. Set KRAFTPY_SIM_SEEDS=5000 for a soak.
+- `test_replay_seed` replays the one seed in KRAFTPY_SIM_SEED; every failure prints that line.
+- `test_hypothesis_seeds` and `TestClusterMachine` let hypothesis pick seeds and build schedules
+  step by step (and shrink them).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from tests.helpers.raft_sim import InvariantViolation, SimCluster, run_seed
+
+FAULT_SECONDS = float(os.environ.get("KRAFTPY_SIM_FAULT_SECONDS", "180"))
+
+
+def replay_line(seed: int) -> str:
+    return f"KRAFTPY_SIM_SEED={seed} .venv/bin/pytest tests/raft/test_simulation.py::test_replay_seed"
+
+
+def check_seed(seed: int) -> None:
+    try:
+        run_seed(seed, fault_seconds=FAULT_SECONDS)
+    except InvariantViolation as exc:
+        raise AssertionError(
+            f"simulation seed {seed} failed; replay with:\n  {replay_line(seed)}\n{exc}"
+        ) from None
+
+
+def test_simulation_seeds() -> None:
+    count = int(os.environ.get("KRAFTPY_SIM_SEEDS", "300"))
+    base = int(os.environ.get("KRAFTPY_SIM_BASE_SEED", "0"))
+    for seed in range(base, base + count):
+        check_seed(seed)
+
+
+@pytest.mark.skipif("KRAFTPY_SIM_SEED" not in os.environ, reason="set KRAFTPY_SIM_SEED to replay one seed")
+def test_replay_seed() -> None:
+    check_seed(int(os.environ["KRAFTPY_SIM_SEED"]))
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(seed=st.integers(min_value=10**6, max_value=2**40))
+def test_hypothesis_seeds(seed: int) -> None:
+    check_seed(seed)
+
+
+def test_same_seed_same_history() -> None:
+    assert run_seed(42, fault_seconds=20) == run_seed(42, fault_seconds=20)
+
+
+class ClusterMachine(RuleBasedStateMachine):
+    """Hypothesis builds the fault schedule rule by rule; the checker runs after every event."""
+
+    @initialize(
+        seed=st.integers(0, 2**32),
+        voters=st.sampled_from([1, 3, 5]),
+        observers=st.integers(0, 2),
+    )
+    def setup(self, seed: int, voters: int, observers: int) -> None:
+        self.cluster = SimCluster(seed, voters=voters, observers=observers)
+        self.ids = sorted(self.cluster.nodes)
+
+    @rule(seconds=st.floats(0.01, 4.0))
+    def advance(self, seconds: float) -> None:
+        self.cluster.run_for(seconds)
+
+    @rule()
+    def propose(self) -> None:
+        self.cluster.propose()
+
+    @rule(index=st.integers(0, 6))
+    def crash(self, index: int) -> None:
+        self.cluster.crash(self.cluster.nodes[self.ids[index % len(self.ids)]])
+
+    @rule()
+    def restart_all(self) -> None:
+        for node in self.cluster.nodes.values():
+            self.cluster.restart(node)
+
+    @rule(data=st.data())
+    def partition(self, data: st.DataObject) -> None:
+        side = data.draw(st.sets(st.sampled_from(self.ids)))
+        self.cluster.partition([set(side), set(self.ids) - set(side)])
+
+    @precondition(lambda self: len(self.ids) > 1)
+    @rule(data=st.data())
+    def block_one_way(self, data: st.DataObject) -> None:
+        src, dst = data.draw(st.lists(st.sampled_from(self.ids), min_size=2, max_size=2, unique=True))
+        self.cluster.block_one_way(src, dst)
+
+    @rule(
+        drop=st.sampled_from([0.0, 0.1, 0.3]),
+        dup=st.sampled_from([0.0, 0.1]),
+        spike=st.sampled_from([0.0, 0.1]),
+    )
+    def network_quality(self, drop: float, dup: float, spike: float) -> None:
+        self.cluster.drop_rate, self.cluster.dup_rate, self.cluster.spike_rate = drop, dup, spike
+
+    @rule(index=st.integers(0, 6), jump=st.floats(-2.0, 5.0))
+    def clock_jump(self, index: int, jump: float) -> None:
+        self.cluster.nodes[self.ids[index % len(self.ids)]].clock_offset += jump
+
+    @rule(index=st.integers(0, 6), delete=st.booleans())
+    def snapshot(self, index: int, delete: bool) -> None:
+        self.cluster.take_snapshot(self.cluster.nodes[self.ids[index % len(self.ids)]], delete)
+
+    @rule()
+    def resign(self) -> None:
+        leader = self.cluster.leader()
+        if leader is not None and leader.core is not None:
+            self.cluster.apply(leader, leader.core.resign(self.cluster.local_time(leader)))
+
+    @invariant()
+    def safe(self) -> None:
+        self.cluster.checker.check_all()
+
+    def teardown(self) -> None:
+        cluster = getattr(self, "cluster", None)
+        if cluster is None:
+            return
+        cluster.heal()
+        for node in cluster.nodes.values():
+            cluster.restart(node)
+        target = None
+        for _ in range(300):
+            cluster.run_for(0.1)
+            if target is not None and cluster.all_caught_up(target):
+                return
+            if target is None or cluster.checker.committed_end <= target:
+                proposed = cluster.propose(tag="heal")
+                target = proposed[1] if proposed is not None and target is None else target
+        raise InvariantViolation(f"no commit on every node 30s after healing\n{cluster.failure_report()}")
+
+
+TestClusterMachine = ClusterMachine.TestCase
+TestClusterMachine.settings = settings(
+    max_examples=20, stateful_step_count=25, deadline=None, derandomize=True
+)
