@@ -23,6 +23,7 @@ Durability contract (the simulation crashes nodes against exactly this):
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -73,6 +74,31 @@ class RecordBatch:
     def size_in_bytes(self) -> int:
         """A size estimate used for fetch limits: payload plus a fixed per-record overhead."""
         return 61 + sum(len(r) + 8 for r in self.records)
+
+
+def end_offset_for_epoch(
+    epoch_starts: Sequence[tuple[int, int]],
+    snapshot: SnapshotId | None,
+    start_offset: int,
+    end_offset: int,
+    epoch: int,
+) -> OffsetAndEpoch:
+    """`RaftLog.end_offset_for_epoch` for any log that knows its (epoch, first offset) changes.
+
+    ``epoch_starts`` lists the epochs of the batches in the log with their first offsets, epochs
+    increasing. The snapshot at the log start stands for the epochs it swallowed: its epoch ends no
+    earlier than the log start.
+    """
+    starts = list(epoch_starts)
+    if snapshot is not None and snapshot.end_offset == start_offset and (not starts or starts[0][0] > snapshot.epoch):
+        starts.insert(0, (snapshot.epoch, start_offset))
+    idx = bisect.bisect_right(starts, epoch, key=lambda entry: entry[0]) - 1
+    if idx < 0:
+        if not starts:
+            return OffsetAndEpoch(offset=end_offset, epoch=0)
+        return OffsetAndEpoch(offset=starts[0][1], epoch=epoch)
+    end = starts[idx + 1][1] if idx + 1 < len(starts) else end_offset
+    return OffsetAndEpoch(offset=end, epoch=starts[idx][0])
 
 
 @runtime_checkable

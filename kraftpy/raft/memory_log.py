@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from kraftpy.raft.log import OffsetAndEpoch, RecordBatch, SnapshotId
+from kraftpy.raft.log import OffsetAndEpoch, RecordBatch, SnapshotId, end_offset_for_epoch
 
 
 class MemoryRaftLog:
@@ -54,18 +54,7 @@ class MemoryRaftLog:
         return 0
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
-        starts = list(self._epoch_starts)
-        snap = self._latest_snapshot
-        if snap is not None and snap.end_offset == self._start and (not starts or starts[0][0] > snap.epoch):
-            # The snapshot at the log start stands for the epochs it swallowed; its last one ends no
-            # earlier than the log start.
-            starts.insert(0, (snap.epoch, self._start))
-        idx = bisect.bisect_right(starts, epoch, key=lambda entry: entry[0]) - 1
-        if idx < 0:
-            first = starts[0][1] if starts else self.end_offset
-            return OffsetAndEpoch(offset=first if starts else self.end_offset, epoch=epoch if starts else 0)
-        end = starts[idx + 1][1] if idx + 1 < len(starts) else self.end_offset
-        return OffsetAndEpoch(offset=end, epoch=starts[idx][0])
+        return end_offset_for_epoch(self._epoch_starts, self._latest_snapshot, self._start, self.end_offset, epoch)
 
     def _index_of(self, offset: int) -> int:
         idx = bisect.bisect_right(self._bases, offset) - 1

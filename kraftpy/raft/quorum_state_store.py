@@ -7,34 +7,18 @@ fsync the directory, so that after a crash the file holds either the old or the 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from kraftpy.raft.effects import ElectionState
 from kraftpy.raft.quorum_state_file import decode_quorum_state, encode_quorum_state
+from kraftpy.storage.fsutil import write_atomic
 
 FILE_NAME = "quorum-state"
 
 
 def write_quorum_state_file(path: Path, state: ElectionState, voters: Iterable[int]) -> None:
-    data = encode_quorum_state(state, voters)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomic(path, encode_quorum_state(state, voters))
 
 
 def read_quorum_state_file(path: Path, voters: Iterable[int] | None = None) -> ElectionState | None:
