@@ -1,25 +1,14 @@
 """Error codes carried by the KRaft RPCs and the exceptions the core raises.
 
-The numeric codes are Kafka's, so that a response read by a Kafka tool means the same thing.
+The codes are Kafka's own (kraftpy.protocol.errors), so that a response means the same thing
+on both planes.
 """
 
 from __future__ import annotations
 
-import enum
+from kraftpy.protocol.errors import ErrorCode
 
-
-class ErrorCode(enum.IntEnum):
-    UNKNOWN_SERVER_ERROR = -1
-    NONE = 0
-    NOT_LEADER_OR_FOLLOWER = 6
-    BROKER_NOT_AVAILABLE = 8
-    INVALID_REQUEST = 42
-    FENCED_LEADER_EPOCH = 74
-    UNKNOWN_LEADER_EPOCH = 75
-    INCONSISTENT_VOTER_SET = 94
-    SNAPSHOT_NOT_FOUND = 98
-    POSITION_OUT_OF_RANGE = 99
-    INCONSISTENT_CLUSTER_ID = 104
+__all__ = ["ErrorCode", "IllegalTransitionError", "NotLeaderError", "RaftError", "RaftInvariantError"]
 
 
 class RaftError(Exception):

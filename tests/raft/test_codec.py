@@ -115,4 +115,4 @@ def test_missing_field_is_rejected() -> None:
 
 def test_nested_struct_cannot_pose_as_message() -> None:
     with pytest.raises(codec.CodecError):
-        codec.decode(codec._encode_value(SnapshotId(1, 1)))
+        codec.decode(codec._WIRE.encode(SnapshotId(1, 1)))

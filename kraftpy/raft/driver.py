@@ -1,0 +1,227 @@
+"""The trio driver of a `RaftCore`: the only code that awaits on the core's behalf.
+
+Theory of operation. The core is a pure state machine; the driver feeds it and carries out what it
+asks, in order:
+
+- time: one task waits until ``core.next_deadline()`` (or until something else touched the core)
+  and calls ``tick``;
+- inbound requests arrive through the control-plane server (`handle_request`): the driver gives
+  each a fresh correlation id, steps the core, and answers with the response the core addresses
+  to that (source, correlation id) — at once, or later for a held Fetch (long poll);
+- outbound requests (``Send`` of a request) go to the destination voter's address over a
+  `ControlClient`, in a task of their own; the answer is stepped into the core with the request's
+  correlation id. A lost request needs no handling here: the core's own timers retry;
+- ``PersistQuorumState`` and ``FlushLog`` are made durable (in a worker thread) before the next
+  effect is applied, so no message ever vouches for a vote or log entry a crash could lose;
+- ``Commit``, ``LeaderChange`` and ``SnapshotLoaded`` go to the listener, in order.
+
+One lock serialises every core call together with the application of its effects.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Protocol
+
+import trio
+
+from kraftpy.logs import get_logger
+from kraftpy.raft import codec
+from kraftpy.raft.core import ProposeResult, RaftCore
+from kraftpy.raft.effects import (
+    Commit,
+    Effect,
+    FlushLog,
+    LeaderChange,
+    PersistQuorumState,
+    Send,
+    SnapshotLoaded,
+)
+from kraftpy.raft.messages import DescribeQuorumResponse, Message, Received
+from kraftpy.raft.quorum_state_store import write_quorum_state_file
+from kraftpy.rpc.control import ControlClient, RequestTimeout, RpcError
+
+RAFT_API = "raft"
+#: Correlation ids the driver gives inbound requests; the core numbers its own below 2**31.
+_INBOUND_IDS_START = 1 << 32
+
+
+class RaftListener(Protocol):
+    """What the state machine above Raft hears, in log order. Called with the driver's lock held:
+    keep it quick and do not call back into the driver."""
+
+    def handle_commit(self, commit: Commit) -> None: ...
+
+    def handle_leader_change(self, change: LeaderChange) -> None: ...
+
+    def handle_snapshot_loaded(self, effect: SnapshotLoaded) -> None: ...
+
+
+def encode_envelope(source: int, message: Message) -> dict[str, Any]:
+    return {"source": source, "message": codec.encode(message)}
+
+
+def decode_envelope(body: dict[str, Any]) -> tuple[int, Message]:
+    try:
+        return int(body["source"]), codec.decode(body["message"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RpcError("INVALID_REQUEST", f"not a Raft message: {exc}") from None
+
+
+def decode_response(body: dict[str, Any]) -> Message:
+    try:
+        return codec.decode(body["message"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RpcError("INVALID_RESPONSE", f"not a Raft message: {exc}") from None
+
+
+class RaftDriver:
+    def __init__(self, core: RaftCore, *, voter_addresses: dict[int, tuple[str, int]],
+                 quorum_state_path: Path, listener: RaftListener, request_timeout: float = 2.0) -> None:
+        self.core = core
+        self.voter_addresses = voter_addresses
+        self.quorum_state_path = quorum_state_path
+        self.listener = listener
+        self.request_timeout = request_timeout
+        self.log = get_logger("raft", node_id=core.node_id)
+        self._lock = trio.Lock()
+        self._wakeup = trio.Event()
+        self._replies: dict[tuple[int, int], list[Any]] = {}
+        self._inbound_ids = itertools.count(_INBOUND_IDS_START)
+        self._clients: dict[int, ControlClient] = {}
+        self._nursery: trio.Nursery | None = None
+        self._sends_in_flight = 0
+        self._sends_done = trio.Event()
+        self._started = trio.Event()
+
+    # -- running ---------------------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Drive the core until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            async with self._lock:
+                await self._apply(self.core.start(trio.current_time()))
+            self._started.set()
+            task_status.started()
+            while True:
+                with trio.move_on_at(self.core.next_deadline()):
+                    await self._wakeup.wait()
+                async with self._lock:
+                    await self._apply(self.core.tick(trio.current_time()))
+                    # Our own apply set the event; anything that touches the core later sets it anew.
+                    self._wakeup = trio.Event()
+
+    async def handle_request(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The control-plane handler of the ``raft`` API: step the request, await the core's answer."""
+        await self._started.wait()
+        source, message = decode_envelope(body)
+        if not getattr(message, "is_request", False):
+            raise RpcError("INVALID_REQUEST", f"{type(message).__name__} is not a request")
+        key = (source, next(self._inbound_ids))
+        slot: list[Any] = [trio.Event(), None]
+        self._replies[key] = slot
+        try:
+            async with self._lock:
+                await self._apply(self.core.step(Received(source, key[1], message), trio.current_time()))
+            with trio.move_on_after(self.request_timeout):
+                await slot[0].wait()
+        finally:
+            self._replies.pop(key, None)
+        if slot[1] is None:
+            raise RequestTimeout(f"no answer to {type(message).__name__} from node {source}")
+        return {"message": codec.encode(slot[1])}
+
+    async def propose(self, records: list[bytes]) -> ProposeResult:
+        """Append records as one batch on the leader; raises NotLeaderError elsewhere."""
+        async with self._lock:
+            result = self.core.propose(records, trio.current_time())
+            await self._apply(result.effects)
+        return result
+
+    async def create_snapshot(self, end_offset: int, data: bytes) -> None:
+        """Store a snapshot of the state below ``end_offset`` and drop the log it covers."""
+        async with self._lock:
+            snapshot_id = await trio.to_thread.run_sync(self.core.create_snapshot, end_offset, data)
+            await trio.to_thread.run_sync(self.core.delete_log_before_snapshot, snapshot_id)
+        self.log.info("snapshot written", end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch)
+
+    async def describe_quorum(self) -> DescribeQuorumResponse:
+        async with self._lock:
+            return self.core.describe_quorum(trio.current_time())
+
+    async def resign(self, grace: float = 1.0) -> None:
+        """A leader leaving on purpose: send EndQuorumEpoch so the others elect at once, and give the
+        messages up to ``grace`` seconds to leave before the caller cancels the driver."""
+        async with self._lock:
+            await self._apply(self.core.resign(trio.current_time()))
+        with trio.move_on_after(grace):
+            while self._sends_in_flight:
+                await self._sends_done.wait()
+
+    # -- effects ---------------------------------------------------------------------------------
+
+    async def _apply(self, effects: list[Effect]) -> None:
+        """Carry out effects in order; the caller holds the lock."""
+        for effect in effects:
+            match effect:
+                case PersistQuorumState(state=state):
+                    await trio.to_thread.run_sync(
+                        write_quorum_state_file, self.quorum_state_path, state, sorted(self.core.config.voters))
+                case FlushLog(up_to=up_to):
+                    await trio.to_thread.run_sync(self.core.log.flush, up_to)
+                case Send(dest=dest, correlation_id=cid, message=message):
+                    self._send(dest, cid, message)
+                case Commit():
+                    self.listener.handle_commit(effect)
+                case LeaderChange(epoch=epoch, leader_id=leader_id):
+                    self.log.info("leader changed", epoch=epoch, leader_id=leader_id)
+                    self.listener.handle_leader_change(effect)
+                case SnapshotLoaded():
+                    self.listener.handle_snapshot_loaded(effect)
+        self._wakeup.set()
+
+    def _send(self, dest: int, cid: int, message: Message) -> None:
+        if not message.is_request:
+            slot = self._replies.get((dest, cid))
+            if slot is not None and slot[1] is None:
+                slot[1] = message
+                slot[0].set()
+            return
+        assert self._nursery is not None
+        self._sends_in_flight += 1
+        self._nursery.start_soon(self._send_request, dest, cid, message)
+
+    def _client(self, dest: int) -> ControlClient | None:
+        client = self._clients.get(dest)
+        if client is None:
+            address = self.voter_addresses.get(dest)
+            if address is None:
+                return None
+            assert self._nursery is not None
+            client = ControlClient(self._nursery, *address, request_timeout=self.request_timeout,
+                                   connect_timeout=self.request_timeout)
+            self._clients[dest] = client
+        return client
+
+    async def _send_request(self, dest: int, cid: int, message: Message) -> None:
+        try:
+            client = self._client(dest)
+            if client is None:
+                self.log.warning("no address for node", dest=dest)
+                return
+            try:
+                body = await client.request(RAFT_API, encode_envelope(self.core.node_id, message))
+                response = decode_response(body)
+            except RpcError as exc:
+                self.log.debug("raft request failed", dest=dest, request=type(message).__name__,
+                               error=exc.code)
+                return
+            async with self._lock:
+                await self._apply(self.core.step(Received(dest, cid, response), trio.current_time()))
+        finally:
+            self._sends_in_flight -= 1
+            if not self._sends_in_flight:
+                self._sends_done.set()
+                self._sends_done = trio.Event()

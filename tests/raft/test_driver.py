@@ -1,0 +1,137 @@
+"""The trio driver: three voters over real TCP elect, replicate, commit and fail over."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import trio
+
+from kraftpy.raft.config import RaftConfig
+from kraftpy.raft.core import RaftCore
+from kraftpy.raft.driver import RAFT_API, RaftDriver
+from kraftpy.raft.effects import Commit, LeaderChange, SnapshotLoaded
+from kraftpy.raft.errors import NotLeaderError
+from kraftpy.raft.file_log import FileRaftLog
+from kraftpy.raft.quorum_state_store import FILE_NAME, read_quorum_state_file
+from kraftpy.rpc.control import ControlServer, RpcError
+
+CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.committed: list[bytes] = []
+        self.leaders: list[LeaderChange] = []
+        self.changed = trio.Event()
+
+    def _poke(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def handle_commit(self, commit: Commit) -> None:
+        for batch in commit.batches:
+            if not batch.is_control:
+                self.committed.extend(batch.records)
+        self._poke()
+
+    def handle_leader_change(self, change: LeaderChange) -> None:
+        self.leaders.append(change)
+        self._poke()
+
+    def handle_snapshot_loaded(self, effect: SnapshotLoaded) -> None:
+        self._poke()
+
+
+class Node:
+    def __init__(self, node_id: int, directory: Path) -> None:
+        self.node_id = node_id
+        self.directory = directory
+        self.recorder = Recorder()
+        self.driver: RaftDriver | None = None
+        self.scope = trio.CancelScope()
+        self.port = 0
+        self.voters: dict[int, tuple[str, int]] = {}
+        self.voters_known = trio.Event()
+
+    async def handler(self, api: str, body: dict) -> dict:
+        if api != RAFT_API or self.driver is None:
+            raise RpcError("UNSUPPORTED", api)
+        return await self.driver.handle_request(body)
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve on an ephemeral port (reported), then run the driver once every port is known.
+        Cancelling ``scope`` is this node's kill -9: its server and driver stop together."""
+        with self.scope:
+            async with trio.open_nursery() as nursery:
+                self.port = await nursery.start(ControlServer(self.handler).serve, "127.0.0.1", 0)
+                task_status.started(self.port)
+                await self.voters_known.wait()
+                log = FileRaftLog.open(self.directory)
+                try:
+                    config = RaftConfig(self.node_id, self.voters.keys(), CLUSTER, election_timeout_ms=500,
+                                        fetch_timeout_ms=2000, request_timeout_ms=1500, fetch_max_wait_ms=200)
+                    state_path = self.directory / FILE_NAME
+                    core = RaftCore(config, log, rng=random.Random(self.node_id), now=trio.current_time(),
+                                    persisted=read_quorum_state_file(state_path))
+                    self.driver = RaftDriver(core, voter_addresses=self.voters, quorum_state_path=state_path,
+                                             listener=self.recorder, request_timeout=1.5)
+                    await self.driver.run()
+                finally:
+                    log.storage.abandon()  # as a kill -9 would leave it
+
+
+async def wait_until(nodes, predicate, timeout=20.0):
+    with trio.fail_after(timeout):
+        while not predicate():
+            async with trio.open_nursery() as race:
+                for node in nodes:
+                    async def watch(n=node):
+                        await n.recorder.changed.wait()
+                        race.cancel_scope.cancel()
+                    race.start_soon(watch)
+
+
+def leader_of(nodes):
+    for node in nodes:
+        if node.driver is not None and node.driver.core.is_leader and not node.scope.cancel_called:
+            return node
+    return None
+
+
+async def test_three_voters_elect_commit_and_fail_over(tmp_path: Path) -> None:
+    nodes = [Node(i, tmp_path / f"n{i}") for i in (1, 2, 3)]
+    async with trio.open_nursery() as nursery:
+        voters = {node.node_id: ("127.0.0.1", await nursery.start(node.run)) for node in nodes}
+        for node in nodes:
+            node.voters.update(voters)
+            node.voters_known.set()
+
+        await wait_until(nodes, lambda: leader_of(nodes) is not None)
+        leader = leader_of(nodes)
+        follower = next(n for n in nodes if n is not leader)
+        try:
+            await follower.driver.propose([b"x"])
+            raise AssertionError("a follower accepted a proposal")
+        except NotLeaderError:
+            pass
+        for i in range(5):
+            await leader.driver.propose([b"v%d" % i])
+        want = [b"v%d" % i for i in range(5)]
+        await wait_until(nodes, lambda: all(n.recorder.committed == want for n in nodes))
+        first_epoch = leader.driver.core.epoch
+
+        leader.scope.cancel()  # the leader dies
+        alive = [n for n in nodes if n is not leader]
+        await wait_until(alive, lambda: leader_of(alive) is not None)
+        new_leader = leader_of(alive)
+        assert new_leader.driver.core.epoch > first_epoch
+        await new_leader.driver.propose([b"after"])
+        await wait_until(alive, lambda: all(n.recorder.committed == [*want, b"after"] for n in alive))
+        persisted = read_quorum_state_file(new_leader.directory / FILE_NAME)
+        assert persisted.epoch == new_leader.driver.core.epoch
+
+        description = await new_leader.driver.describe_quorum()
+        assert description.leader_id == new_leader.node_id
+        assert description.high_watermark >= 7
+        nursery.cancel_scope.cancel()
