@@ -126,3 +126,19 @@ def inspect_dirs(dirs: list[Path], node_id: int | None) -> list[DirInfo]:
                              "(copied?)")
         out.append(attrs.evolve(info, problems=info.problems + tuple(extra)) if extra else info)
     return out
+
+
+def ensure_formatted(dirs: list[Path], node_id: int) -> str:
+    """The cluster id of formatted directories that agree with each other and with ``node_id``;
+    a FormatError saying what to do otherwise. Every process checks this before it starts."""
+    problems = []
+    cluster_ids = set()
+    for info in inspect_dirs(dirs, node_id):
+        if info.problems:
+            problems.append(f"{info.path}: {'; '.join(info.problems)}")
+        if info.meta is not None:
+            cluster_ids.add(info.meta.cluster_id)
+    if problems:
+        raise FormatError("log directories are not ready: " + " | ".join(problems))
+    (cluster_id,) = cluster_ids
+    return cluster_id

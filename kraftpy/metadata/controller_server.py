@@ -1,0 +1,343 @@
+"""A controller process: a Raft voter of the metadata quorum, and the active controller when it leads.
+
+Theory of operation. Every controller follows the committed log with a `MetadataLoader` (the same
+replay brokers use). The one that leads the Raft quorum becomes active once everything before its
+epoch is committed (its leader-change record reached the high watermark): it then builds a
+`QuorumController` on the loaded image and serves writes. A write runs the controller's pure
+logic, appends the resulting records as one Raft batch, replays them at once into the active
+controller (so the next request sees them), and is answered when the batch commits. Losing the
+leadership drops the active controller, with every unanswered write failed as NOT_CONTROLLER; the
+next active controller starts again from committed records only, so nothing uncommitted survives.
+
+Requests are served on the controller listener: ``raft`` carries the quorum's own messages (and
+brokers' metadata fetches, and ``kraftpy quorum status``); the APIs of kraftpy.metadata.rpc carry
+brokers' requests. Writes are serialised by one lock: that is the controller's event loop.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from kraftpy.config import KraftConfig
+from kraftpy.logs import get_logger
+from kraftpy.metadata.controller import QuorumController
+from kraftpy.metadata.controller_config import ControllerConfig
+from kraftpy.metadata.loader import MetadataLoader, encode_snapshot_file
+from kraftpy.metadata.records import encode_record
+from kraftpy.metadata.result import ControllerResult
+from kraftpy.metadata.rpc import CONTROLLER_APIS, QUORUM_STATUS_API, WIRE, decode_request, not_controller
+from kraftpy.raft.config import RaftConfig
+from kraftpy.raft.core import RaftCore
+from kraftpy.raft.driver import RAFT_API, RaftDriver
+from kraftpy.raft.effects import Commit, LeaderChange, SnapshotLoaded
+from kraftpy.raft.errors import NotLeaderError
+from kraftpy.raft.file_log import FileRaftLog
+from kraftpy.raft.quorum_state_store import FILE_NAME as QUORUM_STATE_FILE
+from kraftpy.raft.quorum_state_store import read_quorum_state_file
+from kraftpy.rpc.control import ControlServer, RpcError
+from kraftpy.storage.log import LogConfig
+
+#: Topic configs a controller takes from its own properties file as broker-level defaults.
+_STATIC_TOPIC_DEFAULTS = {
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.segment.bytes": "segment.bytes",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "message.max.bytes": "max.message.bytes",
+    "compression.type": "compression.type",
+    "log.cleanup.policy": "cleanup.policy",
+}
+
+
+def raft_config(config: KraftConfig, cluster_id: str) -> RaftConfig:
+    return RaftConfig(
+        node_id=config.node_id,
+        voters=[v.node_id for v in config.voters],
+        cluster_id=cluster_id,
+        election_timeout_ms=config["controller.quorum.election.timeout.ms"],
+        fetch_timeout_ms=config["controller.quorum.fetch.timeout.ms"],
+        election_backoff_max_ms=config["controller.quorum.election.backoff.max.ms"],
+        request_timeout_ms=config["controller.quorum.request.timeout.ms"],
+        retry_backoff_ms=config["controller.quorum.retry.backoff.ms"],
+    )
+
+
+def voter_addresses(config: KraftConfig) -> dict[int, tuple[str, int]]:
+    return {v.node_id: (v.host, v.port) for v in config.voters}
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)
+
+
+def controller_config(config: KraftConfig, cluster_id: str) -> ControllerConfig:
+    static = {key: _as_text(config[key]) for key in _STATIC_TOPIC_DEFAULTS if config.is_set(key)}
+    if not config.is_set("log.retention.ms"):
+        static["log.retention.ms"] = str(config.log_retention_ms)
+    return ControllerConfig(
+        cluster_id=cluster_id,
+        broker_session_timeout_ms=config["broker.session.timeout.ms"],
+        num_partitions=config["num.partitions"],
+        default_replication_factor=config["default.replication.factor"],
+        delete_topic_enable=config["delete.topic.enable"],
+        auto_leader_rebalance_enable=config["auto.leader.rebalance.enable"],
+        leader_imbalance_check_interval_seconds=config["leader.imbalance.check.interval.seconds"],
+        static_broker_configs=static,
+    )
+
+
+class ControllerServer:
+    def __init__(self, config: KraftConfig, cluster_id: str, *, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.cluster_id = cluster_id
+        self.node_id = config.node_id
+        self.rng = rng or random.Random()
+        self.log = get_logger("controller", node_id=self.node_id, role="controller")
+        self.raft_log = FileRaftLog.open(
+            config.metadata_log_dir, LogConfig(segment_bytes=config["metadata.log.segment.bytes"]))
+        self.loader = MetadataLoader(self.raft_log)
+        self.controller_config = controller_config(config, cluster_id)
+        self.snapshot_bytes = config["metadata.log.max.record.bytes.between.snapshots"]
+        self.driver: RaftDriver | None = None
+        self.port: int | None = None
+        #: The active controller, None when this node does not lead (or is still activating).
+        self.active: QuorumController | None = None
+        #: The controller built when this node's epoch became committed, until it is activated.
+        self._leading: QuorumController | None = None
+        self._activation_offset: int | None = None
+        self._pending: list[tuple[int, list[Any]]] = []
+        self._write_lock = trio.Lock()
+        self._changed = trio.Event()
+        self._snapshot_wanted = trio.Event()
+
+    # -- running ---------------------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        listener = self.config.controller_listener
+        assert listener is not None
+        state_path = self.raft_log.directory / QUORUM_STATE_FILE
+        voters = voter_addresses(self.config)
+        core = RaftCore(raft_config(self.config, self.cluster_id), self.raft_log, rng=self.rng,
+                        now=trio.current_time(), persisted=read_quorum_state_file(state_path, voters))
+        self.driver = RaftDriver(core, voter_addresses=voters, quorum_state_path=state_path, listener=self,
+                                 request_timeout=self.config["controller.quorum.request.timeout.ms"] / 1000)
+        try:
+            async with trio.open_nursery() as nursery:
+                server = ControlServer(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],
+                                       name="controller")
+                self.port = await nursery.start(server.serve, listener.host, listener.port)
+                await nursery.start(self.driver.run)
+                nursery.start_soon(self._timers)
+                nursery.start_soon(self._snapshots)
+                self.log.info("controller started", port=self.port, voters=sorted(voters))
+                task_status.started(self.port)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.raft_log.close)
+
+    async def resign(self) -> None:
+        """Leave the quorum's leadership on purpose before shutting down (EndQuorumEpoch)."""
+        if self.driver is not None:
+            await self.driver.resign()
+
+    # -- the Raft listener -----------------------------------------------------------------------
+
+    def handle_commit(self, commit: Commit) -> None:
+        self.loader.handle_commit(commit)
+        hw = commit.high_watermark
+        while self._pending and self._pending[0][0] < hw:
+            _, slot = self._pending.pop(0)
+            slot[0].set()
+        if self.active is None and self._activation_offset is not None and hw >= self._activation_offset:
+            self._activate()
+        if self.loader.bytes_since_snapshot >= self.snapshot_bytes:
+            self._snapshot_wanted.set()
+        self._poke()
+
+    def handle_leader_change(self, change: LeaderChange) -> None:
+        self.loader.handle_leader_change(change)
+        if change.leader_id == self.node_id:
+            assert self.driver is not None
+            # The new leader's leader-change record is its log's last batch: activate once it commits.
+            self._activation_offset = self.driver.core.log.end_offset
+        else:
+            self._deactivate(change.leader_id)
+        self._poke()
+
+    def handle_snapshot_loaded(self, effect: SnapshotLoaded) -> None:
+        self.loader.handle_snapshot_loaded(effect)
+
+    def _activate(self) -> None:
+        """Everything before this epoch is committed: build the controller; `_timers` activates it."""
+        self._leading = QuorumController(self.controller_config, rng=self.rng, image=self.loader.image)
+        self._activation_offset = None
+
+    def _deactivate(self, leader_id: int | None) -> None:
+        if self._leading is not None or self._activation_offset is not None:
+            self.log.info("no longer the active controller", leader_id=leader_id)
+        self.active = self._leading = None
+        self._activation_offset = None
+        for _, slot in self._pending:
+            slot[1] = not_controller(leader_id)
+            slot[0].set()
+        self._pending.clear()
+
+    def _poke(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    # -- requests --------------------------------------------------------------------------------
+
+    async def handle(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
+        if api == RAFT_API:
+            assert self.driver is not None
+            return await self.driver.handle_request(body)
+        if api == QUORUM_STATUS_API:
+            return await self.quorum_status()
+        if api not in CONTROLLER_APIS:
+            raise RpcError("UNSUPPORTED_VERSION", f"unknown controller API {api}")
+        request = decode_request(api, body)
+        response = await self._serve(api, request)
+        return {"response": WIRE.encode(response)}
+
+    async def _serve(self, api: str, request: Any) -> Any:
+        if api == "DescribeConfigs":
+            return self._active_or_raise().describe_configs(request)
+        if api == "BrokerRegistration":
+            return await self.write(lambda c, now, next_offset: c.handle_broker_registration(
+                request, now, next_offset))
+        handlers: dict[str, Callable[[QuorumController, float], ControllerResult]] = {
+            "BrokerHeartbeat": lambda c, now: c.handle_broker_heartbeat(request, now),
+            "UnregisterBroker": lambda c, now: c.handle_unregister_broker(request),
+            "AlterPartition": lambda c, now: c.handle_alter_partition(request),
+            "CreateTopics": lambda c, now: c.handle_create_topics(request),
+            "DeleteTopics": lambda c, now: c.handle_delete_topics(request),
+            "CreatePartitions": lambda c, now: c.handle_create_partitions(request),
+            "IncrementalAlterConfigs": lambda c, now: c.handle_incremental_alter_configs(request),
+            "AllocateProducerIds": lambda c, now: c.handle_allocate_producer_ids(request),
+            "ElectLeaders": lambda c, now: c.handle_elect_leaders(request),
+            "UpdateFeatures": lambda c, now: c.handle_update_features(request),
+        }
+        handler = handlers[api]
+        return await self.write(lambda c, now, _next: handler(c, now))
+
+    async def quorum_status(self) -> dict[str, Any]:
+        """What `kraftpy quorum status` prints, from the leader; elsewhere NOT_LEADER_OR_FOLLOWER naming
+        the leader and its address."""
+        assert self.driver is not None
+        described = await self.driver.describe_quorum()
+        if described.error_code != 0:
+            leader = self.loader.leader_id
+            address = voter_addresses(self.config).get(leader) if leader is not None else None
+            raise RpcError("NOT_LEADER_OR_FOLLOWER",
+                           "" if address is None else f"{leader}@{address[0]}:{address[1]}")
+        now_ms = int(trio.current_time() * 1000)
+        hw = described.high_watermark
+
+        def replica(state: Any) -> dict[str, Any]:
+            fetched = state.last_fetch_timestamp
+            caught_up = state.last_caught_up_timestamp
+            return {
+                "id": state.replica_id,
+                "log_end_offset": state.log_end_offset,
+                "lag": max(0, hw - state.log_end_offset),
+                "last_fetch_ms_ago": None if fetched < 0 else max(0, now_ms - fetched),
+                "last_caught_up_ms_ago": None if caught_up < 0 else max(0, now_ms - caught_up),
+            }
+
+        return {
+            "cluster_id": self.cluster_id,
+            "leader_id": described.leader_id,
+            "leader_epoch": described.leader_epoch,
+            "high_watermark": hw,
+            "voters": [replica(v) for v in described.current_voters],
+            "observers": [replica(o) for o in described.observers],
+        }
+
+    def _active_or_raise(self) -> QuorumController:
+        if self.active is None:
+            raise not_controller(self.loader.leader_id if self.loader.leader_id != self.node_id else None)
+        return self.active
+
+    async def write(self, operation: Callable[[QuorumController, float, int], ControllerResult], *,
+                    activating: bool = False) -> Any:
+        """Run one controller operation: records appended as one batch, answered once committed.
+        With ``activating``, run it on the controller being activated, which becomes the active one."""
+        assert self.driver is not None
+        async with self._write_lock:
+            controller = self._leading if activating else self._active_or_raise()
+            if controller is None:
+                raise not_controller(self.loader.leader_id)
+            result = operation(controller, trio.current_time(), self.driver.core.log.end_offset)
+            if result.records:
+                try:
+                    proposed = await self.driver.propose([encode_record(r) for r in result.records])
+                except NotLeaderError as exc:
+                    raise not_controller(exc.leader_id) from None
+                if self._leading is not controller:  # leadership went while the batch was being written
+                    raise not_controller(self.loader.leader_id)
+                controller.replay(result.records, last_offset=proposed.last_offset, epoch=proposed.epoch)
+            if activating:
+                self.active = controller
+                self.log.info("active controller", epoch=self.loader.leader_epoch,
+                              metadata_offset=self.loader.next_offset)
+            if not result.records:
+                return result.response
+            slot: list[Any] = [trio.Event(), None]
+            self._pending.append((proposed.last_offset, slot))
+        await slot[0].wait()
+        if slot[1] is not None:
+            raise slot[1]
+        return result.response
+
+    # -- background work -------------------------------------------------------------------------
+
+    async def _timers(self) -> None:
+        """Session expiry and leader rebalancing, whenever the active controller has a deadline."""
+        while True:
+            if self._leading is not None and self.active is None:
+                try:
+                    await self.write(lambda c, now, _next: c.activate(now), activating=True)
+                except RpcError:
+                    pass
+                continue
+            deadline = self.active.next_deadline() if self.active is not None else None
+            with trio.move_on_at(deadline if deadline is not None else float("inf")):
+                await self._changed.wait()
+                continue
+            if self.active is None:
+                continue
+            try:
+                fenced = await self.write(lambda c, now, _next: c.tick(now))
+            except RpcError:
+                continue
+            if fenced:
+                self.log.warning("fenced brokers whose sessions expired", brokers=list(fenced))
+
+    async def _snapshots(self) -> None:
+        """Write a metadata snapshot every metadata.log.max.record.bytes.between.snapshots bytes."""
+        assert self.driver is not None
+        while True:
+            await self._snapshot_wanted.wait()
+            self._snapshot_wanted = trio.Event()
+            image, end = self.loader.image, self.loader.next_offset
+            if end <= self.raft_log.start_offset:
+                continue
+            data = await trio.to_thread.run_sync(encode_snapshot_file, image)
+            try:
+                await self.driver.create_snapshot(end, data)
+            except ValueError as exc:
+                self.log.warning("snapshot skipped", reason=str(exc))
+                continue
+            self.loader.bytes_since_snapshot = 0
+
+

@@ -1,0 +1,162 @@
+"""The controller's control-plane API for brokers: names, the object codec, and the client.
+
+Each request travels as ``{"request": <wire-encoded request>}`` under one of `CONTROLLER_APIS`
+(Kafka's API names) and is answered with ``{"response": <wire-encoded response>}``. A controller
+that is not active answers with the error ``NOT_CONTROLLER`` and, in the message, the id of the
+active controller when it knows it; `ControllerClient` follows that hint, else tries the voters in
+turn, so callers only ever see an answer or `ControllerUnavailable`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from kraftpy.ids import Uuid
+from kraftpy.logs import get_logger
+from kraftpy.metadata import messages, records
+from kraftpy.metadata.messages import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
+    UpdateFeaturesRequest,
+    UpdateFeaturesResponse,
+)
+from kraftpy.protocol.errors import ErrorCode
+from kraftpy.rpc.control import ControlClient, RpcError
+from kraftpy.rpc.wire import WireCodec, WireError, wire_types
+
+WIRE = WireCodec([Uuid, ErrorCode, *wire_types(records), *wire_types(messages)])
+
+#: API name → (request type, response type).
+CONTROLLER_APIS: dict[str, tuple[type, type]] = {
+    "BrokerRegistration": (BrokerRegistrationRequest, BrokerRegistrationResponse),
+    "BrokerHeartbeat": (BrokerHeartbeatRequest, BrokerHeartbeatResponse),
+    "UnregisterBroker": (UnregisterBrokerRequest, UnregisterBrokerResponse),
+    "AlterPartition": (AlterPartitionRequest, AlterPartitionResponse),
+    "CreateTopics": (CreateTopicsRequest, CreateTopicsResponse),
+    "DeleteTopics": (DeleteTopicsRequest, DeleteTopicsResponse),
+    "CreatePartitions": (CreatePartitionsRequest, CreatePartitionsResponse),
+    "DescribeConfigs": (DescribeConfigsRequest, DescribeConfigsResponse),
+    "IncrementalAlterConfigs": (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    "AllocateProducerIds": (AllocateProducerIdsRequest, AllocateProducerIdsResponse),
+    "ElectLeaders": (ElectLeadersRequest, ElectLeadersResponse),
+    "UpdateFeatures": (UpdateFeaturesRequest, UpdateFeaturesResponse),
+}
+API_OF: dict[type, str] = {req: name for name, (req, _) in CONTROLLER_APIS.items()}
+
+NOT_CONTROLLER = "NOT_CONTROLLER"
+#: The quorum's state as `kraftpy quorum status` prints it, answered by the Raft leader.
+QUORUM_STATUS_API = "QuorumStatus"
+
+
+class ControllerUnavailable(Exception):
+    """No controller answered as the active one within the time allowed."""
+
+
+def decode_request(api: str, body: dict[str, Any]) -> Any:
+    request_type, _ = CONTROLLER_APIS[api]
+    try:
+        return WIRE.decode_as(body["request"], request_type)
+    except (KeyError, WireError) as exc:
+        raise RpcError("INVALID_REQUEST", f"{api}: {exc}") from None
+
+
+def not_controller(leader_id: int | None) -> RpcError:
+    return RpcError(NOT_CONTROLLER, "" if leader_id is None else str(leader_id))
+
+
+class ControllerClient:
+    """Sends controller requests to whichever voter is active, retrying until ``deadline`` seconds."""
+
+    def __init__(self, nursery: trio.Nursery, voters: dict[int, tuple[str, int]], *,
+                 request_timeout: float = 5.0, retry_backoff: float = 0.05, node_id: int | None = None) -> None:
+        self.voters = dict(voters)
+        self.request_timeout = request_timeout
+        self.retry_backoff = retry_backoff
+        self._clients = {vid: ControlClient(nursery, host, port, request_timeout=request_timeout,
+                                            connect_timeout=request_timeout, max_backoff=0.5)
+                         for vid, (host, port) in self.voters.items()}
+        self._order = sorted(self.voters)
+        self._guess: int | None = None
+        self.log = get_logger("controller-client", node_id=node_id)
+
+    @property
+    def active_controller(self) -> int | None:
+        return self._guess
+
+    async def call(self, request: Any, timeout: float = 30.0) -> Any:
+        api = API_OF[type(request)]
+        _, response_type = CONTROLLER_APIS[api]
+        body = {"request": WIRE.encode(request)}
+        attempt = 0
+        last_error = "no controller tried"
+        with trio.move_on_after(timeout):
+            while True:
+                target = self._guess if self._guess is not None else self._order[attempt % len(self._order)]
+                attempt += 1
+                try:
+                    answer = await self._clients[target].request(api, body)
+                    return WIRE.decode_as(answer["response"], response_type)
+                except RpcError as exc:
+                    last_error = f"{target}: {exc}"
+                    if exc.code == NOT_CONTROLLER and exc.message.isdigit() and int(exc.message) in self._clients:
+                        hinted = int(exc.message)
+                        self._guess = hinted if hinted != target else None
+                    else:
+                        self._guess = None
+                    if exc.code not in (NOT_CONTROLLER, "NETWORK_EXCEPTION", "REQUEST_TIMED_OUT"):
+                        raise
+                except (KeyError, WireError) as exc:
+                    last_error = f"{target}: malformed answer: {exc}"
+                    self._guess = None
+                if self._guess is None and attempt % len(self._order) == 0:
+                    await trio.sleep(self.retry_backoff)
+        raise ControllerUnavailable(f"{api}: no active controller answered within {timeout}s ({last_error})")
+
+    # The broker's ControllerChannel.
+    async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
+        return await self.call(request)
+
+    async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+        return await self.call(request)
+
+    async def create_partitions(self, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+        return await self.call(request)
+
+    async def incremental_alter_configs(
+        self, request: IncrementalAlterConfigsRequest
+    ) -> IncrementalAlterConfigsResponse:
+        return await self.call(request)
+
+    async def describe_configs(self, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
+        return await self.call(request)
+
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        return await self.call(request)
+
+    async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse:
+        return await self.call(request)
+
+    async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
+        return await self.call(request)

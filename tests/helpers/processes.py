@@ -1,0 +1,129 @@
+"""Real kraftpy processes for tests: configs on free ports, start, kill, and waiting on their logs.
+
+Each process logs JSON lines on stderr; `KraftProcess.wait_for` waits until a line with the given
+event (and fields) appears — an event to wait on, not a clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from kraftpy.ids import random_uuid_str
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def write_properties(path: Path, values: dict[str, Any]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    return path
+
+
+class KraftProcess:
+    def __init__(self, name: str, role: str, config: Path, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.role = role
+        self.config = config
+        self.env = env
+        self.process: trio.Process | None = None
+        self.lines: list[dict[str, Any]] = []
+        self.raw: list[str] = []
+        self._changed = trio.Event()
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        self.lines.clear()
+        self.process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "kraftpy", self.role, "-c", str(self.config), "--log-format", "json",
+             "--log-level", "debug"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(self.env or {})},
+        )
+        nursery.start_soon(self._pump, self.process)
+
+    async def _pump(self, process: trio.Process) -> None:
+        buf = b""
+        assert process.stderr is not None
+        async for chunk in process.stderr:
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                text = line.decode(errors="replace")
+                self.raw.append(text)
+                try:
+                    self.lines.append(json.loads(text))
+                except json.JSONDecodeError:
+                    self.lines.append({"event": text})
+            self._changed.set()
+            self._changed = trio.Event()
+        self._changed.set()
+
+    def find(self, event: str, **fields: Any) -> dict[str, Any] | None:
+        for line in self.lines:
+            if line.get("event") == event and all(line.get(k) == v for k, v in fields.items()):
+                return line
+        return None
+
+    async def wait_for(self, event: str, timeout: float = 30.0, **fields: Any) -> dict[str, Any]:
+        with trio.fail_after(timeout):
+            while True:
+                found = self.find(event, **fields)
+                if found is not None:
+                    return found
+                if self.process is not None and self.process.returncode is not None:
+                    raise AssertionError(f"{self.name} exited ({self.process.returncode}):\n" + "\n".join(self.raw[-20:]))
+                await self._changed.wait()
+
+    def signal(self, signum: int) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+
+    async def wait(self, timeout: float = 30.0) -> int:
+        assert self.process is not None
+        with trio.fail_after(timeout):
+            return await self.process.wait()
+
+
+def controller_configs(root: Path, count: int = 3, **extra: Any) -> tuple[list[Path], dict[int, tuple[str, int]]]:
+    ports = free_ports(count)
+    voters = {i + 1: ("127.0.0.1", port) for i, port in enumerate(ports)}
+    quorum = ",".join(f"{i}@{h}:{p}" for i, (h, p) in voters.items())
+    paths = []
+    for node_id, (host, port) in voters.items():
+        paths.append(write_properties(root / f"controller-{node_id}.properties", {
+            "process.roles": "controller",
+            "node.id": node_id,
+            "controller.quorum.voters": quorum,
+            "listeners": f"CONTROLLER://{host}:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": root / f"controller-{node_id}",
+            **extra,
+        }))
+    return paths, voters
+
+
+def format_all(configs: list[Path], cluster_id: str | None = None) -> str:
+    cluster_id = cluster_id or random_uuid_str()
+    for config in configs:
+        subprocess.run([sys.executable, "-m", "kraftpy", "storage", "format", "-c", str(config), "-t", cluster_id],
+                       check=True, capture_output=True)
+    return cluster_id
