@@ -132,6 +132,8 @@ def _as_view(frame: bytes | bytearray | memoryview) -> memoryview:
 def parse_request(
     frame: bytes | bytearray | memoryview,
     versions: dict[ApiKey, VersionRange] = API_VERSIONS,
+    *,
+    allow_trailing_bytes: bool = False,
 ) -> tuple[Any, Any]:
     """Decode one request frame (without its size prefix) into ``(RequestHeader, request)``.
 
@@ -139,6 +141,10 @@ def parse_request(
     parse, or bytes after the body, and :class:`UnsupportedVersionError` for a version outside
     ``versions``. Both carry api key, version and correlation id as far as they could be read.
     ``records`` fields of the request are slices of ``frame``.
+
+    ``allow_trailing_bytes`` ignores bytes after the body, as Kafka's broker does: librdkafka
+    2.x writes Metadata v11-v12 requests with the v10-only IncludeClusterAuthorizedOperations
+    field (and an empty tagged field) after the body.
     """
     buf = _as_view(frame)
     if len(buf) < _FIXED_REQUEST_HEADER.size:
@@ -164,7 +170,7 @@ def parse_request(
         body, pos = schema.decode(api_version, buf, pos)
     except DecodeError as exc:
         raise InvalidRequestError(f"malformed {schema.name}: {exc}", **ids) from exc
-    if pos != len(buf):
+    if pos != len(buf) and not allow_trailing_bytes:
         raise InvalidRequestError(f"{len(buf) - pos} bytes after the end of {schema.name}", **ids)
     return header, body
 

@@ -1,0 +1,82 @@
+"""A minimal Kafka-protocol client connection on trio: one request at a time, answered in order.
+
+Followers fetch from their leaders through it (``fetcher.py``), and tests use it to speak the
+protocol to a broker directly. Frames are encoded and decoded by ``kraftpy.protocol.frames``; a
+response's ``records`` fields are slices of the received frame, so fetched batches reach the
+follower's log without another copy.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import trio
+
+from kraftpy.protocol.frames import DEFAULT_MAX_FRAME_SIZE, decode_response, encode_request, join_frame
+from kraftpy.rpc.framing import FramedStream, FrameError
+
+
+class ConnectionClosed(Exception):
+    """The broker closed the connection, or it broke."""
+
+
+class KafkaConnection:
+    """One TCP connection to a broker. Not for concurrent use: callers send one request at a time."""
+
+    def __init__(self, stream: trio.SocketStream, client_id: str, max_frame_bytes: int) -> None:
+        self._stream = stream
+        self._framed = FramedStream(stream, max_frame_bytes)
+        self.client_id = client_id
+        self._correlation = itertools.count(1)
+
+    @classmethod
+    async def connect(
+        cls, host: str, port: int, *, client_id: str = "kraftpy", max_frame_bytes: int = DEFAULT_MAX_FRAME_SIZE
+    ) -> KafkaConnection:
+        try:
+            stream = await trio.open_tcp_stream(host, port)
+        except OSError as exc:
+            raise ConnectionClosed(f"cannot connect to {host}:{port}: {exc}") from exc
+        return cls(stream, client_id, max_frame_bytes)
+
+    async def send_raw(self, frame: bytes) -> None:
+        """Write bytes as they are (tests send malformed frames with this)."""
+        try:
+            await self._stream.send_all(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise ConnectionClosed(str(exc)) from exc
+
+    async def receive_frame(self) -> memoryview:
+        try:
+            frame = await self._framed.receive_frame()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, FrameError) as exc:
+            raise ConnectionClosed(str(exc)) from exc
+        if frame is None:
+            raise ConnectionClosed("the broker closed the connection")
+        return frame
+
+    async def request(self, api_key: int, api_version: int, request: Any) -> Any:
+        """Send ``request`` and return the decoded response body."""
+        correlation_id = next(self._correlation)
+        await self.send_raw(join_frame(encode_request(api_key, api_version, correlation_id, self.client_id, request)))
+        frame = await self.receive_frame()
+        header, body = decode_response(api_key, api_version, frame)
+        if header.correlation_id != correlation_id:
+            raise ConnectionClosed(f"response for correlation id {header.correlation_id}, expected {correlation_id}")
+        return body
+
+    async def send_only(self, api_key: int, api_version: int, request: Any) -> None:
+        """Send a request that gets no response (Produce with acks=0)."""
+        correlation_id = next(self._correlation)
+        await self.send_raw(join_frame(encode_request(api_key, api_version, correlation_id, self.client_id, request)))
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            await self._stream.aclose()
+
+    async def __aenter__(self) -> KafkaConnection:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

@@ -1,0 +1,61 @@
+"""The broker's way to the active controller: every metadata write a Kafka API needs.
+
+The broker never changes metadata itself. CreateTopics, DeleteTopics, CreatePartitions,
+IncrementalAlterConfigs and ElectLeaders from clients, the leader's ISR changes (AlterPartition)
+and producer-id blocks (AllocateProducerIds) all go through a `ControllerChannel`. Each method
+returns once the controller's records for the request are committed to the metadata log (the
+broker learns the new state a little later, when the committed records reach it through
+``BrokerServer.publish``), and raises `ControllerUnavailable` when no controller answers.
+
+The requests and responses are the controller's own classes (``kraftpy.metadata.messages``), so
+an implementation is a transport: the control plane in production, an in-process
+``QuorumController`` in the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from kraftpy.metadata.messages import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+
+
+class ControllerUnavailable(Exception):
+    """No controller answered (none elected, unreachable, or the request timed out).
+
+    Handlers answer clients with REQUEST_TIMED_OUT (admin requests) or retry later (ISR changes,
+    producer-id blocks).
+    """
+
+
+@runtime_checkable
+class ControllerChannel(Protocol):
+    async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse: ...
+
+    async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse: ...
+
+    async def create_partitions(self, request: CreatePartitionsRequest) -> CreatePartitionsResponse: ...
+
+    async def incremental_alter_configs(
+        self, request: IncrementalAlterConfigsRequest
+    ) -> IncrementalAlterConfigsResponse: ...
+
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse: ...
+
+    async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse: ...
+
+    async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse: ...

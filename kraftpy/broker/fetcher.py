@@ -1,0 +1,244 @@
+"""Replica fetchers: followers pull from their leaders with the Fetch API, one task per source broker.
+
+Theory of operation
+-------------------
+`FetcherManager` keeps one `ReplicaFetcher` task per leader broker that this broker follows
+partitions of (``ReplicaManager.fetch_assignments``), starting and cancelling them as metadata
+moves leaderships around. A fetcher holds one TCP connection to its leader and loops:
+
+1. build one Fetch (v13, topic ids, ``replica_id`` = this broker) for every partition it follows
+   there, each at the log end offset with the epoch of the last batch (``last_fetched_epoch``)
+   and the leader epoch the follower believes in (``current_leader_epoch``);
+2. the leader long-polls until it has new data or ``replica.fetch.wait.max.ms`` passed;
+3. for each partition of the answer, unless its role changed while the request was out:
+   * a *diverging epoch* means the follower's log holds batches the leader does not: truncate to
+     the smaller of the leader's end offset for that epoch and the follower's own (never below
+     the high watermark), then fetch again — the next round checks the earlier epoch, so the
+     two logs meet at their last common offset (KIP-320's fetch-based truncation);
+   * records are appended as they are (``Log.append_as_follower``), a partial last batch dropped;
+   * the high watermark the leader sent, capped at the follower's log end, becomes the follower's;
+   * a leader log start offset beyond the follower's moves the follower's start too (retention,
+     DeleteRecords);
+   * OFFSET_OUT_OF_RANGE below the leader's start restarts the follower's log there;
+   * NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH and unknown topics park the partition until new
+     metadata arrives; UNKNOWN_LEADER_EPOCH (the leader has not seen the new epoch yet) retries
+     after ``replica.fetch.backoff.ms``.
+
+A broken connection is retried after the back-off. ``pause``/``resume`` stop and restart all
+fetching (operations and tests use it to make a follower fall behind).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import structlog
+import trio
+
+from kraftpy.broker.client import ConnectionClosed, KafkaConnection
+from kraftpy.broker.partition import Partition, Role, TopicPartition
+from kraftpy.broker.replica_manager import ReplicaManager
+from kraftpy.protocol.api_keys import ApiKey
+from kraftpy.protocol.errors import ErrorCode, InvalidResponseError
+from kraftpy.protocol.messages import FetchRequest
+
+FETCH_VERSION = 13
+#: How long a fetch may take beyond its max wait before the connection is considered dead.
+REQUEST_TIMEOUT_S = 30.0
+
+_logger = structlog.get_logger(__name__)
+
+_PARK_UNTIL_METADATA = frozenset({
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.UNKNOWN_TOPIC_ID,
+    ErrorCode.INCONSISTENT_TOPIC_ID,
+})
+
+
+class FetcherManager:
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self.replicas = replicas
+        self.settings = replicas.settings
+        self._scopes: dict[int, trio.CancelScope] = {}
+        self.paused = False
+        #: Completed fetch rounds, for tests and metrics.
+        self.rounds = 0
+
+    def pause(self) -> None:
+        """Stop fetching from every leader (the follower falls behind)."""
+        self.paused = True
+        self.replicas._signal_assignments()
+
+    def resume(self) -> None:
+        self.paused = False
+        self.replicas._signal_assignments()
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            while True:
+                changed = self.replicas.assignments_changed
+                wanted = set() if self.paused else {
+                    leader for leader, parts in self.replicas.fetch_assignments.items() if parts
+                }
+                for leader in set(self._scopes) - wanted:
+                    self._scopes.pop(leader).cancel()
+                for leader in wanted - set(self._scopes):
+                    scope = trio.CancelScope()
+                    self._scopes[leader] = scope
+                    nursery.start_soon(self._run_fetcher, leader, scope)
+                await changed.wait()
+
+    async def _run_fetcher(self, leader: int, scope: trio.CancelScope) -> None:
+        with scope:
+            await ReplicaFetcher(self, leader).run()
+
+
+class ReplicaFetcher:
+    def __init__(self, manager: FetcherManager, leader: int) -> None:
+        self.manager = manager
+        self.replicas = manager.replicas
+        self.settings = manager.settings
+        self.leader = leader
+        self.node_id = self.settings.node_id
+        self._log = _logger.bind(node_id=self.node_id, leader=leader)
+        #: Partition -> trio time before which it is not fetched (after UNKNOWN_LEADER_EPOCH).
+        self._retry_at: dict[TopicPartition, float] = {}
+
+    async def run(self) -> None:
+        backoff = self.settings.replica_fetch_backoff_ms / 1000
+        while True:
+            endpoint = self.replicas.leader_endpoint(self.leader)
+            if endpoint is None:
+                await self.replicas.assignments_changed.wait()
+                continue
+            try:
+                conn = await KafkaConnection.connect(
+                    *endpoint, client_id=f"broker-{self.node_id}-fetcher", max_frame_bytes=2**31 - 1
+                )
+            except ConnectionClosed as exc:
+                self._log.info("cannot reach the leader", error=str(exc))
+                await trio.sleep(backoff)
+                continue
+            async with conn:
+                try:
+                    while True:
+                        await self.fetch_once(conn)
+                except (ConnectionClosed, InvalidResponseError, trio.TooSlowError) as exc:
+                    self._log.info("fetch connection lost", error=str(exc))
+            await trio.sleep(backoff)
+
+    def _fetchable(self) -> list[Partition]:
+        now = trio.current_time()
+        out = []
+        for tp in sorted(self.replicas.fetch_assignments.get(self.leader, ())):
+            part = self.replicas.partitions.get(tp)
+            if (
+                part is None
+                or part.role is not Role.FOLLOWER
+                or part.leader_id != self.leader
+                or part.fetch_blocked_generation == part.generation
+                or self._retry_at.get(tp, 0.0) > now
+            ):
+                continue
+            out.append(part)
+        return out
+
+    async def fetch_once(self, conn: KafkaConnection) -> None:
+        parts = self._fetchable()
+        if not parts:
+            changed = self.replicas.assignments_changed
+            delay = min(self._retry_at.values(), default=None)
+            with trio.move_on_at(delay if delay is not None else trio.current_time() + 3600):
+                await changed.wait()
+            return
+        request = FetchRequest(
+            replica_id=self.node_id,
+            max_wait_ms=self.settings.replica_fetch_wait_max_ms,
+            min_bytes=self.settings.replica_fetch_min_bytes,
+            max_bytes=self.settings.replica_fetch_response_max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+        )
+        topics: dict = {}
+        sent: dict[tuple, tuple[Partition, int, int]] = {}
+        for part in parts:
+            topic = topics.get(part.topic_id)
+            if topic is None:
+                topic = topics[part.topic_id] = FetchRequest.FetchTopic(
+                    topic=part.tp.topic, topic_id=uuid.UUID(bytes=part.topic_id.raw)
+                )
+                request.topics.append(topic)
+            latest = part.log.latest_epoch
+            topic.partitions.append(FetchRequest.FetchPartition(
+                partition=part.tp.partition,
+                current_leader_epoch=part.leader_epoch,
+                fetch_offset=part.log_end_offset,
+                last_fetched_epoch=latest if latest is not None else -1,
+                log_start_offset=part.log_start_offset,
+                partition_max_bytes=self.settings.replica_fetch_max_bytes,
+            ))
+            sent[(part.topic_id.raw, part.tp.partition)] = (part, part.generation, part.log_end_offset)
+        timeout = self.settings.replica_fetch_wait_max_ms / 1000 + REQUEST_TIMEOUT_S
+        with trio.fail_after(timeout):
+            response = await conn.request(ApiKey.FETCH, FETCH_VERSION, request)
+        if response.error_code != ErrorCode.NONE:
+            self._log.warning("fetch refused", error=ErrorCode(response.error_code).name)
+            await trio.sleep(self.settings.replica_fetch_backoff_ms / 1000)
+            return
+        for topic in response.responses:
+            for data in topic.partitions:
+                entry = sent.get((topic.topic_id.bytes, data.partition_index))
+                if entry is None:
+                    continue
+                part, generation, fetch_offset = entry
+                if part.generation != generation or part.role is not Role.FOLLOWER or part.log_end_offset != fetch_offset:
+                    continue  # the partition changed while the fetch was out
+                self._process(part, fetch_offset, data)
+        self.manager.rounds += 1
+
+    def _process(self, part: Partition, fetch_offset: int, data) -> None:
+        error = data.error_code
+        if error == ErrorCode.NONE:
+            diverging = data.diverging_epoch
+            if diverging.epoch >= 0 or diverging.end_offset >= 0:
+                self._truncate_on_divergence(part, diverging.epoch, diverging.end_offset)
+                return
+            records = data.records
+            if records is not None and len(records):
+                try:
+                    part.append_as_follower(memoryview(records))
+                except ValueError as exc:
+                    self._log.warning("cannot append fetched batches", partition=str(part.tp), error=str(exc))
+                    self._retry_at[part.tp] = trio.current_time() + self.settings.replica_fetch_backoff_ms / 1000
+                    return
+            part.update_follower_high_watermark(data.high_watermark)
+            if data.log_start_offset > part.log_start_offset:
+                target = min(data.log_start_offset, part.high_watermark)
+                if target > part.log_start_offset:
+                    part.log.delete_records_before(target)
+            self._retry_at.pop(part.tp, None)
+        elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if 0 <= fetch_offset < data.log_start_offset:
+                part.truncate_fully_and_start_at(data.log_start_offset)
+            else:
+                part.truncate_to(max(data.high_watermark, 0))
+        elif error in _PARK_UNTIL_METADATA:
+            self._log.info("partition waits for new metadata", partition=str(part.tp), error=ErrorCode(error).name)
+            part.fetch_blocked_generation = part.generation
+        else:
+            self._log.info("fetch error; retrying", partition=str(part.tp), error=ErrorCode(error).name)
+            self._retry_at[part.tp] = trio.current_time() + self.settings.replica_fetch_backoff_ms / 1000
+
+    def _truncate_on_divergence(self, part: Partition, epoch: int, leader_end_offset: int) -> None:
+        own_epoch, own_end = part.log.end_offset_for_epoch(epoch)
+        if own_epoch < 0 or own_end < 0:
+            target = min(leader_end_offset, part.log_end_offset)
+        else:
+            target = min(leader_end_offset, own_end)
+        self._log.info("log diverges from the leader's", partition=str(part.tp), epoch=epoch,
+                       leader_end_offset=leader_end_offset, truncate_to=target)
+        part.truncate_to(target)

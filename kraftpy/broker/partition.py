@@ -1,0 +1,386 @@
+"""One partition replica on this broker: its log, its role, and — when leading — its followers.
+
+Theory of operation
+-------------------
+Kafka's ISR replication, as the leader and a follower see it::
+
+        publish(image)                 publish(image)
+    NONE ────────────▶ FOLLOWER ◀──────────────────▶ LEADER
+                        │  fetches from the leader,    │  tracks each follower's log end offset
+                        │  appends batches as they     │  and last caught-up time; proposes ISR
+                        │  are, learns the HW          │  changes; advances the HW
+
+The committed metadata says who leads, in which leader epoch, and who is in the ISR
+(``PartitionRegistration``); ``make_leader``/``make_follower`` apply it. Only the controller
+changes the ISR. The leader *proposes* a change (``propose_isr``) which goes to the controller as
+AlterPartition; until the change comes back committed, the high watermark is computed over the
+*maximal ISR* — the union of the committed ISR and the proposal — so that neither a shrink nor an
+expansion in flight can let the HW pass an offset that the ISR finally agreed on does not hold
+(KIP-497's rule).
+
+Invariants (leader):
+* ``log.high_watermark`` never goes back while leading; it is the smallest log end offset over
+  the maximal ISR, the leader's own included.
+* A follower's ``last_caught_up_ms`` is the last time its fetch offset reached the leader's log
+  end offset as it was at that time or at the follower's previous fetch (Kafka's rule), so a
+  follower that keeps up with a busy leader never looks lagging.
+* At most one ISR proposal is in flight (``pending_isr``); it is dropped when any registration
+  with a newer partition epoch arrives, whether or not it was the one proposed.
+
+A new leader records the start offset of its epoch in the leader-epoch cache before it takes
+any write, so followers can find where their logs diverge (KIP-101, KIP-279).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+
+import attrs
+import structlog
+
+from kraftpy.broker import producer_state as ps
+from kraftpy.broker.purgatory import Watchers
+from kraftpy.ids import Uuid
+from kraftpy.metadata.image import PartitionRegistration
+from kraftpy.metadata.records import NO_LEADER
+from kraftpy.protocol.batch_header import BatchHeader, iter_batches
+from kraftpy.storage.log import AppendInfo, Log
+
+_logger = structlog.get_logger(__name__)
+
+
+class Role(enum.Enum):
+    NONE = "none"
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
+@attrs.frozen(order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@attrs.define
+class FollowerState:
+    """What the leader knows of one follower, from its fetches."""
+
+    #: The follower's fetch offset at its last fetch; -1 until it fetches in this leader epoch.
+    log_end_offset: int = -1
+    last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    #: The leader's log end offset when the follower last fetched.
+    leader_end_offset_at_last_fetch: int = -1
+
+
+class Partition:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        topic_id: Uuid,
+        log: Log,
+        node_id: int,
+        clock: Callable[[], int],
+        producer_state: ps.ProducerStateManager,
+    ) -> None:
+        self.tp = tp
+        self.topic_id = topic_id
+        self.log = log
+        self.node_id = node_id
+        self.clock = clock
+        self.producer_state = producer_state
+        self._log = _logger.bind(node_id=node_id, partition=str(tp))
+
+        self.role = Role.NONE
+        self.leader_id = NO_LEADER
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        #: The ISR as committed in the metadata log.
+        self.isr: tuple[int, ...] = ()
+        #: An ISR change sent to the controller and not yet seen committed, and the partition epoch it was based on.
+        self.pending_isr: tuple[int, ...] | None = None
+        self.pending_from_epoch = -1
+        self.followers: dict[int, FollowerState] = {}
+        self.leader_epoch_start_offset = -1
+        #: Topic settings the leader enforces (set by the replica manager from the topic's configs).
+        self.min_insync_replicas = 1
+        self.log_append_time = False
+
+        #: Notified when the log end offset moves (followers' fetches wait on it).
+        self.append_watchers = Watchers()
+        #: Notified when the HW moves or the role changes (consumers' fetches and acks=all produces).
+        self.hw_watchers = Watchers()
+        #: Follower side: bumped on every role or leader change, so a fetch in flight can tell it is stale.
+        self.generation = 0
+        #: Follower side: set when fetching must wait for new metadata (the leader said we are stale).
+        self.fetch_blocked_generation = -1
+
+    def __repr__(self) -> str:
+        return (f"Partition({self.tp}, {self.role.value}, leader={self.leader_id}, epoch={self.leader_epoch}, "
+                f"isr={self.isr}, leo={self.log.log_end_offset}, hw={self.log.high_watermark})")
+
+    # -- state ------------------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        if self.pending_isr is None:
+            return self.isr
+        return self.isr + tuple(r for r in self.pending_isr if r not in self.isr)
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    # -- role changes -----------------------------------------------------------------------------
+
+    def make_leader(self, reg: PartitionRegistration) -> bool:
+        """Lead in ``reg.leader_epoch``; returns whether this is a new leadership (not just an ISR update)."""
+        now = self.clock()
+        new_term = self.role is not Role.LEADER or reg.leader_epoch != self.leader_epoch
+        if new_term:
+            self.role = Role.LEADER
+            self.leader_id = self.node_id
+            self.leader_epoch = reg.leader_epoch
+            self.generation += 1
+            latest = self.log.latest_epoch
+            if latest is None or reg.leader_epoch > latest:
+                self.log.leader_epoch_cache.assign(reg.leader_epoch, self.log.log_end_offset)
+            self.leader_epoch_start_offset = self.log.log_end_offset
+            # ISR members start caught up: they get replica.lag.time.max.ms to fetch from the new leader.
+            self.followers = {
+                r: FollowerState(last_caught_up_ms=now if r in reg.isr else 0, last_fetch_ms=now)
+                for r in reg.replicas if r != self.node_id
+            }
+            self.pending_isr = None
+            self._log.info("became leader", leader_epoch=reg.leader_epoch, isr=reg.isr,
+                           log_end_offset=self.log.log_end_offset, high_watermark=self.log.high_watermark)
+        self._update_registration(reg)
+        if not new_term:
+            for r in reg.replicas:
+                if r != self.node_id and r not in self.followers:
+                    self.followers[r] = FollowerState(last_caught_up_ms=now, last_fetch_ms=now)
+            for r in list(self.followers):
+                if r not in reg.replicas:
+                    del self.followers[r]
+        self.maybe_advance_high_watermark()
+        self.hw_watchers.notify()
+        self.append_watchers.notify()
+        return new_term
+
+    def make_follower(self, reg: PartitionRegistration) -> bool:
+        """Follow ``reg.leader`` (NO_LEADER: wait for one); returns whether the leader or epoch changed."""
+        changed = self.role is not Role.FOLLOWER or reg.leader_epoch != self.leader_epoch or reg.leader != self.leader_id
+        if changed:
+            if self.role is Role.LEADER:
+                self._log.info("resigned leadership", new_leader=reg.leader, leader_epoch=reg.leader_epoch)
+            self.role = Role.FOLLOWER
+            self.leader_id = reg.leader
+            self.leader_epoch = reg.leader_epoch
+            self.followers = {}
+            self.pending_isr = None
+            self.generation += 1
+        self._update_registration(reg)
+        self.hw_watchers.notify()
+        self.append_watchers.notify()
+        return changed
+
+    def make_offline(self) -> None:
+        """Stop leading or following (the broker is fenced or the replica is going away)."""
+        self.role = Role.NONE
+        self.leader_id = NO_LEADER
+        self.followers = {}
+        self.pending_isr = None
+        self.generation += 1
+        self.hw_watchers.notify()
+        self.append_watchers.notify()
+
+    def _update_registration(self, reg: PartitionRegistration) -> None:
+        if self.pending_isr is not None and reg.partition_epoch > self.pending_from_epoch:
+            self.pending_isr = None
+        self.replicas = reg.replicas
+        self.isr = reg.isr
+        self.partition_epoch = max(self.partition_epoch, reg.partition_epoch)
+
+    # -- leader: followers, ISR, high watermark --------------------------------------------------
+
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int) -> FollowerState | None:
+        """Record a follower's fetch at ``fetch_offset`` (everything below it is on the follower)."""
+        state = self.followers.get(replica_id)
+        if state is None:
+            return None
+        now = self.clock()
+        leader_end = self.log.log_end_offset
+        if fetch_offset >= leader_end:
+            state.last_caught_up_ms = now
+        elif fetch_offset >= state.leader_end_offset_at_last_fetch:
+            state.last_caught_up_ms = state.last_fetch_ms
+        state.leader_end_offset_at_last_fetch = leader_end
+        state.last_fetch_ms = now
+        state.log_end_offset = fetch_offset
+        self.maybe_advance_high_watermark()
+        return state
+
+    def maybe_advance_high_watermark(self) -> bool:
+        """Move the HW to the smallest log end offset over the maximal ISR, if that is further."""
+        if self.role is not Role.LEADER:
+            return False
+        new_hw = self.log.log_end_offset
+        for r in self.maximal_isr:
+            if r == self.node_id:
+                continue
+            state = self.followers.get(r)
+            if state is None or state.log_end_offset < 0:
+                return False
+            new_hw = min(new_hw, state.log_end_offset)
+        if new_hw > self.log.high_watermark:
+            self.log.update_high_watermark(new_hw)
+            self.hw_watchers.notify()
+            return True
+        return False
+
+    def isr_to_shrink(self, lag_max_ms: int) -> tuple[int, ...] | None:
+        """The ISR without followers that have not caught up for ``lag_max_ms``, if any lag."""
+        if self.role is not Role.LEADER or self.pending_isr is not None:
+            return None
+        now = self.clock()
+        lagging = [
+            r for r in self.isr
+            if r != self.node_id and now - self.followers.get(r, FollowerState()).last_caught_up_ms > lag_max_ms
+        ]
+        if not lagging:
+            return None
+        return tuple(r for r in self.isr if r not in lagging)
+
+    def isr_to_expand(self, replica_id: int) -> tuple[int, ...] | None:
+        """The ISR with ``replica_id`` added, if it has caught up: at least the HW and this epoch's start."""
+        if self.role is not Role.LEADER or self.pending_isr is not None or replica_id in self.isr:
+            return None
+        state = self.followers.get(replica_id)
+        if state is None:
+            return None
+        if state.log_end_offset >= self.log.high_watermark and state.log_end_offset >= self.leader_epoch_start_offset:
+            return (*self.isr, replica_id)
+        return None
+
+    def propose_isr(self, new_isr: tuple[int, ...]) -> None:
+        self.pending_isr = new_isr
+        self.pending_from_epoch = self.partition_epoch
+        self._log.info("proposing ISR change", isr=self.isr, proposed=new_isr, partition_epoch=self.partition_epoch)
+
+    def isr_proposal_failed(self) -> None:
+        self.pending_isr = None
+
+    def isr_change_committed(self, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]) -> None:
+        """The controller's answer to our AlterPartition: apply it unless metadata already moved past it."""
+        if self.role is not Role.LEADER or leader_epoch != self.leader_epoch:
+            self.pending_isr = None
+            return
+        if partition_epoch > self.partition_epoch:
+            self.isr = isr
+            self.partition_epoch = partition_epoch
+        self.pending_isr = None
+        self.maybe_advance_high_watermark()
+        self.hw_watchers.notify()
+
+    # -- appends ----------------------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes | bytearray | memoryview, header: BatchHeader) -> AppendInfo:
+        """Append one validated batch in the current leader epoch, and apply it to the producer state."""
+        segment_before = self.log.active_segment
+        info = self.log.append_as_leader(records, self.leader_epoch)
+        self.producer_state.update(header, info.first_offset)
+        if self.log.active_segment is not segment_before:
+            self._snapshot_producer_state()
+        self.maybe_advance_high_watermark()
+        self.append_watchers.notify()
+        return info
+
+    def append_as_follower(self, records: memoryview) -> AppendInfo | None:
+        """Append the whole batches of a fetch response as they are; a partial last batch is dropped."""
+        end = 0
+        headers = []
+        for position, header in iter_batches(records, verify=False):
+            headers.append(header)
+            end = position + header.size
+        if not end:
+            return None
+        segment_before = self.log.active_segment
+        info = self.log.append_as_follower(records[:end])
+        for header in headers:
+            self.producer_state.update(header)
+        if self.log.active_segment is not segment_before:
+            self._snapshot_producer_state()
+        self.append_watchers.notify()
+        return info
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        new = min(leader_high_watermark, self.log.log_end_offset)
+        if new > self.log.high_watermark:
+            self.log.update_high_watermark(new)
+            self.hw_watchers.notify()
+
+    def truncate_to(self, offset: int) -> int:
+        """Cut the log at ``offset``, never below the high watermark; returns where the log now ends."""
+        target = max(offset, self.log.high_watermark)
+        if target > offset:
+            self._log.warning("truncation clamped to the high watermark", asked=offset, high_watermark=target)
+        if target < self.log.log_end_offset:
+            self._log.info("truncating", offset=target, log_end_offset=self.log.log_end_offset)
+            self.log.truncate_to(target)
+            self.reload_producer_state()
+            self.append_watchers.notify()
+        return self.log.log_end_offset
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._log.info("log restarts at the leader's start offset", offset=offset)
+        self.log.truncate_fully_and_start_at(offset)
+        self.producer_state.reset(offset)
+        ps.delete_snapshots_above(self.log.directory, offset)
+
+    # -- producer state ---------------------------------------------------------------------------
+
+    def headers_from(self, offset: int) -> Iterator[BatchHeader]:
+        """The log's batch headers from the batch holding ``offset`` on."""
+        for segment in self.log.segments:
+            if segment.next_offset <= offset:
+                continue
+            found = segment.translate_offset(offset)
+            if found is None:
+                continue
+            for _, header in segment.batches_from(found[0]):
+                yield header
+
+    def reload_producer_state(self) -> None:
+        ps.truncate_and_reload(
+            self.producer_state, self.log.directory, self.log.log_end_offset, self.headers_from,
+            log_start_offset=self.log.log_start_offset, now_ms=self.clock(),
+        )
+
+    def _snapshot_producer_state(self) -> None:
+        ps.take_snapshot(self.log.directory, self.producer_state, self.log.log_end_offset)
+
+    def close(self) -> None:
+        """Snapshot the producer state and close the log (a clean shutdown)."""
+        self.make_offline()
+        try:
+            self._snapshot_producer_state()
+        except (OSError, ValueError) as exc:
+            self._log.warning("producer state snapshot failed", error=str(exc))
+        self.log.close()

@@ -1,0 +1,102 @@
+"""The broker's settings, with Kafka's key names: built from a `KraftConfig` or given directly (tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+
+import attrs
+
+from kraftpy.metadata.configs import BROKER_CONFIGS
+
+
+def _frozen(value: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(value))
+
+
+def _paths(value: object) -> tuple[Path, ...]:
+    return tuple(Path(p) for p in value)  # type: ignore[union-attr]
+
+
+@attrs.frozen
+class BrokerSettings:
+    node_id: int
+    cluster_id: str
+    #: log.dirs
+    log_dirs: tuple[Path, ...] = attrs.field(converter=_paths)
+    #: listeners: where the Kafka protocol is served (host, port); port 0 picks one.
+    host: str = "127.0.0.1"
+    port: int = 0
+    listener_name: str = "PLAINTEXT"
+    #: inter.broker.listener.name: the listener followers connect to on their leaders.
+    inter_broker_listener_name: str = "PLAINTEXT"
+    #: socket.request.max.bytes
+    socket_request_max_bytes: int = 104857600
+    #: replica.lag.time.max.ms
+    replica_lag_time_max_ms: int = 30000
+    #: replica.fetch.max.bytes
+    replica_fetch_max_bytes: int = 1048576
+    #: replica.fetch.response.max.bytes
+    replica_fetch_response_max_bytes: int = 10485760
+    #: replica.fetch.wait.max.ms
+    replica_fetch_wait_max_ms: int = 500
+    #: replica.fetch.min.bytes
+    replica_fetch_min_bytes: int = 1
+    #: replica.fetch.backoff.ms
+    replica_fetch_backoff_ms: int = 1000
+    #: replica.high.watermark.checkpoint.interval.ms
+    high_watermark_checkpoint_interval_ms: int = 5000
+    #: log.retention.check.interval.ms
+    log_retention_check_interval_ms: int = 300000
+    #: auto.create.topics.enable
+    auto_create_topics_enable: bool = True
+    #: producer.id.expiration.ms
+    producer_id_expiration_ms: int = 86400000
+    #: Broker-level values of topic configs from the properties file (log.retention.ms, min.insync.replicas,
+    #: message.max.bytes, ...): what topics inherit when neither they nor the cluster override a key.
+    static_broker_configs: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen)
+
+    @classmethod
+    def from_config(cls, config, *, cluster_id: str, **overrides) -> BrokerSettings:
+        """The broker settings of a validated ``KraftConfig``."""
+        listener = None
+        for candidate in config.broker_listeners:
+            if candidate.name == config["inter.broker.listener.name"] or listener is None:
+                listener = candidate
+        values = dict(
+            node_id=config.node_id,
+            cluster_id=cluster_id,
+            log_dirs=config.log_dirs,
+            host=listener.host if listener else "",
+            port=listener.port if listener else 9092,
+            listener_name=listener.name if listener else "PLAINTEXT",
+            inter_broker_listener_name=config["inter.broker.listener.name"],
+            socket_request_max_bytes=config["socket.request.max.bytes"],
+            replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
+            replica_fetch_max_bytes=config["replica.fetch.max.bytes"],
+            replica_fetch_response_max_bytes=config["replica.fetch.response.max.bytes"],
+            replica_fetch_wait_max_ms=config["replica.fetch.wait.max.ms"],
+            replica_fetch_min_bytes=config["replica.fetch.min.bytes"],
+            replica_fetch_backoff_ms=config["replica.fetch.backoff.ms"],
+            high_watermark_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
+            log_retention_check_interval_ms=config["log.retention.check.interval.ms"],
+            auto_create_topics_enable=config["auto.create.topics.enable"],
+            producer_id_expiration_ms=config["producer.id.expiration.ms"],
+            static_broker_configs=static_broker_configs(config),
+        )
+        values.update(overrides)
+        return cls(**values)
+
+
+def static_broker_configs(config) -> dict[str, str]:
+    """Topic-config defaults set in a ``KraftConfig``, by their broker key names."""
+    out: dict[str, str] = {}
+    for name in BROKER_CONFIGS:
+        if name in config.raw:
+            out[name] = config.raw[name].strip()
+    if "log.retention.ms" not in out and (config.is_set("log.retention.hours") or config.is_set("log.retention.minutes")):
+        out["log.retention.ms"] = str(config.log_retention_ms)
+    if "log.roll.ms" not in out and config.is_set("log.roll.hours"):
+        out["log.roll.ms"] = str(config.log_roll_ms)
+    return out

@@ -1,0 +1,100 @@
+"""The leader's bookkeeping without sockets: follower caught-up times, maximal ISR, high watermark."""
+
+from __future__ import annotations
+
+from kraftpy.broker.partition import Partition, TopicPartition
+from kraftpy.broker.producer_state import ProducerStateManager
+from kraftpy.broker.settings import BrokerSettings
+from kraftpy.config import load_config
+from kraftpy.ids import Uuid
+from kraftpy.metadata.image import PartitionRegistration
+from kraftpy.protocol.batch_header import read_header
+from kraftpy.storage.log import Log
+from tests.helpers.protocol import batch
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def leader(tmp_path, isr=(1, 2, 3)):
+    clock = Clock()
+    log = Log.open(tmp_path / "t-0", clock=clock)
+    part = Partition(TopicPartition("t", 0), Uuid(bytes(15) + b"\x01"), log, 1, clock, ProducerStateManager())
+    part.make_leader(PartitionRegistration(replicas=(1, 2, 3), isr=isr, leader=1, leader_epoch=4, partition_epoch=7))
+    return part, clock
+
+
+def append(part, *values):
+    data = batch(*values)
+    return part.append_as_leader(data, read_header(data))
+
+
+def test_high_watermark_is_the_smallest_end_offset_over_the_isr_and_never_goes_back(tmp_path):
+    part, _ = leader(tmp_path)
+    assert part.log.leader_epoch_cache.latest_entry.epoch == 4
+    append(part, b"a", b"b", b"c")
+    assert part.high_watermark == 0
+    part.update_follower_fetch(2, 3)
+    assert part.high_watermark == 0  # follower 3 has not fetched in this epoch
+    part.update_follower_fetch(3, 2)
+    assert part.high_watermark == 2
+    part.update_follower_fetch(3, 1)  # an older fetch offset never moves the HW back
+    assert part.high_watermark == 2
+
+
+def test_lagging_followers_are_proposed_out_and_the_maximal_isr_holds_the_hw(tmp_path):
+    part, clock = leader(tmp_path)
+    append(part, b"a")
+    part.update_follower_fetch(2, 1)
+    part.update_follower_fetch(3, 1)
+    append(part, b"b")
+    clock.now += 500
+    part.update_follower_fetch(2, 2)  # caught up
+    part.update_follower_fetch(3, 1)  # fetching, but behind since the last append
+    clock.now += 600
+    assert part.isr_to_shrink(1000) == (1, 2)
+    part.propose_isr((1, 2))
+    assert part.isr_to_shrink(1000) is None  # one proposal at a time
+    assert part.maximal_isr == (1, 2, 3)
+    assert part.high_watermark == 1  # follower 3 still counts until the shrink is committed
+    part.isr_change_committed(4, 8, (1, 2))
+    assert part.isr == (1, 2) and part.pending_isr is None and part.high_watermark == 2
+
+
+def test_a_caught_up_follower_is_proposed_back_in(tmp_path):
+    part, _ = leader(tmp_path, isr=(1, 2))
+    append(part, b"a", b"b")
+    part.update_follower_fetch(2, 2)
+    assert part.high_watermark == 2
+    part.update_follower_fetch(3, 1)
+    assert part.isr_to_expand(3) is None
+    part.update_follower_fetch(3, 2)
+    assert part.isr_to_expand(3) == (1, 2, 3)
+
+
+def test_truncation_never_goes_below_the_high_watermark(tmp_path):
+    part, _ = leader(tmp_path, isr=(1,))
+    append(part, b"a", b"b")
+    assert part.high_watermark == 2
+    part.make_follower(PartitionRegistration(replicas=(1, 2, 3), isr=(2,), leader=2, leader_epoch=5,
+                                             partition_epoch=8))
+    assert part.truncate_to(1) == 2
+
+
+def test_settings_from_a_properties_file():
+    config = load_config(text="\n".join([
+        "process.roles=broker", "node.id=4", "controller.quorum.voters=1@localhost:9093",
+        "controller.listener.names=CONTROLLER", "listeners=PLAINTEXT://127.0.0.1:9192",
+        "log.dirs=/var/a,/var/b", "min.insync.replicas=2", "log.retention.hours=2",
+        "replica.lag.time.max.ms=1234",
+    ]))
+    settings = BrokerSettings.from_config(config, cluster_id="c")
+    assert (settings.node_id, settings.host, settings.port) == (4, "127.0.0.1", 9192)
+    assert [str(d) for d in settings.log_dirs] == ["/var/a", "/var/b"]
+    assert settings.replica_lag_time_max_ms == 1234
+    assert settings.static_broker_configs == {"min.insync.replicas": "2", "log.retention.ms": "7200000"}
