@@ -32,14 +32,7 @@ from kraftpy.metadata.messages import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
-
-
-class ControllerUnavailable(Exception):
-    """No controller answered (none elected, unreachable, or the request timed out).
-
-    Handlers answer clients with REQUEST_TIMED_OUT (admin requests) or retry later (ISR changes,
-    producer-id blocks).
-    """
+from kraftpy.metadata.rpc import ControllerUnavailable
 
 
 @runtime_checkable
@@ -59,3 +52,6 @@ class ControllerChannel(Protocol):
     async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse: ...
 
     async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse: ...
+
+
+__all__ = ["ControllerChannel", "ControllerUnavailable"]

@@ -114,7 +114,9 @@ class ControllerServer:
         #: The controller built when this node's epoch became committed, until it is activated.
         self._leading: QuorumController | None = None
         self._activation_offset: int | None = None
+        #: Writes waiting for their last offset to commit, in offset order.
         self._pending: list[tuple[int, list[Any]]] = []
+        self._high_watermark = 0
         self._write_lock = trio.Lock()
         self._changed = trio.Event()
         self._snapshot_wanted = trio.Event()
@@ -153,7 +155,7 @@ class ControllerServer:
 
     def handle_commit(self, commit: Commit) -> None:
         self.loader.handle_commit(commit)
-        hw = commit.high_watermark
+        hw = self._high_watermark = commit.high_watermark
         while self._pending and self._pending[0][0] < hw:
             _, slot = self._pending.pop(0)
             slot[0].set()
@@ -293,7 +295,10 @@ class ControllerServer:
             if not result.records:
                 return result.response
             slot: list[Any] = [trio.Event(), None]
-            self._pending.append((proposed.last_offset, slot))
+            if proposed.last_offset < self._high_watermark:
+                slot[0].set()  # committed while it was appended (a quorum of one)
+            else:
+                self._pending.append((proposed.last_offset, slot))
         await slot[0].wait()
         if slot[1] is not None:
             raise slot[1]

@@ -54,7 +54,7 @@ class MetadataLoader:
 
     def __init__(self, log: RaftLog, publish: Publisher | None = None) -> None:
         self.log = log
-        self.publish = publish
+        self.subscribers: list[Publisher] = [] if publish is None else [publish]
         self.image: MetadataImage = EMPTY_IMAGE
         self.next_offset = 0
         self.leader_id: int | None = None
@@ -74,8 +74,8 @@ class MetadataLoader:
             self.next_offset = batch.next_offset
             delta.set_provenance(MetadataProvenance(batch.last_offset, batch.epoch))
         self.image = delta.apply()
-        if self.publish is not None:
-            self.publish(self.image, delta)
+        for publish in self.subscribers:
+            publish(self.image, delta)
 
     def handle_snapshot_loaded(self, effect: SnapshotLoaded) -> None:
         snapshot_id = effect.snapshot_id
@@ -84,8 +84,13 @@ class MetadataLoader:
         self.image = decode_snapshot_file(data, MetadataProvenance(snapshot_id.end_offset - 1, snapshot_id.epoch))
         self.next_offset = snapshot_id.end_offset
         self.bytes_since_snapshot = 0
-        if self.publish is not None:
-            self.publish(self.image, None)
+        for publish in self.subscribers:
+            publish(self.image, None)
+
+    def subscribe(self, publish: Publisher) -> None:
+        """Hear every new image from now on, starting with the current one."""
+        self.subscribers.append(publish)
+        publish(self.image, None)
 
     def handle_leader_change(self, change: LeaderChange) -> None:
         self.leader_id = change.leader_id

@@ -71,7 +71,9 @@ QUORUM_STATUS_API = "QuorumStatus"
 
 
 class ControllerUnavailable(Exception):
-    """No controller answered as the active one within the time allowed."""
+    """No controller answered as the active one within the time allowed (none elected, unreachable,
+    or the request timed out). Brokers answer clients with REQUEST_TIMED_OUT (admin requests) or
+    retry later (ISR changes, producer-id blocks)."""
 
 
 def decode_request(api: str, body: dict[str, Any]) -> Any:

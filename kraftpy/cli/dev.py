@@ -1,0 +1,92 @@
+"""`kraftpy dev`: a one-process cluster (one controller voter and one broker) for trying things out.
+
+The directory (a new temporary one, or ``--dir``) holds ``server.properties`` and the data; it is
+formatted the first time, and a later run on the same directory keeps the topics and records.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import trio
+import typer
+
+from kraftpy.cli.common import LogFormatOption, LogLevelOption, fail, load_config_or_exit, setup_logging
+from kraftpy.cli.process import serve_until_signal
+from kraftpy.config.properties import format_properties
+from kraftpy.ids import random_uuid_str
+from kraftpy.storage.formatter import FormatError, ensure_formatted, format_dirs
+from kraftpy.storage.meta_properties import read_meta_properties
+
+
+def dev_properties(directory: Path, port: int, controller_port: int) -> dict[str, str]:
+    return {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": str(directory / "data"),
+        "num.partitions": "1",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": "1",
+        "broker.heartbeat.interval.ms": "500",
+        "broker.session.timeout.ms": "9000",
+        "controller.quorum.election.timeout.ms": "300",
+    }
+
+
+def dev(
+    directory: Annotated[Path | None, typer.Option(
+        "--dir", help="Directory for the configuration and data (kept between runs).",
+        show_default="a new temporary directory")] = None,
+    port: Annotated[int, typer.Option("--port", help="The broker's port (PLAINTEXT listener).")] = 9092,
+    controller_port: Annotated[int | None, typer.Option(
+        "--controller-port", help="The controller's port.", show_default="port + 1")] = None,
+    log_level: LogLevelOption = "info",
+    log_format: LogFormatOption = "auto",
+) -> None:
+    """Run a one-process cluster and print its bootstrap address; Ctrl-C stops it cleanly."""
+    if not 1 <= port <= 65535:
+        fail(f"--port={port}: not a port between 1 and 65535")
+    controller_port = port + 1 if controller_port is None else controller_port
+    if not 1 <= controller_port <= 65535 or controller_port == port:
+        fail(f"--controller-port={controller_port}: needs a port between 1 and 65535 other than --port")
+    directory = Path(tempfile.mkdtemp(prefix="kraftpy-dev-")) if directory is None else directory
+    directory = directory.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    config_path = directory / "server.properties"
+    config_path.write_text(format_properties(dev_properties(directory, port, controller_port),
+                                             header="kraftpy dev: one controller and one broker in one process"))
+    config = load_config_or_exit(config_path, None)
+    setup_logging(log_level, log_format, config.node_id, config.role_name)
+    data = config.log_dirs[0]
+    existing = read_meta_properties(data) if data.exists() else None
+    try:
+        if existing is None:
+            format_dirs(config.all_dirs, random_uuid_str(), config.node_id)
+        cluster_id = ensure_formatted(config.all_dirs, config.node_id)
+    except FormatError as exc:
+        fail(str(exc))
+
+    async def main() -> None:
+        from kraftpy.broker.node import KraftNode
+
+        node = KraftNode(config, cluster_id)
+
+        async def serve(task_status=trio.TASK_STATUS_IGNORED) -> None:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(node.run)
+                task_status.started()
+                await node.ready.wait()
+                typer.echo(f"kraftpy dev is running: bootstrap.servers=127.0.0.1:{port} "
+                           f"(cluster {cluster_id}, data in {directory}); Ctrl-C stops it")
+
+        await serve_until_signal(serve, node.stop_gracefully)
+        typer.echo("kraftpy dev stopped")
+
+    trio.run(main)
