@@ -131,7 +131,8 @@ class ControllerServer:
         core = RaftCore(raft_config(self.config, self.cluster_id), self.raft_log, rng=self.rng,
                         now=trio.current_time(), persisted=read_quorum_state_file(state_path, voters))
         self.driver = RaftDriver(core, voter_addresses=voters, quorum_state_path=state_path, listener=self,
-                                 request_timeout=self.config["controller.quorum.request.timeout.ms"] / 1000)
+                                 request_timeout=self.config["controller.quorum.request.timeout.ms"] / 1000,
+                                 append_linger=self.config["controller.quorum.append.linger.ms"] / 1000)
         try:
             async with trio.open_nursery() as nursery:
                 server = ControlServer(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],
@@ -279,7 +280,7 @@ class ControllerServer:
             controller = self._leading if activating else self._active_or_raise()
             if controller is None:
                 raise not_controller(self.loader.leader_id)
-            result = operation(controller, trio.current_time(), self.driver.core.log.end_offset)
+            result = operation(controller, trio.current_time(), self.driver.next_offset())
             if result.records:
                 try:
                     proposed = await self.driver.propose([encode_record(r) for r in result.records])

@@ -135,3 +135,38 @@ async def test_three_voters_elect_commit_and_fail_over(tmp_path: Path) -> None:
         assert description.leader_id == new_leader.node_id
         assert description.high_watermark >= 7
         nursery.cancel_scope.cancel()
+
+
+async def test_proposals_within_the_linger_time_share_one_batch(tmp_path: Path) -> None:
+    log = FileRaftLog.open(tmp_path)
+    recorder = Recorder()
+    config = RaftConfig(1, [1], CLUSTER, election_timeout_ms=50)
+    core = RaftCore(config, log, rng=random.Random(1), now=trio.current_time())
+    driver = RaftDriver(core, voter_addresses={}, quorum_state_path=tmp_path / FILE_NAME, listener=recorder,
+                        append_linger=0.05)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        with trio.fail_after(10):
+            while not core.is_leader:
+                await recorder.changed.wait()
+        results = {}
+
+        async def propose(i: int) -> None:
+            results[i] = await driver.propose([b"r%d" % i, b"s%d" % i])
+
+        async with trio.open_nursery() as proposers:
+            for i in range(5):
+                proposers.start_soon(propose, i)
+        offsets = sorted((r.base_offset, r.last_offset) for r in results.values())
+        assert all(b + 1 == last for b, last in offsets)
+        assert [b for b, _ in offsets] == list(range(offsets[0][0], offsets[0][0] + 10, 2))
+        with trio.fail_after(10):
+            while len(recorder.committed) < 10:
+                await recorder.changed.wait()
+        data_batches = [b for b in log.read(0, 1 << 20) if not b.is_control]
+        assert len(data_batches) == 1 and len(data_batches[0].records) == 10
+        for i, result in results.items():  # every record sits at the offset propose promised
+            assert log.read(result.base_offset, 1)[0].records[result.base_offset - data_batches[0].base_offset] \
+                == b"r%d" % i
+        nursery.cancel_scope.cancel()
+    log.close()
