@@ -302,9 +302,10 @@ class Partition:
     # -- appends ----------------------------------------------------------------------------------
 
     def append_as_leader(self, records: bytes | bytearray | memoryview, header: BatchHeader) -> AppendInfo:
-        """Append one validated batch in the current leader epoch, and apply it to the producer state."""
+        """Append one validated batch (CRC checked by the caller) in the current leader epoch, and apply it
+        to the producer state."""
         segment_before = self.log.active_segment
-        info = self.log.append_as_leader(records, self.leader_epoch)
+        info = self.log.append_as_leader(records, self.leader_epoch, crc_verified=True)
         self.producer_state.update(header, info.first_offset)
         if self.log.active_segment is not segment_before:
             self._snapshot_producer_state()

@@ -111,7 +111,7 @@ class FileRaftLog:
     def append_as_leader(self, records: Sequence[bytes], epoch: int, *, is_control: bool = False) -> RecordBatch:
         base = self.end_offset
         data = encode_raft_batch(records, base_offset=base, epoch=epoch, is_control=is_control)
-        self.storage.append_as_leader(data, epoch)
+        self.storage.append_as_leader(data, epoch, crc_verified=True)  # just built here
         return RecordBatch(base_offset=base, epoch=epoch, records=tuple(records), is_control=is_control)
 
     def append_as_follower(self, batches: Sequence[RecordBatch]) -> None:

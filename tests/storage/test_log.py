@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from kraftpy.protocol.batch_header import CorruptRecordError, iter_batches, set_max_timestamp
-from kraftpy.protocol.records import Compression, decode_batch
+from kraftpy.protocol.records import Compression, SimpleRecord, build_batch, decode_batch
 from kraftpy.storage.log import (
     CLEAN_SHUTDOWN_FILE,
     Log,
@@ -343,3 +343,16 @@ def test_close_leaves_marker_and_open_removes_it(tmp_path):
     assert not (directory / CLEAN_SHUTDOWN_FILE).exists()
     assert again.recovery_point == 2
     again.close()
+
+
+def test_crc_is_checked_unless_the_caller_already_did(tmp_path):
+    data = bytearray(build_batch([SimpleRecord(b"k", b"v")]))
+    data[-1] ^= 0xFF  # the CRC no longer matches
+    with Log.open(tmp_path / "p-0") as log:
+        with pytest.raises(CorruptRecordError, match="CRC"):
+            log.append_as_leader(data, 0)
+        assert log.log_end_offset == 0
+        info = log.append_as_leader(data, 0, crc_verified=True)  # the broker vouches for it
+        assert (info.first_offset, log.log_end_offset) == (0, 1)
+        with pytest.raises(CorruptRecordError, match="truncated"):
+            log.append_as_leader(bytes(data[:-1]), 0, crc_verified=True)
