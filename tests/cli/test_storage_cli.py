@@ -133,3 +133,14 @@ def test_logging_lines_carry_node_id_and_role(fmt, capsys):
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert len(lines) == 1
     assert lines[0]["node_id"] == 7 and lines[0]["role"] == "broker" and lines[0]["event"] == "hello"
+
+
+@pytest.mark.parametrize("name", ["controller-1", "controller-2", "controller-3", "broker-1", "broker-2", "broker-3"])
+def test_storage_format_accepts_the_local_deploy_configs(tmp_path, name):
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "deploy" / "local" / f"{name}.properties"
+    cluster = "MkU3OEVBNTcwNTJENDM2Qg"
+    result = run("storage", "format", "-c", config, "-t", cluster, "--override", f"log.dirs={tmp_path / name}")
+    assert result.exit_code == 0, result.output
+    assert f"cluster.id={cluster}" in (tmp_path / name / "meta.properties").read_text()
