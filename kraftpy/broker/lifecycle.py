@@ -28,6 +28,7 @@ from kraftpy.metadata.errors import Errors
 from kraftpy.metadata.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from kraftpy.metadata.records import BrokerEndpoint, BrokerFeature
 from kraftpy.metadata.rpc import ControllerClient, ControllerUnavailable
+from kraftpy.metrics import BROKER_RUNNING
 
 
 class BrokerState(enum.Enum):
@@ -135,6 +136,7 @@ class BrokerLifecycle:
         self.log.info("broker state changed", old=self.state.value, new=state.value)
         self.state = state
         self.server.set_running(state is BrokerState.RUNNING)
+        BROKER_RUNNING.labels(self.node_id).set(1 if state is BrokerState.RUNNING else 0)
         if state is BrokerState.RUNNING:
             self.unfenced.set()
 

@@ -20,6 +20,7 @@ from kraftpy.logs import get_logger
 from kraftpy.metadata.controller_server import ControllerServer, raft_config, voter_addresses
 from kraftpy.metadata.loader import MetadataLoader, encode_snapshot_file
 from kraftpy.metadata.rpc import ControllerClient
+from kraftpy.metrics import METADATA_OFFSET, serve_metrics
 from kraftpy.raft.core import RaftCore
 from kraftpy.raft.driver import RaftDriver
 from kraftpy.raft.file_log import FileRaftLog
@@ -38,10 +39,13 @@ class KraftNode:
         self.lifecycle: BrokerLifecycle | None = None
         self.loader: MetadataLoader | None = None
         self.ready = trio.Event()
+        self.metrics_port: int | None = None
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         config = self.config
         async with trio.open_nursery() as nursery:
+            if config["metrics.port"] is not None:
+                self.metrics_port = await nursery.start(serve_metrics, config["metrics.port"])
             if config.is_controller:
                 self.controller = ControllerServer(config, self.cluster_id)
                 await nursery.start(self.controller.run)
@@ -64,6 +68,9 @@ class KraftNode:
             await nursery.start(self._observe_metadata, voters)
         assert self.loader is not None
         self.loader.subscribe(self.broker.publish)
+        node_id = config.node_id
+        self.loader.subscribe(lambda image, _delta: METADATA_OFFSET.labels(node_id).set(
+            image.provenance.last_offset))
         loader = self.loader
         self.lifecycle = BrokerLifecycle(config, self.cluster_id, self.broker, client,
                                          metadata_offset=lambda: loader.image.provenance.last_offset)

@@ -171,7 +171,7 @@ KEYS: list[ConfigKey] = [
               "How long committed offsets of an empty group are kept.", at_least(1), roles=B),
     # --- observability
     ConfigKey("metrics.port", "int", None,
-              "Port of the Prometheus metrics endpoint on 127.0.0.1; unset serves none.",
+              "Port of the Prometheus endpoint (GET /metrics) on 127.0.0.1; 0 picks one; unset serves none.",
               between(0, 65535), nullable=True),
 ]
 

@@ -30,6 +30,7 @@ from kraftpy.metadata.loader import MetadataLoader, encode_snapshot_file
 from kraftpy.metadata.records import encode_record
 from kraftpy.metadata.result import ControllerResult
 from kraftpy.metadata.rpc import CONTROLLER_APIS, QUORUM_STATUS_API, WIRE, decode_request, not_controller
+from kraftpy.metrics import ACTIVE_CONTROLLER, RAFT_EPOCH, RAFT_HIGH_WATERMARK
 from kraftpy.raft.config import RaftConfig
 from kraftpy.raft.core import RaftCore
 from kraftpy.raft.driver import RAFT_API, RaftDriver
@@ -157,6 +158,7 @@ class ControllerServer:
     def handle_commit(self, commit: Commit) -> None:
         self.loader.handle_commit(commit)
         hw = self._high_watermark = commit.high_watermark
+        RAFT_HIGH_WATERMARK.labels(self.node_id).set(hw)
         while self._pending and self._pending[0][0] < hw:
             _, slot = self._pending.pop(0)
             slot[0].set()
@@ -168,6 +170,7 @@ class ControllerServer:
 
     def handle_leader_change(self, change: LeaderChange) -> None:
         self.loader.handle_leader_change(change)
+        RAFT_EPOCH.labels(self.node_id).set(change.epoch)
         if change.leader_id == self.node_id:
             assert self.driver is not None
             # The new leader's leader-change record is its log's last batch: activate once it commits.
@@ -189,6 +192,7 @@ class ControllerServer:
             self.log.info("no longer the active controller", leader_id=leader_id)
         self.active = self._leading = None
         self._activation_offset = None
+        ACTIVE_CONTROLLER.labels(self.node_id).set(0)
         for _, slot in self._pending:
             slot[1] = not_controller(leader_id)
             slot[0].set()
@@ -291,6 +295,7 @@ class ControllerServer:
                 controller.replay(result.records, last_offset=proposed.last_offset, epoch=proposed.epoch)
             if activating:
                 self.active = controller
+                ACTIVE_CONTROLLER.labels(self.node_id).set(1)
                 self.log.info("active controller", epoch=self.loader.leader_epoch,
                               metadata_offset=self.loader.next_offset)
             if not result.records:

@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from kraftpy.logs import get_logger
+from kraftpy.metrics import BYTES_IN, CONNECTIONS, REQUESTS
 from kraftpy.rpc.framing import FramedStream, FrameError
 
 
@@ -79,6 +80,10 @@ async def _sendfile(stream: trio.SocketStream, fd: int, offset: int, length: int
         await trio.lowlevel.checkpoint()
 
 
+def _api_label(frame: Any) -> str:
+    return str(int.from_bytes(frame[:2], "big", signed=True))
+
+
 class KafkaServer:
     def __init__(self, handler: Handler, *, max_frame_bytes: int, listener: str = "PLAINTEXT",
                  log: Any = None) -> None:
@@ -100,11 +105,15 @@ class KafkaServer:
         conn = Connection(stream, self.listener)
         framed = FramedStream(stream, self.max_frame_bytes)
         self.connections += 1
+        CONNECTIONS.inc()
         try:
             while True:
                 frame = await framed.receive_frame()
                 if frame is None:
                     return
+                BYTES_IN.inc(len(frame) + 4)
+                if len(frame) >= 2:
+                    REQUESTS.labels(_api_label(frame)).inc()
                 parts = await self.handler(frame, conn)
                 if parts:
                     await send_parts(stream, parts)
@@ -114,5 +123,6 @@ class KafkaServer:
             pass
         finally:
             self.connections -= 1
+            CONNECTIONS.dec()
             with trio.CancelScope(shield=True):
                 await stream.aclose()
