@@ -3,6 +3,7 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
+BASE   := $(VENV)/.installed-base
 PYTEST := $(VENV)/bin/pytest
 APT    := DEBIAN_FRONTEND=noninteractive apt-get
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -14,14 +15,22 @@ $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 && $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
+# What `make run` needs: kraftpy itself.
+$(BASE): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	@touch $(BASE)
+
+# What the tests need besides: the clients, pytest, ruff, and pyspark for the Spark connector.
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[dev]'
-	@touch $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,spark]'
+	@touch $(STAMP) $(BASE)
 
 # System packages the tests use, installed only when missing.
 system-deps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
+	java_major=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	[ -n "$$java_major" ] && [ "$$java_major" -ge 17 ] || missing="$$missing openjdk-17-jre-headless"; \
 	if [ "$$(id -u)" = 0 ]; then \
 	  command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	  command -v iptables >/dev/null 2>&1 || missing="$$missing iptables"; \
@@ -31,7 +40,7 @@ system-deps:
 	  $(SUDO) $(APT) update -qq && $(SUDO) $(APT) install -y -qq $$missing; \
 	fi
 
-run: $(STAMP)
+run: $(BASE)
 	$(VENV)/bin/kraftpy dev --dir data/dev
 
 lint: $(STAMP)

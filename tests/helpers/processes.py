@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +128,75 @@ def format_all(configs: list[Path], cluster_id: str | None = None) -> str:
         subprocess.run([sys.executable, "-m", "kraftpy", "storage", "format", "-c", str(config), "-t", cluster_id],
                        check=True, capture_output=True)
     return cluster_id
+
+
+class DevProcess:
+    """``kraftpy dev`` in a subprocess, for tests that drive it from blocking code (Spark, clients).
+
+    ``start`` returns once the JSON log says "broker running"; ``stop`` sends SIGINT (Ctrl-C) and
+    waits for a clean exit. Usable as a context manager.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port, self.controller_port = free_ports(2)
+        self.process: subprocess.Popen | None = None
+        self.lines: list[dict[str, Any]] = []
+        self._changed = threading.Condition()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> DevProcess:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "kraftpy", "dev", "--dir", str(self.directory), "--port", str(self.port),
+             "--controller-port", str(self.controller_port), "--log-format", "json"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        threading.Thread(target=self._pump, args=(self.process,), daemon=True).start()
+        self.wait_for("broker running", timeout)
+        return self
+
+    def _pump(self, process: subprocess.Popen) -> None:
+        assert process.stderr is not None
+        for raw in process.stderr:
+            text = raw.decode(errors="replace").rstrip("\n")
+            try:
+                line = json.loads(text)
+            except json.JSONDecodeError:
+                line = {"event": text}
+            with self._changed:
+                self.lines.append(line if isinstance(line, dict) else {"event": text})
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, event: str, timeout: float = 30.0) -> dict[str, Any]:
+        def found() -> dict[str, Any] | None:
+            return next((line for line in self.lines if line.get("event") == event), None)
+
+        assert self.process is not None
+        with self._changed:
+            ok = self._changed.wait_for(lambda: found() is not None or self.process.poll() is not None, timeout)
+            line = found()
+        if line is None:
+            tail = "\n".join(str(x.get("event")) for x in self.lines[-20:])
+            state = f"exited ({self.process.returncode})" if ok else f"no {event!r} within {timeout}s"
+            raise AssertionError(f"kraftpy dev {state}:\n{tail}")
+        return line
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGINT)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def __enter__(self) -> DevProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
