@@ -8,7 +8,7 @@ PYTEST := $(VENV)/bin/pytest
 APT    := DEBIAN_FRONTEND=noninteractive apt-get
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint fmt docs bench soak jepsen system-deps clean
+.PHONY: run test lint fmt docs bench soak jepsen system-deps system-python clean
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { $(SUDO) $(APT) update -qq && $(SUDO) $(APT) install -y -qq python3 python3-venv; }
@@ -57,9 +57,21 @@ test: $(STAMP) system-deps
 docs: $(STAMP)
 	$(VENV)/bin/kraftpy config docs > docs/configuration.md
 
-# Long runs of the randomized tests: thousands of simulation seeds and hypothesis examples.
-soak: $(STAMP)
+# A fault-injection campaign against a real cluster: make jepsen JEPSEN_ARGS="--time-limit 60 --nemesis all --out DIR"
+JEPSEN_ARGS ?= --time-limit 60 --nemesis all
+jepsen: $(STAMP) system-deps
+	$(PY) -m tests.jepsen.runner $(JEPSEN_ARGS)
+
+# Long runs: thousands of Raft simulation seeds and storage examples, then campaigns over many seeds.
+soak: $(STAMP) system-deps
 	KRAFTPY_SIM_SEEDS=$${KRAFTPY_SIM_SEEDS:-5000} KRAFTPY_SOAK=1 $(PYTEST) tests/raft tests/storage -q
+	@status=0; first=$${JEPSEN_FIRST_SEED:-1}; \
+	for seed in $$(seq $$first $$((first + $${JEPSEN_SEEDS:-20} - 1))); do \
+	  for nemesis in kill pause partition link all; do \
+	    $(PY) -m tests.jepsen.runner --time-limit $${JEPSEN_TIME:-120} --nemesis $$nemesis --seed $$seed \
+	      --out jepsen-runs/soak/$$nemesis-$$seed || status=1; \
+	  done; \
+	done; exit $$status
 
 bench: $(STAMP)
 	$(PY) bench/run.py

@@ -284,6 +284,7 @@ class Nemesis:
         elif fault.kind == "link":
             self._require_network().set_links(fault.links, delay_ms=fault.delay_ms,
                                               jitter_ms=fault.jitter_ms, loss=fault.loss)
+            targets = fault.nodes
         else:
             raise ValueError(f"unknown fault kind {fault.kind!r}")
         self._active[fault.id] = (fault, targets)
@@ -421,7 +422,8 @@ class ScheduleRunner:
                     self.log(self.errors[-1])
                     resolved = {**fault.to_json(), "error": repr(e)}
                 self.record("start", resolved)
-                self.log(f"fault {fault.id} {fault.kind} {fault.variant} started: {resolved.get('targets')}")
+                what = resolved.get("targets") or [f"{a}|{b}" for a, b in resolved.get("cut", ())]
+                self.log(f"fault {fault.id} {fault.kind} {fault.variant} started: {what}")
                 self._until(fault.stop)
                 try:
                     resolved = self.nemesis.stop(fault)

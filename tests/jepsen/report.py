@@ -76,6 +76,10 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
     ops = results.get("details", {}).get("ops", {})
     for f, c in sorted(ops.items()):
         lines.append(f"ops {f}: " + " ".join(f"{k}={v}" for k, v in c.items()))
+    network = results.get("details", {}).get("network")
+    if network:
+        lines.append(f"network: {network}")
+    lines.extend(f"harness error: {e}" for e in results.get("details", {}).get("harness_errors") or ())
     lines.append(f"faults: {len(windows)}")
     for w in windows:
         lines.append(f"  {w['start'] / 1e9:8.2f}s - {w['stop'] / 1e9:8.2f}s  {w['label']}")

@@ -23,15 +23,16 @@ import argparse
 import contextlib
 import itertools
 import json
+import logging
 import os
 import random
-import re
 import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,9 @@ from tests.jepsen.proxy import Route, SocketOwners, ThreadedProxy
 from tests.jepsen.report import HISTORY, write_report
 
 CONTROLLER_PORT = 9093
+CLIENT_LOG = "clients.log"
+CLIENT_LOGGER = logging.getLogger("tests.jepsen.clients")
+CLIENT_LOGGER.propagate = False
 BROKER_PORT = 9092
 NETWORKS = ("auto", "netns", "proxy", "none")
 
@@ -196,32 +200,66 @@ def write_configs(plan: Plan) -> list[Path]:
 # --- the kraftpy command ----------------------------------------------------------------------
 
 
+def client_config(plan: Plan, **extra: Any) -> dict[str, Any]:
+    """The settings every confluent-kafka client of the harness shares: the bootstrap brokers and the
+    harness's logger (librdkafka's connection chatter goes to DIR/clients.log, not the terminal)."""
+    return {"bootstrap.servers": plan.bootstrap, "logger": CLIENT_LOGGER, **extra}
+
+
+def log_clients_to(path: Path) -> logging.Handler:
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    CLIENT_LOGGER.addHandler(handler)
+    CLIENT_LOGGER.setLevel(logging.INFO)
+    return handler
+
+
 def default_kraftpy() -> list[str]:
     return [sys.executable, "-m", "kraftpy"]
 
 
 def check_kraftpy(cmd: Sequence[str]) -> None:
     """Fails with a clear message when the kraftpy command lacks what the runner starts."""
-    for sub in ("storage", "controller", "broker"):
+    procs = {}
+    try:
+        for sub in ("storage", "controller", "broker"):
+            procs[sub] = subprocess.Popen([*cmd, sub, "--help"], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True)
+    except OSError as e:
+        raise HarnessError(f"cannot run `{shlex.join(cmd)}`: {e}") from e
+    failures = []
+    for sub, proc in procs.items():
         try:
-            proc = subprocess.run([*cmd, sub, "--help"], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise HarnessError(f"cannot run `{shlex.join(cmd)}`: {e}") from e
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
         if proc.returncode != 0:
-            detail = " ".join((proc.stderr or proc.stdout).split())[-300:]
-            raise HarnessError(
-                f"`kraftpy {sub}` is not available (`{shlex.join([*cmd, sub, '--help'])}` exited "
-                f"{proc.returncode}: {detail}). The Jepsen runner starts real `kraftpy controller` and "
-                f"`kraftpy broker` processes; it cannot run before both commands exist.")
+            failures.append((sub, proc.returncode, " ".join((err or out).split())[-300:]))
+    if failures:
+        sub, code, detail = failures[0]
+        raise HarnessError(
+            f"`kraftpy {sub}` is not available (`{shlex.join([*cmd, sub, '--help'])}` exited "
+            f"{code}: {detail}). The Jepsen runner starts real `kraftpy controller` and "
+            f"`kraftpy broker` processes; it cannot run before both commands exist.")
 
 
 def format_storage(plan: Plan, cmd: Sequence[str]) -> None:
-    for node in plan.nodes:
-        proc = subprocess.run([*cmd, "storage", "format", "-c", str(node.config), "-t", plan.cluster_id],
-                              capture_output=True, text=True, timeout=120)
+    """`kraftpy storage format` on every node, all at once."""
+    procs = {node.name: subprocess.Popen([*cmd, "storage", "format", "-c", str(node.config), "-t", plan.cluster_id],
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for node in plan.nodes}
+    failures = []
+    for name, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
         if proc.returncode != 0:
-            raise HarnessError(f"kraftpy storage format failed for {node.name}: "
-                               f"{(proc.stderr or proc.stdout).strip()}")
+            failures.append(f"kraftpy storage format failed for {name}: {(err or out).strip()}")
+    if failures:
+        raise HarnessError("; ".join(failures))
 
 
 # --- the running cluster ------------------------------------------------------------------------
@@ -306,22 +344,25 @@ class ProcessCluster:
                 if n.process is not None and n.process.poll() is not None]
 
     def stop_all(self, timeout: float = 10.0) -> None:
-        for n in self._nodes:
-            p = n.process
-            if p is not None and p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, signal.SIGCONT)
-                    p.terminate()
-        deadline = time.monotonic() + timeout
-        for n in self._nodes:
-            p = n.process
-            if p is None:
-                continue
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        """SIGTERM the brokers first (their controlled shutdown needs the controllers), then the
+        controllers; whatever has not exited after `timeout` seconds is killed."""
+        for role in ("broker", "controller"):
+            group = [n for n in self._nodes if n.role == role and n.process is not None]
+            for n in group:
+                p = n.process
+                if p.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p.pid, signal.SIGCONT)
+                        p.terminate()
+            deadline = time.monotonic() + timeout
+            for n in group:
+                p = n.process
+                try:
+                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    self.log(f"{n.name} did not stop within {timeout:.0f}s of SIGTERM; killed")
+                    p.kill()
+                    p.wait()
 
     def log_tail(self, name: str, lines: int = 20) -> str:
         path = self.plan.out / "logs" / f"{name}.log"
@@ -333,28 +374,27 @@ class ProcessCluster:
     # what the nemesis asks
 
     def active_controller(self) -> str | None:
-        """The quorum leader, from `kraftpy quorum status` (Kafka's `LeaderId: N`, or a JSON
-        `leader_id`); None when it cannot tell (the nemesis then uses the scheduled node)."""
-        for c in self.plan.controllers:
-            try:
-                proc = subprocess.run([*self.cmd, "quorum", "status", "--bootstrap-controller", c.advertised],
-                                      capture_output=True, text=True, timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                continue
-            if proc.returncode != 0:
-                continue
-            m = re.search(r"(?:LeaderId|leader_id)\"?\s*[:=]\s*(\d+)", proc.stdout)
-            if m:
-                leader = int(m.group(1))
-                for spec in self.plan.controllers:
-                    if spec.node_id == leader:
-                        return spec.name
+        """The quorum leader, as `kraftpy quorum status` finds it (asked in-process: starting the
+        command takes seconds on a loaded machine, and the nemesis should strike when scheduled);
+        None when no controller answers (the nemesis then uses the scheduled node)."""
+        import trio
+
+        from kraftpy.cli.quorum import fetch_status
+
+        addresses = [(c.advertised_host, c.advertised_port) for c in self.plan.controllers]
+        try:
+            status = trio.run(fetch_status, addresses, 2.0)
+        except Exception:
+            return None
+        for spec in self.plan.controllers:
+            if spec.node_id == status.get("leader_id"):
+                return spec.name
         return None
 
     def partition_leader(self, partition: int) -> str | None:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.plan.bootstrap})
+        admin = AdminClient(client_config(self.plan, **{"socket.timeout.ms": 3000}))
         md = admin.list_topics(self.topic, timeout=3)
         t = md.topics.get(self.topic)
         if t is None or partition not in t.partitions:
@@ -370,7 +410,7 @@ def wait_for_cluster(plan: Plan, cluster: ProcessCluster, timeout: float, log: C
     """Until every broker is in the metadata a broker answers with."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": plan.bootstrap, "socket.timeout.ms": 3000})
+    admin = AdminClient(client_config(plan, **{"socket.timeout.ms": 3000}))
     deadline = time.monotonic() + timeout
     last = "no answer"
     while time.monotonic() < deadline:
@@ -394,7 +434,7 @@ def wait_for_cluster(plan: Plan, cluster: ProcessCluster, timeout: float, log: C
 def create_topic(plan: Plan, topic: str, timeout: float, log: Callable[[str], Any]) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": plan.bootstrap})
+    admin = AdminClient(client_config(plan))
     new = NewTopic(topic, num_partitions=plan.partitions, replication_factor=plan.replication_factor,
                    config={"min.insync.replicas": str(plan.min_insync)})
     deadline = time.monotonic() + timeout
@@ -407,7 +447,7 @@ def create_topic(plan: Plan, topic: str, timeout: float, log: Callable[[str], An
     while time.monotonic() < deadline:
         t = admin.list_topics(topic, timeout=3).topics.get(topic)
         if t is not None and t.error is None and len(t.partitions) == plan.partitions \
-                and all(p.leader >= 0 and len(p.isr) >= plan.min_insync for p in t.partitions.values()):
+                and all(p.leader >= 0 and len(p.isrs) >= plan.min_insync for p in t.partitions.values()):
             log(f"topic {topic}: {plan.partitions} partitions with leaders")
             return
         time.sleep(0.5)
@@ -464,8 +504,7 @@ class Workload:
             return next(self._values)
 
     def producer_config(self) -> dict[str, Any]:
-        return {
-            "bootstrap.servers": self.plan.bootstrap,
+        return client_config(self.plan, **{
             "acks": "all",
             "enable.idempotence": True,
             "retries": 2147483647,
@@ -474,11 +513,10 @@ class Workload:
             "request.timeout.ms": max(1000, int(self.op_timeout * 500)),
             "topic.metadata.refresh.interval.ms": 2000,
             "reconnect.backoff.max.ms": 1000,
-        }
+        })
 
     def consumer_config(self, process: int) -> dict[str, Any]:
-        return {
-            "bootstrap.servers": self.plan.bootstrap,
+        return client_config(self.plan, **{
             "group.id": f"jepsen-{self.seed}-{process}",
             "enable.auto.commit": False,
             "auto.offset.reset": "error",
@@ -486,7 +524,7 @@ class Workload:
             "fetch.wait.max.ms": 500,
             "topic.metadata.refresh.interval.ms": 2000,
             "reconnect.backoff.max.ms": 1000,
-        }
+        })
 
     def start(self) -> None:
         for i in range(self.producers):
@@ -724,6 +762,9 @@ def run(args: argparse.Namespace) -> int:
     except HarnessError as e:
         log(f"harness error: {e}")
         return 2
+    except Exception:
+        log(f"harness error:\n{traceback.format_exc()}")
+        return 2
     finally:
         log.close()
 
@@ -731,6 +772,15 @@ def run(args: argparse.Namespace) -> int:
 def _campaign(args: argparse.Namespace, plan: Plan, cmd: list[str], faults: list[nm.Fault],
               kinds: Sequence[str], seed: int, log: Log) -> int:
     cluster = ProcessCluster(plan, cmd, topic=args.topic, log=log)
+    client_log = log_clients_to(plan.out / CLIENT_LOG)
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(CLIENT_LOGGER.removeHandler, client_log)
+        cleanup.callback(client_log.close)
+        return _campaign_in(args, plan, cluster, faults, kinds, seed, log)
+
+
+def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, faults: list[nm.Fault],
+                 kinds: Sequence[str], seed: int, log: Log) -> int:
     with network_backend(plan.network, plan, cluster.pids, seed) as net:
         if isinstance(net, nm.NetnsNetwork):
             cluster.wrap = net.wrap

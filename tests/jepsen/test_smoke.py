@@ -1,0 +1,36 @@
+"""A short Jepsen campaign against real processes: 3 controllers and 3 brokers, the queue workload,
+one fault kind (kill -9, restarted), the final read and the checker. The whole test stays under two
+minutes on a two-core machine; the long campaigns are `make jepsen` and `make soak`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.jepsen import runner
+from tests.jepsen.history import read_history
+from tests.jepsen.report import HISTORY, PLOT, RESULTS, SUMMARY
+
+pytestmark = pytest.mark.slow
+
+SEED = 7
+
+
+def test_kill_smoke_campaign_is_valid(tmp_path):
+    out = tmp_path / "run"
+    code = runner.main(["--time-limit", "45", "--nemesis", "kill", "--seed", str(SEED), "--out", str(out),
+                        "--startup-timeout", "40", "--final-read-timeout", "30"])
+    log = (out / "runner.log").read_text() if (out / "runner.log").exists() else ""
+    assert code != 2, f"the harness failed:\n{log}"
+    results = json.loads((out / RESULTS).read_text())
+    summary = (out / SUMMARY).read_text()
+    assert results["seed"] == SEED and results["nemesis"] == ["kill"]
+    assert results["acked"] > 0, summary
+    assert results["valid"] is True, summary
+    assert code == 0
+    assert results["details"]["harness_errors"] == [], results["details"]["harness_errors"]
+    history = read_history(out / HISTORY)
+    starts = [op for op in history if op.f == "nemesis" and op.fault["phase"] == "start"]
+    assert starts and all(op.fault["kind"] == "kill" for op in starts)
+    assert (out / PLOT).stat().st_size > 0
