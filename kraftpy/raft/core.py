@@ -337,6 +337,28 @@ class RaftCore:
         self._complete_parked(now, out)
         return ProposeResult(self.epoch, batch.base_offset, batch.last_offset, self._finish(out))
 
+    def unreachable(self, dest: int, correlation_id: int, now: float) -> list[Effect]:
+        """The transport could not deliver request `correlation_id` to `dest`: the connection was
+        refused or reset, so nothing listens there (a timeout is not this: the node may be slow).
+
+        A fetch is retried after the back-off, as for any failed fetch. When the unreachable node
+        is this follower's leader, the follower stops vouching for it (it grants pre-votes again,
+        KIP-996) and stands for election after a random share of the election timeout instead of
+        waiting out the whole fetch timeout. Kafka waits for the fetch timeout; a crashed leader is
+        replaced about twice as fast this way, and pre-vote still keeps a follower that merely lost
+        its own link to a live leader from disrupting the quorum: the others, still fetching, refuse."""
+        now = self._advance_clock(now)
+        out: list[Effect] = []
+        fetch = self._take_fetch_answer(dest, correlation_id)
+        if fetch is not None:
+            self._fetch_failed(fetch, now)
+            state = self._quorum.state
+            if isinstance(state, Follower) and state.leader_id == dest and self.is_voter:
+                fetch.has_fetched = False
+                soon = now + self._rng.random() * self._election_timeout
+                fetch.fetch_deadline = min(fetch.fetch_deadline, soon)
+        return self._finish(out)
+
     def resign(self, now: float) -> list[Effect]:
         """Graceful shutdown: a leader gives up its epoch and tells the voters to elect at once
         (EndQuorumEpoch, KIP-595). Does nothing on a node that is not leader."""

@@ -10,7 +10,9 @@ asks, in order:
   to that (source, correlation id) — at once, or later for a held Fetch (long poll);
 - outbound requests (``Send`` of a request) go to the destination voter's address over a
   `ControlClient`, in a task of their own; the answer is stepped into the core with the request's
-  correlation id. A lost request needs no handling here: the core's own timers retry;
+  correlation id. A request that timed out needs no handling here: the core's own timers retry;
+  one that could not be delivered at all (connection refused or reset) is reported to the core
+  (`RaftCore.unreachable`), which lets a follower of a crashed leader stand for election early;
 - ``PersistQuorumState`` and ``FlushLog`` are made durable (in a worker thread) before the next
   effect is applied, so no message ever vouches for a vote or log entry a crash could lose;
 - ``Commit``, ``LeaderChange`` and ``SnapshotLoaded`` go to the listener, in order;
@@ -46,7 +48,7 @@ from kraftpy.raft.effects import (
 from kraftpy.raft.errors import NotLeaderError, RaftInvariantError
 from kraftpy.raft.messages import DescribeQuorumResponse, Message, Received
 from kraftpy.raft.quorum_state_store import write_quorum_state_file
-from kraftpy.rpc.control import ControlClient, RequestTimeout, RpcError
+from kraftpy.rpc.control import ConnectionLost, ControlClient, RequestTimeout, RpcError
 
 RAFT_API = "raft"
 #: Correlation ids the driver gives inbound requests; the core numbers its own below 2**31.
@@ -270,6 +272,12 @@ class RaftDriver:
             try:
                 body = await client.request(RAFT_API, encode_envelope(self.core.node_id, message))
                 response = decode_response(body)
+            except ConnectionLost as exc:
+                self.log.debug("raft peer unreachable", dest=dest, request=type(message).__name__,
+                               error=str(exc))
+                async with self._lock:
+                    await self._apply(self.core.unreachable(dest, cid, trio.current_time()))
+                return
             except RpcError as exc:
                 self.log.debug("raft request failed", dest=dest, request=type(message).__name__,
                                error=exc.code)

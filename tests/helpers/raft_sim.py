@@ -356,6 +356,15 @@ class SimCluster:
     def deliver(self, item: _InFlight) -> None:
         node = self.nodes[item.dst]
         if node.core is None or (item.src, item.dst) in self.blocked:
+            sender = self.nodes.get(item.src)
+            message = item.received.message
+            if (sender is not None and sender.core is not None and getattr(message, "is_request", False)
+                    and self.rng.random() < 0.5):
+                # Half the time the transport says so at once (connection refused / reset).
+                self.trace.append(f"{self.now:.3f} {item.src}->{item.dst} unreachable")
+                effects = sender.core.unreachable(item.dst, item.received.correlation_id,
+                                                  self.local_time(sender))
+                self.apply(sender, effects)
             return
         message = item.received.message
         self.trace.append(f"{self.now:.3f} {item.src}->{item.dst} {message!r:.160}")

@@ -582,3 +582,47 @@ def test_clock_going_back_fires_no_timer_early() -> None:
     assert isinstance(core.state, Follower)
     core.tick(12.0)
     assert isinstance(core.state, Prospective)
+
+
+def test_follower_of_an_unreachable_leader_stands_for_election_within_an_election_timeout() -> None:
+    core, effects = make_core(2, persisted=ElectionState(3, leader_id=1))
+    (fetch_send,) = sends(effects, FetchRequest)
+    effects = answer(core, fetch_send, FetchResponse(0, 1, 3, high_watermark=0, log_start_offset=0), 0.1)
+    (fetch_send,) = sends(effects + core.tick(0.1), FetchRequest)
+    core.unreachable(1, fetch_send.correlation_id, 0.2)  # connection refused: the leader's process is gone
+    # It now grants pre-votes (it no longer vouches for the leader) ...
+    effects = request(core, 3, VoteRequest(CLUSTER, 2, 4, 3, 0, 0, pre_vote=True), 0.25)
+    assert the_response(effects, VoteResponse).vote_granted
+    # ... and goes Prospective within one election timeout (1 s), not after the 2 s fetch timeout.
+    now = 0.25
+    while not isinstance(core.state, Prospective):
+        now = core.next_deadline()
+        core.tick(now)
+    assert now < 0.2 + 1.0
+
+
+def test_unreachable_non_leader_changes_nothing() -> None:
+    core, effects = make_core(2, persisted=ElectionState(3, leader_id=1))
+    (fetch_send,) = sends(effects, FetchRequest)
+    assert core.unreachable(3, fetch_send.correlation_id, 0.1) == []
+    assert isinstance(core.state, Follower)
+
+
+def test_a_follower_that_only_lost_its_own_link_cannot_disrupt_a_live_leader() -> None:
+    cluster = SimCluster(seed=11, voters=3)
+    cluster.run_for(5.0)
+    leader = cluster.leader()
+    assert leader is not None and leader.core is not None
+    epoch = leader.core.epoch
+    cut = next(n for n in cluster.nodes.values() if n is not leader)
+    cluster.block_one_way(cut.node_id, leader.node_id)  # cut's requests never reach the leader ...
+    for _ in range(30):
+        assert cut.core is not None
+        fetch = cut.core._fetch
+        if fetch is not None and fetch.in_flight is not None and fetch.target == leader.node_id:
+            # ... and its transport says so at once (connection refused).
+            cluster.apply(cut, cut.core.unreachable(leader.node_id, fetch.in_flight, cluster.local_time(cut)))
+        cluster.run_for(0.5)
+    # The third voter still hears from the leader and refuses cut's pre-votes: nothing changed.
+    assert cluster.leader() is leader and leader.core.epoch == epoch
+    assert cut.core is not None and cut.core.epoch == epoch
