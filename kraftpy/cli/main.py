@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from kraftpy.cli import config_cmd, dev, metadata_cmd, quorum, servers, storage
+from kraftpy.cli import config_cmd, dev, metadata_cmd, perf, quorum, servers, storage
 from kraftpy.cli.dump_log import dump_log
 
 app = typer.Typer(
@@ -19,6 +19,7 @@ app.add_typer(storage.app, name="storage")
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(quorum.app, name="quorum")
 app.add_typer(metadata_cmd.app, name="metadata")
+app.add_typer(perf.app, name="perf")
 servers.register(app)
 app.command("dev")(dev.dev)
 app.command("dump-log")(dump_log)
