@@ -66,6 +66,11 @@ class FrameReader:
         self._filled = 0
 
     @property
+    def remaining(self) -> int:
+        """Bytes still missing from the frame being reassembled (0 at a frame boundary)."""
+        return 0 if self._body is None else len(self._body) - self._filled
+
+    @property
     def pending(self) -> int:
         """Bytes of an incomplete frame held so far (0 at a frame boundary)."""
         return len(self._prefix) if self._body is None else 4 + self._filled

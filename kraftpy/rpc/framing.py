@@ -18,6 +18,7 @@ from kraftpy.protocol.frames import FrameReader
 
 SIZE = struct.Struct(">i")
 _READ_CHUNK = 65536
+_MAX_READ = 8 * 1024 * 1024
 
 
 class FrameError(Exception):
@@ -37,7 +38,8 @@ class FramedStream:
     async def receive_frame(self) -> memoryview | None:
         """The next frame's payload, or None when the peer closed the connection between frames."""
         while not self._frames:
-            data = await self.stream.receive_some(_READ_CHUNK)
+            # Inside a large frame (a produce request) ask for the rest at once: fewer wake-ups.
+            data = await self.stream.receive_some(max(_READ_CHUNK, min(self._reader.remaining, _MAX_READ)))
             if not data:
                 if self._reader.pending:
                     raise FrameError(f"connection closed inside a frame ({self._reader.pending} bytes pending)")

@@ -242,3 +242,14 @@ def test_request_round_trip_through_frames_for_every_supported_api():
             h, _ = decode_response(key, version, resp_frame[4:])
             assert h.correlation_id == 9
     assert ApiVersionsRequest().client_software_name == ""
+
+
+def test_remaining_counts_the_bytes_a_partial_frame_still_needs():
+    from kraftpy.protocol.frames import FrameReader
+
+    reader = FrameReader()
+    assert reader.remaining == 0
+    assert reader.feed((10).to_bytes(4, "big") + b"abc") == []
+    assert reader.remaining == 7
+    assert [bytes(f) for f in reader.feed(b"defghij")] == [b"abcdefghij"]
+    assert reader.remaining == 0
