@@ -29,6 +29,9 @@ BROKER_RUNNING = Gauge("kraftpy_broker_running", "1 while the broker is unfenced
 METADATA_OFFSET = Gauge("kraftpy_metadata_offset", "Last metadata log offset this node has applied.",
                         ["node_id"], registry=REGISTRY)
 
+UNCLEAN_LEADER_ELECTIONS = Counter(
+    "kraftpy_unclean_leader_elections", "Partition leaders the active controller elected from outside the ISR "
+    "(unclean.leader.election.enable): the records only the old ISR held are lost.", registry=REGISTRY)
 
 async def serve_metrics(port: int, host: str = "127.0.0.1", *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Answer ``GET /metrics`` with the registry in Prometheus text format, until cancelled."""

@@ -452,8 +452,11 @@ class KafkaApis:
         datas = []
         PartitionData = FetchResponse.PartitionData
         for i, (_, fp, part, error) in enumerate(items):
+            # Never a null record set, even with an error: librdkafka rejects MessageSetSize -1 as a
+            # parse failure and drops the whole response, so its consumer would never see the error
+            # (and retry the same fetch forever). Kafka answers errors with empty records too.
             data = PartitionData(partition_index=fp.partition, error_code=error, high_watermark=-1,
-                                 last_stable_offset=-1, log_start_offset=-1, records=None)
+                                 last_stable_offset=-1, log_start_offset=-1, records=b"")
             datas.append(data)
             if part is None or error != ErrorCode.NONE:
                 answer_now = True
@@ -476,7 +479,6 @@ class KafkaApis:
                 data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 answer_now = True
                 continue
-            data.records = b""
             if not is_replica and offset >= high_watermark:
                 continue
             budget = min(fp.partition_max_bytes, max_bytes - total)
@@ -487,7 +489,7 @@ class KafkaApis:
                                   min_one_batch=total == 0, whole_batches=is_replica)
             except OffsetOutOfRangeError:
                 data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
-                data.records = None
+                data.records = b""
                 answer_now = True
                 continue
             if region.length:

@@ -20,9 +20,9 @@ moves leaderships around. A fetcher holds one TCP connection to its leader and l
    * a leader log start offset beyond the follower's moves the follower's start too (retention,
      DeleteRecords);
    * OFFSET_OUT_OF_RANGE below the leader's start restarts the follower's log there;
-   * NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH and unknown topics park the partition until new
-     metadata arrives; UNKNOWN_LEADER_EPOCH (the leader has not seen the new epoch yet) retries
-     after ``replica.fetch.backoff.ms``.
+   * FENCED_LEADER_EPOCH parks the partition until new metadata arrives; every other error
+     (UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, unknown topics: the leader has not applied the
+     new metadata yet) retries after ``replica.fetch.backoff.ms``.
 
 A broken connection is retried after the back-off. ``pause``/``resume`` stop and restart all
 fetching (operations and tests use it to make a follower fall behind).
@@ -48,12 +48,12 @@ REQUEST_TIMEOUT_S = 30.0
 
 _logger = structlog.get_logger(__name__)
 
+#: Only a leader epoch newer than the follower's proves the follower's metadata stale. The other
+#: refusals (NOT_LEADER_OR_FOLLOWER, unknown topics) also come from a leader that has not yet
+#: applied the metadata the follower acts on; no newer metadata would reach the follower then, so
+#: those are retried after the back-off, as Kafka's fetcher does.
 _PARK_UNTIL_METADATA = frozenset({
-    ErrorCode.NOT_LEADER_OR_FOLLOWER,
     ErrorCode.FENCED_LEADER_EPOCH,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    ErrorCode.UNKNOWN_TOPIC_ID,
-    ErrorCode.INCONSISTENT_TOPIC_ID,
 })
 
 
@@ -241,4 +241,4 @@ class ReplicaFetcher:
             target = min(leader_end_offset, own_end)
         self._log.info("log diverges from the leader's", partition=str(part.tp), epoch=epoch,
                        leader_end_offset=leader_end_offset, truncate_to=target)
-        part.truncate_to(target)
+        part.truncate_to(target, diverged=True)

@@ -43,7 +43,7 @@ from kraftpy.broker import producer_state as ps
 from kraftpy.broker.purgatory import Watchers
 from kraftpy.ids import Uuid
 from kraftpy.metadata.image import PartitionRegistration
-from kraftpy.metadata.records import NO_LEADER
+from kraftpy.metadata.records import NO_LEADER, LeaderRecoveryState
 from kraftpy.protocol.batch_header import BatchHeader, iter_batches
 from kraftpy.storage.log import AppendInfo, Log
 
@@ -171,6 +171,11 @@ class Partition:
             self.pending_isr = None
             self._log.info("became leader", leader_epoch=reg.leader_epoch, isr=reg.isr,
                            log_end_offset=self.log.log_end_offset, high_watermark=self.log.high_watermark)
+            if reg.leader_recovery_state is LeaderRecoveryState.RECOVERING:
+                # Elected from outside the ISR: whatever the old ISR had from this log's end on is gone,
+                # committed records included; the old members truncate to this log when they return.
+                self._log.warning("leading after an unclean election", leader_epoch=reg.leader_epoch,
+                                  lost_from_offset=self.log.log_end_offset, high_watermark=self.log.high_watermark)
         self._update_registration(reg)
         if not new_term:
             for r in reg.replicas:
@@ -215,6 +220,9 @@ class Partition:
         if self.pending_isr is not None and reg.partition_epoch > self.pending_from_epoch:
             self.pending_isr = None
         self.replicas = reg.replicas
+        if reg.isr != self.isr:
+            self._log.info("ISR changed", isr=reg.isr, old_isr=self.isr, leader=reg.leader,
+                           partition_epoch=reg.partition_epoch)
         self.isr = reg.isr
         self.partition_epoch = max(self.partition_epoch, reg.partition_epoch)
 
@@ -337,9 +345,17 @@ class Partition:
             self.log.update_high_watermark(new)
             self.hw_watchers.notify()
 
-    def truncate_to(self, offset: int) -> int:
-        """Cut the log at ``offset``, never below the high watermark; returns where the log now ends."""
-        target = max(offset, self.log.high_watermark)
+    def truncate_to(self, offset: int, *, diverged: bool = False) -> int:
+        """Cut the log at ``offset``, never below the high watermark; returns where the log now ends.
+
+        ``diverged``: the leader named ``offset`` as where this log stops matching its own. That is
+        below the high watermark only when the leader was elected from outside the ISR (a clean leader
+        holds every committed record): the records past it are gone from the partition, and keeping
+        them would leave this log contradicting the leader's for good, so they are cut too."""
+        if diverged and offset < self.log.high_watermark:
+            self._log.warning("truncating below the high watermark", offset=offset,
+                              high_watermark=self.log.high_watermark, log_end_offset=self.log.log_end_offset)
+        target = offset if diverged else max(offset, self.log.high_watermark)
         if target > offset:
             self._log.warning("truncation clamped to the high watermark", asked=offset, high_watermark=target)
         if target < self.log.log_end_offset:

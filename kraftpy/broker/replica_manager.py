@@ -346,7 +346,11 @@ class ReplicaManager:
         now = self.clock()
         for part in list(self.partitions.values()):
             try:
-                deleted += part.log.delete_old_segments()
+                gone = part.log.delete_old_segments()
+                if gone:
+                    self._log.info("retention deleted segments", partition=str(part.tp), segments=gone,
+                                   log_start_offset=part.log.log_start_offset)
+                deleted += gone
                 part.log.flush_if_due()
                 part.producer_state.remove_expired(now)
                 # Snapshots below the log start are superseded, except the newest: producer state

@@ -28,9 +28,10 @@ from kraftpy.metadata.controller import QuorumController
 from kraftpy.metadata.controller_config import ControllerConfig
 from kraftpy.metadata.loader import MetadataLoader, encode_snapshot_file
 from kraftpy.metadata.records import encode_record
+from kraftpy.metadata.replication_control import unclean_elections
 from kraftpy.metadata.result import ControllerResult
 from kraftpy.metadata.rpc import CONTROLLER_APIS, QUORUM_STATUS_API, WIRE, decode_request, not_controller
-from kraftpy.metrics import ACTIVE_CONTROLLER, RAFT_EPOCH, RAFT_HIGH_WATERMARK
+from kraftpy.metrics import ACTIVE_CONTROLLER, RAFT_EPOCH, RAFT_HIGH_WATERMARK, UNCLEAN_LEADER_ELECTIONS
 from kraftpy.raft.config import RaftConfig
 from kraftpy.raft.core import RaftCore
 from kraftpy.raft.driver import RAFT_API, RaftDriver
@@ -292,7 +293,9 @@ class ControllerServer:
                     raise not_controller(exc.leader_id) from None
                 if self._leading is not controller:  # leadership went while the batch was being written
                     raise not_controller(self.loader.leader_id)
+                before = controller.image
                 controller.replay(result.records, last_offset=proposed.last_offset, epoch=proposed.epoch)
+                self._report_unclean_elections(before, result.records)
             if activating:
                 self.active = controller
                 ACTIVE_CONTROLLER.labels(self.node_id).set(1)
@@ -309,6 +312,16 @@ class ControllerServer:
         if slot[1] is not None:
             raise slot[1]
         return result.response
+
+    def _report_unclean_elections(self, before: Any, records: list[Any]) -> None:
+        for election in unclean_elections(before, records):
+            UNCLEAN_LEADER_ELECTIONS.inc()
+            self.log.warning(
+                "unclean leader election: records may be lost",
+                topic=election.topic, partition=election.partition, old_leader=election.old_leader,
+                old_isr=list(election.old_isr), new_leader=election.new_leader,
+                lost="what the old ISR held past the new leader's log end offset (the new leader logs "
+                     "it as lost_from_offset)")
 
     # -- background work -------------------------------------------------------------------------
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+
+import attrs
 
 from kraftpy.ids import Uuid
 from kraftpy.metadata import configs as config_defs
@@ -545,3 +547,36 @@ def elect_leaders(
         if partition_results or request.topic_partitions is not None:
             results.append(ReplicaElectionResult(name, tuple(partition_results)))
     return ControllerResult(records, ElectLeadersResponse(Errors.NONE, tuple(results)))
+
+
+# -- reporting ------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class UncleanElection:
+    """A leader elected from outside the ISR: what the operator is told about it."""
+
+    topic: str
+    partition: int
+    old_leader: int
+    old_isr: tuple[int, ...]
+    new_leader: int
+
+
+def unclean_elections(before: MetadataImage, records: Sequence[MetadataRecord]) -> list[UncleanElection]:
+    """The unclean elections among ``records`` (to be applied to ``before``): changes that give a partition
+    a leader in the RECOVERING state. Records the old ISR held past the new leader's log end offset are
+    lost; only that broker knows the offset, and it logs it when it takes the leadership."""
+    out = []
+    for record in records:
+        if not isinstance(record, PartitionChangeRecord) or record.leader < 0:
+            continue
+        if record.leader_recovery_state != int(LeaderRecoveryState.RECOVERING):
+            continue
+        topic = before.topics.get_by_id(record.topic_id)
+        part = topic.partitions.get(record.partition_id) if topic is not None else None
+        if topic is None or part is None:
+            continue
+        out.append(UncleanElection(topic.name, record.partition_id, part.leader, part.isr, record.leader))
+    return out
+

@@ -124,6 +124,27 @@ async def test_kafka_python_produces_and_confluent_reads(cluster):
     assert [m.value() for m in got] == [b"m%d" % i for i in range(20)]
 
 
+async def test_confluent_consumer_sees_fetch_errors(cluster):
+    """A fetch error reaches librdkafka: the broker answers it with an empty record set, not a null
+    one, which librdkafka takes for a parse failure (the consumer then retried the same fetch forever
+    without ever seeing the error)."""
+    await cluster.create_topic("oor")
+    await trio.to_thread.run_sync(lambda: produce_all(cluster.bootstrap, "oor", [{"value": b"only", "partition": 0}]))
+
+    def poll_past_the_end():
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "oor", "enable.auto.commit": False,
+                             "auto.offset.reset": "error", **QUIET})
+        consumer.assign([TopicPartition("oor", 0, 5)])
+        try:
+            return consumer.poll(10)
+        finally:
+            consumer.close()
+
+    msg = await trio.to_thread.run_sync(poll_past_the_end)
+    assert msg is not None, "the consumer saw neither records nor an error"
+    assert msg.error() is not None and msg.error().code() == confluent_kafka.KafkaError._AUTO_OFFSET_RESET, msg.error()
+
+
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 async def test_kcat_reads_what_confluent_wrote(cluster):
     await cluster.create_topic("kc")

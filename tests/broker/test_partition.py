@@ -8,6 +8,7 @@ from kraftpy.broker.settings import BrokerSettings
 from kraftpy.config import load_config
 from kraftpy.ids import Uuid
 from kraftpy.metadata.image import PartitionRegistration
+from kraftpy.metadata.records import LeaderRecoveryState
 from kraftpy.protocol.batch_header import read_header
 from kraftpy.storage.log import Log
 from tests.helpers.protocol import batch
@@ -84,6 +85,20 @@ def test_truncation_never_goes_below_the_high_watermark(tmp_path):
     part.make_follower(PartitionRegistration(replicas=(1, 2, 3), isr=(2,), leader=2, leader_epoch=5,
                                              partition_epoch=8))
     assert part.truncate_to(1) == 2
+
+
+def test_divergence_named_by_an_unclean_leader_truncates_below_the_high_watermark(tmp_path):
+    """A replica that was the whole ISR comes back to a leader elected uncleanly, whose log ends below
+    this replica's high watermark: it cuts what only it holds (a clamp would leave its log diverging
+    from the leader's for good, the follower fetching the same divergence again and again)."""
+    part, _ = leader(tmp_path, isr=(1,))
+    for value in (b"a", b"b", b"c"):
+        append(part, value)
+    assert part.high_watermark == 3
+    part.make_follower(PartitionRegistration(replicas=(1, 2), isr=(2,), leader=2, leader_epoch=5,
+                                             partition_epoch=8, leader_recovery_state=LeaderRecoveryState.RECOVERING))
+    assert part.truncate_to(1, diverged=True) == 1
+    assert part.high_watermark == 1 and part.log_end_offset == 1
 
 
 def test_settings_from_a_properties_file():

@@ -5,6 +5,9 @@ from __future__ import annotations
 import trio
 
 from kraftpy.broker.client import KafkaConnection
+from kraftpy.broker.fetcher import ReplicaFetcher
+from kraftpy.metadata.errors import Errors
+from kraftpy.metadata.messages import CreatableTopic, CreateTopicsRequest
 from kraftpy.protocol.errors import ErrorCode
 from tests.helpers.cluster import open_cluster
 from tests.helpers.protocol import batch, fetch, produce, values_of
@@ -161,3 +164,35 @@ async def test_fetch_from_a_follower_is_refused_and_a_new_leader_records_its_epo
             data = await fetch(conn, "orders", 0, 0, current_leader_epoch=epoch + 1)
             assert values_of(data.records) == [b"a", b"b"]
         await trio.lowlevel.checkpoint()
+
+
+async def test_follower_retries_a_leader_that_has_not_applied_the_new_topic_yet(tmp_path, monkeypatch):
+    """A follower can learn of a new partition before its leader does: the leader then answers its
+    fetches with UNKNOWN_TOPIC_ID. No newer metadata is coming for the follower, so it must retry
+    rather than wait for one; otherwise acks=all never completes on that partition."""
+    refused = trio.Event()
+    process = ReplicaFetcher._process
+
+    def spy(self, part, fetch_offset, data):
+        if data.error_code == ErrorCode.UNKNOWN_TOPIC_ID:
+            refused.set()
+        return process(self, part, fetch_offset, data)
+
+    monkeypatch.setattr(ReplicaFetcher, "_process", spy)
+    async with open_cluster(tmp_path, brokers=2, replica_lag_time_max_ms=60_000) as cluster:
+        held = {}
+        for broker_id, broker in cluster.brokers.items():  # no broker applies new metadata for now
+            broker.publish = lambda image, delta=None, b=broker_id: held.__setitem__(b, image)
+        response = await cluster.controller.create_topics(CreateTopicsRequest((CreatableTopic("orders", 1, 2),)))
+        assert response.result("orders").error_code == Errors.NONE
+        for broker in cluster.brokers.values():
+            del broker.publish
+        leader = cluster.leader("orders")
+        follower = next(b for b in cluster.brokers if b != leader)
+        cluster.brokers[follower].publish(held[follower])
+        await refused.wait()
+        cluster.brokers[leader].publish(held[leader])
+        async with await connect(cluster, leader) as conn:
+            result = await produce(conn, "orders", 0, batch(b"x"), timeout_ms=5000)
+            assert result.error_code == ErrorCode.NONE
+        await cluster.wait_for(lambda: logs_agree(cluster, "orders", 1))

@@ -35,6 +35,7 @@ from kraftpy.metadata.records import (
     RemoveTopicRecord,
     TopicRecord,
 )
+from kraftpy.metadata.replication_control import UncleanElection, unclean_elections
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 SESSION = 9.0
@@ -446,6 +447,18 @@ def test_unclean_election_picks_first_live_replica_when_enabled_for_the_topic(cl
     part = c.partition("t")
     assert part.leader == 3 and part.isr == (3,)
     assert part.leader_recovery_state is LeaderRecoveryState.RECOVERING
+
+
+def test_unclean_elections_are_reported_with_the_old_isr_and_the_new_leader(cluster3):
+    c = cluster3
+    c.create_topic("t", assignments=[[1, 3, 2]], configs={"unclean.leader.election.enable": "true"})
+    c.create_topic("clean", assignments=[[1, 3, 2]])  # a clean election on the same fencing
+    alter(c, "t", isr=(1,))
+    before = c.image
+    start = len(c.log)
+    fence(c, 1)
+    records = c.log[start:]
+    assert unclean_elections(before, records) == [UncleanElection("t", 0, old_leader=1, old_isr=(1,), new_leader=3)]
 
 
 def test_unclean_election_follows_the_cluster_wide_dynamic_default(cluster3):
