@@ -17,8 +17,13 @@ from kraftpy.broker.lifecycle import BrokerLifecycle
 from kraftpy.broker.server import BrokerServer
 from kraftpy.config import KraftConfig
 from kraftpy.logs import get_logger
-from kraftpy.metadata.controller_server import ControllerServer, raft_config, voter_addresses
-from kraftpy.metadata.loader import MetadataLoader, encode_snapshot_file
+from kraftpy.metadata.controller_server import (
+    ControllerServer,
+    raft_config,
+    voter_addresses,
+    write_metadata_snapshots,
+)
+from kraftpy.metadata.loader import MetadataLoader
 from kraftpy.metadata.rpc import ControllerClient
 from kraftpy.metrics import METADATA_OFFSET, serve_metrics
 from kraftpy.raft.core import RaftCore
@@ -103,34 +108,12 @@ class KraftNode:
                                 request_timeout=config["controller.quorum.request.timeout.ms"] / 1000)
             async with trio.open_nursery() as nursery:
                 await nursery.start(driver.run)
-                nursery.start_soon(self._snapshot_metadata, loader, driver, log)
+                nursery.start_soon(write_metadata_snapshots, loader, driver,
+                                   config["metadata.log.max.record.bytes.between.snapshots"], self.log)
                 task_status.started()
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(log.close)
-
-    async def _snapshot_metadata(self, loader: MetadataLoader, driver: RaftDriver, log: FileRaftLog) -> None:
-        """Brokers bound their copy of the metadata log with snapshots too, every
-        metadata.log.max.record.bytes.between.snapshots bytes of committed records."""
-        limit = self.config["metadata.log.max.record.bytes.between.snapshots"]
-        due = trio.Event()
-
-        def check(_image: object, _delta: object) -> None:
-            if loader.bytes_since_snapshot >= limit:
-                due.set()
-
-        loader.subscribe(check)
-        while True:
-            await due.wait()
-            due = trio.Event()
-            if loader.next_offset <= log.start_offset:
-                continue
-            data = await trio.to_thread.run_sync(encode_snapshot_file, loader.image)
-            try:
-                await driver.create_snapshot(loader.next_offset, data)
-                loader.bytes_since_snapshot = 0
-            except ValueError as exc:
-                self.log.warning("snapshot skipped", reason=str(exc))
 
     async def stop_gracefully(self) -> None:
         """Controlled shutdown of the broker, then the controller hands over its leadership."""

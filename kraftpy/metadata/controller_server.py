@@ -121,7 +121,6 @@ class ControllerServer:
         self._high_watermark = 0
         self._write_lock = trio.Lock()
         self._changed = trio.Event()
-        self._snapshot_wanted = trio.Event()
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -142,7 +141,8 @@ class ControllerServer:
                 self.port = await nursery.start(server.serve, listener.host, listener.port)
                 await nursery.start(self.driver.run)
                 nursery.start_soon(self._timers)
-                nursery.start_soon(self._snapshots)
+                nursery.start_soon(write_metadata_snapshots, self.loader, self.driver, self.snapshot_bytes,
+                                   self.log)
                 self.log.info("controller started", port=self.port, voters=sorted(voters))
                 task_status.started(self.port)
         finally:
@@ -165,8 +165,6 @@ class ControllerServer:
             slot[0].set()
         if self.active is None and self._activation_offset is not None and hw >= self._activation_offset:
             self._activate()
-        if self.loader.bytes_since_snapshot >= self.snapshot_bytes:
-            self._snapshot_wanted.set()
         self._poke()
 
     def handle_leader_change(self, change: LeaderChange) -> None:
@@ -347,21 +345,28 @@ class ControllerServer:
             if fenced:
                 self.log.warning("fenced brokers whose sessions expired", brokers=list(fenced))
 
-    async def _snapshots(self) -> None:
-        """Write a metadata snapshot every metadata.log.max.record.bytes.between.snapshots bytes."""
-        assert self.driver is not None
-        while True:
-            await self._snapshot_wanted.wait()
-            self._snapshot_wanted = trio.Event()
-            image, end = self.loader.image, self.loader.next_offset
-            if end <= self.raft_log.start_offset:
-                continue
-            data = await trio.to_thread.run_sync(encode_snapshot_file, image)
-            try:
-                await self.driver.create_snapshot(end, data)
-            except ValueError as exc:
-                self.log.warning("snapshot skipped", reason=str(exc))
-                continue
-            self.loader.bytes_since_snapshot = 0
 
+async def write_metadata_snapshots(loader: MetadataLoader, driver: RaftDriver, limit: int, log: Any) -> None:
+    """Every node bounds its copy of the metadata log: once ``limit`` bytes of records
+    (metadata.log.max.record.bytes.between.snapshots) were committed since the last snapshot, write
+    the loaded image as a snapshot at the loader's offset and drop the log below it."""
+    due = trio.Event()
 
+    def check(_image: object, _delta: object) -> None:
+        if loader.bytes_since_snapshot >= limit:
+            due.set()
+
+    loader.subscribe(check)
+    while True:
+        await due.wait()
+        due = trio.Event()
+        end = loader.next_offset
+        if end <= driver.core.log.start_offset:
+            continue
+        data = await trio.to_thread.run_sync(encode_snapshot_file, loader.image)
+        try:
+            await driver.create_snapshot(end, data)
+        except ValueError as exc:
+            log.warning("snapshot skipped", reason=str(exc))
+            continue
+        loader.bytes_since_snapshot = 0
