@@ -316,7 +316,7 @@ class Partition:
         info = self.log.append_as_leader(records, self.leader_epoch, crc_verified=True)
         self.producer_state.update(header, info.first_offset)
         if self.log.active_segment is not segment_before:
-            self._snapshot_producer_state()
+            self.snapshot_producer_state()
         self.maybe_advance_high_watermark()
         self.append_watchers.notify()
         return info
@@ -335,7 +335,7 @@ class Partition:
         for header in headers:
             self.producer_state.update(header)
         if self.log.active_segment is not segment_before:
-            self._snapshot_producer_state()
+            self.snapshot_producer_state()
         self.append_watchers.notify()
         return info
 
@@ -390,14 +390,5 @@ class Partition:
             log_start_offset=self.log.log_start_offset, now_ms=self.clock(),
         )
 
-    def _snapshot_producer_state(self) -> None:
+    def snapshot_producer_state(self) -> None:
         ps.take_snapshot(self.log.directory, self.producer_state, self.log.log_end_offset)
-
-    def close(self) -> None:
-        """Snapshot the producer state and close the log (a clean shutdown)."""
-        self.make_offline()
-        try:
-            self._snapshot_producer_state()
-        except (OSError, ValueError) as exc:
-            self._log.warning("producer state snapshot failed", error=str(exc))
-        self.log.close()

@@ -49,8 +49,8 @@ from kraftpy.metadata.messages import (
 )
 from kraftpy.metadata.records import NO_LEADER
 from kraftpy.protocol.errors import ErrorCode
-from kraftpy.storage.log import Log
 from kraftpy.storage.log_config import LogConfig
+from kraftpy.storage.log_manager import LogManager
 
 PARTITION_METADATA_FILE = "partition.metadata"
 DELETE_SUFFIX = "-delete"
@@ -126,8 +126,9 @@ class ReplicaManager:
         self.assignments_changed = trio.Event()
         self._isr_send, self._isr_receive = trio.open_memory_channel[Partition](math.inf)
         self._delete_send, self._delete_receive = trio.open_memory_channel[Path](math.inf)
+        self.log_manager = LogManager(settings.log_dirs, clock=clock)
+        self.log_manager.load()
         for directory in settings.log_dirs:
-            directory.mkdir(parents=True, exist_ok=True)
             for child in directory.iterdir():
                 if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
                     self._delete_send.send_nowait(child)
@@ -226,7 +227,7 @@ class ReplicaManager:
         if directory is None:
             directory = self._choose_log_dir() / log_dir_name(tp)
         config, min_isr, append_time = log_config_for(image, dict(self.settings.static_broker_configs), tp.topic)
-        log = Log.open(directory, config, clock=self.clock)
+        log = self.log_manager.open_log(directory, config)
         write_partition_metadata(directory, topic_id)
         state = ps.ProducerStateManager(expiration_ms=self.settings.producer_id_expiration_ms)
         part = Partition(tp, topic_id, log, self.node_id, self.clock, state)
@@ -244,6 +245,7 @@ class ReplicaManager:
         self._by_id.pop((part.topic_id, tp.partition), None)
         part.make_offline()
         part.log.close()
+        self.log_manager.forget(part.log.directory)
         self._log.info("deleting log", partition=str(tp))
         self._schedule_delete(part.log.directory, str(part.topic_id))
 
@@ -370,17 +372,20 @@ class ReplicaManager:
     async def run_checkpoints(self) -> None:
         while True:
             await trio.sleep(self.settings.high_watermark_checkpoint_interval_ms / 1000)
-            for part in list(self.partitions.values()):
-                try:
-                    part.log.checkpoint()
-                except OSError as exc:
-                    self._log.warning("high watermark checkpoint failed", partition=str(part.tp), error=str(exc))
+            logs = [part.log for part in self.partitions.values()]
+            try:
+                await trio.to_thread.run_sync(self.log_manager.checkpoint, logs)
+            except OSError as exc:
+                self._log.warning("offset checkpoint failed", error=str(exc))
 
     def close(self) -> None:
         for part in self.partitions.values():
+            part.make_offline()
             try:
-                part.close()
-            except OSError as exc:
-                self._log.warning("closing a log failed", partition=str(part.tp), error=str(exc))
+                part.snapshot_producer_state()
+            except (OSError, ValueError) as exc:
+                self._log.warning("producer state snapshot failed", partition=str(part.tp), error=str(exc))
+        for log, exc in self.log_manager.close_all([part.log for part in self.partitions.values()]):
+            self._log.warning("closing a log failed", log=log.directory.name, error=str(exc))
         self.partitions.clear()
         self._by_id.clear()

@@ -9,6 +9,11 @@ LEADER_CHANGE control key, so `kraftpy dump-log` shows it as one.
 Snapshots sit beside the segments as ``<end offset>-<epoch>.checkpoint`` files (KIP-630 naming),
 written whole and atomically; a download in progress is a ``.checkpoint.part`` file, deleted if
 found at start.
+
+The log keeps no offsets file: it starts at its latest snapshot's end offset (everything below
+is in the snapshot; a log that ends before it is emptied and starts there, as Kafka's metadata
+log does), and an unclean stop re-reads the whole log with CRCs, which the snapshots keep short.
+``.kraftpy_cleanshutdown`` in the directory marks a clean close, so a clean restart reads nothing twice.
 """
 
 from __future__ import annotations
@@ -20,8 +25,11 @@ from pathlib import Path
 from kraftpy.protocol.records import ControlRecordType, SimpleRecord, build_batch, control_key, iter_decoded
 from kraftpy.raft.log import OffsetAndEpoch, RecordBatch, SnapshotId, end_offset_for_epoch
 from kraftpy.raft.snapshot import parse_snapshot_file_name, partial_snapshot_file_name, snapshot_file_name
+from kraftpy.storage.checkpoint import LogOffsets
 from kraftpy.storage.fsutil import fsync_dir, write_atomic
 from kraftpy.storage.log import Log, LogConfig
+
+CLEAN_SHUTDOWN_FILE = ".kraftpy_cleanshutdown"
 
 METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
 _LEADER_CHANGE_KEY = control_key(ControlRecordType.LEADER_CHANGE)
@@ -69,10 +77,29 @@ class FileRaftLog:
 
     @classmethod
     def open(cls, metadata_log_dir: str | os.PathLike[str], config: LogConfig | None = None) -> FileRaftLog:
-        return cls(Log.open(Path(metadata_log_dir) / METADATA_LOG_DIR_NAME, config))
+        directory = Path(metadata_log_dir) / METADATA_LOG_DIR_NAME
+        directory.mkdir(parents=True, exist_ok=True)
+        marker = directory / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        if clean:
+            marker.unlink()
+            fsync_dir(directory)
+        snapshots = [parsed[0] for name in os.listdir(directory)
+                     if (parsed := parse_snapshot_file_name(name)) is not None and not parsed[1]]
+        start = max(snapshots).end_offset if snapshots else 0
+        offsets = LogOffsets(log_start_offset=start, recovery_point=0, high_watermark=start)
+        return cls(Log.open(directory, config, offsets=offsets, clean_shutdown=clean))
 
     def close(self) -> None:
+        if self.storage.closed:
+            return
         self.storage.close()
+        fd = os.open(self.directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(self.directory)
 
     # -- offsets ---------------------------------------------------------------------------------
 
@@ -129,6 +156,7 @@ class FileRaftLog:
         if offset < self.start_offset:
             raise ValueError(f"truncate to {offset} below log start {self.start_offset}")
         self.storage.truncate_to(offset)
+        self.storage.delete_detached_segments()
 
     def flush(self, up_to: int) -> None:
         self.storage.flush(up_to)
@@ -163,6 +191,7 @@ class FileRaftLog:
             # A snapshot covers committed records only, so the high watermark is at least its end.
             self.storage.update_high_watermark(max(self.storage.high_watermark, new_start))
             self.storage.delete_records_before(new_start)
+            self.storage.delete_detached_segments()
         for older in [s for s in self._snapshots if s < snapshot_id]:
             self._snapshots.discard(older)
             self._path(older).unlink(missing_ok=True)
@@ -200,6 +229,7 @@ class FileRaftLog:
         os.replace(partial, self._path(snapshot_id))
         fsync_dir(self.directory)
         self.storage.truncate_fully_and_start_at(snapshot_id.end_offset)
+        self.storage.delete_detached_segments()
         for other in [s for s in self._snapshots if s != snapshot_id]:
             self._path(other).unlink(missing_ok=True)
         self._snapshots = {snapshot_id}

@@ -16,6 +16,10 @@ tail drops entries at and after the new end (:meth:`truncate_from_end`); moving 
 offset forward drops entries before it, keeping the last of them re-anchored at the new start
 (:meth:`truncate_from_start`).
 
+Changes stay in memory until :meth:`flush`, which the log calls when it flushes its data: an
+entry matters after a crash only for batches below the recovery point, and recovery re-reads
+the epochs of every batch above it (as Kafka does since it stopped fsyncing this file inline).
+
 Invariant: epochs and start offsets are both strictly increasing along ``entries``.
 """
 
@@ -43,7 +47,7 @@ class EpochEntry:
 
 
 class LeaderEpochCache:
-    """In-memory epoch → start offset map, written through to its checkpoint file on every change.
+    """In-memory epoch → start offset map; :meth:`flush` writes its checkpoint file when it changed.
 
     ``log_end_offset`` is a callable so the cache always answers with the log's current end.
     ``path`` may be None for a cache that is never persisted (tests, tools).
@@ -59,6 +63,8 @@ class LeaderEpochCache:
         self._log_end_offset = log_end_offset
         # Invariant: epochs and start offsets strictly increasing.
         self._entries: list[EpochEntry] = list(entries or [])
+        #: The entries differ from what the file holds.
+        self._dirty = False
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], log_end_offset: Callable[[], int]) -> LeaderEpochCache:
@@ -146,7 +152,7 @@ class LeaderEpochCache:
         ):
             self._entries.pop()
         self._entries.append(EpochEntry(epoch, start_offset))
-        self.flush()
+        self._dirty = True
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:
@@ -156,7 +162,7 @@ class LeaderEpochCache:
             keep -= 1
         if keep != len(self._entries):
             del self._entries[keep:]
-            self.flush()
+            self._dirty = True
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop entries wholly before ``start_offset``; the epoch covering it is moved to begin there."""
@@ -167,14 +173,19 @@ class LeaderEpochCache:
         if i == 1 and covering.start_offset == start_offset:
             return
         self._entries[: i] = [EpochEntry(covering.epoch, start_offset)]
-        self.flush()
+        self._dirty = True
 
     def clear(self) -> None:
         if self._entries:
             self._entries.clear()
-            self.flush()
+            self._dirty = True
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
 
     def flush(self) -> None:
-        """Write the checkpoint file atomically (no-op for an unpersisted cache)."""
-        if self.path is not None:
+        """Write the checkpoint file atomically if the entries changed (no-op for an unpersisted cache)."""
+        if self.path is not None and self._dirty:
             write_atomic(self.path, encode_checkpoint((e.epoch, e.start_offset) for e in self._entries))
+        self._dirty = False

@@ -4,41 +4,58 @@ Directory layout::
 
     00000000000000000000.log / .index / .timeindex   the oldest segment (kraftpy.storage.segment)
     00000000000000004096.log / .index / .timeindex   ... one trio per segment, named by base offset
-    offsets-checkpoint       log start offset, recovery point, high watermark (kraftpy.storage.checkpoint)
     leader-epoch-checkpoint  epoch → start offset (kraftpy.storage.leader_epoch)
-    .kraftpy_cleanshutdown   present only while the log is closed after a clean close (empty file)
 
 Offsets, with their invariants::
 
     log_start_offset <= high_watermark <= log_end_offset
     recovery_point <= log_end_offset     every batch below it has been fsynced
 
+A log does not persist these offsets and does not know whether it was closed cleanly: its owner
+does, and hands them to :meth:`Log.open` (`LogOffsets`, ``clean_shutdown``). For the partitions
+of a broker that is the log directory's checkpoint files and clean-shutdown marker
+(:mod:`kraftpy.storage.log_manager`, Kafka's layout); the Raft metadata log keeps its own marker
+and derives its start from its snapshots (:mod:`kraftpy.raft.file_log`). :attr:`Log.offsets`
+says what to persist.
+
 Theory of operation.
 
 * Append. A leader append validates the batches (whole, magic 2, CRC-32C, size), stamps each
   with its base offset and the leader epoch (outside the CRC), and writes them all with one
   ``os.writev`` to the active segment (the stamped header prefixes from small copies, the rest
-  from the caller's buffer, so the data is not copied in user space); a follower append keeps the offsets in the batches, which
-  must start at or after the log end offset. The first batch of a new epoch updates the
-  leader-epoch cache. Before the write the active segment is rolled if the append would take
-  it past ``segment_bytes``, if its first batch is ``segment_ms`` older than the append, or if
-  the offsets would not fit its int32 relative offsets. Rolling fsyncs the finished segment.
-* Durability. Nothing is fsynced per append unless ``flush_interval_messages`` or
-  ``flush_interval_ms`` says so; :meth:`Log.flush` fsyncs the data (and the directory, when
-  segments were created or deleted) and moves the recovery point. Small state files are
-  replaced atomically. :meth:`Log.close` flushes everything, saves the indexes and leaves the
-  clean-shutdown marker; :meth:`Log.open` removes the marker before anything else.
-* Recovery. Without the marker, every segment from the one holding the recovery point on is
-  re-read with CRCs; the log is cut at the first bad batch (the file truncated there, later
-  segments deleted) and the leader-epoch cache is cut to the new end. Indexes of the checked
-  segments are rebuilt; the others' are loaded only if they pass their checks.
+  from the caller's buffer, so the data is not copied in user space); a follower append keeps the
+  offsets in the batches, which must start at or after the log end offset. The first batch of a
+  new epoch updates the leader-epoch cache. An append is a write into the page cache; it never
+  fsyncs (:attr:`flush_due` tells the owner when the flush policy asks for one).
+* Roll. The active segment is rolled when an append would take it past ``segment_bytes``, when
+  its first batch is ``segment_ms`` older than the append, or when the offsets would not fit its
+  int32 relative offsets (:meth:`needs_roll`). Rolling creates three files and fsyncs the
+  finished segment: an owner that must not block (the broker) calls :meth:`roll` off its event
+  loop before the append; an append that still finds a roll due rolls inline.
+* Durability. :meth:`Log.flush` fsyncs the data (and the directory, when segments were created
+  or deleted), writes the leader-epoch checkpoint if it changed, and moves the recovery point.
+  The epoch checkpoint is written at flush time, not on every change: an epoch entry matters
+  after a crash only for batches below the recovery point, and those were flushed with it.
+  :meth:`Log.close` flushes everything and saves the indexes.
+* Recovery. Unless the owner says the last shutdown was clean, every segment from the one
+  holding the recovery point on is re-read with CRCs; the log is cut at the first bad batch (the
+  file truncated there, later segments deleted) and the leader-epoch cache is cut to the new
+  end. Indexes of the checked segments are rebuilt; the others' are loaded only if they pass
+  their checks.
 * Retention. Whole segments below the high watermark are deleted when their newest batch is
   older than ``retention_ms``, when the log is over ``retention_bytes``, or when they lie wholly
-  below the log start offset (after :meth:`Log.delete_records_before`). Files are renamed
-  ``.deleted`` first, so a crash leaves nothing ambiguous; open removes leftovers.
+  below the log start offset (after :meth:`Log.delete_records_before`). Deleting is two steps,
+  as in Kafka: the segments leave the log and their files are renamed ``.deleted`` at once (a
+  crash leaves nothing ambiguous; open removes leftovers), and their descriptors are closed and
+  files removed by :meth:`delete_detached_segments`, which the owner calls later (the broker
+  after ``log.segment.delete.delay.ms``), so that a reader still holding a region of one never
+  sees its descriptor closed under it.
 
-A Log is not thread-safe: the caller serialises calls (the trio layers hold a lock and run the
-blocking calls in ``trio.to_thread``).
+Threads. A Log is not thread-safe for writers: its owner serialises every call that changes it
+(appends, rolls, flushes, truncation, retention, close) and may run those in a worker thread.
+Reads (:meth:`read`, offsets, the epoch cache) may run on another thread *while* one such call
+runs: the segment list is replaced, never edited in place, and no descriptor a reader can still
+reach is closed before :meth:`delete_detached_segments`.
 """
 
 from __future__ import annotations
@@ -54,12 +71,7 @@ import structlog
 
 from kraftpy.protocol.batch_header import BatchHeader, CorruptRecordError, check_batch, read_header, stamp
 from kraftpy.protocol.records import decode_batch
-from kraftpy.storage.checkpoint import (
-    OFFSETS_CHECKPOINT_FILE,
-    TMP_SUFFIX,
-    CheckpointError,
-    OffsetsCheckpoint,
-)
+from kraftpy.storage.checkpoint import TMP_SUFFIX, CheckpointError, LogOffsets
 from kraftpy.storage.fsutil import fsync_dir
 from kraftpy.storage.index import INDEX_SUFFIX, INT32_MAX, TIME_INDEX_SUFFIX
 from kraftpy.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
@@ -73,7 +85,6 @@ from kraftpy.storage.segment import (
     parse_segment_file_name,
 )
 
-CLEAN_SHUTDOWN_FILE = ".kraftpy_cleanshutdown"
 #: The header bytes a leader stamps: base_offset (0-7), batch_length, partition_leader_epoch (12-15).
 _STAMPED_PREFIX = 16
 LOG_APPEND_TIME = 1
@@ -130,7 +141,10 @@ class Log:
         self.clock = clock
         self._log = _logger.bind(log_dir=directory.name)
         #: Sorted by base offset; never empty while open; the last one is the active segment.
+        #: Replaced, never edited in place (readers on another thread may hold the old list).
         self._segments: list[LogSegment] = []
+        #: Segments no longer in the log whose files await `delete_detached_segments`.
+        self._detached: list[LogSegment] = []
         self._log_start_offset = 0
         self._recovery_point = 0
         self._high_watermark = 0
@@ -150,30 +164,25 @@ class Log:
         config: LogConfig | None = None,
         *,
         clock: Callable[[], int] = wall_clock_ms,
+        offsets: LogOffsets | None = None,
+        clean_shutdown: bool = False,
     ) -> Log:
         """Open (creating if needed) the log in ``directory``, recovering it after an unclean stop.
 
+        ``offsets`` are what the owner recorded for this log (None: nothing, so every segment is
+        checked and the log starts where its first segment does); ``clean_shutdown`` says the
+        log was closed cleanly after those offsets were recorded, so no segment needs checking.
         ``clock`` returns milliseconds; it drives roll, retention and flush timing.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         log = cls(directory, config or LogConfig(), clock)
-        log._load()
+        log._load(offsets or LogOffsets(), clean_shutdown and offsets is not None)
         return log
 
-    def _load(self) -> None:
+    def _load(self, checkpoint: LogOffsets, clean: bool) -> None:
         directory = self.directory
         self._remove_leftovers()
-        marker = directory / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        if clean:
-            marker.unlink()
-            fsync_dir(directory)
-        try:
-            checkpoint = OffsetsCheckpoint.read(directory) or OffsetsCheckpoint()
-        except CheckpointError as exc:
-            self._log.warning("offsets checkpoint unreadable; recovering the whole log", error=str(exc))
-            checkpoint, clean = OffsetsCheckpoint(), False
         epoch_path = directory / LEADER_EPOCH_CHECKPOINT_FILE
         try:
             self.leader_epoch_cache = LeaderEpochCache.load(epoch_path, lambda: self.log_end_offset)
@@ -226,10 +235,11 @@ class Log:
         self._high_watermark = min(max(checkpoint.high_watermark, self._log_start_offset), self.log_end_offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        self.leader_epoch_cache.flush()
+        self.delete_detached_segments()
         if self._directory_unsynced:
             fsync_dir(directory)
             self._directory_unsynced = False
-        self.checkpoint()
         self._last_flush_ms = now
 
     def _remove_leftovers(self) -> None:
@@ -243,7 +253,7 @@ class Log:
                     orphan_index = True
             if (
                 name.endswith(DELETED_SUFFIX)
-                or name in (OFFSETS_CHECKPOINT_FILE + TMP_SUFFIX, LEADER_EPOCH_CHECKPOINT_FILE + TMP_SUFFIX)
+                or name == LEADER_EPOCH_CHECKPOINT_FILE + TMP_SUFFIX
                 or orphan_index
             ):
                 (self.directory / name).unlink(missing_ok=True)
@@ -268,13 +278,13 @@ class Log:
                 # Overlaps the segment before it: nothing from here on can be trusted.
                 self._log.warning("segment overlaps the previous one; dropping it and the rest",
                                   segment=segment.base_offset)
-                self._delete_segments_now(self._segments[i:])
+                self._delete_now(self._segments[i:])
                 break
             cut = segment.recover(on_batch)
             if cut:
                 self._log.warning("cut a corrupt or torn tail", segment=segment.base_offset,
                                   position=segment.size, bytes_cut=cut)
-                self._delete_segments_now(self._segments[i + 1 :])
+                self._delete_now(self._segments[i + 1 :])
                 break
         if self._segments:
             cache.truncate_from_end(self.log_end_offset)
@@ -312,6 +322,11 @@ class Log:
         return self._high_watermark
 
     @property
+    def offsets(self) -> LogOffsets:
+        """What the owner persists for this log and hands back to :meth:`open`."""
+        return LogOffsets(self._log_start_offset, self._recovery_point, self._high_watermark)
+
+    @property
     def segments(self) -> tuple[LogSegment, ...]:
         return tuple(self._segments)
 
@@ -334,15 +349,10 @@ class Log:
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to ``[log_start_offset, log_end_offset]``; returns it.
 
-        Kept in memory; :meth:`checkpoint`, :meth:`flush` with a periodic caller, and :meth:`close`
-        persist it.
+        Kept in memory; the owner persists it (:attr:`offsets`).
         """
         self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
         return self._high_watermark
-
-    def checkpoint(self) -> None:
-        """Write log start offset, recovery point and high watermark atomically."""
-        OffsetsCheckpoint(self._log_start_offset, self._recovery_point, self._high_watermark).write(self.directory)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -424,36 +434,32 @@ class Log:
         for info in infos:
             if info.max_timestamp > max_timestamp:
                 max_timestamp, offset_of_max = info.max_timestamp, info.last_offset
-        segment = self._maybe_roll(size, infos[0].base_offset, infos[-1].last_offset, max_timestamp, now)
-        segment.append(parts, infos, now)
+        if self.needs_roll(size, infos[0].base_offset, infos[-1].last_offset, max_timestamp):
+            self.roll(max(infos[0].base_offset, self.log_end_offset))
+        self._segments[-1].append(parts, infos, now)
         for info in infos:
             self._maybe_assign_epoch(info.leader_epoch, info.base_offset)
         records = sum(info.record_count for info in infos)
         self._unflushed_messages += records
-        if (
-            self._unflushed_messages >= self.config.flush_interval_messages
-            or now - self._last_flush_ms >= self.config.flush_interval_ms
-        ):
-            self.flush()
         return AppendInfo(infos[0].base_offset, infos[-1].last_offset, max_timestamp, offset_of_max, records,
                           len(infos), size)
 
-    def _maybe_roll(self, size: int, first_offset: int, last_offset: int, max_timestamp: int, now: int) -> LogSegment:
+    def needs_roll(self, size: int, first_offset: int, last_offset: int, max_timestamp: int) -> bool:
+        """Whether appending ``size`` bytes of batches holding ``first_offset..last_offset`` (newest
+        timestamp ``max_timestamp``) must start a new segment first (see the module docstring)."""
         segment = self._segments[-1]
         offsets_fit = last_offset - segment.base_offset <= INT32_MAX
         if segment.is_empty and offsets_fit:
-            return segment
+            return False
         if segment.first_batch_timestamp >= 0:
             waited = max_timestamp - segment.first_batch_timestamp
         else:
-            waited = now - segment.created_ms
-        if (
+            waited = self.clock() - segment.created_ms
+        return (
             not offsets_fit
             or segment.size + size > self.config.segment_bytes
             or waited >= self.config.segment_ms
-        ):
-            return self.roll(max(first_offset, self.log_end_offset))
-        return segment
+        )
 
     def roll(self, base_offset: int | None = None) -> LogSegment:
         """Start a new active segment at ``base_offset`` (default: the log end offset).
@@ -466,16 +472,17 @@ class Log:
         if new_base < self.log_end_offset:
             raise ValueError(f"cannot roll to {new_base}, below the log end offset {self.log_end_offset}")
         active = self._segments[-1]
+        kept = self._segments
         if active.is_empty:
             if active.base_offset == new_base:
                 return active
-            self._segments.pop()
-            self._delete_segments_later([active])()
+            kept = self._segments[:-1]
+            self._detach([active])
         else:
             active.save_indexes()
             self.flush(self.log_end_offset)
         segment = LogSegment.create(self.directory, new_base, self.config.index_interval_bytes, self.clock())
-        self._segments.append(segment)
+        self._segments = [*kept, segment]
         self._directory_unsynced = True
         return segment
 
@@ -503,14 +510,15 @@ class Log:
             raise OffsetOutOfRangeError(
                 f"offset {start_offset} is outside [{self._log_start_offset}, {end}] of {self.directory.name}"
             )
-        bases = [segment.base_offset for segment in self._segments]
+        segments = self._segments  # one list throughout: a writer on another thread replaces it
+        bases = [segment.base_offset for segment in segments]
         i = max(0, bisect.bisect_right(bases, start_offset) - 1)
-        for segment in self._segments[i:]:
+        for segment in segments[i:]:
             region = segment.read(start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch,
                                   whole_batches=whole_batches)
             if region is not None:
                 return region
-        active = self._segments[-1]
+        active = segments[-1]
         return FileRegion(active.path, active.fd, active.size, 0, start_offset)
 
     def read_bytes(
@@ -564,6 +572,7 @@ class Log:
 
         Used when a follower finds where its log diverged from the leader's. The leader-epoch
         cache, high watermark, recovery point and (if needed) log start offset follow the new end.
+        Later segments are detached (see :meth:`delete_detached_segments`).
         """
         self._check_open()
         if offset < 0:
@@ -573,17 +582,17 @@ class Log:
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return True
-        doomed = [segment for segment in self._segments if segment.base_offset > offset]
+        kept = [segment for segment in self._segments if segment.base_offset <= offset]
+        doomed = self._segments[len(kept):]
         if doomed:
-            del self._segments[len(self._segments) - len(doomed) :]
-            self._delete_segments_now(doomed)
-        self._segments[-1].truncate_to(offset)
+            self._segments = kept
+            self._detach(doomed)
+        kept[-1].truncate_to(offset)
         end = self.log_end_offset
         self.leader_epoch_cache.truncate_from_end(end)
         self._log_start_offset = min(self._log_start_offset, end)
         self._high_watermark = min(self._high_watermark, end)
         self._recovery_point = min(self._recovery_point, end)
-        self.checkpoint()
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -594,19 +603,18 @@ class Log:
         self._replace_all_segments(offset)
         self.leader_epoch_cache.clear()
         self._log_start_offset = self._recovery_point = self._high_watermark = offset
-        self.checkpoint()
 
     def _replace_all_segments(self, offset: int) -> None:
-        doomed = list(self._segments)
-        for segment in doomed:
-            segment.rename_to_deleted()
+        doomed = self._segments
+        self._detach(doomed)  # renamed first: the new segment may take one of their names
         self._segments = [LogSegment.create(self.directory, offset, self.config.index_interval_bytes, self.clock())]
         fsync_dir(self.directory)
-        for segment in doomed:
-            segment.delete()
+        self._directory_unsynced = False
 
     def delete_records_before(self, offset: int) -> int:
-        """DeleteRecords: move the log start offset up to ``offset`` (at most the HW); returns it."""
+        """DeleteRecords: move the log start offset up to ``offset`` (at most the HW); returns it.
+
+        Segments wholly below it are detached (see :meth:`delete_detached_segments`)."""
         self._check_open()
         if offset > self._high_watermark:
             raise OffsetOutOfRangeError(
@@ -618,8 +626,23 @@ class Log:
                                   and following.base_offset <= self._log_start_offset)
         return self._log_start_offset
 
+    def retention_due(self) -> bool:
+        """Whether :meth:`delete_old_segments` would delete anything now (memory only, cheap)."""
+        segments = self._segments
+        if len(segments) > 1 and segments[1].base_offset <= self._log_start_offset:
+            return True
+        first = segments[0]
+        upper = segments[1].base_offset if len(segments) > 1 else self.log_end_offset
+        if first.is_empty or self._high_watermark < upper:
+            return False
+        if self.config.retention_ms >= 0 and self.clock() - first.largest_timestamp > self.config.retention_ms:
+            return True
+        return self.config.retention_bytes >= 0 and self.size_in_bytes - first.size >= self.config.retention_bytes
+
     def delete_old_segments(self) -> int:
-        """Apply retention (time, then size, then log start offset); returns how many segments went."""
+        """Apply retention (time, then size, then log start offset); returns how many segments went.
+
+        The segments deleted are detached (see :meth:`delete_detached_segments`)."""
         self._check_open()
         deleted = 0
         if self.config.retention_ms >= 0:
@@ -644,10 +667,11 @@ class Log:
         return deleted
 
     def _delete_matching(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
-        """Delete the oldest segments while ``predicate`` holds and they lie wholly below the HW."""
+        """Detach the oldest segments while ``predicate`` holds and they lie wholly below the HW."""
         doomed = []
-        for i, segment in enumerate(self._segments):
-            following = self._segments[i + 1] if i + 1 < len(self._segments) else None
+        segments = self._segments
+        for i, segment in enumerate(segments):
+            following = segments[i + 1] if i + 1 < len(segments) else None
             upper = following.base_offset if following is not None else self.log_end_offset
             if following is None and segment.is_empty:
                 break
@@ -658,11 +682,10 @@ class Log:
             return 0
         if len(doomed) == len(self._segments):
             self.roll()
-        del self._segments[: len(doomed)]
-        finish = self._delete_segments_later(doomed)
+        self._segments = self._segments[len(doomed):]
+        self._detach(doomed)
         if self._segments[0].base_offset > self._log_start_offset:
             self._set_log_start_offset(self._segments[0].base_offset)
-        finish()
         return len(doomed)
 
     def _set_log_start_offset(self, offset: int) -> None:
@@ -670,33 +693,43 @@ class Log:
         self._high_watermark = max(self._high_watermark, offset)
         self._recovery_point = max(self._recovery_point, min(self._segments[0].base_offset, self.log_end_offset))
         self.leader_epoch_cache.truncate_from_start(offset)
-        self.checkpoint()
 
-    def _delete_segments_later(self, segments: Iterable[LogSegment]) -> Callable[[], None]:
-        """Rename the files ``.deleted`` now; the returned function removes them."""
-        segments = list(segments)
+    def _detach(self, segments: Iterable[LogSegment]) -> None:
+        """Segments that left the segment list: rename their files ``.deleted`` now (a crash leaves
+        nothing ambiguous), close and remove them in :meth:`delete_detached_segments`."""
         for segment in segments:
             segment.rename_to_deleted()
+            self._detached.append(segment)
         self._directory_unsynced = True
 
-        def finish() -> None:
-            for segment in segments:
-                segment.delete()
+    @property
+    def has_detached_segments(self) -> bool:
+        return bool(self._detached)
 
-        return finish
+    def delete_detached_segments(self) -> int:
+        """Close and remove the files of every segment detached so far; returns how many.
 
-    def _delete_segments_now(self, segments: list[LogSegment]) -> None:
+        Call it once no reader can still use them: the broker waits log.segment.delete.delay.ms."""
+        doomed, self._detached = self._detached, []
+        for segment in doomed:
+            segment.delete()
+        return len(doomed)
+
+    def _delete_now(self, segments: list[LogSegment]) -> None:
+        """Remove segments at once (while opening, before any reader exists)."""
+        self._segments = [segment for segment in self._segments if segment not in segments]
         for segment in segments:
-            if segment in self._segments:
-                self._segments.remove(segment)
-        self._delete_segments_later(segments)()
+            segment.rename_to_deleted()
+            segment.delete()
+        self._directory_unsynced = True
 
     # -- durability ------------------------------------------------------------------------------
 
     def flush(self, up_to_offset: int | None = None) -> None:
         """fsync the log up to ``up_to_offset`` (default: all of it) and move the recovery point there.
 
-        Also fsyncs the directory when segment files were created or removed since the last time.
+        Also fsyncs the directory when segment files were created or removed since the last time,
+        and writes the leader-epoch checkpoint when it changed.
         """
         self._check_open()
         target = self.log_end_offset if up_to_offset is None else min(up_to_offset, self.log_end_offset)
@@ -705,6 +738,7 @@ class Log:
             # target count too: a truncation to empty must be durable like an append.
             if segment.base_offset <= target:
                 segment.flush()
+        self.leader_epoch_cache.flush()
         self._recovery_point = max(self._recovery_point, target)
         if self._directory_unsynced:
             fsync_dir(self.directory)
@@ -713,41 +747,49 @@ class Log:
         if target == self.log_end_offset:
             self._unflushed_messages = 0
 
+    @property
+    def flush_due(self) -> bool:
+        """Whether the flush policy (``flush_interval_messages`` / ``flush_interval_ms``) asks for a
+        :meth:`flush` now: the owner flushes (an append never fsyncs by itself)."""
+        if self._recovery_point >= self.log_end_offset:
+            return False
+        return (self._unflushed_messages >= self.config.flush_interval_messages
+                or self.clock() - self._last_flush_ms >= self.config.flush_interval_ms)
+
     def flush_if_due(self) -> bool:
-        """Flush when ``flush_interval_ms`` has passed since the last flush; for a periodic task."""
+        """Flush when the flush policy asks for it; returns whether it did."""
         self._check_open()
-        if self._recovery_point < self.log_end_offset and (
-            self.clock() - self._last_flush_ms >= self.config.flush_interval_ms
-        ):
+        if self.flush_due:
             self.flush()
             return True
         return False
 
     def close(self) -> None:
-        """Flush everything, save indexes and checkpoints, and leave the clean-shutdown marker."""
+        """Flush everything, save the indexes, remove detached segments and close the files.
+
+        Whether this was a clean shutdown is for the owner to record (a log directory's marker)."""
         if self._closed:
             return
         for segment in self._segments:
             segment.save_indexes(fsync=True)
         self.flush()
-        self.checkpoint()
-        marker = os.open(self.directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.fsync(marker)
-        finally:
-            os.close(marker)
-        fsync_dir(self.directory)
+        self.delete_detached_segments()
         self._release()
 
     def abandon(self) -> None:
-        """Close the files with no flush and no marker, as a crash would leave them (tests, tools)."""
+        """Close the files with no flush, as a crash would leave them (tests, tools)."""
         if not self._closed:
             self._release()
 
     def _release(self) -> None:
-        for segment in self._segments:
+        for segment in [*self._segments, *self._detached]:
             segment.close()
+        self._detached = []
         self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def __enter__(self) -> Log:
         return self

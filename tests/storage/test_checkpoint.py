@@ -5,11 +5,15 @@ from __future__ import annotations
 import pytest
 
 from kraftpy.storage.checkpoint import (
-    OFFSETS_CHECKPOINT_FILE,
+    LEGACY_OFFSETS_FILE,
     CheckpointError,
-    OffsetsCheckpoint,
+    LogOffsets,
     decode_checkpoint,
+    decode_offsets,
     encode_checkpoint,
+    encode_offsets,
+    read_legacy_offsets,
+    read_offsets,
 )
 
 
@@ -27,13 +31,26 @@ def test_damaged_checkpoints_are_refused(data):
         decode_checkpoint(data, 2)
 
 
-def test_offsets_checkpoint_round_trips_and_leaves_no_tmp(tmp_path):
-    OffsetsCheckpoint(5, 17, 12).write(tmp_path)
-    assert OffsetsCheckpoint.read(tmp_path) == OffsetsCheckpoint(5, 17, 12)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [OFFSETS_CHECKPOINT_FILE]
-    text = (tmp_path / OFFSETS_CHECKPOINT_FILE).read_text()
-    assert text == "0\n3\nlog-start-offset 5\nrecovery-point 17\nhigh-watermark 12\n"
+def test_offsets_of_a_log_directory_are_topic_partition_offset_lines():
+    data = encode_offsets({("orders", 1): 17, ("orders", 0): 5, ("a.b_c", 12): 0})
+    assert data == b"0\n3\na.b_c 12 0\norders 0 5\norders 1 17\n"
+    assert decode_offsets(data) == {("orders", 0): 5, ("orders", 1): 17, ("a.b_c", 12): 0}
 
 
-def test_missing_offsets_checkpoint_reads_as_none(tmp_path):
-    assert OffsetsCheckpoint.read(tmp_path) is None
+@pytest.mark.parametrize("data", [b"0\n1\norders 0\n", b"0\n1\norders x 5\n", b"0\n1\norders 0 y\n"])
+def test_damaged_offset_checkpoints_are_refused(data):
+    with pytest.raises(CheckpointError):
+        decode_offsets(data)
+
+
+def test_missing_offset_checkpoint_reads_as_none(tmp_path):
+    assert read_offsets(tmp_path / "recovery-point-offset-checkpoint") is None
+
+
+def test_the_per_partition_file_of_earlier_versions_is_still_read(tmp_path):
+    assert read_legacy_offsets(tmp_path) is None
+    (tmp_path / LEGACY_OFFSETS_FILE).write_text("0\n3\nlog-start-offset 5\nrecovery-point 17\nhigh-watermark 12\n")
+    assert read_legacy_offsets(tmp_path) == LogOffsets(5, 17, 12)
+    (tmp_path / LEGACY_OFFSETS_FILE).write_text("0\n1\nsomething-else 5\n")
+    with pytest.raises(CheckpointError):
+        read_legacy_offsets(tmp_path)

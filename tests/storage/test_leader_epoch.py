@@ -87,6 +87,9 @@ def test_checkpoint_is_kafkas_text_form_and_reloads(tmp_path):
     c, _ = cache(tmp_path)
     c.assign(0, 0)
     c.assign(3, 42)
+    assert c.dirty and not (tmp_path / "leader-epoch-checkpoint").exists()  # written when the log flushes
+    c.flush()
+    assert not c.dirty
     assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n3 42\n"
     again = LeaderEpochCache.load(tmp_path / "leader-epoch-checkpoint", lambda: 50)
     assert again.entries == c.entries

@@ -9,8 +9,8 @@ import pytest
 
 from kraftpy.protocol.batch_header import CorruptRecordError, iter_batches, set_max_timestamp
 from kraftpy.protocol.records import Compression, SimpleRecord, build_batch, decode_batch
+from kraftpy.storage.checkpoint import LogOffsets
 from kraftpy.storage.log import (
-    CLEAN_SHUTDOWN_FILE,
     Log,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -221,7 +221,8 @@ def test_truncate_to_cuts_segments_epochs_and_offsets(tmp_path):
     log.append_as_leader(batch(1), 7)
     assert log.end_offset_for_epoch(1) == (1, 12)
     log.close()
-    again = Log.open(tmp_path / "topic-0", LogConfig(segment_bytes=300), clock=ManualClock())
+    again = Log.open(tmp_path / "topic-0", LogConfig(segment_bytes=300), clock=ManualClock(), offsets=log.offsets,
+                     clean_shutdown=True)
     assert [b[0] for b in read_all(again)] == [*range(0, 12, 2), 12]
     again.close()
 
@@ -235,7 +236,7 @@ def test_truncate_fully_and_start_at(tmp_path):
     assert [p.name for p in (tmp_path / "topic-0").glob("*.log")] == ["00000000000000000100.log"]
     log.append_as_follower(batch(1, base_offset=100, epoch=5))
     log.close()
-    again = Log.open(tmp_path / "topic-0", clock=ManualClock())
+    again = Log.open(tmp_path / "topic-0", clock=ManualClock(), offsets=log.offsets, clean_shutdown=True)
     assert (again.log_start_offset, again.log_end_offset) == (100, 101)
     again.close()
 
@@ -256,7 +257,11 @@ def test_time_retention_deletes_old_segments_below_the_high_watermark(tmp_path):
     assert log.log_start_offset == log.segments[0].base_offset > 0
     for segment in log.segments[:-1]:
         assert clock.now - segment.largest_timestamp <= 10_000
-    assert not list((tmp_path / "topic-0").glob("*.deleted"))
+    # The files of deleted segments are renamed at once and removed when the owner says so.
+    renamed = list((tmp_path / "topic-0").glob("*.log.deleted"))
+    assert len(renamed) == deleted and log.has_detached_segments
+    assert log.delete_detached_segments() == deleted
+    assert not list((tmp_path / "topic-0").glob("*.deleted")) and not log.has_detached_segments
     clock.advance(100_000)  # everything is old: the active segment is rolled and deleted too
     log.delete_old_segments()
     assert log.log_start_offset == log.log_end_offset == 24
@@ -296,7 +301,8 @@ def test_delete_records_before_moves_the_log_start(tmp_path):
     assert log.leader_epoch_cache.entries[0].start_offset == 9
     assert log.delete_records_before(3) == 9  # never goes back
     log.close()
-    again = Log.open(tmp_path / "topic-0", LogConfig(segment_bytes=250), clock=ManualClock())
+    assert not list((tmp_path / "topic-0").glob("*.deleted"))  # close removes detached segments
+    again = Log.open(tmp_path / "topic-0", LogConfig(segment_bytes=250), clock=ManualClock(), offsets=log.offsets)
     assert again.log_start_offset == 9 and again.high_watermark == 15
     again.close()
 
@@ -310,9 +316,12 @@ def test_flush_policies(tmp_path, monkeypatch):
     log.append_as_leader(batch(2), 0)
     log.append_as_leader(batch(2), 0)
     data_fd = log.active_segment.fd
-    assert log.recovery_point == 0 and data_fd not in syncs  # nothing fsynced per append
+    assert log.recovery_point == 0 and not log.flush_due and data_fd not in syncs  # nothing fsynced per append
     log.append_as_leader(batch(1), 0)
-    assert log.recovery_point == 5 and data_fd in syncs
+    # The policy says a flush is due; the owner does it (an append never blocks on fsync).
+    assert log.flush_due and log.recovery_point == 0 and data_fd not in syncs
+    assert log.flush_if_due()
+    assert log.recovery_point == 5 and data_fd in syncs and not log.flush_due
     log.close()
 
     timed = Log.open(tmp_path / "timed", LogConfig(flush_interval_ms=1000), clock=clock)
@@ -322,7 +331,8 @@ def test_flush_policies(tmp_path, monkeypatch):
     clock.advance(1000)
     assert timed.flush_if_due() and timed.recovery_point == 1
     clock.advance(1000)
-    timed.append_as_leader(batch(1), 0)  # due at append time
+    timed.append_as_leader(batch(1), 0)
+    assert timed.flush_due and timed.flush_if_due()
     assert timed.recovery_point == 2
     timed.append_as_leader(batch(1), 0)
     timed.flush(up_to_offset=2)
@@ -332,17 +342,21 @@ def test_flush_policies(tmp_path, monkeypatch):
     timed.close()
 
 
-def test_close_leaves_marker_and_open_removes_it(tmp_path):
+def test_close_flushes_and_the_owner_records_the_offsets(tmp_path):
     log = open_log(tmp_path)
     log.append_as_leader(batch(2), 0)
+    log.update_high_watermark(2)
     log.close()
     directory = tmp_path / "topic-0"
-    assert (directory / CLEAN_SHUTDOWN_FILE).exists()
-    assert (directory / "offsets-checkpoint").read_text().startswith("0\n3\n")
-    again = Log.open(directory, clock=ManualClock())
-    assert not (directory / CLEAN_SHUTDOWN_FILE).exists()
-    assert again.recovery_point == 2
+    assert log.offsets == LogOffsets(log_start_offset=0, recovery_point=2, high_watermark=2)
+    # The log writes no offsets file of its own: its owner keeps them (kraftpy.storage.log_manager).
+    assert sorted(p.name for p in directory.iterdir() if not p.name[0].isdigit()) == ["leader-epoch-checkpoint"]
+    again = Log.open(directory, clock=ManualClock(), offsets=log.offsets, clean_shutdown=True)
+    assert (again.recovery_point, again.high_watermark) == (2, 2)
     again.close()
+    unknown = Log.open(directory, clock=ManualClock())  # nothing recorded: recovered from the start
+    assert (unknown.log_start_offset, unknown.recovery_point, unknown.high_watermark) == (0, 2, 0)
+    unknown.close()
 
 
 def test_crc_is_checked_unless_the_caller_already_did(tmp_path):

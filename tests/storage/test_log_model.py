@@ -7,6 +7,7 @@ before the damage point. A failing run prints the steps that replay it.
 
 from __future__ import annotations
 
+import os
 from itertools import pairwise
 from pathlib import Path
 
@@ -69,6 +70,8 @@ def make_machine(root: Path):
             self.config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=index_interval,
                                     retention_ms=60_000, retention_bytes=retention_bytes, segment_ms=30_000)
             self.log = Log.open(self.directory, self.config, clock=self.clock)
+            #: What the log's owner last recorded (a log directory's checkpoints): any past state.
+            self.recorded = None
             self.entries: list[Entry] = []
             self.epoch = 0
             self.tag = 0
@@ -77,8 +80,9 @@ def make_machine(root: Path):
             if hasattr(self, "log"):
                 self.log.close()
 
-        def reopen(self):
-            self.log = Log.open(self.directory, self.config, clock=self.clock)
+        def reopen(self, clean=False):
+            self.log = Log.open(self.directory, self.config, clock=self.clock, offsets=self.recorded,
+                                clean_shutdown=clean)
 
         def new_batches(self, sizes, base_offset=0):
             out = []
@@ -176,6 +180,16 @@ def make_machine(root: Path):
         def delete_records(self, data):
             offset = data.draw(st.integers(self.log.log_start_offset, self.log.high_watermark))
             assert self.log.delete_records_before(offset) == offset
+            self.recorded = self.log.offsets  # the broker checkpoints before answering DeleteRecords
+
+        @rule()
+        def checkpoint(self):
+            self.recorded = self.log.offsets
+
+        @rule()
+        def delete_detached_segments(self):
+            self.log.delete_detached_segments()
+            assert not list(self.directory.glob("*.deleted"))
 
         @rule(extra=st.integers(0, 5))
         def truncate_fully(self, extra):
@@ -189,15 +203,22 @@ def make_machine(root: Path):
             up_to = data.draw(st.none() | st.integers(0, self.log.log_end_offset))
             self.log.flush(up_to)
             assert self.log.recovery_point >= (self.log.log_end_offset if up_to is None else up_to)
+            self.recorded = self.log.offsets
 
         @rule()
         def close_and_reopen(self):
-            state = (self.log.log_start_offset, self.log.log_end_offset, self.log.high_watermark,
-                     self.log.leader_epoch_cache.entries)
+            def state():
+                # An epoch entry at the log end (a start moved up to the end re-anchors one there)
+                # is dropped on open, as Kafka's loader does: it holds no batch.
+                log = self.log
+                entries = tuple(e for e in log.leader_epoch_cache.entries if e.start_offset < log.log_end_offset)
+                return log.log_start_offset, log.log_end_offset, log.high_watermark, entries
+
+            before = state()
             self.log.close()
-            self.reopen()
-            assert state == (self.log.log_start_offset, self.log.log_end_offset, self.log.high_watermark,
-                             self.log.leader_epoch_cache.entries)
+            self.recorded = self.log.offsets
+            self.reopen(clean=True)
+            assert before == state()
             assert self.log.recovery_point == self.log.log_end_offset
 
         @rule(data=st.data(), damage=st.sampled_from(["none", "torn", "flip"]))
@@ -257,6 +278,7 @@ def make_machine(root: Path):
 def test_log_behaves_like_a_list_of_batches(tmp_path):
     run_state_machine_as_test(
         make_machine(tmp_path),
-        settings=settings(max_examples=40, stateful_step_count=30, deadline=None,
+        settings=settings(max_examples=40 if not os.environ.get("KRAFTPY_SOAK") else 1000,
+                          stateful_step_count=30, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]),
     )

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
+from kraftpy.storage.checkpoint import LogOffsets
 from kraftpy.storage.index import OFFSET_ENTRY, TIME_ENTRY
-from kraftpy.storage.log import CLEAN_SHUTDOWN_FILE, Log
+from kraftpy.storage.log import Log
 from kraftpy.storage.log_config import LogConfig
 
 from ._support import ManualClock, batch, read_all
@@ -29,19 +30,21 @@ def segment_files(directory, suffix=".log"):
     return sorted(directory.glob(f"*{suffix}"))
 
 
-def reopen(directory):
-    return Log.open(directory, CONFIG, clock=ManualClock())
+def reopen(directory, offsets: LogOffsets | None = None, *, clean: bool = False):
+    """Open the log again as its owner would: with the offsets it recorded, and whether the
+    last close was clean (a log directory's marker)."""
+    return Log.open(directory, CONFIG, clock=ManualClock(), offsets=offsets, clean_shutdown=clean)
 
 
 def test_clean_restart_skips_the_scan(tmp_path, monkeypatch):
-    _, expected = fill(tmp_path)
+    closed, expected = fill(tmp_path)
     from kraftpy.storage import segment as segment_module
 
     def no_recovery(self, on_batch=None):
         raise AssertionError("a clean restart must not scan CRCs")
 
     monkeypatch.setattr(segment_module.LogSegment, "recover", no_recovery)
-    log = reopen(tmp_path)
+    log = reopen(tmp_path, closed.offsets, clean=True)
     assert read_all(log) == expected
     log.close()
 
@@ -49,11 +52,11 @@ def test_clean_restart_skips_the_scan(tmp_path, monkeypatch):
 def test_unclean_restart_recovers_from_the_recovery_point(tmp_path):
     log, expected = fill(tmp_path, close=False)
     log.flush(20)
+    recorded = log.offsets  # what the owner checkpointed
     log.append_as_leader(batch(1, tag=99), 3)
     expected = read_all(log)
     log.abandon()
-    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
-    again = reopen(tmp_path)
+    again = reopen(tmp_path, recorded)
     assert read_all(again) == expected
     assert again.recovery_point == again.log_end_offset
     again.close()
@@ -98,8 +101,8 @@ def test_garbage_after_the_last_batch_is_cut(tmp_path):
 
 @pytest.mark.parametrize("how", ["delete", "truncate", "garbage", "zeros", "shuffle", "stale"])
 def test_indexes_are_rebuilt_when_missing_or_wrong(tmp_path, how):
-    _, expected = fill(tmp_path)
-    probe = reopen(tmp_path)
+    closed, expected = fill(tmp_path)
+    probe = reopen(tmp_path, closed.offsets, clean=True)
     timestamps = {t: probe.offset_for_timestamp(t) for t in range(995, 1300, 7)}
     positions = {o: (r.position, r.length) for o in range(0, 60, 3) if (r := probe.read(o, 150))}
     probe.close()
@@ -124,13 +127,13 @@ def test_indexes_are_rebuilt_when_missing_or_wrong(tmp_path, how):
             else:
                 entries = [TIME_ENTRY.pack(ts - 5, rel) for ts, rel in TIME_ENTRY.iter_unpack(data)]
             path.write_bytes(b"".join(entries))
-    log = reopen(tmp_path)
+    log = reopen(tmp_path, closed.offsets, clean=True)  # a clean start still never trusts an index blindly
     assert read_all(log) == expected
     assert {t: log.offset_for_timestamp(t) for t in timestamps} == timestamps
     assert {o: (r.position, r.length) for o in positions if (r := log.read(o, 150))} == positions
     log.close()
     # the rebuilt indexes were saved on close and load cleanly
-    again = reopen(tmp_path)
+    again = reopen(tmp_path, log.offsets, clean=True)
     assert {t: again.offset_for_timestamp(t) for t in timestamps} == timestamps
     again.close()
 
@@ -138,12 +141,12 @@ def test_indexes_are_rebuilt_when_missing_or_wrong(tmp_path, how):
 def test_leftovers_are_removed_on_open(tmp_path):
     fill(tmp_path)
     (tmp_path / "00000000000000000000.log.deleted").write_bytes(b"x")
-    (tmp_path / "offsets-checkpoint.tmp").write_bytes(b"x")
+    (tmp_path / "leader-epoch-checkpoint.tmp").write_bytes(b"x")
     (tmp_path / "00000000000099999999.index").write_bytes(b"")
     log = reopen(tmp_path)
     names = {p.name for p in tmp_path.iterdir()}
     assert "00000000000000000000.log.deleted" not in names
-    assert "offsets-checkpoint.tmp" not in names
+    assert "leader-epoch-checkpoint.tmp" not in names
     assert "00000000000099999999.index" not in names
     log.close()
 
@@ -151,8 +154,21 @@ def test_leftovers_are_removed_on_open(tmp_path):
 def test_damaged_leader_epoch_checkpoint_is_rebuilt_from_the_log(tmp_path):
     log, _ = fill(tmp_path)
     (tmp_path / "leader-epoch-checkpoint").write_text("garbage")
-    again = reopen(tmp_path)
+    again = reopen(tmp_path, log.offsets, clean=True)
     assert [(e.epoch, e.start_offset) for e in again.leader_epoch_cache.entries] == [(0, 0), (1, 20), (2, 40)]
+    again.close()
+
+
+def test_the_epoch_checkpoint_is_written_when_the_log_is_flushed(tmp_path):
+    log = Log.open(tmp_path, CONFIG, clock=ManualClock())
+    log.append_as_leader(batch(2), leader_epoch=3)
+    assert not (tmp_path / "leader-epoch-checkpoint").exists()  # an append never writes a file of its own
+    log.flush()
+    assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n1\n3 0\n"
+    log.append_as_leader(batch(2), leader_epoch=5)
+    log.abandon()
+    again = reopen(tmp_path, LogOffsets(0, 2, 2))  # recovered above the recovery point: epoch 5 re-read
+    assert [(e.epoch, e.start_offset) for e in again.leader_epoch_cache.entries] == [(3, 0), (5, 2)]
     again.close()
 
 

@@ -1,0 +1,220 @@
+"""The log directories of a broker: their offset checkpoints and clean-shutdown markers.
+
+Each entry of ``log.dirs`` holds one subdirectory per partition replica (``<topic>-<partition>``,
+a `Log`) and, as in Kafka, files that speak for every partition in it::
+
+    recovery-point-offset-checkpoint   <topic> <partition> <offset>: fsynced below this
+    replication-offset-checkpoint      ... the high watermark
+    log-start-offset-checkpoint        ... the log start offset (retention, DeleteRecords)
+    .kraftpy_cleanshutdown             present only between a clean shutdown and the next start
+
+(the line format is :mod:`kraftpy.storage.checkpoint`'s). One write of the three files covers
+every partition of the directory: at ``replica.high.watermark.checkpoint.interval.ms`` that is
+three small files however many partitions there are, where one file per partition would be
+thousands of fsyncs.
+
+Theory of operation. `LogManager.load` reads the three files of every directory and notes which
+directories were shut down cleanly, removing their markers before anything is written (a crash
+from then on is not clean). `open_log` opens a partition's log with the offsets recorded for it:
+a cleanly shut down directory's logs are trusted whole, the others are recovered from their
+recovery point. `checkpoint` writes the three files of every directory from the offsets of the
+open logs, keeping the recorded entries of partitions not open (yet) until `forget` says their
+log is gone, so a checkpoint taken while logs are still being opened loses no log start offset.
+`write_clean_shutdown_markers` runs after every log was closed and the last checkpoint written.
+
+Every method blocks on the file system: the broker calls them in a worker thread, one hop for a
+whole batch of logs, never one per partition. The manager is not thread-safe: its owner
+serialises the calls.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import attrs
+import structlog
+
+from kraftpy.storage.checkpoint import (
+    LEGACY_OFFSETS_FILE,
+    CheckpointError,
+    LogOffsets,
+    encode_offsets,
+    read_legacy_offsets,
+    read_offsets,
+)
+from kraftpy.storage.fsutil import fsync_dir, write_atomic
+from kraftpy.storage.log import Log, wall_clock_ms
+from kraftpy.storage.log_config import LogConfig
+
+RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+REPLICATION_CHECKPOINT_FILE = "replication-offset-checkpoint"
+LOG_START_CHECKPOINT_FILE = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kraftpy_cleanshutdown"
+#: The Raft metadata log's directory (``__cluster_metadata-0``) may share a log directory; it is
+#: not one of the broker's partitions.
+METADATA_TOPIC_PREFIX = "__cluster_metadata-"
+#: A clean-shutdown marker of an earlier version, inside each partition directory.
+_LEGACY_MARKER = ".kraftpy_cleanshutdown"
+
+TopicPartitionKey = tuple[str, int]
+
+_logger = structlog.get_logger(__name__)
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+@attrs.define
+class LogDirectory:
+    """One entry of ``log.dirs`` as loaded: the offsets it recorded and whether it was shut down cleanly."""
+
+    path: Path
+    clean_shutdown: bool = False
+    #: The offsets last recorded for each partition (updated by every checkpoint).
+    recorded: dict[TopicPartitionKey, LogOffsets] = attrs.Factory(dict)
+    #: Partitions whose directory still holds an earlier version's per-partition offsets file.
+    legacy: set[TopicPartitionKey] = attrs.Factory(set)
+
+
+class LogManager:
+    def __init__(self, log_dirs: Sequence[Path], *, clock: Callable[[], int] = wall_clock_ms) -> None:
+        self.clock = clock
+        self.dirs = {Path(d): LogDirectory(Path(d)) for d in log_dirs}
+        self._log = _logger
+
+    # -- start ----------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Create missing directories, read their checkpoints and consume their clean-shutdown markers."""
+        for log_dir in self.dirs.values():
+            log_dir.path.mkdir(parents=True, exist_ok=True)
+            marker = log_dir.path / CLEAN_SHUTDOWN_FILE
+            log_dir.clean_shutdown = marker.exists()
+            try:
+                log_dir.recorded = self._read_recorded(log_dir.path)
+            except CheckpointError as exc:
+                self._log.warning("offset checkpoints unreadable; recovering every log of the directory",
+                                  log_dir=str(log_dir.path), error=str(exc))
+                log_dir.recorded, log_dir.clean_shutdown = {}, False
+            if marker.exists():
+                marker.unlink()
+                fsync_dir(log_dir.path)
+
+    @staticmethod
+    def _read_recorded(path: Path) -> dict[TopicPartitionKey, LogOffsets]:
+        recovery = read_offsets(path / RECOVERY_POINT_CHECKPOINT_FILE) or {}
+        replication = read_offsets(path / REPLICATION_CHECKPOINT_FILE) or {}
+        starts = read_offsets(path / LOG_START_CHECKPOINT_FILE) or {}
+        out = {}
+        for key in recovery.keys() | replication.keys() | starts.keys():
+            out[key] = LogOffsets(log_start_offset=starts.get(key, 0), recovery_point=recovery.get(key, 0),
+                                  high_watermark=replication.get(key, 0))
+        return out
+
+    def existing_partition_dirs(self) -> list[Path]:
+        """Every ``<topic>-<partition>`` directory in the log directories (deleted ones excluded)."""
+        out = []
+        for log_dir in self.dirs:
+            for child in sorted(log_dir.iterdir()):
+                if child.is_dir() and _parse_partition_dir(child.name) is not None \
+                        and not child.name.startswith(METADATA_TOPIC_PREFIX):
+                    out.append(child)
+        return out
+
+    # -- logs -------------------------------------------------------------------------------------
+
+    def open_log(self, directory: Path, config: LogConfig) -> Log:
+        """Open (creating if needed) the partition log in ``directory``, one of the log directories' children."""
+        log_dir = self.dirs.get(directory.parent)
+        if log_dir is None:
+            raise ValueError(f"{directory} is not in a log directory of this broker")
+        key = _parse_partition_dir(directory.name)
+        if key is None:
+            raise ValueError(f"{directory.name} is not a partition directory name")
+        offsets = log_dir.recorded.get(key)
+        clean = log_dir.clean_shutdown and offsets is not None
+        if offsets is None and (directory / LEGACY_OFFSETS_FILE).exists():
+            try:
+                offsets = read_legacy_offsets(directory)
+            except CheckpointError as exc:
+                self._log.warning("old offsets checkpoint unreadable", partition=directory.name, error=str(exc))
+            clean = (directory / _LEGACY_MARKER).exists() and offsets is not None
+            log_dir.legacy.add(key)
+        log = Log.open(directory, config, clock=self.clock, offsets=offsets, clean_shutdown=clean)
+        if offsets is None:
+            # A new log (or one never checkpointed): record where it starts from now on.
+            log_dir.recorded[key] = log.offsets
+        return log
+
+    def forget(self, directory: Path) -> None:
+        """The partition log in ``directory`` is gone (deleted): drop its recorded offsets."""
+        log_dir = self.dirs.get(directory.parent)
+        key = _parse_partition_dir(directory.name)
+        if log_dir is not None and key is not None:
+            log_dir.recorded.pop(key, None)
+            log_dir.legacy.discard(key)
+
+    # -- checkpoints -------------------------------------------------------------------------------
+
+    def checkpoint(self, logs: Iterable[Log]) -> None:
+        """Write the three offset files of every log directory from ``logs`` (the open ones);
+        partitions recorded before and not among them keep their recorded offsets."""
+        by_dir: dict[Path, dict[TopicPartitionKey, LogOffsets]] = {path: {} for path in self.dirs}
+        for log in logs:
+            key = _parse_partition_dir(log.directory.name)
+            live = by_dir.get(log.directory.parent)
+            if key is not None and live is not None:
+                live[key] = log.offsets
+        for path, live in by_dir.items():
+            log_dir = self.dirs[path]
+            log_dir.recorded.update(live)
+            recorded = log_dir.recorded
+            write_atomic(path / RECOVERY_POINT_CHECKPOINT_FILE,
+                         encode_offsets({k: o.recovery_point for k, o in recorded.items()}))
+            write_atomic(path / REPLICATION_CHECKPOINT_FILE,
+                         encode_offsets({k: o.high_watermark for k, o in recorded.items()}))
+            write_atomic(path / LOG_START_CHECKPOINT_FILE,
+                         encode_offsets({k: o.log_start_offset for k, o in recorded.items()}))
+            for key in list(log_dir.legacy):
+                if key in recorded:
+                    directory = path / partition_dir_name(*key)
+                    (directory / LEGACY_OFFSETS_FILE).unlink(missing_ok=True)
+                    (directory / _LEGACY_MARKER).unlink(missing_ok=True)
+                    log_dir.legacy.discard(key)
+
+    def write_clean_shutdown_markers(self) -> None:
+        """After every log was closed and the last checkpoint written: the next start trusts the logs."""
+        for path in self.dirs:
+            fd = os.open(path / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(path)
+
+    def close_all(self, logs: Iterable[Log]) -> list[tuple[Log, Exception]]:
+        """A clean shutdown: close every log, write the checkpoints, then the markers.
+
+        Returns the logs that failed to close, with their errors; the markers are then not written
+        (the next start recovers those directories)."""
+        logs = list(logs)
+        failed: list[tuple[Log, Exception]] = []
+        for log in logs:
+            try:
+                log.close()
+            except OSError as exc:
+                failed.append((log, exc))
+        self.checkpoint(log for log in logs if log.closed)
+        if not failed:
+            self.write_clean_shutdown_markers()
+        return failed
+
+
+def _parse_partition_dir(name: str) -> TopicPartitionKey | None:
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit() or "." in partition:
+        return None
+    return topic, int(partition)
