@@ -143,9 +143,20 @@ async def test_fetch_long_poll_is_woken_by_a_produce(cluster, conn, monkeypatch)
     assert values_of(results["data"].records) == [b"wake up"]
 
 
-async def test_fetch_long_poll_times_out_with_nothing(conn, autojump_clock):
-    data = await fetch(conn, "t", 0, 0, max_wait_ms=500, min_bytes=1)
+async def test_fetch_long_poll_times_out_with_nothing(conn, monkeypatch):
+    woken = []
+
+    async def park(watchers, deadline):
+        woken.append(await wait_for_change(watchers, deadline))
+        return woken[-1]
+
+    monkeypatch.setattr(apis_module, "wait_for_change", park)
+    start = trio.current_time()
+    with trio.fail_after(30):  # bounds a failure only
+        data = await fetch(conn, "t", 0, 0, max_wait_ms=200, min_bytes=1)
     assert data.error_code == ErrorCode.NONE and values_of(data.records) == []
+    assert woken and woken[-1] is False  # it parked, and its deadline (not a change) ended the wait
+    assert trio.current_time() - start >= 0.2
 
 
 async def test_fetch_limits_offsets_and_sendfile(cluster, conn):

@@ -22,14 +22,16 @@ async def start_server(nursery, handler, **kw):
     return server, port
 
 
+def client_for(nursery, port, **kw):
+    """A client whose timeouts only bound a failure: no check waits for them to pass."""
+    return ControlClient(nursery, "127.0.0.1", port, **{"request_timeout": 30, "connect_timeout": 30, **kw})
+
+
 async def echo(api, body):
     if api == "echo":
         return {"echo": body}
     if api == "fail":
         raise RpcError("NOT_CONTROLLER", "ask another")
-    if api == "slow":
-        await trio.sleep(body["seconds"])
-        return {"slept": body["seconds"]}
     if api == "crash":
         raise ValueError("bug")
     raise RpcError("UNSUPPORTED_VERSION", api)
@@ -38,7 +40,7 @@ async def echo(api, body):
 async def test_request_response_and_error_codes():
     async with trio.open_nursery() as nursery:
         _, port = await start_server(nursery, echo)
-        client = ControlClient(nursery, "127.0.0.1", port)
+        client = client_for(nursery, port)
         assert await client.request("echo", {"x": [1, b"\x00", "s"]}) == {"echo": {"x": [1, b"\x00", "s"]}}
         with pytest.raises(RpcError) as err:
             await client.request("fail", {})
@@ -50,79 +52,119 @@ async def test_request_response_and_error_codes():
         nursery.cancel_scope.cancel()
 
 
-async def test_concurrent_requests_are_answered_by_id_not_in_order(autojump_clock):
+async def test_concurrent_requests_are_answered_by_id_not_in_order():
+    slow_arrived, release_slow, fast_answered = trio.Event(), trio.Event(), trio.Event()
+
+    async def handler(api, body):
+        if api == "slow":
+            slow_arrived.set()
+            await release_slow.wait()
+        return {"n": body["n"]}
+
     async with trio.open_nursery() as nursery:
-        _, port = await start_server(nursery, echo)
-        client = ControlClient(nursery, "127.0.0.1", port, request_timeout=30)
-        done = []
+        _, port = await start_server(nursery, handler)
+        client = client_for(nursery, port)
+        answered = []
 
-        async def call(seconds):
-            done.append((await client.request("slow", {"seconds": seconds}))["slept"])
+        async def call(api, n):
+            answered.append((api, (await client.request(api, {"n": n}))["n"]))
+            if api == "fast":
+                fast_answered.set()
 
-        async with trio.open_nursery() as calls:
-            calls.start_soon(call, 5)
-            calls.start_soon(call, 1)
-        assert done == [1, 5]
+        with trio.fail_after(30):  # a server that answers in order never answers "fast": fail, not hang
+            async with trio.open_nursery() as calls:
+                calls.start_soon(call, "slow", 1)
+                await slow_arrived.wait()  # the first request is in the handler, unanswered
+                calls.start_soon(call, "fast", 2)
+                await fast_answered.wait()
+                assert answered == [("fast", 2)]  # the second request overtook the first on one connection
+                release_slow.set()
+        assert answered == [("fast", 2), ("slow", 1)]  # and each caller got its own answer
         nursery.cancel_scope.cancel()
 
 
-async def test_timeout_then_the_connection_still_serves(autojump_clock):
+async def test_timeout_then_the_connection_still_serves():
+    release = trio.Event()
+
+    async def handler(api, body):
+        if api == "hang":
+            await release.wait()
+            return {"late": True}
+        return await echo(api, body)
+
     async with trio.open_nursery() as nursery:
-        _, port = await start_server(nursery, echo)
-        client = ControlClient(nursery, "127.0.0.1", port)
-        with pytest.raises(RequestTimeout):
-            await client.request("slow", {"seconds": 10}, timeout=1)
-        assert await client.request("echo", {}) == {"echo": {}}
+        _, port = await start_server(nursery, handler)
+        client = client_for(nursery, port)
+        assert await client.request("echo", {"n": 1}) == {"echo": {"n": 1}}
+        connection = client._conn
+        # Nothing answers "hang" until the gate opens, so the short timeout has to fire.
+        with trio.fail_after(30), pytest.raises(RequestTimeout):
+            await client.request("hang", {}, timeout=0.1)
+        release.set()  # the answer now arrives for a caller that left; the client drops it
+        await trio.testing.wait_all_tasks_blocked()
+        assert await client.request("echo", {"n": 2}) == {"echo": {"n": 2}}
+        assert client._conn is connection and not connection.closed
         nursery.cancel_scope.cancel()
 
 
-async def test_connect_failure_backs_off_then_reconnects(autojump_clock):
+async def test_connect_failure_backs_off_then_reconnects():
     async with trio.open_nursery() as nursery:
-        listener = trio.socket.socket()
-        await listener.bind(("127.0.0.1", 0))
-        port = listener.getsockname()[1]
-        listener.close()  # nothing listens there now
-        client = ControlClient(nursery, "127.0.0.1", port, retry_backoff=0.5, max_backoff=2)
-        with pytest.raises(ConnectionLost):
-            await client.request("echo", {})
+        # Bound but not listening: connects are refused at once, and the port stays ours.
+        sock = trio.socket.socket()
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        client = client_for(nursery, port, retry_backoff=0.1, max_backoff=0.2)
         start = trio.current_time()
         with pytest.raises(ConnectionLost):
             await client.request("echo", {})
-        assert trio.current_time() - start >= 0.5  # waited out the back-off, on the mock clock
-        server = ControlServer(echo)
-        listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
-        nursery.start_soon(trio.serve_listeners, server._handle_connection, listeners)
-        await trio.sleep(3)
+        after_first = trio.current_time()
+        with pytest.raises(ConnectionLost):
+            await client.request("echo", {})
+        assert trio.current_time() - start >= 0.1  # the second attempt waited out the first back-off
+        with pytest.raises(ConnectionLost):
+            await client.request("echo", {})
+        assert trio.current_time() - after_first >= 0.2  # and the back-off doubled
+        sock.listen()
+        await nursery.start(trio.serve_listeners, ControlServer(echo)._handle_connection,
+                            [trio.SocketListener(sock)])
         assert await client.request("echo", {"ok": True}) == {"echo": {"ok": True}}
         nursery.cancel_scope.cancel()
 
 
 async def test_server_restart_fails_pending_and_next_request_reconnects():
+    arrived = trio.Event()
+
+    async def handler(api, body):
+        if api == "hang":
+            arrived.set()
+            await trio.sleep_forever()
+        return await echo(api, body)
+
     async with trio.open_nursery() as nursery:
         server_scope = trio.CancelScope()
+        server_stopped = trio.Event()
 
         async def run_server(task_status=trio.TASK_STATUS_IGNORED):
-            with server_scope:
-                server = ControlServer(echo)
-                await server.serve("127.0.0.1", 0, task_status=task_status)
+            try:
+                with server_scope:
+                    await ControlServer(handler).serve("127.0.0.1", 0, task_status=task_status)
+            finally:
+                server_stopped.set()  # its listener and connections are closed
+
+        async def stop_server_while_hang_is_pending():
+            await arrived.wait()
+            server_scope.cancel()
 
         port = await nursery.start(run_server)
-        client = ControlClient(nursery, "127.0.0.1", port, request_timeout=10)
+        client = client_for(nursery, port)
         assert await client.request("echo", {}) == {"echo": {}}
-        server_scope.cancel()
-        with pytest.raises(ConnectionLost):
-            await client.request("slow", {"seconds": 5})
-        server = ControlServer(echo)
+        nursery.start_soon(stop_server_while_hang_is_pending)
+        with trio.fail_after(30), pytest.raises(ConnectionLost):  # a client that missed the close hangs
+            await client.request("hang", {})
+        await server_stopped.wait()
         listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
-        nursery.start_soon(trio.serve_listeners, server._handle_connection, listeners)
-        for _ in range(100):  # the first attempt may still meet the closing connection
-            try:
-                assert await client.request("echo", {"again": 1}) == {"echo": {"again": 1}}
-                break
-            except ConnectionLost:
-                await trio.sleep(0.01)
-        else:
-            raise AssertionError("never reconnected")
+        nursery.start_soon(trio.serve_listeners, ControlServer(handler)._handle_connection, listeners)
+        assert await client.request("echo", {"again": 1}) == {"echo": {"again": 1}}
         nursery.cancel_scope.cancel()
 
 
@@ -136,11 +178,11 @@ async def test_server_restart_fails_pending_and_next_request_reconnects():
 async def test_malformed_frame_closes_that_connection_only(frame):
     async with trio.open_nursery() as nursery:
         _, port = await start_server(nursery, echo, max_frame_bytes=1 << 20)
-        good = ControlClient(nursery, "127.0.0.1", port)
+        good = client_for(nursery, port)
         assert await good.request("echo", {"n": 1}) == {"echo": {"n": 1}}
         bad = await trio.open_tcp_stream("127.0.0.1", port)
         await bad.send_all(frame)
-        with trio.fail_after(5):
+        with trio.fail_after(30):  # bounds a failure only
             while True:  # the server closes the bad connection: we read EOF
                 try:
                     data = await bad.receive_some(100)

@@ -4,6 +4,7 @@ import struct
 
 import attrs
 import trio
+import trio.testing
 
 from kraftpy.rpc.kafka_server import BadRequest, KafkaServer
 
@@ -35,15 +36,19 @@ def frame(payload):
     return struct.pack(">i", len(payload)) + payload
 
 
-async def test_answers_in_order_with_file_regions(tmp_path, autojump_clock):
+async def test_answers_in_order_with_file_regions(tmp_path):
     data = bytes(range(256)) * 4096
     path = tmp_path / "segment.log"
     path.write_bytes(data)
     fd = open(path, "rb")  # noqa: SIM115 - closed below
+    handled = []
+    slow_started, release_slow = trio.Event(), trio.Event()
 
     async def handler(payload, conn):
+        handled.append(bytes(payload))
         if payload == b"slow":
-            await trio.sleep(5)
+            slow_started.set()
+            await release_slow.wait()
             return [struct.pack(">i", 4), b"slow"]
         if payload == b"file":
             region = Region(fd.fileno(), 1000, 300_000)
@@ -57,21 +62,28 @@ async def test_answers_in_order_with_file_regions(tmp_path, autojump_clock):
     async with trio.open_nursery() as nursery:
         server = KafkaServer(handler, max_frame_bytes=1024)
         port = await nursery.start(server.serve, "127.0.0.1", 0)
-        client = await trio.open_tcp_stream("127.0.0.1", port)
-        await client.send_all(frame(b"slow") + frame(b"quiet") + frame(b"fast") + frame(b"file"))
-        assert await read_frame(client) == b"slow"
-        assert await read_frame(client) == b"fast"
-        got = await read_frame(client)
-        assert got[:4] == b"file" and got[4:] == data[1000:301_000]
+        with trio.fail_after(30):  # bounds a failure only
+            client = await trio.open_tcp_stream("127.0.0.1", port)
+            await client.send_all(frame(b"slow") + frame(b"quiet") + frame(b"fast") + frame(b"file"))
+            await slow_started.wait()
+            # Every task has run as far as it can, yet only "slow" reached the handler: one at a time.
+            await trio.testing.wait_all_tasks_blocked()
+            assert handled == [b"slow"]
+            release_slow.set()
+            assert await read_frame(client) == b"slow"
+            assert await read_frame(client) == b"fast"
+            got = await read_frame(client)
+            assert got[:4] == b"file" and got[4:] == data[1000:301_000]
+            assert handled == [b"slow", b"quiet", b"fast", b"file"]
 
-        other = await trio.open_tcp_stream("127.0.0.1", port)
-        await other.send_all(frame(b"bad"))
-        assert await other.receive_some(10) == b""  # closed
-        too_big = await trio.open_tcp_stream("127.0.0.1", port)
-        await too_big.send_all(struct.pack(">i", 2048) + b"x" * 100)
-        assert await too_big.receive_some(10) == b""
+            other = await trio.open_tcp_stream("127.0.0.1", port)
+            await other.send_all(frame(b"bad"))
+            assert await other.receive_some(10) == b""  # closed
+            too_big = await trio.open_tcp_stream("127.0.0.1", port)
+            await too_big.send_all(struct.pack(">i", 2048) + b"x" * 100)
+            assert await too_big.receive_some(10) == b""
 
-        await client.send_all(frame(b"still here"))
-        assert await read_frame(client) == b"still here"
+            await client.send_all(frame(b"still here"))
+            assert await read_frame(client) == b"still here"
         nursery.cancel_scope.cancel()
     fd.close()
