@@ -1,7 +1,43 @@
 import os
+import socket
 
+import pytest
+import trio
 from hypothesis import HealthCheck, settings
+from trio.testing import MockClock
 
 settings.register_profile("ci", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+class RealSocketOnVirtualClock(Exception):
+    """A test on trio's autojump clock opened a real socket (deliberately not an OSError, so that no
+    connect-retry loop swallows it)."""
+
+
+class _RefuseRealSockets(trio.abc.SocketFactory):
+    def socket(self, family=socket.AF_INET, type=socket.SOCK_STREAM, proto=0):
+        raise RealSocketOnVirtualClock(
+            "autojump_clock with a real socket: the virtual clock jumps while a task waits on the kernel, "
+            "so timeouts fire before the peer could answer. Use in-memory streams "
+            "(trio.testing.memory_stream_pair) with this clock, or drop the clock and wait on events.")
+
+
+@pytest.fixture
+def autojump_clock():
+    """pytest-trio's autojump clock, which refuses to open trio sockets during the test.
+
+    The check covers every socket trio opens (`trio.socket.socket`, `open_tcp_stream`,
+    `open_tcp_listeners`, `serve_tcp`), in the test and in its fixtures; it does not see sockets
+    opened outside trio (a client library in a thread, a child process).
+    """
+    clock = MockClock(autojump_threshold=0)
+    start_clock = clock.start_clock
+
+    def start_clock_without_sockets():  # trio calls this first thing in the run
+        start_clock()
+        trio.socket.set_custom_socket_factory(_RefuseRealSockets())
+
+    clock.start_clock = start_clock_without_sockets
+    return clock
