@@ -9,7 +9,8 @@ partitions in order):
 - *lost*: acknowledged, never read, although some read saw a higher offset in its partition
   (readers went past the place where it should be);
 - *unseen*: acknowledged and never read, and no read went past its offset (typically a lost tail);
-  once a final read of the partition has completed it is as bad as lost;
+  once a final read of the partition has completed it is as bad as lost (a final read that ran out
+  of time before the high watermark carries an error and covers nothing: its tail stays unknown);
 - *duplicated*: one value at two different offsets (acknowledged offsets count as observations);
 - *inconsistent offsets*: one offset holding two different values (ditto);
 - *nonmonotonic*: one consumer process reading a partition went back (`rewind`, an offset not
@@ -118,7 +119,7 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
     for inv, comp in pairs:
         if inv.f not in (POLL, FINAL_READ) or comp is None or comp.type != OK:
             continue
-        if inv.f == FINAL_READ:
+        if inv.f == FINAL_READ and comp.error is None:
             for p in (inv.partition, comp.partition):
                 if p is not None:
                     final_read_partitions.add(p)

@@ -40,9 +40,10 @@ class Builder:
         self.add(result, POLL, process, partition=partition,
                  records=records if result == "ok" else None, error=error)
 
-    def final_read(self, process: int | str, partition: int, records: list[tuple[int, int, Any]]) -> None:
+    def final_read(self, process: int | str, partition: int, records: list[tuple[int, int, Any]],
+                   error: str | None = None) -> None:
         self.invoke(FINAL_READ, process, partition=partition)
-        self.add("ok", FINAL_READ, process, partition=partition, records=records)
+        self.add("ok", FINAL_READ, process, partition=partition, records=records, error=error)
 
     def nemesis(self, phase: str, fault: dict[str, Any], at: int | None = None) -> None:
         self.add("info", NEMESIS, NEMESIS_PROCESS, at=at, fault={**fault, "phase": phase})

@@ -127,6 +127,18 @@ def test_unseen_tail_is_invalid_after_a_final_read_and_unknown_without():
     assert r["details"]["unseen_after_final_read"] == 1
 
 
+def test_a_final_read_that_ran_out_of_time_leaves_its_tail_unknown():
+    b = Builder()
+    b.send(0, 1, 0, offset=0)
+    b.send(0, 2, 0, offset=1)
+    b.final_read(9, 0, [(0, 0, 1)], error="incomplete: read up to 0, high watermark 2")
+    r = check(b.ops)
+    assert r["unseen"] == 1 and r["lost"] == 0
+    assert r["valid"] == "unknown"  # slow is not lost: only a completed final read can prove a loss
+    assert r["details"]["unseen_after_final_read"] == 0 and r["details"]["final_read_partitions"] == []
+    assert r["details"]["read_values"] == 1  # what it did read still counts
+
+
 def test_indeterminate_sends_may_or_may_not_be_read():
     b = Builder()
     b.send(0, 1, 0, result="info", error="_MSG_TIMED_OUT")
