@@ -1,6 +1,10 @@
 """A short Jepsen campaign against real processes: 3 controllers and 3 brokers, the queue workload,
 one fault kind (kill -9, restarted), the final read and the checker. The whole test stays under two
-minutes on a two-core machine; the long campaigns are `make jepsen` and `make soak`."""
+minutes on a two-core machine; the long campaigns are `make jepsen` and `make soak`.
+
+The start-up and final-read timeouts are generous: each wait ends as soon as the cluster answers or
+the read reaches the high watermark, so they only bound a failure. Only the workload's own duration
+(`--time-limit`) is spent in full."""
 
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ SEED = 7
 def test_kill_smoke_campaign_is_valid(tmp_path):
     out = tmp_path / "run"
     code = runner.main(["--time-limit", "45", "--nemesis", "kill", "--seed", str(SEED), "--out", str(out),
-                        "--startup-timeout", "40", "--final-read-timeout", "30"])
+                        "--startup-timeout", "120", "--final-read-timeout", "120"])
     log = (out / "runner.log").read_text() if (out / "runner.log").exists() else ""
     assert code != 2, f"the harness failed:\n{log}"
     results = json.loads((out / RESULTS).read_text())
