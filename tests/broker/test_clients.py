@@ -1,7 +1,8 @@
 """Real clients against real brokers: confluent-kafka (librdkafka), kafka-python and kcat.
 
 Blocking client calls run in ``trio.to_thread.run_sync`` so the brokers keep serving in this
-process; the tests wait on client results, never on sleeps.
+process; the tests wait on client results, never on sleeps, and every client timeout is generous
+(30 s or more): it only bounds a failure.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def consume_confluent(bootstrap: str, topic: str, partition: int, count: int) ->
     out = []
     try:
         while len(out) < count:
-            msg = consumer.poll(10)
+            msg = consumer.poll(30)
             assert msg is not None, f"no message after {len(out)}"
             assert msg.error() is None, msg.error()
             out.append(msg)
@@ -59,14 +60,14 @@ def consume_kafka_python(bootstrap: str, topic: str, partition: int, count: int)
     from kafka import TopicPartition as KTopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             consumer_timeout_ms=10000)
+                             consumer_timeout_ms=30_000)
     tp = KTopicPartition(topic, partition)
     consumer.assign([tp])
     consumer.seek(tp, 0)
     out = []
     try:
         while len(out) < count:
-            batch = consumer.poll(timeout_ms=10000, max_records=count - len(out))
+            batch = consumer.poll(timeout_ms=30_000, max_records=count - len(out))
             assert batch, f"no records after {len(out)}"
             for records in batch.values():
                 out.extend(records)
@@ -114,7 +115,7 @@ async def test_kafka_python_produces_and_confluent_reads(cluster):
         producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", compression_type="gzip")
         futures = [producer.send("kp", key=b"k", value=b"m%d" % i, partition=0) for i in range(20)]
         producer.flush(30)
-        offsets = [f.get(timeout=10).offset for f in futures]
+        offsets = [f.get(timeout=30).offset for f in futures]
         producer.close()
         return offsets
 
@@ -136,7 +137,7 @@ async def test_confluent_consumer_sees_fetch_errors(cluster):
                              "auto.offset.reset": "error", **QUIET})
         consumer.assign([TopicPartition("oor", 0, 5)])
         try:
-            return consumer.poll(10)
+            return consumer.poll(30)
         finally:
             consumer.close()
 
@@ -176,22 +177,22 @@ async def test_admin_create_describe_grow_and_delete_topics(cluster):
         futures = admin.create_topics([
             NewTopic("admin-a", num_partitions=3, replication_factor=1, config={"retention.ms": "3600000"}),
             NewTopic("admin-b", num_partitions=1, replication_factor=1),
-        ], operation_timeout=10)
-        return {name: f.exception(timeout=30) for name, f in futures.items()}
+        ], operation_timeout=30)
+        return {name: f.exception(timeout=60) for name, f in futures.items()}
 
     assert await trio.to_thread.run_sync(create) == {"admin-a": None, "admin-b": None}
 
     def again():
         futures = admin.create_topics([NewTopic("admin-a", num_partitions=1, replication_factor=1)])
-        return futures["admin-a"].exception(timeout=30)
+        return futures["admin-a"].exception(timeout=60)
 
     error = await trio.to_thread.run_sync(again)
     assert error is not None and error.args[0].name() == "TOPIC_ALREADY_EXISTS"
 
     def describe():
-        metadata = admin.list_topics(timeout=10)
+        metadata = admin.list_topics(timeout=30)
         resource = ConfigResource(ConfigResource.Type.TOPIC, "admin-a")
-        configs = admin.describe_configs([resource])[resource].result(timeout=30)
+        configs = admin.describe_configs([resource])[resource].result(timeout=60)
         return metadata, configs
 
     metadata, configs = await trio.to_thread.run_sync(describe)
@@ -207,9 +208,9 @@ async def test_admin_create_describe_grow_and_delete_topics(cluster):
         resource.add_incremental_config(confluent_kafka.admin.ConfigEntry(
             "max.message.bytes", "2048",
             incremental_operation=confluent_kafka.admin.AlterConfigOpType.SET))
-        admin.incremental_alter_configs([resource])[resource].result(timeout=30)
-        admin.create_partitions([NewPartitions("admin-b", 4)])["admin-b"].result(timeout=30)
-        return admin.list_topics(timeout=10)
+        admin.incremental_alter_configs([resource])[resource].result(timeout=60)
+        admin.create_partitions([NewPartitions("admin-b", 4)])["admin-b"].result(timeout=60)
+        return admin.list_topics(timeout=30)
 
     metadata = await trio.to_thread.run_sync(alter_and_grow)
     assert len(metadata.topics["admin-b"].partitions) == 4
@@ -219,9 +220,9 @@ async def test_admin_create_describe_grow_and_delete_topics(cluster):
     directory = cluster.partition(1, "admin-a", 0).log.directory
 
     def delete():
-        futures = admin.delete_topics(["admin-a"], operation_timeout=10)
-        futures["admin-a"].result(timeout=30)
-        return admin.list_topics(timeout=10)
+        futures = admin.delete_topics(["admin-a"], operation_timeout=30)
+        futures["admin-a"].result(timeout=60)
+        return admin.list_topics(timeout=30)
 
     metadata = await trio.to_thread.run_sync(delete)
     assert "admin-a" not in metadata.topics
@@ -239,10 +240,10 @@ async def test_auto_create_from_metadata_and_offsets_by_timestamp(cluster):
     def lookup():
         consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "ts", **QUIET})
         try:
-            found = [consumer.offsets_for_times([TopicPartition("auto-created", 0, ts)], timeout=10)[0]
+            found = [consumer.offsets_for_times([TopicPartition("auto-created", 0, ts)], timeout=30)[0]
                      for ts in (base + 4500, base)]
-            future = consumer.offsets_for_times([TopicPartition("auto-created", 0, base + 10**9)], timeout=10)
-            low, high = consumer.get_watermark_offsets(TopicPartition("auto-created", 0), timeout=10)
+            future = consumer.offsets_for_times([TopicPartition("auto-created", 0, base + 10**9)], timeout=30)
+            low, high = consumer.get_watermark_offsets(TopicPartition("auto-created", 0), timeout=30)
             return [tp.offset for tp in found], future[0].offset, (low, high)
         finally:
             consumer.close()

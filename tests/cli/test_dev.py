@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import confluent_kafka
@@ -26,7 +27,7 @@ async def start_dev(directory: Path, port: int) -> tuple[trio.Process, list[str]
     lines: list[str] = []
     buf = b""
     assert process.stdout is not None
-    with trio.fail_after(30):
+    with trio.fail_after(60):  # bounds a failure only, like every timeout here
         while not any("kraftpy dev is running" in line for line in lines):
             chunk = await process.stdout.receive_some(4096)
             assert chunk, f"kraftpy dev exited: {lines}"
@@ -38,18 +39,18 @@ async def start_dev(directory: Path, port: int) -> tuple[trio.Process, list[str]
 
 async def stop(process: trio.Process) -> int:
     process.send_signal(signal.SIGINT)
-    with trio.fail_after(30):
+    with trio.fail_after(60):
         return await process.wait()
 
 
 def produce(bootstrap: str, n: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic("events", 2, 1)])["events"].result(15)
+    admin.create_topics([NewTopic("events", 2, 1)])["events"].result(60)
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                                          "compression.type": "lz4"})
     for i in range(n):
         producer.produce("events", key=b"k%d" % (i % 7), value=b"event-%d" % i, partition=i % 2)
-    assert producer.flush(15) == 0
+    assert producer.flush(60) == 0
 
 
 def read_all(bootstrap: str, n: int) -> list[bytes]:
@@ -57,10 +58,9 @@ def read_all(bootstrap: str, n: int) -> list[bytes]:
                                          "enable.auto.commit": False})
     consumer.assign([confluent_kafka.TopicPartition("events", p, 0) for p in (0, 1)])
     values = []
-    polls = 0
-    while len(values) < n and polls < 200:
-        polls += 1
-        message = consumer.poll(0.2)
+    deadline = time.monotonic() + 60
+    while len(values) < n and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
         if message is not None and message.error() is None:
             values.append(message.value())
     consumer.close()

@@ -59,7 +59,7 @@ def consume(kraft, topic: str, partition: int, count: int) -> list:
     out = []
     try:
         while len(out) < count:
-            msg = consumer.poll(10)
+            msg = consumer.poll(30)
             assert msg is not None, f"no message after {len(out)}"
             assert msg.error() is None, msg.error()
             out.append(msg)
