@@ -1,17 +1,38 @@
 """``MetadataDelta``: records replayed on top of a ``MetadataImage``, then ``apply()``-ed into the next one.
 
-Theory of operation: the delta copies an area of the image (features, brokers, topics, one topic's
-partitions, one resource's configs) the first time a record touches it and edits the copy; the image it
-started from is never modified, and ``apply()`` freezes the copies into a new image that shares every
-untouched part with the old one. The active controller, the standby controllers and the brokers replay
-the same records through this one class, so they cannot drift.
+Theory of operation. The delta never edits the image it started from. It keeps what the records
+changed, area by area, and nothing else:
 
-A record that contradicts the image (fencing an unknown broker, a partition of a missing topic, a
-producer-id block going backwards) raises ``MetadataReplayError``: it means the log and the image
-disagree, which no retry can fix.
+* topics: a ``_TopicDelta`` per topic a record touched (its name, id, the topic as it was in the
+  image — None for a topic this delta created — and its changed partitions, each at its latest
+  registration), and the image's topics that were removed (``_deleted``, as they were in the image);
+* brokers, controllers and features (small maps: copied on first touch and edited), the config
+  resources a record touched (each copied on first touch), the next producer id.
+
+``apply()`` builds the next image from the old one by setting what changed in its persistent maps
+(``persistent.py``) and editing the ``TopicsIndex`` (``topics_index.py``) for each changed partition,
+so it costs O(changes · log n) whatever the size of the image; every untouched part is shared.
+
+The same bookkeeping says what changed, for whoever follows the images: ``created_topics``,
+``deleted_topics``, ``changed_partitions`` (old and new registration), ``changed_configs`` and
+``changed_topic_configs``, ``changed_brokers``, and ``local_changes(broker_id)`` — Kafka's
+``TopicsDelta.localChanges``: the replicas a broker must delete, lead and follow, found among the
+changed partitions only. They read the delta as replayed so far, before or after ``apply()``.
+
+``MetadataDelta.between(before, after)`` makes the delta that leads from one image to another when
+no records connect them (a loaded snapshot, a new subscriber's first image from ``EMPTY_IMAGE``): it
+compares the two (a scan, as loading a snapshot is anyway), and topics missing from ``after`` are
+deletions (Kafka's ``finishSnapshot``).
+
+The active controller, the standby controllers and the brokers replay the same records through this
+one class, so they cannot drift. A record that contradicts the image (fencing an unknown broker, a
+partition of a missing topic, a producer-id block going backwards) raises ``MetadataReplayError``: it
+means the log and the image disagree, which no retry can fix.
 """
 
 from __future__ import annotations
+
+from types import MappingProxyType
 
 import attrs
 
@@ -31,6 +52,7 @@ from kraftpy.metadata.image import (
     TopicImage,
     TopicsImage,
 )
+from kraftpy.metadata.persistent import PersistentMap
 from kraftpy.metadata.records import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
@@ -52,20 +74,141 @@ from kraftpy.metadata.records import (
     UnregisterBrokerRecord,
 )
 
+# -- what a delta changed ----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class PartitionChange:
+    """One partition a delta changed (or created): its registration before and after."""
+
+    topic_id: Uuid
+    topic_name: str
+    partition: int
+    #: None when the partition is new (a new topic, or CreatePartitions).
+    old: PartitionRegistration | None
+    new: PartitionRegistration
+
+
+@attrs.frozen
+class LocalPartition:
+    """A partition as one broker hosts it (Kafka's ``LocalReplicaChanges.PartitionInfo``)."""
+
+    topic_name: str
+    topic_id: Uuid
+    partition: int
+    registration: PartitionRegistration
+
+
+@attrs.frozen
+class LocalReplicaChanges:
+    """What a delta means for one broker's replicas. Each tuple is in (topic name, partition) order.
+    Apply ``deletes`` first: a topic deleted and re-created under the same name is in ``deletes``
+    (old id) and in ``leaders`` or ``followers`` (new id)."""
+
+    #: Replicas the broker held and no longer holds (its topic deleted, or the broker taken out of the
+    #: replicas); ``registration`` is the last one the broker had.
+    deletes: tuple[LocalPartition, ...]
+    #: Changed partitions the broker now leads.
+    leaders: tuple[LocalPartition, ...]
+    #: Changed partitions the broker now hosts and does not lead (leaderless ones included).
+    followers: tuple[LocalPartition, ...]
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.deletes or self.leaders or self.followers)
+
+
+def _local_order(p: LocalPartition) -> tuple[str, int, Uuid]:
+    return p.topic_name, p.partition, p.topic_id
+
+
+class _TopicDelta:
+    """One topic a delta touched. Invariant: ``changes`` holds each changed partition's latest
+    registration; a partition absent from it is as in ``base`` (None: the topic is new here)."""
+
+    __slots__ = ("name", "id", "base", "changes")
+
+    def __init__(self, name: str, topic_id: Uuid, base: TopicImage | None) -> None:
+        self.name = name
+        self.id = topic_id
+        self.base = base
+        self.changes: dict[int, PartitionRegistration] = {}
+
+    def get(self, pid: int) -> PartitionRegistration | None:
+        part = self.changes.get(pid)
+        if part is None and self.base is not None:
+            part = self.base.partitions.get(pid)
+        return part
+
+    def old(self, pid: int) -> PartitionRegistration | None:
+        return None if self.base is None else self.base.partitions.get(pid)
+
 
 class MetadataDelta:
     def __init__(self, image: MetadataImage) -> None:
+        #: The image the delta started from; never modified.
         self.image = image
         self._provenance = image.provenance
         self._features: dict[str, int] | None = None
         self._brokers: dict[int, BrokerRegistration] | None = None
+        #: Broker ids a record registered, changed or unregistered.
+        self._touched_brokers: set[int] = set()
         self._controllers: dict[int, ControllerRegistration] | None = None
-        self._topics: dict[Uuid, TopicImage] | None = None
-        # Topics whose partitions were touched: their editable partition maps.
-        self._partitions: dict[Uuid, dict[int, PartitionRegistration]] = {}
-        self._configs: dict[ConfigResource, dict[str, str]] | None = None
-        self._touched_configs: set[ConfigResource] = set()
+        #: Live topics a record touched, by id.
+        self._topics: dict[Uuid, _TopicDelta] = {}
+        #: Names of the topics this delta created (they are in ``_topics`` with base None).
+        self._created_names: dict[str, Uuid] = {}
+        #: Topics of ``image`` that were removed, as they were in ``image``.
+        self._deleted: dict[Uuid, TopicImage] = {}
+        #: Config resources a record touched: their overrides now (empty: none left).
+        self._configs: dict[ConfigResource, dict[str, str]] = {}
         self._next_producer_id: int | None = None
+
+    @classmethod
+    def between(cls, before: MetadataImage, after: MetadataImage) -> MetadataDelta:
+        """The delta whose changes lead from ``before`` to ``after`` (``apply()`` gives an image equal to
+        ``after``): a topic of ``before`` missing from ``after`` is deleted, one new in ``after`` is
+        created with all its partitions. A comparison of the two images, O(size)."""
+        delta = cls(before)
+        delta._provenance = after.provenance
+        if after.features != before.features:
+            delta._features = dict(after.features.levels)
+        if after.cluster.brokers != before.cluster.brokers:
+            delta._brokers = dict(after.cluster.brokers)
+            delta._touched_brokers = {
+                b for b in {*before.cluster.brokers, *after.cluster.brokers}
+                if before.cluster.brokers.get(b) != after.cluster.brokers.get(b)
+            }
+        if after.cluster.controllers != before.cluster.controllers:
+            delta._controllers = dict(after.cluster.controllers)
+        if after.topics.by_id != before.topics.by_id:
+            delta._diff_topics(before.topics, after.topics)
+        if after.configs != before.configs:
+            old, new = before.configs, after.configs
+            for resource in {*old.resources, *new.resources}:
+                if old.config(resource) != new.config(resource):
+                    delta._configs[resource] = dict(new.config(resource))
+        if after.producer_ids != before.producer_ids:
+            delta._next_producer_id = after.producer_ids.next_producer_id
+        return delta
+
+    def _diff_topics(self, before: TopicsImage, after: TopicsImage) -> None:
+        for topic_id, topic in before.by_id.items():
+            now = after.by_id.get(topic_id)
+            # A partition cannot disappear from a live topic; if one did, treat the topic as re-created.
+            if now is None or now.name != topic.name or any(pid not in now.partitions for pid in topic.partitions):
+                self._deleted[topic_id] = topic
+        for topic_id, topic in after.by_id.items():
+            was = None if topic_id in self._deleted else before.by_id.get(topic_id)
+            if was is not None and was.partitions == topic.partitions:
+                continue
+            td = self._topics[topic_id] = _TopicDelta(topic.name, topic_id, was)
+            if was is None:
+                self._created_names[topic.name] = topic_id
+                td.changes.update(topic.partitions.items())
+            else:
+                td.changes.update((pid, part) for pid, part in topic.partitions.items()
+                                  if was.partitions.get(pid) != part)
 
     # -- entry points -----------------------------------------------------------------------------
 
@@ -95,20 +238,14 @@ class MetadataDelta:
                 brokers=old.cluster.brokers if self._brokers is None else self._brokers,
                 controllers=old.cluster.controllers if self._controllers is None else self._controllers,
             )
-        topics = old.topics
-        if self._topics is not None or self._partitions:
-            by_id = dict(old.topics.by_id if self._topics is None else self._topics)
-            for topic_id, parts in self._partitions.items():
-                if topic_id in by_id:
-                    by_id[topic_id] = attrs.evolve(by_id[topic_id], partitions=parts)
-            topics = TopicsImage(by_id=by_id, by_name={t.name: t for t in by_id.values()})
+        topics = old.topics if not (self._topics or self._deleted) else self._apply_topics(old.topics)
+        changed_configs = self.changed_configs
         configs = old.configs
-        if self._configs is not None:
-            resources = dict(self._configs)
-            for resource in self._touched_configs:
-                if not resources.get(resource):
-                    resources.pop(resource, None)
-            configs = ConfigurationsImage(resources)
+        if changed_configs:
+            configs = ConfigurationsImage(old.configs.resources.update(
+                {r: MappingProxyType(dict(self._configs[r])) for r in changed_configs if self._configs[r]},
+                [r for r in changed_configs if not self._configs[r]],
+            ))
         producer_ids = old.producer_ids
         if self._next_producer_id is not None:
             producer_ids = ProducerIdsImage(self._next_producer_id)
@@ -120,6 +257,95 @@ class MetadataDelta:
             configs=configs,
             producer_ids=producer_ids,
         )
+
+    def _apply_topics(self, old: TopicsImage) -> TopicsImage:
+        by_id, by_name, index = old.by_id.mutate(), old.by_name.mutate(), old.index.edit()
+        # Deletions first: a name may be deleted and taken again by a new topic in the same delta.
+        for topic_id, topic in self._deleted.items():
+            del by_id[topic_id]
+            if by_name.get(topic.name) is topic:
+                del by_name[topic.name]
+            index.remove_topic(topic)
+        for td in self._topics.values():
+            if td.base is None:
+                partitions = PersistentMap(td.changes)
+                index.add_name(td.name)
+            else:
+                partitions = td.base.partitions.update(td.changes)
+            for pid, part in td.changes.items():
+                index.change_partition((td.id, pid), td.old(pid), part)
+            topic = TopicImage(name=td.name, id=td.id, partitions=partitions)
+            by_id[td.id] = topic
+            by_name[td.name] = topic
+        return TopicsImage(
+            by_id=PersistentMap(by_id.finish()), by_name=PersistentMap(by_name.finish()), index=index.finish()
+        )
+
+    # -- what changed -----------------------------------------------------------------------------
+
+    @property
+    def created_topics(self) -> dict[Uuid, str]:
+        """Topics this delta created (and did not remove again): id -> name, in name order."""
+        created = sorted((td.name, td.id) for td in self._topics.values() if td.base is None)
+        return {topic_id: name for name, topic_id in created}
+
+    @property
+    def deleted_topics(self) -> dict[Uuid, str]:
+        """Topics of the starting image this delta removed: id -> name, in name order."""
+        return {topic_id: name for name, topic_id in sorted((t.name, t.id) for t in self._deleted.values())}
+
+    @property
+    def changed_partitions(self) -> tuple[PartitionChange, ...]:
+        """Partitions created or changed, in (topic name, partition) order; those of deleted topics are
+        not listed (see ``deleted_topics``)."""
+        out = [
+            PartitionChange(td.id, td.name, pid, td.old(pid), part)
+            for td in self._topics.values() for pid, part in td.changes.items()
+        ]
+        out.sort(key=lambda c: (c.topic_name, c.partition))
+        return tuple(out)
+
+    @property
+    def changed_configs(self) -> tuple[ConfigResource, ...]:
+        """Config resources whose overrides differ from the starting image's, in order."""
+        old = self.image.configs
+        return tuple(sorted(r for r, entries in self._configs.items() if dict(old.config(r)) != entries))
+
+    @property
+    def changed_topic_configs(self) -> frozenset[str]:
+        """Names of the topics whose overrides changed. A BROKER resource in ``changed_configs`` (the
+        cluster default ``""`` or one broker) changes the effective configs of every topic besides."""
+        return frozenset(r.name for r in self.changed_configs if r.type is ConfigResourceType.TOPIC)
+
+    @property
+    def changed_brokers(self) -> tuple[int, ...]:
+        """Broker ids whose registration was added, changed or removed, in order."""
+        if self._brokers is None:
+            return ()
+        before = self.image.cluster.brokers
+        return tuple(sorted(b for b in self._touched_brokers if before.get(b) != self._brokers.get(b)))
+
+    def local_changes(self, broker_id: int) -> LocalReplicaChanges:
+        """What this delta means for ``broker_id``'s replicas (Kafka's ``TopicsDelta.localChanges``),
+        found among the deleted topics and changed partitions only. From ``EMPTY_IMAGE`` it lists every
+        replica the broker hosts."""
+        deletes: list[LocalPartition] = []
+        leaders: list[LocalPartition] = []
+        followers: list[LocalPartition] = []
+        for topic_id, topic in self._deleted.items():
+            for pid, part in topic.partitions.items():
+                if broker_id in part.replicas:
+                    deletes.append(LocalPartition(topic.name, topic_id, pid, part))
+        for td in self._topics.values():
+            for pid, part in td.changes.items():
+                if broker_id in part.replicas:
+                    local = LocalPartition(td.name, td.id, pid, part)
+                    (leaders if part.leader == broker_id else followers).append(local)
+                elif (old := td.old(pid)) is not None and broker_id in old.replicas:
+                    deletes.append(LocalPartition(td.name, td.id, pid, old))
+        for found in (deletes, leaders, followers):
+            found.sort(key=_local_order)
+        return LocalReplicaChanges(tuple(deletes), tuple(leaders), tuple(followers))
 
     # -- copy on first touch ---------------------------------------------------------------------
 
@@ -133,32 +359,40 @@ class MetadataDelta:
             self._brokers = dict(self.image.cluster.brokers)
         return self._brokers
 
+    def _set_broker(self, reg: BrokerRegistration) -> None:
+        self._brokers_map()[reg.id] = reg
+        self._touched_brokers.add(reg.id)
+
     def _controllers_map(self) -> dict[int, ControllerRegistration]:
         if self._controllers is None:
             self._controllers = dict(self.image.cluster.controllers)
         return self._controllers
 
-    def _topics_map(self) -> dict[Uuid, TopicImage]:
-        if self._topics is None:
-            self._topics = dict(self.image.topics.by_id)
-        return self._topics
+    def _topic_id_named(self, name: str) -> Uuid | None:
+        """The id of the live topic called ``name`` as replayed so far, or None."""
+        created = self._created_names.get(name)
+        if created is not None:
+            return created
+        topic = self.image.topics.by_name.get(name)
+        return None if topic is None or topic.id in self._deleted else topic.id
 
-    def _partitions_of(self, topic_id: Uuid) -> dict[int, PartitionRegistration]:
-        parts = self._partitions.get(topic_id)
-        if parts is None:
-            topic = self._topics_map().get(topic_id)
-            if topic is None:
+    def _topic_exists(self, topic_id: Uuid) -> bool:
+        return topic_id in self._topics or (topic_id in self.image.topics.by_id and topic_id not in self._deleted)
+
+    def _topic(self, topic_id: Uuid) -> _TopicDelta:
+        td = self._topics.get(topic_id)
+        if td is None:
+            base = None if topic_id in self._deleted else self.image.topics.by_id.get(topic_id)
+            if base is None:
                 raise MetadataReplayError(f"partition record for unknown topic id {topic_id}")
-            parts = self._partitions[topic_id] = dict(topic.partitions)
-        return parts
+            td = self._topics[topic_id] = _TopicDelta(base.name, topic_id, base)
+        return td
 
     def _config_of(self, resource: ConfigResource) -> dict[str, str]:
-        if self._configs is None:
-            self._configs = dict(self.image.configs.resources)
-        if resource not in self._touched_configs:
-            self._configs[resource] = dict(self._configs.get(resource, {}))
-            self._touched_configs.add(resource)
-        return self._configs[resource]
+        config = self._configs.get(resource)
+        if config is None:
+            config = self._configs[resource] = dict(self.image.configs.config(resource))
+        return config
 
     def _registered(self, broker_id: int, epoch: int, what: str) -> BrokerRegistration:
         reg = self._brokers_map().get(broker_id)
@@ -178,19 +412,20 @@ class MetadataDelta:
             levels[record.name] = record.feature_level
 
     def _replay_register_broker(self, record: RegisterBrokerRecord) -> None:
-        self._brokers_map()[record.broker_id] = BrokerRegistration.from_record(record)
+        self._set_broker(BrokerRegistration.from_record(record))
 
     def _replay_unregister_broker(self, record: UnregisterBrokerRecord) -> None:
         self._registered(record.broker_id, record.broker_epoch, "UnregisterBrokerRecord")
         del self._brokers_map()[record.broker_id]
+        self._touched_brokers.add(record.broker_id)
 
     def _replay_fence_broker(self, record: FenceBrokerRecord) -> None:
         reg = self._registered(record.id, record.epoch, "FenceBrokerRecord")
-        self._brokers_map()[record.id] = attrs.evolve(reg, fenced=True)
+        self._set_broker(attrs.evolve(reg, fenced=True))
 
     def _replay_unfence_broker(self, record: UnfenceBrokerRecord) -> None:
         reg = self._registered(record.id, record.epoch, "UnfenceBrokerRecord")
-        self._brokers_map()[record.id] = attrs.evolve(reg, fenced=False)
+        self._set_broker(attrs.evolve(reg, fenced=False))
 
     def _replay_registration_change(self, record: BrokerRegistrationChangeRecord) -> None:
         reg = self._registered(record.broker_id, record.broker_epoch, "BrokerRegistrationChangeRecord")
@@ -198,41 +433,44 @@ class MetadataDelta:
         shutting_down = reg.in_controlled_shutdown or (
             record.in_controlled_shutdown == InControlledShutdownChange.IN_CONTROLLED_SHUTDOWN
         )
-        self._brokers_map()[record.broker_id] = attrs.evolve(
-            reg, fenced=fenced, in_controlled_shutdown=shutting_down
-        )
+        self._set_broker(attrs.evolve(reg, fenced=fenced, in_controlled_shutdown=shutting_down))
 
     def _replay_register_controller(self, record: RegisterControllerRecord) -> None:
         self._controllers_map()[record.controller_id] = ControllerRegistration.from_record(record)
 
     def _replay_topic(self, record: TopicRecord) -> None:
-        topics = self._topics_map()
-        if record.topic_id in topics:
+        if self._topic_exists(record.topic_id):
             raise MetadataReplayError(f"TopicRecord for existing topic id {record.topic_id}")
-        if any(t.name == record.name for t in topics.values()):
+        if self._topic_id_named(record.name) is not None:
             raise MetadataReplayError(f"TopicRecord for existing topic name {record.name!r}")
-        topics[record.topic_id] = TopicImage(name=record.name, id=record.topic_id)
-        self._partitions[record.topic_id] = {}
+        self._topics[record.topic_id] = _TopicDelta(record.name, record.topic_id, None)
+        self._created_names[record.name] = record.topic_id
 
     def _replay_partition(self, record: PartitionRecord) -> None:
-        self._partitions_of(record.topic_id)[record.partition_id] = PartitionRegistration.from_record(record)
+        self._topic(record.topic_id).changes[record.partition_id] = PartitionRegistration.from_record(record)
 
     def _replay_partition_change(self, record: PartitionChangeRecord) -> None:
-        parts = self._partitions_of(record.topic_id)
-        current = parts.get(record.partition_id)
+        td = self._topic(record.topic_id)
+        current = td.get(record.partition_id)
         if current is None:
             raise MetadataReplayError(
                 f"PartitionChangeRecord for unknown partition {record.partition_id} of topic {record.topic_id}"
             )
-        parts[record.partition_id] = current.merge(record)
+        td.changes[record.partition_id] = current.merge(record)
 
     def _replay_remove_topic(self, record: RemoveTopicRecord) -> None:
-        topic = self._topics_map().pop(record.topic_id, None)
-        if topic is None:
+        if not self._topic_exists(record.topic_id):
             raise MetadataReplayError(f"RemoveTopicRecord for unknown topic id {record.topic_id}")
-        self._partitions.pop(record.topic_id, None)
+        td = self._topics.pop(record.topic_id, None)
+        if td is not None and td.base is None:
+            name = td.name
+            del self._created_names[name]
+        else:
+            topic = self.image.topics.by_id[record.topic_id]
+            self._deleted[record.topic_id] = topic
+            name = topic.name
         # A topic's configs go with it, as in Kafka; a later topic of the same name starts clean.
-        self._config_of(ConfigResource.topic(topic.name)).clear()
+        self._config_of(ConfigResource.topic(name)).clear()
 
     def _replay_config(self, record: ConfigRecord) -> None:
         try:

@@ -2,23 +2,30 @@
 
 An image is never changed. A ``MetadataDelta`` (``delta.py``) replays records on top of one and
 ``apply()`` returns the next image, so a reader holding an image always sees one consistent state.
-Every mapping inside an image is a read-only view; the classes below are plain values compared by
-content, which is what lets a test say "replaying the log gives the same image as loading the snapshot".
+Every mapping inside an image is read-only; the classes below are plain values compared by content,
+which is what lets a test say "replaying the log gives the same image as loading the snapshot".
+
+The maps that grow with the cluster (topics by id and by name, each topic's partitions, the config
+resources) are ``PersistentMap``s (``persistent.py``): the next image shares every untouched topic and
+partition with this one, so applying a delta costs what it changed, not the size of the image. The
+small ones (features, brokers, controllers, one resource's configs) are frozen dicts.
 
 Areas, as in Kafka: features, cluster (broker and controller registrations), topics (by id and by name,
-with their partitions), configurations (by resource), producer ids, and the provenance (the offset and
-epoch of the last record the image reflects).
+with their partitions, and the ``TopicsIndex`` the controller's rules look partitions up in),
+configurations (by resource), producer ids, and the provenance (the offset and epoch of the last record
+the image reflects).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
 import attrs
 
 from kraftpy.ids import Uuid
+from kraftpy.metadata.persistent import PersistentMap, persistent
 from kraftpy.metadata.records import (
     NO_LEADER,
     NO_LEADER_CHANGE,
@@ -32,6 +39,7 @@ from kraftpy.metadata.records import (
     RegisterBrokerRecord,
     RegisterControllerRecord,
 )
+from kraftpy.metadata.topics_index import PartitionKey, TopicsIndex
 
 METADATA_VERSION = "metadata.version"
 
@@ -42,6 +50,10 @@ def _frozen_map(value: Mapping[Any, Any]) -> Mapping[Any, Any]:
 
 def _map_field() -> Any:
     return attrs.field(factory=dict, converter=_frozen_map)
+
+
+def _persistent_field() -> Any:
+    return attrs.field(factory=PersistentMap, converter=persistent)
 
 
 @attrs.frozen
@@ -235,15 +247,32 @@ class PartitionRegistration:
 class TopicImage:
     name: str
     id: Uuid
-    partitions: Mapping[int, PartitionRegistration] = _map_field()
+    partitions: PersistentMap[int, PartitionRegistration] = _persistent_field()
+
+
+#: One partition as the topics area's iterators yield it.
+PartitionEntry = tuple[TopicImage, int, PartitionRegistration]
+
+
+def _entry_order(entry: PartitionEntry) -> tuple[str, int]:
+    return entry[0].name, entry[1]
 
 
 @attrs.frozen
 class TopicsImage:
-    """Topics by id and by name; both views hold the same ``TopicImage`` objects."""
+    """Topics by id and by name, and the index over their partitions.
 
-    by_id: Mapping[Uuid, TopicImage] = _map_field()
-    by_name: Mapping[str, TopicImage] = _map_field()
+    Invariants: ``by_id`` and ``by_name`` hold the same ``TopicImage`` objects; ``index`` is the
+    ``TopicsIndex`` of exactly these topics (a delta keeps it so; an image made by hand gets one
+    built). The index is derived, so it takes no part in comparing images."""
+
+    by_id: PersistentMap[Uuid, TopicImage] = _persistent_field()
+    by_name: PersistentMap[str, TopicImage] = _persistent_field()
+    index: TopicsIndex = attrs.field(default=None, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.index is None:
+            object.__setattr__(self, "index", TopicsIndex.build(self.by_id.values()))
 
     def get_by_name(self, name: str) -> TopicImage | None:
         return self.by_name.get(name)
@@ -251,11 +280,46 @@ class TopicsImage:
     def get_by_id(self, topic_id: Uuid) -> TopicImage | None:
         return self.by_id.get(topic_id)
 
-    def partitions(self) -> Iterator[tuple[TopicImage, int, PartitionRegistration]]:
-        """Every partition, topics in name order, partitions in id order."""
+    def partitions(self) -> Iterator[PartitionEntry]:
+        """Every partition, topics in name order, partitions in id order (a full scan)."""
         for _, topic in sorted(self.by_name.items()):
             for pid, part in sorted(topic.partitions.items()):
                 yield topic, pid, part
+
+    # -- looked up in the index: cost proportional to the partitions returned ----------------------
+
+    def _entries(self, keys: Iterable[PartitionKey]) -> list[PartitionEntry]:
+        by_id = self.by_id
+        entries = []
+        for topic_id, pid in keys:
+            topic = by_id[topic_id]
+            entries.append((topic, pid, topic.partitions[pid]))
+        entries.sort(key=_entry_order)
+        return entries
+
+    def partitions_of_broker(self, broker_id: int) -> list[PartitionEntry]:
+        """The partitions whose ISR holds ``broker_id`` or which it leads, in name and id order."""
+        return self._entries(self.index.of_broker(broker_id))
+
+    def partitions_led_by(self, broker_id: int) -> list[PartitionEntry]:
+        """The partitions ``broker_id`` leads, in name and id order."""
+        return self._entries(key for key, leads in self.index.of_broker(broker_id).items() if leads)
+
+    def partitions_without_leader(self) -> list[PartitionEntry]:
+        """The partitions whose leader is NO_LEADER, in name and id order."""
+        return self._entries(self.index.leaderless)
+
+    def partitions_off_preferred(self) -> list[PartitionEntry]:
+        """The partitions not led by their first replica (leaderless ones included), in name and id order."""
+        return self._entries(self.index.off_preferred)
+
+    def brokers_in_partitions(self) -> list[int]:
+        """Every broker id some partition has in its ISR or as its leader, in id order."""
+        return sorted(self.index.by_broker)
+
+    def names_colliding_with(self, name: str) -> tuple[str, ...]:
+        """Existing topic names equal to ``name`` once '.' and '_' are unified (``name`` itself included)."""
+        return self.index.names_like(name)
 
 
 # -- configs and producer ids --------------------------------------------------------------------
@@ -277,11 +341,21 @@ class ConfigResource:
         return cls(ConfigResourceType.BROKER, str(name))
 
 
+def _config_resources(value: Mapping[ConfigResource, Mapping[str, str]]) -> PersistentMap:
+    if isinstance(value, PersistentMap):
+        return value
+    return PersistentMap({resource: _frozen_map(entries) for resource, entries in value.items()})
+
+
 @attrs.frozen
 class ConfigurationsImage:
-    """Dynamic configuration overrides by resource; a resource without overrides is absent."""
+    """Dynamic configuration overrides by resource; a resource without overrides is absent.
 
-    resources: Mapping[ConfigResource, Mapping[str, str]] = _map_field()
+    Invariant: every value in ``resources`` is a non-empty read-only mapping."""
+
+    resources: PersistentMap[ConfigResource, Mapping[str, str]] = attrs.field(
+        factory=PersistentMap, converter=_config_resources
+    )
 
     def config(self, resource: ConfigResource) -> Mapping[str, str]:
         return self.resources.get(resource, _EMPTY_CONFIG)
