@@ -2,8 +2,15 @@
 
 `MetadataLoader` is a Raft listener: committed batches are decoded (msgpack metadata records in
 RecordBatch values) and replayed through one `MetadataDelta` per commit, control batches only move
-the provenance; a loaded snapshot replaces the image outright. Each new image is handed to
-``publish(image, delta)`` (delta None after a snapshot load).
+the provenance; a loaded snapshot replaces the image outright. Each new image is handed to every
+subscriber as ``publish(image, delta)``, the delta always leading from the image that subscriber saw
+last to the new one, so a subscriber can act on what changed (``delta.local_changes(broker_id)``)
+instead of comparing images:
+
+* a commit: the delta the commit's records were replayed into;
+* a snapshot load: ``MetadataDelta.between(previous image, snapshot image)`` — topics the snapshot no
+  longer has are deletions (Kafka's ``finishSnapshot``);
+* ``subscribe``: ``MetadataDelta.between(EMPTY_IMAGE, current image)`` — everything is new to it.
 
 Snapshot files hold the records that rebuild an image (kraftpy.metadata.snapshot), as RecordBatch v2
 batches of at most `SNAPSHOT_BATCH_RECORDS` records — the same framing as the log, so `kraftpy
@@ -24,7 +31,7 @@ from kraftpy.raft.log import RaftLog, RecordBatch
 
 SNAPSHOT_BATCH_RECORDS = 1000
 
-Publisher = Callable[[MetadataImage, MetadataDelta | None], None]
+Publisher = Callable[[MetadataImage, MetadataDelta], None]
 
 
 def encode_snapshot_file(image: MetadataImage) -> bytes:
@@ -81,16 +88,18 @@ class MetadataLoader:
         snapshot_id = effect.snapshot_id
         size = self.log.snapshot_size(snapshot_id) or 0
         data = self.log.read_snapshot(snapshot_id, 0, size)
-        self.image = decode_snapshot_file(data, MetadataProvenance(snapshot_id.end_offset - 1, snapshot_id.epoch))
+        loaded = decode_snapshot_file(data, MetadataProvenance(snapshot_id.end_offset - 1, snapshot_id.epoch))
+        delta = MetadataDelta.between(self.image, loaded)
+        self.image = loaded
         self.next_offset = snapshot_id.end_offset
         self.bytes_since_snapshot = 0
         for publish in self.subscribers:
-            publish(self.image, None)
+            publish(self.image, delta)
 
     def subscribe(self, publish: Publisher) -> None:
-        """Hear every new image from now on, starting with the current one."""
+        """Hear every new image from now on, starting with the current one (as a delta from EMPTY_IMAGE)."""
         self.subscribers.append(publish)
-        publish(self.image, None)
+        publish(self.image, MetadataDelta.between(EMPTY_IMAGE, self.image))
 
     def handle_leader_change(self, change: LeaderChange) -> None:
         self.leader_id = change.leader_id

@@ -9,7 +9,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from kraftpy.cli.main import app
+from kraftpy.metadata.image import EMPTY_IMAGE
 from kraftpy.metadata.loader import MetadataLoader, encode_snapshot_file
+from kraftpy.metadata.messages import DeleteTopicsRequest, DeleteTopicState
 from kraftpy.metadata.records import encode_record
 from kraftpy.metadata.snapshot import image_to_records
 from kraftpy.raft.config import RaftConfig
@@ -121,3 +123,39 @@ def test_metadata_dump_and_show(tmp_path: Path) -> None:
         assert f"  {broker_id}: epoch" in shown.stdout
     missing = runner.invoke(app, ["metadata", "dump", "--log", str(tmp_path / "nope")])
     assert missing.exit_code == 1 and "not a directory" in missing.stderr
+
+
+def test_every_publication_carries_a_delta_from_what_the_subscriber_saw(tmp_path: Path) -> None:
+    """A subscriber's first delta starts from the empty image; a snapshot load publishes the difference
+    between the previous image and the snapshot's, topics gone from the snapshot being deletions."""
+    cluster = a_cluster()
+    early = len(cluster.log)
+    cluster.commit(cluster.controller.handle_delete_topics(DeleteTopicsRequest((DeleteTopicState(name="audit"),))))
+    cluster.create_topic("late", 1, 1)
+    log = FileRaftLog.open(tmp_path)
+    write_log(log, cluster.log, per_batch=1)
+    loader = MetadataLoader(log)
+    loader.handle_commit(Commit(early, log.read(0, 1 << 30)[:early]))
+    before = loader.image
+    published: list = []
+    loader.subscribe(lambda image, delta: published.append((image, delta)))
+
+    image, delta = published[0]
+    assert image is before and delta.image == EMPTY_IMAGE
+    assert set(delta.created_topics.values()) == {"orders", "audit"}
+    audit_replicas = set(before.topics.get_by_name("audit").partitions[0].replicas)
+    hosts_audit = next(iter(audit_replicas))
+    assert "audit" in {p.topic_name for p in delta.local_changes(hosts_audit).leaders + delta.local_changes(
+        hosts_audit).followers}
+
+    snapshot = SnapshotId(log.end_offset, 1)
+    log.create_snapshot(snapshot, encode_snapshot_file(cluster.image))
+    loader.handle_snapshot_loaded(SnapshotLoaded(snapshot))
+    image, delta = published[1]
+    assert same_state(image, cluster.image) and delta.image is before
+    assert delta.apply() == image
+    assert delta.deleted_topics == {before.topics.get_by_name("audit").id: "audit"}
+    assert set(delta.created_topics.values()) == {"late"}
+    assert [p.topic_name for p in delta.local_changes(hosts_audit).deletes] == ["audit"]
+    assert all(c.topic_name == "late" for c in delta.changed_partitions)
+    log.close()
