@@ -10,7 +10,10 @@ TopicRecord, the ConfigRecords and one PartitionRecord per partition, whose ISR 
 and whose leader is the first of them.
 
 Leadership and ISR changes all go through ``PartitionChangeBuilder`` (``partition_change.py``), so
-fencing, controlled shutdown, unfencing, AlterPartition and elections follow one set of rules.
+fencing, controlled shutdown, unfencing, AlterPartition and elections follow one set of rules. None of
+them scans the cluster: the partitions a broker is in, the leaderless ones and those off their preferred
+leader come from the image's ``TopicsIndex`` (``topics_index.py``), and CreateTopics checks names against
+its collision index, so each costs what it touches.
 """
 
 from __future__ import annotations
@@ -82,20 +85,28 @@ def _builder(image: MetadataImage, config: ControllerConfig, topic: TopicImage, 
 
 
 class _NewTopicNames:
-    """Names taken so far (the image's plus this request's), and their collision forms."""
+    """Names and ids taken so far: the image's (looked up in its ``TopicsIndex``, not copied) plus
+    this request's."""
 
     def __init__(self, image: MetadataImage) -> None:
-        self.unified = {unify_collision_chars(name): name for name in image.topics.by_name}
-        self.ids: set[Uuid] = set(image.topics.by_id)
+        self.image = image
+        self.unified: dict[str, str] = {}
+        self.ids: set[Uuid] = set()
 
     def check(self, name: str) -> None:
         existing = self.unified.get(unify_collision_chars(name))
+        if existing is None:
+            taken = self.image.topics.names_colliding_with(name)
+            existing = name if name in taken else (taken[0] if taken else None)
         if existing == name:
             raise ControllerError(Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if existing is not None:
             raise ControllerError(
                 Errors.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {existing}"
             )
+
+    def is_taken(self, topic_id: Uuid) -> bool:
+        return topic_id in self.ids or topic_id in self.image.topics.by_id
 
     def take(self, name: str, topic_id: Uuid) -> None:
         self.unified[unify_collision_chars(name)] = name
@@ -215,7 +226,7 @@ def _create_topic(
         assignment = _place(image, count, rf, rng)
     topic_configs = _validate_topic_configs((c.name, c.value) for c in topic.configs)
     topic_id = Uuid.random(rng)
-    while topic_id in names.ids:
+    while names.is_taken(topic_id):
         topic_id = Uuid.random(rng)
     names.take(topic.name, topic_id)
     records: list[MetadataRecord] = [TopicRecord(topic.name, topic_id)]
@@ -420,12 +431,26 @@ def alter_partition(
 # -- broker state changes -------------------------------------------------------------------------
 
 
+# Each of these looks its partitions up in the image's TopicsIndex (the broker's ISR memberships and
+# leaderships, the leaderless partitions, the partitions off their preferred leader), so its cost is
+# proportional to the partitions involved, not to the cluster. Records come out in (topic name,
+# partition) order, as a scan would give them.
+
+
 def fence_brokers_changes(
     image: MetadataImage, broker_ids: set[int] | frozenset[int], config: ControllerConfig
 ) -> list[PartitionChangeRecord]:
     """Take ``broker_ids`` (already fenced, or gone, in ``image``) out of every ISR and leadership."""
+    if len(broker_ids) == 1:
+        involved = image.topics.partitions_of_broker(next(iter(broker_ids)))
+    else:
+        seen: dict[tuple[Uuid, int], tuple[TopicImage, int, PartitionRegistration]] = {}
+        for broker_id in broker_ids:
+            for entry in image.topics.partitions_of_broker(broker_id):
+                seen[(entry[0].id, entry[1])] = entry
+        involved = sorted(seen.values(), key=lambda e: (e[0].name, e[1]))
     changes = []
-    for topic, pid, part in image.topics.partitions():
+    for topic, pid, part in involved:
         if part.leader not in broker_ids and not broker_ids.intersection(part.isr):
             continue
         builder = _builder(image, config, topic, pid).set_target_isr(isr_without(part.isr, broker_ids, part.leader))
@@ -445,7 +470,7 @@ def controlled_shutdown_changes(
     """Move leaderships off ``broker_id`` (in controlled shutdown in ``image``) to another ISR member, and
     take it out of ISRs it follows in. A partition it leads with no successor stays with it."""
     changes = []
-    for topic, pid, part in image.topics.partitions():
+    for topic, pid, part in image.topics.partitions_of_broker(broker_id):
         if broker_id not in part.isr:
             continue
         if part.leader == broker_id and not _has_successor(image, part, broker_id):
@@ -462,17 +487,15 @@ def controlled_shutdown_changes(
 def movable_leaderships(image: MetadataImage, broker_id: int) -> int:
     """How many partitions ``broker_id`` leads that another active ISR member could lead instead."""
     return sum(
-        1 for _, _, part in image.topics.partitions()
-        if part.leader == broker_id and _has_successor(image, part, broker_id)
+        1 for _, _, part in image.topics.partitions_led_by(broker_id)
+        if _has_successor(image, part, broker_id)
     )
 
 
 def elect_leaderless_partitions(image: MetadataImage, config: ControllerConfig) -> list[PartitionChangeRecord]:
     """Give a leader to every partition without one that can have one now (after an unfencing)."""
     changes = []
-    for topic, pid, part in image.topics.partitions():
-        if part.has_leader:
-            continue
+    for topic, pid, _ in image.topics.partitions_without_leader():
         change = _builder(image, config, topic, pid).build()
         if change is not None:
             changes.append(change)
@@ -484,11 +507,9 @@ def preferred_leader_changes(
 ) -> list[PartitionChangeRecord]:
     """Move leadership back to the preferred replica wherever it is an active ISR member."""
     changes: list[PartitionChangeRecord] = []
-    for topic, pid, part in image.topics.partitions():
+    for topic, pid, part in image.topics.partitions_off_preferred():
         if limit is not None and len(changes) >= limit:
             break
-        if part.leader == part.preferred_leader:
-            continue
         change = _builder(image, config, topic, pid).set_election(Election.PREFERRED).build()
         if change is not None and change.leader == part.preferred_leader:
             changes.append(change)
@@ -518,6 +539,27 @@ def _elect_one(
     return Errors.NONE, None, change
 
 
+def _election_candidates(image: MetadataImage, election_type: ElectionType) -> list[tuple[str, list[int]]]:
+    """The partitions where an election of ``election_type`` may be needed, by topic in name order: for
+    PREFERRED those off their preferred leader; for UNCLEAN those without a leader or led by a broker
+    that is not active. Every other partition would answer ELECTION_NOT_NEEDED."""
+    if election_type is ElectionType.PREFERRED:
+        entries = image.topics.partitions_off_preferred()
+    else:
+        found = {(t.id, pid): (t, pid, p) for t, pid, p in image.topics.partitions_without_leader()}
+        for broker_id in image.topics.brokers_in_partitions():
+            if not image.cluster.is_active(broker_id):
+                found.update(((t.id, pid), (t, pid, p)) for t, pid, p in image.topics.partitions_led_by(broker_id))
+        entries = sorted(found.values(), key=lambda e: (e[0].name, e[1]))
+    wanted: list[tuple[str, list[int]]] = []
+    for topic, pid, _ in entries:
+        if wanted and wanted[-1][0] == topic.name:
+            wanted[-1][1].append(pid)
+        else:
+            wanted.append((topic.name, [pid]))
+    return wanted
+
+
 def elect_leaders(
     image: MetadataImage, request: ElectLeadersRequest, config: ControllerConfig
 ) -> ControllerResult[ElectLeadersResponse]:
@@ -527,7 +569,7 @@ def elect_leaders(
     records: list[MetadataRecord] = []
     results = []
     if request.topic_partitions is None:
-        wanted = [(t.name, sorted(t.partitions)) for _, t in sorted(image.topics.by_name.items())]
+        wanted = _election_candidates(image, election_type)
     else:
         wanted = [(tp.topic, list(tp.partitions)) for tp in request.topic_partitions]
     for name, pids in wanted:
