@@ -8,7 +8,14 @@ at that port. Metrics live in one registry per process (`REGISTRY`); a process r
 from __future__ import annotations
 
 import trio
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 from kraftpy.logs import get_logger
 
@@ -32,6 +39,28 @@ METADATA_OFFSET = Gauge("kraftpy_metadata_offset", "Last metadata log offset thi
 UNCLEAN_LEADER_ELECTIONS = Counter(
     "kraftpy_unclean_leader_elections", "Partition leaders the active controller elected from outside the ISR "
     "(unclean.leader.election.enable): the records only the old ISR held are lost.", registry=REGISTRY)
+
+EVENT_LOOP_LAG = Histogram(
+    "kraftpy_event_loop_lag_seconds", "How late a task scheduled to wake at a given time ran: work that holds "
+    "the trio thread (a blocking call, a long loop) shows here as lag for everything else.",
+    buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=REGISTRY)
+
+#: How often the event-loop lag is sampled.
+LAG_SAMPLE_INTERVAL = 0.05
+
+
+async def watch_event_loop_lag(interval: float = LAG_SAMPLE_INTERVAL, *, histogram: Histogram = EVENT_LOOP_LAG,
+                               task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Sample the event loop's lag until cancelled: sleep until a deadline, then record how long after
+    the deadline the task ran (`EVENT_LOOP_LAG`)."""
+    task_status.started()
+    deadline = trio.current_time()
+    while True:
+        deadline = max(deadline + interval, trio.current_time())
+        await trio.sleep_until(deadline)
+        histogram.observe(max(trio.current_time() - deadline, 0.0))
+
 
 async def serve_metrics(port: int, host: str = "127.0.0.1", *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Answer ``GET /metrics`` with the registry in Prometheus text format, until cancelled."""

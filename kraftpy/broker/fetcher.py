@@ -197,20 +197,20 @@ class ReplicaFetcher:
                 part, generation, fetch_offset = entry
                 if part.generation != generation or part.role is not Role.FOLLOWER or part.log_end_offset != fetch_offset:
                     continue  # the partition changed while the fetch was out
-                self._process(part, fetch_offset, data)
+                await self._process(part, fetch_offset, data)
         self.manager.rounds += 1
 
-    def _process(self, part: Partition, fetch_offset: int, data) -> None:
+    async def _process(self, part: Partition, fetch_offset: int, data) -> None:
         error = data.error_code
         if error == ErrorCode.NONE:
             diverging = data.diverging_epoch
             if diverging.epoch >= 0 or diverging.end_offset >= 0:
-                self._truncate_on_divergence(part, diverging.epoch, diverging.end_offset)
+                await self._truncate_on_divergence(part, diverging.epoch, diverging.end_offset)
                 return
             records = data.records
             if records is not None and len(records):
                 try:
-                    part.append_as_follower(memoryview(records))
+                    await part.append_as_follower(memoryview(records))
                 except ValueError as exc:
                     self._log.warning("cannot append fetched batches", partition=str(part.tp), error=str(exc))
                     self._retry_at[part.tp] = trio.current_time() + self.settings.replica_fetch_backoff_ms / 1000
@@ -219,13 +219,13 @@ class ReplicaFetcher:
             if data.log_start_offset > part.log_start_offset:
                 target = min(data.log_start_offset, part.high_watermark)
                 if target > part.log_start_offset:
-                    part.log.delete_records_before(target)
+                    await part.delete_records_before(target)
             self._retry_at.pop(part.tp, None)
         elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
             if 0 <= fetch_offset < data.log_start_offset:
-                part.truncate_fully_and_start_at(data.log_start_offset)
+                await part.truncate_fully_and_start_at(data.log_start_offset)
             else:
-                part.truncate_to(max(data.high_watermark, 0))
+                await part.truncate_to(max(data.high_watermark, 0))
         elif error in _PARK_UNTIL_METADATA:
             self._log.info("partition waits for new metadata", partition=str(part.tp), error=ErrorCode(error).name)
             part.fetch_blocked_generation = part.generation
@@ -233,7 +233,7 @@ class ReplicaFetcher:
             self._log.info("fetch error; retrying", partition=str(part.tp), error=ErrorCode(error).name)
             self._retry_at[part.tp] = trio.current_time() + self.settings.replica_fetch_backoff_ms / 1000
 
-    def _truncate_on_divergence(self, part: Partition, epoch: int, leader_end_offset: int) -> None:
+    async def _truncate_on_divergence(self, part: Partition, epoch: int, leader_end_offset: int) -> None:
         own_epoch, own_end = part.log.end_offset_for_epoch(epoch)
         if own_epoch < 0 or own_end < 0:
             target = min(leader_end_offset, part.log_end_offset)
@@ -241,4 +241,4 @@ class ReplicaFetcher:
             target = min(leader_end_offset, own_end)
         self._log.info("log diverges from the leader's", partition=str(part.tp), epoch=epoch,
                        leader_end_offset=leader_end_offset, truncate_to=target)
-        part.truncate_to(target, diverged=True)
+        await part.truncate_to(target, diverged=True)

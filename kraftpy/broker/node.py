@@ -25,7 +25,7 @@ from kraftpy.metadata.controller_server import (
 )
 from kraftpy.metadata.loader import MetadataLoader
 from kraftpy.metadata.rpc import ControllerClient
-from kraftpy.metrics import METADATA_OFFSET, serve_metrics
+from kraftpy.metrics import METADATA_OFFSET, serve_metrics, watch_event_loop_lag
 from kraftpy.raft.core import RaftCore
 from kraftpy.raft.driver import RaftDriver
 from kraftpy.raft.file_log import FileRaftLog
@@ -49,6 +49,7 @@ class KraftNode:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         config = self.config
         async with trio.open_nursery() as nursery:
+            await nursery.start(watch_event_loop_lag)
             if config["metrics.port"] is not None:
                 self.metrics_port = await nursery.start(serve_metrics, config["metrics.port"])
             if config.is_controller:

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Kafka's ISR replication, as the leader and a follower see it::
 
-        publish(image)                 publish(image)
+        apply_delta(...)               apply_delta(...)
     NONE ────────────▶ FOLLOWER ◀──────────────────▶ LEADER
                         │  fetches from the leader,    │  tracks each follower's log end offset
                         │  appends batches as they     │  and last caught-up time; proposes ISR
@@ -29,22 +29,35 @@ Invariants (leader):
 
 A new leader records the start offset of its epoch in the leader-epoch cache before it takes
 any write, so followers can find where their logs diverge (KIP-101, KIP-279).
+
+Log work and the event loop
+---------------------------
+Everything here runs on the trio thread except the log's file work. An append is a write into
+the page cache and runs inline. Work that creates, truncates, fsyncs, renames or deletes files —
+rolling a segment (with the producer-state snapshot taken at a roll), truncation, retention,
+flushes, DeleteRecords — runs in a worker thread through `run_exclusive`, which holds off every
+other change to the log meanwhile: appends wait (``_busy``), reads go on (the log allows reads
+beside one writer). An append checks the producer state and appends with no await in between,
+and re-checks everything after any wait, so a request never acts on what it saw before it slept.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import attrs
 import structlog
+import trio
 
 from kraftpy.broker import producer_state as ps
 from kraftpy.broker.purgatory import Watchers
 from kraftpy.ids import Uuid
 from kraftpy.metadata.image import PartitionRegistration
 from kraftpy.metadata.records import NO_LEADER, LeaderRecoveryState
-from kraftpy.protocol.batch_header import BatchHeader, iter_batches
+from kraftpy.protocol.batch_header import BatchHeader, iter_batches, read_header, set_max_timestamp
+from kraftpy.protocol.errors import ErrorCode
 from kraftpy.storage.log import AppendInfo, Log
 
 _logger = structlog.get_logger(__name__)
@@ -63,6 +76,18 @@ class TopicPartition:
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+@attrs.frozen
+class LeaderAppend:
+    """What a leader append did: an error, or where the batch went (``next_offset`` is what the
+    high watermark must reach for acks=all)."""
+
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    base_offset: int = -1
+    next_offset: int = -1
+    log_append_time_ms: int = -1
 
 
 @attrs.define
@@ -119,6 +144,12 @@ class Partition:
         self.generation = 0
         #: Follower side: set when fetching must wait for new metadata (the leader said we are stale).
         self.fetch_blocked_generation = -1
+        #: Set while `run_exclusive` has log work in a worker thread; appends wait for it.
+        self._busy: trio.Event | None = None
+        #: Told when log work left detached segments whose files must be removed later (the replica
+        #: manager does, after file.delete.delay.ms); called once until `segments_deleted`.
+        self.on_segments_detached: Callable[[Partition], None] | None = None
+        self._deletion_pending = False
 
     def __repr__(self) -> str:
         return (f"Partition({self.tp}, {self.role.value}, leader={self.leader_id}, epoch={self.leader_epoch}, "
@@ -307,21 +338,79 @@ class Partition:
         self.maybe_advance_high_watermark()
         self.hw_watchers.notify()
 
+    # -- log work off the event loop --------------------------------------------------------------
+
+    async def _idle(self) -> bool:
+        """Wait until no exclusive log work runs; True if it had to wait (re-check what you saw)."""
+        waited = False
+        while self._busy is not None:
+            waited = True
+            await self._busy.wait()
+        return waited
+
+    async def run_exclusive(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run the blocking ``fn(*args)`` in a worker thread while no append or other log work runs."""
+        await self._idle()
+        done = self._busy = trio.Event()
+        try:
+            return await trio.to_thread.run_sync(fn, *args)
+        finally:
+            self._busy = None
+            done.set()
+            if self.log.has_detached_segments and not self._deletion_pending and self.on_segments_detached:
+                self._deletion_pending = True
+                self.on_segments_detached(self)
+
+    async def delete_detached_segments(self) -> None:
+        """Remove the files of the segments the log detached (called once readers are done with them)."""
+        self._deletion_pending = False
+        if not self.log.closed:
+            await self.run_exclusive(self.log.delete_detached_segments)
+
     # -- appends ----------------------------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes | bytearray | memoryview, header: BatchHeader) -> AppendInfo:
-        """Append one validated batch (CRC checked by the caller) in the current leader epoch, and apply it
-        to the producer state."""
-        segment_before = self.log.active_segment
-        info = self.log.append_as_leader(records, self.leader_epoch, crc_verified=True)
-        self.producer_state.update(header, info.first_offset)
-        if self.log.active_segment is not segment_before:
-            self.snapshot_producer_state()
-        self.maybe_advance_high_watermark()
-        self.append_watchers.notify()
-        return info
+    async def append_as_leader(self, records: bytes | bytearray | memoryview, header: BatchHeader, *,
+                               acks: int, now: int) -> LeaderAppend:
+        """Append one batch whose CRC the caller checked, in the current leader epoch: min.insync.replicas
+        for acks=all, the producer's sequence (a duplicate answers with the offsets it got before),
+        LogAppendTime, then one write. A due segment roll happens first, in a worker thread."""
+        while True:
+            if await self._idle():
+                continue
+            if self.role is not Role.LEADER:
+                return LeaderAppend(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            if acks == -1 and len(self.isr) < self.min_insync_replicas:
+                return LeaderAppend(ErrorCode.NOT_ENOUGH_REPLICAS,
+                                    f"ISR {list(self.isr)} is smaller than min.insync.replicas={self.min_insync_replicas}")
+            check = self.producer_state.validate_append(header, now)
+            if check.is_duplicate:
+                assert check.duplicate is not None
+                return LeaderAppend(base_offset=check.duplicate.first_offset,
+                                    next_offset=check.duplicate.last_offset + 1)
+            if not check.should_append:
+                return LeaderAppend(check.error, check.message or None)
+            log = self.log
+            end = log.log_end_offset
+            if log.needs_roll(header.size, end, end + header.last_offset_delta, header.max_timestamp):
+                await self.run_exclusive(self._roll, end)
+                continue
+            append_time = -1
+            if self.log_append_time:
+                records = bytearray(records)
+                set_max_timestamp(records, 0, 1, now)
+                header = read_header(records, 0)
+                append_time = now
+            info = log.append_as_leader(records, self.leader_epoch, crc_verified=True)
+            self.producer_state.update(header, info.first_offset)
+            self.maybe_advance_high_watermark()
+            self.append_watchers.notify()
+            if log.flush_due:
+                # flush.messages / flush.ms: acknowledged only once fsynced, as in Kafka.
+                await self.run_exclusive(log.flush_if_due)
+            return LeaderAppend(base_offset=info.first_offset, next_offset=info.last_offset + 1,
+                                log_append_time_ms=append_time)
 
-    def append_as_follower(self, records: memoryview) -> AppendInfo | None:
+    async def append_as_follower(self, records: memoryview) -> AppendInfo | None:
         """Append the whole batches of a fetch response as they are; a partial last batch is dropped."""
         end = 0
         headers = []
@@ -330,14 +419,27 @@ class Partition:
             end = position + header.size
         if not end:
             return None
-        segment_before = self.log.active_segment
-        info = self.log.append_as_follower(records[:end])
-        for header in headers:
-            self.producer_state.update(header)
-        if self.log.active_segment is not segment_before:
-            self.snapshot_producer_state()
-        self.append_watchers.notify()
-        return info
+        while True:
+            if await self._idle():
+                continue
+            log = self.log
+            if log.needs_roll(end, headers[0].base_offset, headers[-1].last_offset,
+                              max(h.max_timestamp for h in headers)):
+                await self.run_exclusive(self._roll, max(headers[0].base_offset, log.log_end_offset))
+                continue
+            info = log.append_as_follower(records[:end])
+            for header in headers:
+                self.producer_state.update(header)
+            self.append_watchers.notify()
+            if log.flush_due:
+                await self.run_exclusive(log.flush_if_due)
+            return info
+
+    def _roll(self, base_offset: int) -> None:
+        """In a worker thread: start a new segment and snapshot the producer state at its base (Kafka
+        takes the producer snapshot at every roll, so a restart replays at most one segment)."""
+        self.log.roll(base_offset)
+        ps.take_snapshot(self.log.directory, self.producer_state, self.log.log_end_offset)
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         new = min(leader_high_watermark, self.log.log_end_offset)
@@ -345,13 +447,16 @@ class Partition:
             self.log.update_high_watermark(new)
             self.hw_watchers.notify()
 
-    def truncate_to(self, offset: int, *, diverged: bool = False) -> int:
+    # -- truncation and the log start --------------------------------------------------------------
+
+    async def truncate_to(self, offset: int, *, diverged: bool = False) -> int:
         """Cut the log at ``offset``, never below the high watermark; returns where the log now ends.
 
         ``diverged``: the leader named ``offset`` as where this log stops matching its own. That is
         below the high watermark only when the leader was elected from outside the ISR (a clean leader
         holds every committed record): the records past it are gone from the partition, and keeping
         them would leave this log contradicting the leader's for good, so they are cut too."""
+        await self._idle()
         if diverged and offset < self.log.high_watermark:
             self._log.warning("truncating below the high watermark", offset=offset,
                               high_watermark=self.log.high_watermark, log_end_offset=self.log.log_end_offset)
@@ -360,16 +465,49 @@ class Partition:
             self._log.warning("truncation clamped to the high watermark", asked=offset, high_watermark=target)
         if target < self.log.log_end_offset:
             self._log.info("truncating", offset=target, log_end_offset=self.log.log_end_offset)
-            self.log.truncate_to(target)
-            self.reload_producer_state()
+            await self.run_exclusive(self._truncate, target)
             self.append_watchers.notify()
         return self.log.log_end_offset
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def _truncate(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        self.reload_producer_state()
+
+    async def truncate_fully_and_start_at(self, offset: int) -> None:
         self._log.info("log restarts at the leader's start offset", offset=offset)
+        await self.run_exclusive(self._truncate_fully, offset)
+        self.append_watchers.notify()
+
+    def _truncate_fully(self, offset: int) -> None:
         self.log.truncate_fully_and_start_at(offset)
         self.producer_state.reset(offset)
         ps.delete_snapshots_above(self.log.directory, offset)
+
+    async def delete_records_before(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (DeleteRecords, or the leader's start on a
+        follower); segments wholly below it are detached. Returns the log start offset."""
+        return await self.run_exclusive(self.log.delete_records_before, offset)
+
+    def housekeeping(self) -> int:
+        """Blocking (`run_exclusive`): retention and a due flush; old producer snapshots go when the log
+        start moved. Returns how many segments retention detached."""
+        log = self.log
+        start = log.log_start_offset
+        gone = log.delete_old_segments()
+        if gone:
+            self._log.info("retention deleted segments", segments=gone, log_start_offset=log.log_start_offset)
+        log.flush_if_due()
+        if log.log_start_offset > start:
+            # Snapshots below the log start are superseded, except the newest: producer state
+            # outlives the data it was built from.
+            offsets = ps.snapshot_offsets(log.directory)
+            if len(offsets) > 1:
+                ps.delete_snapshots_below(log.directory, min(offsets[-1], log.log_start_offset))
+        return gone
+
+    def housekeeping_due(self) -> bool:
+        """Whether `housekeeping` has file work to do (memory only: asked of every partition)."""
+        return self.log.retention_due() or self.log.flush_due
 
     # -- producer state ---------------------------------------------------------------------------
 
@@ -385,10 +523,12 @@ class Partition:
                 yield header
 
     def reload_producer_state(self) -> None:
+        """Blocking: rebuild the producer state from the latest snapshot and the log after it."""
         ps.truncate_and_reload(
             self.producer_state, self.log.directory, self.log.log_end_offset, self.headers_from,
             log_start_offset=self.log.log_start_offset, now_ms=self.clock(),
         )
 
     def snapshot_producer_state(self) -> None:
+        """Blocking: write the producer state as the snapshot at the log end (a clean shutdown)."""
         ps.take_snapshot(self.log.directory, self.producer_state, self.log.log_end_offset)

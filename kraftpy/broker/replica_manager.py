@@ -2,25 +2,34 @@
 
 Theory of operation
 -------------------
-``apply_image`` is called with every committed ``MetadataImage`` (through ``BrokerServer.publish``)
-and makes the broker's partitions match it, synchronously, so that a request handled after it
-sees the new roles:
+``apply_delta`` is called with every committed ``MetadataImage`` and the ``MetadataDelta`` that led
+to it (through the broker's metadata publisher, one at a time, in log order) and changes only what
+the delta touched, as Kafka's ``ReplicaManager.applyDelta`` does with ``TopicsDelta.localChanges``:
 
-* a partition with this broker among its replicas gets a log — opened if its directory
-  ``<topic>-<partition>`` exists under one of the log dirs and belongs to the same topic id
-  (``partition.metadata``), created in the log dir holding the fewest partitions otherwise;
-* it leads when the registration names this broker leader *and* the broker is running (a
-  fenced broker takes no leadership); it follows the named leader otherwise;
-* a partition that left the image (its topic was deleted) or no longer lists this broker is
-  closed and its directory renamed ``<topic>-<partition>.<id>-delete``, removed in the background.
+* replicas this broker no longer hosts (their topic was deleted, or it left their replica list)
+  leave the maps at once, then their logs are closed and their directories renamed
+  ``<topic>-<partition>.<id>-delete`` in a worker thread, removed in the background;
+* new replicas get a log — opened if its directory ``<topic>-<partition>`` exists under one of the
+  log dirs and belongs to the same topic id (``partition.metadata``), created in the log dir
+  holding the fewest partitions otherwise — all of one delta in one worker-thread hop;
+* a changed partition leads when the registration names this broker leader *and* the broker is
+  running (a fenced broker takes no leadership), follows the named leader otherwise; only the
+  partitions a delta touches change roles, and only their parked requests are woken;
+* topics whose configs changed (or every topic, when a broker-level default changed) get their
+  log settings again.
 
-The fetchers are told which partitions to fetch from which leader (``fetch_assignments``). ISR
-changes the leaders propose are queued and sent to the controller in batches by
-``run_isr_changes``; ``run_isr_expiry`` looks for lagging followers, ``run_retention`` applies
-retention and DeleteRecords' log start offsets, ``run_checkpoints`` writes high watermarks.
+``set_running`` re-applies roles to every local partition (once per fence or unfence).
 
-Everything here runs on the trio thread. Log calls are plain calls: appends are one ``os.write``
-of a batch into the page cache, and reads return file regions without touching the data.
+The fetchers are told which partitions to fetch from which leader (``fetch_assignments``, kept
+up to date partition by partition). ISR changes the leaders propose are queued and sent to the
+controller in batches (``_run_isr_changes``); the other background work of ``run``: lagging
+followers (``_run_isr_expiry``), retention and due flushes (``_run_housekeeping``), the log
+directories' offset checkpoints (``_run_checkpoints``), and deleting what was detached.
+
+Blocking file work never runs on the trio thread: opening and closing logs, checkpoints,
+retention and flushes go to worker threads, one hop per batch of partitions where they come in
+batches (see `Partition` for the per-partition discipline: appends inline, file work off the
+loop). Loops over every partition yield to the scheduler every `_CHUNK` partitions.
 """
 
 from __future__ import annotations
@@ -28,9 +37,11 @@ from __future__ import annotations
 import math
 import os
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import attrs
 import structlog
 import trio
 
@@ -40,6 +51,7 @@ from kraftpy.broker.partition import Partition, Role, TopicPartition
 from kraftpy.broker.settings import BrokerSettings
 from kraftpy.ids import Uuid
 from kraftpy.metadata import configs as config_defs
+from kraftpy.metadata.delta import LocalPartition, MetadataDelta
 from kraftpy.metadata.image import EMPTY_IMAGE, MetadataImage, PartitionRegistration
 from kraftpy.metadata.messages import (
     AlterPartitionPartitionData,
@@ -47,19 +59,22 @@ from kraftpy.metadata.messages import (
     AlterPartitionTopicData,
     BrokerState,
 )
-from kraftpy.metadata.records import NO_LEADER
+from kraftpy.metadata.records import NO_LEADER, ConfigResourceType
 from kraftpy.protocol.errors import ErrorCode
+from kraftpy.storage.log import Log
 from kraftpy.storage.log_config import LogConfig
-from kraftpy.storage.log_manager import LogManager
+from kraftpy.storage.log_manager import LogManager, partition_dir_name
 
 PARTITION_METADATA_FILE = "partition.metadata"
 DELETE_SUFFIX = "-delete"
+#: Loops over every partition yield to other tasks after this many.
+_CHUNK = 500
 
 _logger = structlog.get_logger(__name__)
 
 
 def log_dir_name(tp: TopicPartition) -> str:
-    return f"{tp.topic}-{tp.partition}"
+    return partition_dir_name(tp.topic, tp.partition)
 
 
 def write_partition_metadata(directory: Path, topic_id: Uuid) -> None:
@@ -81,7 +96,16 @@ def read_partition_metadata(directory: Path) -> str | None:
     return None
 
 
-def log_config_for(image: MetadataImage, static: dict | None, topic: str) -> tuple[LogConfig, int, bool]:
+@attrs.frozen
+class TopicLogSettings:
+    """What a topic's configs mean for one of its logs."""
+
+    config: LogConfig
+    min_insync_replicas: int
+    log_append_time: bool
+
+
+def log_settings_for(image: MetadataImage, static: dict | None, topic: str) -> TopicLogSettings:
     """The topic's LogConfig, min.insync.replicas and whether it stamps LogAppendTime."""
     static = static or {}
 
@@ -99,39 +123,99 @@ def log_config_for(image: MetadataImage, static: dict | None, topic: str) -> tup
         index_interval_bytes=number("index.interval.bytes"),
         flush_interval_messages=number("flush.messages"),
         flush_interval_ms=number("flush.ms"),
+        file_delete_delay_ms=number("file.delete.delay.ms"),
         max_message_bytes=max(1, number("max.message.bytes")),
     )
-    return config, number("min.insync.replicas"), get("message.timestamp.type").strip() == "LogAppendTime"
+    return TopicLogSettings(config, number("min.insync.replicas"),
+                            get("message.timestamp.type").strip() == "LogAppendTime")
+
+
+@attrs.frozen
+class _OpenRequest:
+    tp: TopicPartition
+    topic_id: Uuid
+    settings: TopicLogSettings
 
 
 class ReplicaManager:
-    def __init__(
-        self,
-        settings: BrokerSettings,
-        channel: ControllerChannel,
-        clock: Callable[[], int],
-    ) -> None:
+    def __init__(self, settings: BrokerSettings, channel: ControllerChannel, clock: Callable[[], int]) -> None:
+        """``clock`` returns wall-clock milliseconds (record timestamps, retention, follower lag)."""
         self.settings = settings
         self.node_id = settings.node_id
         self.channel = channel
         self.clock = clock
         self._log = _logger.bind(node_id=self.node_id)
+        self.log_manager = LogManager(settings.log_dirs, clock=clock)
+        #: Held around every worker-thread call into the log manager, which is not thread-safe.
+        self._log_manager_lock = trio.Lock()
+        #: The image the replicas reflect.
         self.image: MetadataImage = EMPTY_IMAGE
         self.running = False
         self.partitions: dict[TopicPartition, Partition] = {}
         self._by_id: dict[tuple[Uuid, int], Partition] = {}
         #: What the fetchers should do: leader id -> partitions to fetch from it.
         self.fetch_assignments: dict[int, set[TopicPartition]] = {}
+        #: The other way round: partition -> the leader it is fetched from.
+        self._fetched_from: dict[TopicPartition, int] = {}
         #: Notified whenever the assignments or any partition's role changes.
         self.assignments_changed = trio.Event()
         self._isr_send, self._isr_receive = trio.open_memory_channel[Partition](math.inf)
         self._delete_send, self._delete_receive = trio.open_memory_channel[Path](math.inf)
-        self.log_manager = LogManager(settings.log_dirs, clock=clock)
+        self._nursery: trio.Nursery | None = None
+        self._loaded = False
+
+    # -- running ----------------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Read the log directories' checkpoints and markers, and find directories left to delete."""
+        if self._loaded:
+            return
+        async with self._log_manager_lock:
+            doomed = await trio.to_thread.run_sync(self._load_dirs)
+        for path in doomed:
+            self._delete_send.send_nowait(path)
+        self._loaded = True
+
+    def _load_dirs(self) -> list[Path]:
         self.log_manager.load()
-        for directory in settings.log_dirs:
-            for child in directory.iterdir():
-                if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
-                    self._delete_send.send_nowait(child)
+        return [child for directory in self.settings.log_dirs for child in directory.iterdir()
+                if child.is_dir() and child.name.endswith(DELETE_SUFFIX)]
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """The background work, until cancelled. The owner calls `close` once nothing else runs."""
+        await self.load()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._run_isr_changes)
+                nursery.start_soon(self._run_isr_expiry)
+                nursery.start_soon(self._run_housekeeping)
+                nursery.start_soon(self._run_checkpoints)
+                nursery.start_soon(self._run_deletions)
+                task_status.started()
+        finally:
+            self._nursery = None
+
+    async def close(self) -> None:
+        """A clean shutdown: snapshot producer state, close every log, checkpoint, leave the markers."""
+        parts = list(self.partitions.values())
+        for part in parts:
+            part.make_offline()
+        self.partitions.clear()
+        self._by_id.clear()
+        if parts:
+            async with self._log_manager_lock:
+                await trio.to_thread.run_sync(self._close_all, parts)
+
+    def _close_all(self, parts: list[Partition]) -> None:
+        for part in parts:
+            try:
+                part.snapshot_producer_state()
+            except (OSError, ValueError) as exc:
+                self._log.warning("producer state snapshot failed", partition=str(part.tp), error=str(exc))
+        for log, exc in self.log_manager.close_all([part.log for part in parts]):
+            self._log.warning("closing a log failed", log=log.directory.name, error=str(exc))
+        self._log.info("logs closed", partitions=len(parts))
 
     # -- lookups ----------------------------------------------------------------------------------
 
@@ -152,109 +236,202 @@ class ReplicaManager:
 
     # -- metadata ---------------------------------------------------------------------------------
 
-    def set_running(self, running: bool) -> None:
-        if running != self.running:
-            self.running = running
-            self.apply_image(self.image)
-
-    def apply_image(self, image: MetadataImage) -> None:
-        """Make the local replicas match ``image`` (see the module docstring)."""
-        previous = self.image
+    async def apply_delta(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        """Make the local replicas match ``image``, touching only what ``delta`` changed (see the module
+        docstring). The caller applies deltas one at a time, in log order."""
+        changes = delta.local_changes(self.node_id)
         self.image = image
-        wanted: dict[TopicPartition, tuple[Uuid, PartitionRegistration]] = {}
-        for topic, pid, reg in image.topics.partitions():
-            if self.node_id in reg.replicas:
-                wanted[TopicPartition(topic.name, pid)] = (topic.id, reg)
-
-        for tp in [tp for tp, part in self.partitions.items() if tp not in wanted or wanted[tp][0] != part.topic_id]:
-            self._remove(tp)
-
-        configs_changed = previous.configs is not image.configs
-        assignments: dict[int, set[TopicPartition]] = {}
-        for tp, (topic_id, reg) in wanted.items():
+        closing = []
+        for local in changes.deletes:
+            tp = TopicPartition(local.topic_name, local.partition)
             part = self.partitions.get(tp)
-            try:
-                if part is None:
-                    part = self._open(tp, topic_id, image)
-                elif configs_changed:
-                    self._apply_topic_config(part, image)
-            except OSError as exc:
-                self._log.error("cannot open the log", partition=str(tp), error=str(exc))
-                continue
-            if reg.leader == self.node_id and self.running:
-                part.make_leader(reg)
-            elif reg.leader == self.node_id:
-                part.make_offline()
-            else:
-                part.make_follower(reg)
-                if reg.leader != NO_LEADER:
-                    assignments.setdefault(reg.leader, set()).add(tp)
-        self.fetch_assignments = assignments
+            if part is not None and part.topic_id == local.topic_id:
+                closing.append(self._detach_partition(tp))
+        if closing:
+            async with self._log_manager_lock:
+                renamed = await trio.to_thread.run_sync(self._delete_logs, closing)
+            for doomed in renamed:
+                self._delete_send.send_nowait(doomed)
+        wanted = [*changes.leaders, *changes.followers]
+        new = [local for local in wanted if self._needs_open(local)]
+        if new:
+            await self._open(image, new)
+        for local in wanted:
+            self._apply_role(local.topic_name, local.partition, local.registration)
+        if self._configs_changed(delta):
+            self._apply_topic_configs(image, delta)
+        if wanted or closing:
+            self._signal_assignments()
+
+    def _needs_open(self, local: LocalPartition) -> bool:
+        part = self.partitions.get(TopicPartition(local.topic_name, local.partition))
+        return part is None or part.topic_id != local.topic_id
+
+    def set_running(self, running: bool) -> None:
+        """True once the controller has unfenced this broker; False when it is fenced or stopping.
+        Re-applies the role of every local partition."""
+        if running == self.running:
+            return
+        self.running = running
+        for part in list(self.partitions.values()):
+            topic = self.image.topics.get_by_id(part.topic_id)
+            reg = topic.partitions.get(part.tp.partition) if topic is not None else None
+            if reg is not None:
+                self._apply_role(part.tp.topic, part.tp.partition, reg)
         self._signal_assignments()
+
+    def _apply_role(self, topic: str, index: int, reg: PartitionRegistration) -> None:
+        tp = TopicPartition(topic, index)
+        part = self.partitions.get(tp)
+        if part is None:
+            return  # its log could not be opened
+        if reg.leader == self.node_id and self.running:
+            part.make_leader(reg)
+        elif reg.leader == self.node_id:
+            part.make_offline()
+        else:
+            part.make_follower(reg)
+        leader = reg.leader if part.role is Role.FOLLOWER and reg.leader != NO_LEADER else None
+        self._assign_fetch(tp, leader)
+
+    def _assign_fetch(self, tp: TopicPartition, leader: int | None) -> None:
+        old = self._fetched_from.get(tp)
+        if old == leader:
+            return
+        if old is not None:
+            parts = self.fetch_assignments.get(old)
+            if parts is not None:
+                parts.discard(tp)
+                if not parts:
+                    del self.fetch_assignments[old]
+            del self._fetched_from[tp]
+        if leader is not None:
+            self.fetch_assignments.setdefault(leader, set()).add(tp)
+            self._fetched_from[tp] = leader
 
     def _signal_assignments(self) -> None:
         event, self.assignments_changed = self.assignments_changed, trio.Event()
         event.set()
 
-    def _apply_topic_config(self, part: Partition, image: MetadataImage) -> None:
-        config, min_isr, append_time = log_config_for(image, dict(self.settings.static_broker_configs), part.tp.topic)
-        if config != part.log.config:
-            part.log.config = config
-        part.min_insync_replicas = min_isr
-        part.log_append_time = append_time
+    @staticmethod
+    def _configs_changed(delta: MetadataDelta) -> bool:
+        return bool(delta.changed_configs)
 
-    def _choose_log_dir(self) -> Path:
-        counts = {d: 0 for d in self.settings.log_dirs}
+    def _apply_topic_configs(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        every_topic = any(r.type is ConfigResourceType.BROKER for r in delta.changed_configs)
+        topics = delta.changed_topic_configs
+        static = dict(self.settings.static_broker_configs)
         for part in self.partitions.values():
-            parent = part.log.directory.parent
-            if parent in counts:
-                counts[parent] += 1
-        return min(self.settings.log_dirs, key=lambda d: (counts[d], str(d)))
+            if every_topic or part.tp.topic in topics:
+                self._configure(part, log_settings_for(image, static, part.tp.topic))
 
-    def _open(self, tp: TopicPartition, topic_id: Uuid, image: MetadataImage) -> Partition:
-        directory = None
-        for log_dir in self.settings.log_dirs:
-            candidate = log_dir / log_dir_name(tp)
-            if candidate.is_dir():
-                on_disk = read_partition_metadata(candidate)
-                if on_disk is not None and on_disk != str(topic_id):
-                    # A topic of the same name deleted while this broker was away: its log is stale.
-                    self._log.info("removing the log of a deleted topic", partition=str(tp), topic_id=on_disk)
-                    self._schedule_delete(candidate, on_disk)
-                    continue
-                directory = candidate
-                break
-        if directory is None:
-            directory = self._choose_log_dir() / log_dir_name(tp)
-        config, min_isr, append_time = log_config_for(image, dict(self.settings.static_broker_configs), tp.topic)
-        log = self.log_manager.open_log(directory, config)
-        write_partition_metadata(directory, topic_id)
-        state = ps.ProducerStateManager(expiration_ms=self.settings.producer_id_expiration_ms)
-        part = Partition(tp, topic_id, log, self.node_id, self.clock, state)
-        part.min_insync_replicas = min_isr
-        part.log_append_time = append_time
-        part.reload_producer_state()
-        self.partitions[tp] = part
-        self._by_id[(topic_id, tp.partition)] = part
-        self._log.info("opened log", partition=str(tp), directory=str(directory),
-                       log_end_offset=log.log_end_offset, high_watermark=log.high_watermark)
-        return part
+    @staticmethod
+    def _configure(part: Partition, settings: TopicLogSettings) -> None:
+        if settings.config != part.log.config:
+            part.log.config = settings.config
+        part.min_insync_replicas = settings.min_insync_replicas
+        part.log_append_time = settings.log_append_time
 
-    def _remove(self, tp: TopicPartition) -> None:
+    # -- opening and deleting logs ----------------------------------------------------------------
+
+    async def _open(self, image: MetadataImage, new: list[LocalPartition]) -> None:
+        """Open the logs of new replicas, all in one worker-thread hop, then register them."""
+        static = dict(self.settings.static_broker_configs)
+        settings_of: dict[str, TopicLogSettings] = {}
+        requests = []
+        for local in new:
+            topic_settings = settings_of.get(local.topic_name)
+            if topic_settings is None:
+                topic_settings = settings_of[local.topic_name] = log_settings_for(image, static, local.topic_name)
+            requests.append(_OpenRequest(TopicPartition(local.topic_name, local.partition), local.topic_id,
+                                         topic_settings))
+        counts = Counter(part.log.directory.parent for part in self.partitions.values())
+        async with self._log_manager_lock:
+            opened, stale = await trio.to_thread.run_sync(self._open_logs, requests, counts)
+        for path in stale:
+            self._delete_send.send_nowait(path)
+        for part in opened:
+            old = self.partitions.get(part.tp)
+            if old is not None:  # an older topic of the same name still registered: it is gone
+                self._detach_partition(part.tp)
+            self.partitions[part.tp] = part
+            self._by_id[(part.topic_id, part.tp.partition)] = part
+
+    def _open_logs(self, requests: list[_OpenRequest], counts: Counter) -> tuple[list[Partition], list[Path]]:
+        """Blocking: open (or create) each log and load its producer state; returns the partitions
+        and the stale directories (of deleted topics of the same name) it renamed for deletion."""
+        opened: list[Partition] = []
+        stale: list[Path] = []
+        for request in requests:
+            tp = request.tp
+            try:
+                directory = None
+                for log_dir in self.settings.log_dirs:
+                    candidate = log_dir / log_dir_name(tp)
+                    if not candidate.is_dir():
+                        continue
+                    on_disk = read_partition_metadata(candidate)
+                    if on_disk is not None and on_disk != str(request.topic_id):
+                        # A topic of the same name deleted while this broker was away: its log is stale.
+                        self._log.info("removing the log of a deleted topic", partition=str(tp), topic_id=on_disk)
+                        stale.append(self._rename_for_deletion(candidate, on_disk))
+                        continue
+                    directory = candidate
+                    break
+                if directory is None:
+                    parent = min(self.settings.log_dirs, key=lambda d: (counts[d], str(d)))
+                    directory = parent / log_dir_name(tp)
+                counts[directory.parent] += 1
+                log = self.log_manager.open_log(directory, request.settings.config)
+                write_partition_metadata(directory, request.topic_id)
+                state = ps.ProducerStateManager(expiration_ms=self.settings.producer_id_expiration_ms)
+                part = Partition(tp, request.topic_id, log, self.node_id, self.clock, state)
+                part.on_segments_detached = self._delete_segments_later
+                part.min_insync_replicas = request.settings.min_insync_replicas
+                part.log_append_time = request.settings.log_append_time
+                part.reload_producer_state()
+            except OSError as exc:
+                self._log.error("cannot open the log", partition=str(tp), error=str(exc))
+                continue
+            opened.append(part)
+            self._log.debug("opened log", partition=str(tp), directory=str(directory),
+                            log_end_offset=log.log_end_offset, high_watermark=log.high_watermark)
+        if opened:
+            self._log.info("opened logs", partitions=len(opened))
+        return opened, stale
+
+    def _detach_partition(self, tp: TopicPartition) -> Partition:
+        """Take a replica out of the maps and stop its roles (trio thread); its log is closed apart."""
         part = self.partitions.pop(tp)
         self._by_id.pop((part.topic_id, tp.partition), None)
         part.make_offline()
-        part.log.close()
-        self.log_manager.forget(part.log.directory)
-        self._log.info("deleting log", partition=str(tp))
-        self._schedule_delete(part.log.directory, str(part.topic_id))
+        self._assign_fetch(tp, None)
+        return part
 
-    def _schedule_delete(self, directory: Path, topic_id: str) -> None:
+    def _delete_logs(self, parts: list[Partition]) -> list[Path]:
+        """Blocking: close the logs of replicas that are gone and rename their directories for deletion;
+        returns the renamed directories."""
+        renamed = []
+        for part in parts:
+            try:
+                part.log.close()
+            except OSError as exc:
+                self._log.warning("closing a deleted log failed", partition=str(part.tp), error=str(exc))
+            self.log_manager.forget(part.log.directory)
+            self._log.info("deleting log", partition=str(part.tp))
+            try:
+                renamed.append(self._rename_for_deletion(part.log.directory, str(part.topic_id)))
+            except OSError as exc:
+                self._log.warning("cannot rename a deleted log", partition=str(part.tp), error=str(exc))
+        return renamed
+
+    @staticmethod
+    def _rename_for_deletion(directory: Path, topic_id: str) -> Path:
         doomed = directory.with_name(f"{directory.name}.{topic_id}{DELETE_SUFFIX}")
         os.replace(directory, doomed)
-        self._delete_send.send_nowait(doomed)
+        return doomed
 
-    async def run_deletions(self) -> None:
+    async def _run_deletions(self) -> None:
         async for directory in self._delete_receive:
             await trio.to_thread.run_sync(shutil.rmtree, directory, True)
 
@@ -268,21 +445,23 @@ class ReplicaManager:
             part.propose_isr(new_isr)
             self._isr_send.send_nowait(part)
 
-    def maybe_shrink_isrs(self) -> None:
+    async def maybe_shrink_isrs(self) -> None:
         lag = self.settings.replica_lag_time_max_ms
-        for part in self.partitions.values():
+        for i, part in enumerate([p for p in self.partitions.values() if p.is_leader]):
+            if i and not i % _CHUNK:
+                await trio.lowlevel.checkpoint()
             new_isr = part.isr_to_shrink(lag)
             if new_isr is not None:
                 part.propose_isr(new_isr)
                 self._isr_send.send_nowait(part)
 
-    async def run_isr_expiry(self) -> None:
+    async def _run_isr_expiry(self) -> None:
         interval = max(self.settings.replica_lag_time_max_ms / 2, 1) / 1000
         while True:
             await trio.sleep(interval)
-            self.maybe_shrink_isrs()
+            await self.maybe_shrink_isrs()
 
-    async def run_isr_changes(self) -> None:
+    async def _run_isr_changes(self) -> None:
         """Send proposed ISR changes to the controller, as many at a time as are queued."""
         while True:
             batch = [await self._isr_receive.receive()]
@@ -343,49 +522,53 @@ class ReplicaManager:
 
     # -- housekeeping -----------------------------------------------------------------------------
 
-    def apply_retention(self) -> int:
+    async def housekeeping(self) -> int:
+        """Retention and due flushes for every partition that has any (file work in worker threads),
+        producer expiry; returns how many segments were deleted."""
         deleted = 0
         now = self.clock()
-        for part in list(self.partitions.values()):
+        for i, part in enumerate(list(self.partitions.values())):
+            if i and not i % _CHUNK:
+                await trio.lowlevel.checkpoint()
+            part.producer_state.remove_expired(now)
+            if part.log.closed or not part.housekeeping_due():
+                continue
             try:
-                gone = part.log.delete_old_segments()
-                if gone:
-                    self._log.info("retention deleted segments", partition=str(part.tp), segments=gone,
-                                   log_start_offset=part.log.log_start_offset)
-                deleted += gone
-                part.log.flush_if_due()
-                part.producer_state.remove_expired(now)
-                # Snapshots below the log start are superseded, except the newest: producer state
-                # outlives the data it was built from.
-                offsets = ps.snapshot_offsets(part.log.directory)
-                if len(offsets) > 1:
-                    ps.delete_snapshots_below(part.log.directory, min(offsets[-1], part.log.log_start_offset))
+                gone = await part.run_exclusive(part.housekeeping)
             except (OSError, ValueError) as exc:
                 self._log.warning("retention failed", partition=str(part.tp), error=str(exc))
+                continue
+            deleted += gone
         return deleted
 
-    async def run_retention(self) -> None:
+    def _delete_segments_later(self, part: Partition) -> None:
+        """Remove the files of the segments ``part`` detached once no reader can still hold them
+        (after file.delete.delay.ms, as Kafka does)."""
+        async def later() -> None:
+            await trio.sleep(part.log.config.file_delete_delay_ms / 1000)
+            await part.delete_detached_segments()
+
+        if self._nursery is not None:
+            self._nursery.start_soon(later)
+
+    async def _run_housekeeping(self) -> None:
         while True:
             await trio.sleep(self.settings.log_retention_check_interval_ms / 1000)
-            self.apply_retention()
+            await self.housekeeping()
 
-    async def run_checkpoints(self) -> None:
+    async def checkpoint_now(self) -> None:
+        """Write the log directories' offset checkpoints (one worker-thread hop for all of them)."""
+        try:
+            async with self._log_manager_lock:
+                logs = [part.log for part in self.partitions.values()]  # taken under the lock: none forgotten since
+                await trio.to_thread.run_sync(self.log_manager.checkpoint, logs)
+        except OSError as exc:
+            self._log.warning("offset checkpoint failed", error=str(exc))
+
+    async def _run_checkpoints(self) -> None:
         while True:
             await trio.sleep(self.settings.high_watermark_checkpoint_interval_ms / 1000)
-            logs = [part.log for part in self.partitions.values()]
-            try:
-                await trio.to_thread.run_sync(self.log_manager.checkpoint, logs)
-            except OSError as exc:
-                self._log.warning("offset checkpoint failed", error=str(exc))
+            await self.checkpoint_now()
 
-    def close(self) -> None:
-        for part in self.partitions.values():
-            part.make_offline()
-            try:
-                part.snapshot_producer_state()
-            except (OSError, ValueError) as exc:
-                self._log.warning("producer state snapshot failed", partition=str(part.tp), error=str(exc))
-        for log, exc in self.log_manager.close_all([part.log for part in self.partitions.values()]):
-            self._log.warning("closing a log failed", log=log.directory.name, error=str(exc))
-        self.partitions.clear()
-        self._by_id.clear()
+    def logs(self) -> list[Log]:
+        return [part.log for part in self.partitions.values()]

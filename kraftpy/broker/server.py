@@ -1,30 +1,39 @@
-"""`BrokerServer`: the data plane of one broker — replicas, fetchers and the Kafka listener.
+"""`BrokerServer`: the data plane of one broker — replicas, fetchers, handlers and the Kafka listener.
 
 What it owns, and what it is told::
 
-    lifecycle / metadata observer ──publish(image, delta)──▶ BrokerServer
-                                  ──set_running(bool)─────▶   ├─ ReplicaManager (logs, roles, ISR, HW)
-    clients, other brokers ──Kafka protocol──▶ KafkaServer ──▶ ├─ KafkaApis (request handlers)
-                                                               ├─ FetcherManager (one fetcher per leader)
-    ControllerChannel ◀── CreateTopics, AlterPartition, ... ──┘─ ProducerIdManager
+    metadata loader ──publish(image, delta)──▶ publisher ──▶ ReplicaManager.apply_delta ──▶ MetadataCache
+    lifecycle ───────set_running(bool)──────▶   (one task, in log order)
+    clients, other brokers ──Kafka protocol──▶ KafkaServer ──▶ KafkaApis ──▶ one handler module per area
+    ControllerChannel ◀── CreateTopics, AlterPartition, AllocateProducerIds, ... ──┘
 
-``publish`` is called on the trio thread with every committed metadata image; it applies it at
-once (new logs, leaderships, followers, deleted topics), so a request handled afterwards sees the
-new state. A broker is *fenced* until ``set_running(True)``: it follows (so it can catch up) but
-takes no leadership, and clients get NOT_LEADER_OR_FOLLOWER from it. ``run`` serves until it is
-cancelled, then closes every log cleanly.
+``publish`` and ``set_running`` are called on the trio thread (the metadata loader calls ``publish``
+from inside the Raft driver) and only queue: one publisher task applies each delta to the replicas
+(opening new logs in a worker thread) and only then shows the new image to the handlers through
+the `MetadataCache`, so a handler that sees a topic finds its partitions served. A broker is
+*fenced* until ``set_running(True)``: it follows (so it can catch up) but takes no leadership,
+and clients get NOT_LEADER_OR_FOLLOWER from it. ``run`` serves until it is cancelled, then closes
+every log cleanly (in a worker thread, shielded from the cancellation).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import structlog
 import trio
 
 from kraftpy.broker.apis import KafkaApis
+from kraftpy.broker.apis.configs import ConfigsApi
+from kraftpy.broker.apis.fetch import FetchApi
+from kraftpy.broker.apis.metadata import MetadataApi
+from kraftpy.broker.apis.offsets import OffsetsApi
+from kraftpy.broker.apis.produce import ProduceApi
+from kraftpy.broker.apis.topics import TopicsApi
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.fetcher import FetcherManager
+from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.producer_ids import ProducerIdManager
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.broker.settings import BrokerSettings
@@ -34,6 +43,8 @@ from kraftpy.rpc.kafka_server import KafkaServer
 from kraftpy.storage.log import wall_clock_ms
 
 _logger = structlog.get_logger(__name__)
+
+_Update = tuple[MetadataImage, MetadataDelta] | bool
 
 
 class BrokerServer:
@@ -46,35 +57,43 @@ class BrokerServer:
     ) -> None:
         """``clock`` returns wall-clock milliseconds: record timestamps, retention, follower lag."""
         self.settings = settings
-        self.node_id = settings.node_id
+        self.node_id = node_id = settings.node_id
         self.channel = channel
         self.clock = clock
-        self._log = _logger.bind(node_id=self.node_id)
+        self._log = _logger.bind(node_id=node_id)
+        self.metadata = MetadataCache()
         self.replicas = ReplicaManager(settings, channel, clock)
         self.fetchers = FetcherManager(self.replicas)
-        self.producer_ids = ProducerIdManager(self.node_id, channel, self._broker_epoch)
-        self.apis = KafkaApis(self)
+        self.producer_ids = ProducerIdManager(node_id, channel, lambda: self.metadata.broker_epoch(node_id))
+        self.apis = KafkaApis(self.metadata, node_id=node_id)
+        for area in (
+            ProduceApi(self.replicas, self.metadata, self.producer_ids, clock, node_id=node_id),
+            FetchApi(self.replicas, self.metadata),
+            OffsetsApi(self.replicas, self.metadata),
+            MetadataApi(self.metadata, channel, settings),
+            TopicsApi(self.metadata, channel, settings),
+            ConfigsApi(self.metadata, channel, settings),
+        ):
+            self.apis.register_all(area.handlers())
         self.kafka_server = KafkaServer(self.apis.handle, max_frame_bytes=settings.socket_request_max_bytes,
                                         listener=settings.listener_name, log=self._log)
+        self._updates_send, self._updates_receive = trio.open_memory_channel[_Update](math.inf)
+        self._queued = self._applied = 0
+        self._caught_up = trio.Event()
         #: The port the Kafka listener is bound to, once ``run`` has started.
         self.port: int | None = None
-        #: Set (and replaced) on every publish: handlers wait on it for their change to arrive.
-        self.metadata_changed = trio.Event()
 
     @classmethod
     def from_config(cls, config, channel: ControllerChannel, *, cluster_id: str,
                     clock: Callable[[], int] = wall_clock_ms, **overrides) -> BrokerServer:
         return cls(BrokerSettings.from_config(config, cluster_id=cluster_id, **overrides), channel, clock=clock)
 
-    def _broker_epoch(self) -> int:
-        reg = self.replicas.image.cluster.broker(self.node_id)
-        return reg.epoch if reg is not None else -1
-
     # -- what the control plane tells the broker ---------------------------------------------------
 
     @property
     def image(self) -> MetadataImage:
-        return self.replicas.image
+        """The image the handlers answer from."""
+        return self.metadata.image
 
     @property
     def running(self) -> bool:
@@ -83,14 +102,33 @@ class BrokerServer:
     def set_running(self, running: bool) -> None:
         """True once the controller has unfenced this broker; False when it is fenced or stopping."""
         self._log.info("broker state", running=running)
-        self.replicas.set_running(running)
+        self._queue(running)
 
-    def publish(self, image: MetadataImage, delta: MetadataDelta | None = None) -> None:
-        """Apply newly committed metadata. ``delta`` is accepted for the observer's convenience; the
-        broker compares images itself, so None is fine."""
-        self.replicas.apply_image(image)
-        event, self.metadata_changed = self.metadata_changed, trio.Event()
-        event.set()
+    def publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        """Newly committed metadata, and the delta from the image published before it."""
+        self._queue((image, delta))
+
+    def _queue(self, update: _Update) -> None:
+        self._queued += 1
+        self._updates_send.send_nowait(update)
+
+    async def caught_up(self) -> None:
+        """Wait until every update queued so far is applied (tests, and a controlled shutdown)."""
+        while self._applied < self._queued:
+            await self._caught_up.wait()
+
+    async def _run_publisher(self) -> None:
+        async for update in self._updates_receive:
+            if isinstance(update, bool):
+                self.replicas.set_running(update)
+            else:
+                image, delta = update
+                await self.replicas.apply_delta(image, delta)
+                self.metadata.set_image(image)
+            self._applied += 1
+            if self._applied == self._queued:
+                event, self._caught_up = self._caught_up, trio.Event()
+                event.set()
 
     # -- serving ----------------------------------------------------------------------------------
 
@@ -98,15 +136,13 @@ class BrokerServer:
         """Serve until cancelled; ``task_status.started`` gets the bound port."""
         try:
             async with trio.open_nursery() as nursery:
+                await nursery.start(self.replicas.run)
+                nursery.start_soon(self._run_publisher)
                 self.port = await nursery.start(self.kafka_server.serve, self.settings.host, self.settings.port)
                 await nursery.start(self.fetchers.run)
-                nursery.start_soon(self.replicas.run_isr_changes)
-                nursery.start_soon(self.replicas.run_isr_expiry)
-                nursery.start_soon(self.replicas.run_retention)
-                nursery.start_soon(self.replicas.run_checkpoints)
-                nursery.start_soon(self.replicas.run_deletions)
                 self._log.info("broker serving", port=self.port)
                 task_status.started(self.port)
         finally:
-            self.replicas.close()
+            with trio.CancelScope(shield=True):
+                await self.replicas.close()
             self._log.info("broker stopped")

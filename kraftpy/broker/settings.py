@@ -8,7 +8,7 @@ from types import MappingProxyType
 
 import attrs
 
-from kraftpy.metadata.configs import BROKER_CONFIGS
+from kraftpy.metadata.configs import static_broker_configs
 
 
 def _frozen(value: Mapping[str, str]) -> Mapping[str, str]:
@@ -51,6 +51,10 @@ class BrokerSettings:
     log_retention_check_interval_ms: int = 300000
     #: auto.create.topics.enable
     auto_create_topics_enable: bool = True
+    #: num.partitions and default.replication.factor: what topics this broker auto-creates get (-1: the
+    #: controller's defaults).
+    num_partitions: int = -1
+    default_replication_factor: int = -1
     #: producer.id.expiration.ms
     producer_id_expiration_ms: int = 86400000
     #: Broker-level values of topic configs from the properties file (log.retention.ms, min.insync.replicas,
@@ -82,21 +86,10 @@ class BrokerSettings:
             high_watermark_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
             log_retention_check_interval_ms=config["log.retention.check.interval.ms"],
             auto_create_topics_enable=config["auto.create.topics.enable"],
+            num_partitions=config["num.partitions"],
+            default_replication_factor=config["default.replication.factor"],
             producer_id_expiration_ms=config["producer.id.expiration.ms"],
             static_broker_configs=static_broker_configs(config),
         )
         values.update(overrides)
         return cls(**values)
-
-
-def static_broker_configs(config) -> dict[str, str]:
-    """Topic-config defaults set in a ``KraftConfig``, by their broker key names."""
-    out: dict[str, str] = {}
-    for name in BROKER_CONFIGS:
-        if name in config.raw:
-            out[name] = config.raw[name].strip()
-    if "log.retention.ms" not in out and (config.is_set("log.retention.hours") or config.is_set("log.retention.minutes")):
-        out["log.retention.ms"] = str(config.log_retention_ms)
-    if "log.roll.ms" not in out and config.is_set("log.roll.hours"):
-        out["log.roll.ms"] = str(config.log_roll_ms)
-    return out

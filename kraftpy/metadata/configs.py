@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
@@ -206,6 +207,25 @@ def _broker_level_value(
     if value is not None:
         return value, ConfigSource.STATIC_BROKER_CONFIG
     return _TOPIC_BY_SYNONYM[name].default, ConfigSource.DEFAULT_CONFIG
+
+
+def static_broker_configs(config: Any) -> dict[str, str]:
+    """The broker-level defaults of topic configs a node's properties file sets (STATIC_BROKER_CONFIG),
+    by broker key name, as written in the file: every key of BROKER_CONFIGS it sets, and
+    ``log.retention.ms`` / ``log.roll.ms`` when only their hours or minutes forms are set.
+
+    The one derivation for controllers (the defaults topics they create inherit, and what
+    DescribeConfigs reports) and brokers (the configs their logs run with), so the two never disagree.
+    ``config`` is a validated ``kraftpy.config.KraftConfig``."""
+    out: dict[str, str] = {}
+    for name in BROKER_CONFIGS:
+        if name in config.raw:
+            out[name] = config.raw[name].strip()
+    if "log.retention.ms" not in out and (config.is_set("log.retention.hours") or config.is_set("log.retention.minutes")):
+        out["log.retention.ms"] = str(config.log_retention_ms)
+    if "log.roll.ms" not in out and config.is_set("log.roll.hours"):
+        out["log.roll.ms"] = str(config.log_roll_ms)
+    return out
 
 
 def topic_config_bool(image: MetadataImage, static_broker_configs: Mapping[str, str], topic: str, name: str) -> bool:

@@ -24,6 +24,7 @@ import trio
 
 from kraftpy.config import KraftConfig
 from kraftpy.logs import get_logger
+from kraftpy.metadata.configs import static_broker_configs
 from kraftpy.metadata.controller import QuorumController
 from kraftpy.metadata.controller_config import ControllerConfig
 from kraftpy.metadata.loader import MetadataLoader, encode_snapshot_file
@@ -43,18 +44,6 @@ from kraftpy.raft.quorum_state_store import read_quorum_state_file
 from kraftpy.rpc.control import ControlServer, RpcError
 from kraftpy.storage.log import LogConfig
 
-#: Topic configs a controller takes from its own properties file as broker-level defaults.
-_STATIC_TOPIC_DEFAULTS = {
-    "log.retention.ms": "retention.ms",
-    "log.retention.bytes": "retention.bytes",
-    "log.segment.bytes": "segment.bytes",
-    "min.insync.replicas": "min.insync.replicas",
-    "unclean.leader.election.enable": "unclean.leader.election.enable",
-    "message.max.bytes": "max.message.bytes",
-    "compression.type": "compression.type",
-    "log.cleanup.policy": "cleanup.policy",
-}
-
 
 def raft_config(config: KraftConfig, cluster_id: str) -> RaftConfig:
     return RaftConfig(
@@ -73,18 +62,7 @@ def voter_addresses(config: KraftConfig) -> dict[int, tuple[str, int]]:
     return {v.node_id: (v.host, v.port) for v in config.voters}
 
 
-def _as_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return ",".join(value)
-    return str(value)
-
-
 def controller_config(config: KraftConfig, cluster_id: str) -> ControllerConfig:
-    static = {key: _as_text(config[key]) for key in _STATIC_TOPIC_DEFAULTS if config.is_set(key)}
-    if not config.is_set("log.retention.ms"):
-        static["log.retention.ms"] = str(config.log_retention_ms)
     return ControllerConfig(
         cluster_id=cluster_id,
         broker_session_timeout_ms=config["broker.session.timeout.ms"],
@@ -93,7 +71,7 @@ def controller_config(config: KraftConfig, cluster_id: str) -> ControllerConfig:
         delete_topic_enable=config["delete.topic.enable"],
         auto_leader_rebalance_enable=config["auto.leader.rebalance.enable"],
         leader_imbalance_check_interval_seconds=config["leader.imbalance.check.interval.seconds"],
-        static_broker_configs=static,
+        static_broker_configs=static_broker_configs(config),
     )
 
 

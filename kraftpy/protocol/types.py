@@ -32,6 +32,7 @@ a :class:`FileRegion` (a byte range of an open segment file that the writer send
 
 from __future__ import annotations
 
+import os
 import struct
 import uuid
 from collections.abc import Sequence
@@ -54,20 +55,70 @@ class TruncatedError(ValueError):
     """The buffer ended before the value did."""
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class FileRegion:
     """``length`` bytes of the open file ``fd`` from ``offset``: record data the writer sends with sendfile.
 
-    Invariant: ``offset >= 0`` and ``length >= 0``. The codec only uses ``length``; it never reads the file.
+    The one file-region type of kraftpy: a log read returns one (``first_offset`` then names the base
+    offset of its first batch, or the offset asked for when it is empty), the response codec counts
+    it by ``length`` and never reads the file, and the Kafka server sends it with ``os.sendfile``.
+
+    A region either *borrows* its descriptor (a segment's own: valid while the segment is open) or
+    *owns* it (``owned``, made by :meth:`detach`): a response is sent after its handler returned, when
+    retention or a truncation may have closed the segment, so a handler detaches the regions it
+    answers with and the server closes each with :meth:`close` once it is sent or dropped. Nothing is
+    closed by the garbage collector.
+
+    Invariant: ``offset >= 0`` and ``length >= 0``.
     """
 
     fd: int
     offset: int
     length: int
+    first_offset: int = -1
+    owned: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.offset < 0 or self.length < 0:
             raise ValueError(f"bad file region offset={self.offset} length={self.length}")
+
+    def detach(self) -> FileRegion:
+        """The same bytes through a descriptor of its own (a dup), which the holder must `close`."""
+        return FileRegion(os.dup(self.fd), self.offset, self.length, self.first_offset, owned=True)
+
+    def close(self) -> None:
+        """Close an owned descriptor (a borrowed one belongs to its segment: nothing happens)."""
+        if self.owned:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
+    def read_bytes(self) -> bytes:
+        """The region's bytes, copied into memory (``pread``: the descriptor's offset is not moved)."""
+        chunks = []
+        position, remaining = self.offset, self.length
+        while remaining:
+            chunk = os.pread(self.fd, remaining, position)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            position += len(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def sendfile(self, out_fd: int) -> int:
+        """Send the whole region to the blocking descriptor ``out_fd``, returning the bytes sent (tools
+        and benchmarks; the server sends regions without blocking)."""
+        sent_total, position, remaining = 0, self.offset, self.length
+        while remaining:
+            sent = os.sendfile(out_fd, self.fd, position, remaining)
+            if sent == 0:
+                break
+            sent_total += sent
+            position += sent
+            remaining -= sent
+        return sent_total
 
 
 #: What a response's ``records`` field may hold when it is encoded.

@@ -2,10 +2,11 @@
 
 Like Kafka's socket server, a connection's requests are handled one at a time and answered in the
 order they came (clients pipeline, and rely on that order). The handler gets each frame's bytes
-and returns the response as a list of parts: bytes-like parts are written as they are, and a part
-with ``fileno()``/``offset``/``length`` (a file region of a log segment) is written with
-``os.sendfile``, so record data goes from the page cache to the socket without passing through
-Python. A handler that returns None sends nothing (Produce with acks=0).
+and returns the response as a list of parts: bytes-like parts are written as they are, and a
+`FileRegion` (a byte range of a log segment) is written with ``os.sendfile``, so record data goes
+from the page cache to the socket without passing through Python. A handler that returns None
+sends nothing (Produce with acks=0). Regions whose descriptors the handler owns are handed to the
+connection (`Connection.hold`), which closes them once the response is sent or the request fails.
 
 A frame over ``socket.request.max.bytes``, or one the handler rejects with `BadRequest`, closes that
 connection and only that one.
@@ -22,6 +23,7 @@ import trio
 
 from kraftpy.logs import get_logger
 from kraftpy.metrics import BYTES_IN, CONNECTIONS, REQUESTS
+from kraftpy.protocol.types import FileRegion
 from kraftpy.rpc.framing import FramedStream, FrameError
 
 
@@ -40,6 +42,17 @@ class Connection:
             self.peer = f"{host}:{port}"
         except OSError:
             self.peer = "?"
+        self._held: list[FileRegion] = []
+
+    def hold(self, region: FileRegion) -> FileRegion:
+        """Own ``region`` until the current request is answered (or fails), then close it."""
+        self._held.append(region)
+        return region
+
+    def release(self) -> None:
+        held, self._held = self._held, []
+        for region in held:
+            region.close()
 
 
 Handler = Callable[[bytes, Connection], Awaitable[Sequence[Any] | None]]
@@ -49,11 +62,11 @@ async def send_parts(stream: trio.SocketStream, parts: Sequence[Any]) -> None:
     """Write bytes parts and file regions, in order, to the socket."""
     pending: list[bytes | bytearray | memoryview] = []
     for part in parts:
-        if hasattr(part, "length") and hasattr(part, "fileno"):
+        if isinstance(part, FileRegion):
             if pending:
                 await stream.send_all(b"".join(pending))
                 pending = []
-            await _sendfile(stream, part.fileno(), part.offset, part.length)
+            await _sendfile(stream, part.fd, part.offset, part.length)
         else:
             pending.append(part)
     if pending:
@@ -114,9 +127,12 @@ class KafkaServer:
                 BYTES_IN.inc(len(frame) + 4)
                 if len(frame) >= 2:
                     REQUESTS.labels(_api_label(frame)).inc()
-                parts = await self.handler(frame, conn)
-                if parts:
-                    await send_parts(stream, parts)
+                try:
+                    parts = await self.handler(frame, conn)
+                    if parts:
+                        await send_parts(stream, parts)
+                finally:
+                    conn.release()
         except (FrameError, BadRequest) as exc:
             self.log.warning("closing connection", peer=conn.peer, reason=str(exc))
         except (trio.BrokenResourceError, trio.ClosedResourceError):

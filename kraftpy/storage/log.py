@@ -71,6 +71,7 @@ import structlog
 
 from kraftpy.protocol.batch_header import BatchHeader, CorruptRecordError, check_batch, read_header, stamp
 from kraftpy.protocol.records import decode_batch
+from kraftpy.protocol.types import FileRegion
 from kraftpy.storage.checkpoint import TMP_SUFFIX, CheckpointError, LogOffsets
 from kraftpy.storage.fsutil import fsync_dir
 from kraftpy.storage.index import INDEX_SUFFIX, INT32_MAX, TIME_INDEX_SUFFIX
@@ -80,7 +81,6 @@ from kraftpy.storage.segment import (
     DELETED_SUFFIX,
     LOG_SUFFIX,
     BatchInfo,
-    FileRegion,
     LogSegment,
     parse_segment_file_name,
 )
@@ -519,7 +519,7 @@ class Log:
             if region is not None:
                 return region
         active = segments[-1]
-        return FileRegion(active.path, active.fd, active.size, 0, start_offset)
+        return FileRegion(active.fd, active.size, 0, start_offset)
 
     def read_bytes(
         self,

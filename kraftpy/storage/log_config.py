@@ -39,5 +39,8 @@ class LogConfig:
     flush_interval_messages: int = attrs.field(default=LONG_MAX, validator=_positive)
     #: ``log.flush.interval.ms`` / ``flush.ms``: fsync when the last fsync is this old.
     flush_interval_ms: int = attrs.field(default=LONG_MAX, validator=_not_negative)
+    #: ``log.segment.delete.delay.ms`` / ``file.delete.delay.ms``: how long the files of a segment that
+    #: left the log are kept before its owner removes them (readers may still hold regions of it).
+    file_delete_delay_ms: int = attrs.field(default=60000, validator=_not_negative)
     #: ``message.max.bytes`` / ``max.message.bytes``: the largest batch accepted.
     max_message_bytes: int = attrs.field(default=1024 * 1024 + 12, validator=_positive)

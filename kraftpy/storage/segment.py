@@ -38,6 +38,7 @@ from kraftpy.protocol.batch_header import (
     check_batch,
     read_header,
 )
+from kraftpy.protocol.types import FileRegion
 from kraftpy.storage.index import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -66,47 +67,6 @@ def parse_segment_file_name(name: str, suffix: str = LOG_SUFFIX) -> int | None:
     if len(stem) != 20 or not stem.isdigit():
         return None
     return int(stem)
-
-
-@attrs.frozen
-class FileRegion:
-    """``length`` bytes of the file ``path`` from ``position``, readable through ``fd``.
-
-    The descriptor belongs to the segment: the region is valid until that segment is deleted
-    or closed, so send it right away (``os.sendfile``) or copy it (:meth:`read_bytes`).
-    ``first_offset`` is the base offset of the first batch in the region (the requested offset
-    for an empty region).
-    """
-
-    path: Path
-    fd: int
-    position: int
-    length: int
-    first_offset: int
-
-    def read_bytes(self) -> bytes:
-        chunks = []
-        position, remaining = self.position, self.length
-        while remaining:
-            chunk = os.pread(self.fd, remaining, position)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            position += len(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
-
-    def sendfile(self, out_fd: int) -> int:
-        """Send the whole region to ``out_fd`` (blocking), returning the bytes sent."""
-        sent_total, position, remaining = 0, self.position, self.length
-        while remaining:
-            sent = os.sendfile(out_fd, self.fd, position, remaining)
-            if sent == 0:
-                break
-            sent_total += sent
-            position += sent
-            remaining -= sent
-        return sent_total
 
 
 @attrs.frozen
@@ -421,7 +381,7 @@ class LogSegment:
                 whole += header.size
                 cursor += header.size
             length = whole
-        return FileRegion(self.path, self._fd, position, length, first.base_offset if length else start_offset)
+        return FileRegion(self._fd, position, length, first.base_offset if length else start_offset)
 
     def find_by_timestamp(self, timestamp: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose max_timestamp is >= ``timestamp``, or None."""

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import uuid
 
 import pytest
 import trio
 
-from kraftpy.broker import apis as apis_module
-from kraftpy.broker.apis import SendfileRegion
+from kraftpy.broker.apis import fetch as apis_module
 from kraftpy.broker.client import ConnectionClosed, KafkaConnection
 from kraftpy.broker.purgatory import wait_for_change
 from kraftpy.protocol.api_keys import ApiKey
@@ -25,6 +25,7 @@ from kraftpy.protocol.messages import (
     InitProducerIdRequest,
     OffsetForLeaderEpochRequest,
 )
+from kraftpy.protocol.types import FileRegion
 from tests.helpers.cluster import open_cluster
 from tests.helpers.protocol import batch, fetch, list_offset, metadata, produce, produce_request, values_of
 
@@ -82,7 +83,7 @@ async def test_produce_validation_errors(cluster, conn):
     assert (await produce(conn, "t", 0, big)).error_code == ErrorCode.MESSAGE_TOO_LARGE
     assert (await produce(conn, "t", 0, good, acks=2)).error_code == ErrorCode.INVALID_REQUIRED_ACKS
     assert cluster.partition(1, "t").log_end_offset == 2
-    cluster.fence(1)
+    await cluster.fence(1)
     assert (await produce(conn, "t", 0, good)).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     data = await fetch(conn, "t", 0, 0)
     assert data.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -159,7 +160,7 @@ async def test_fetch_long_poll_times_out_with_nothing(conn, monkeypatch):
     assert trio.current_time() - start >= 0.2
 
 
-async def test_fetch_limits_offsets_and_sendfile(cluster, conn):
+async def test_fetch_limits_offsets_and_sendfile(cluster, conn, monkeypatch):
     for i in range(3):
         await produce(conn, "t", 0, batch(b"%d" % i * 1000), acks=1)
     # A partition limit below one batch still returns the first whole batch.
@@ -176,19 +177,31 @@ async def test_fetch_limits_offsets_and_sendfile(cluster, conn):
     assert values_of(data.records) == [b"0" * 1000]
     data = await fetch(conn, "t", 0, 0, version=13, topic_id=uuid.uuid4())
     assert data.error_code == ErrorCode.UNKNOWN_TOPIC_ID
-    # The handler hands record data to the encoder as a file region of the segment.
+    # The handler hands record data to the encoder as a file region of the segment, on a descriptor
+    # of its own that the connection closes once the response is sent.
     apis = cluster.brokers[1].apis
-    seen = []
-    original = apis.handle_fetch
+    seen, closed = [], []
+    original = apis.handlers[ApiKey.FETCH]
+    original_close = FileRegion.close
 
     async def spy(header, request, c):
         response = await original(header, request, c)
         seen.extend(p.records for t in response.responses for p in t.partitions)
         return response
 
+    def close_spy(region):
+        closed.append((region, os.readlink(f"/proc/self/fd/{region.fd}")))
+        original_close(region)
+
     apis.handlers[ApiKey.FETCH] = spy
-    await fetch(conn, "t", 0, 0)
-    assert isinstance(seen[0], SendfileRegion) and seen[0].length > 3000
+    monkeypatch.setattr(FileRegion, "close", close_spy)
+    assert len(values_of((await fetch(conn, "t", 0, 0)).records)) == 3
+    region = seen[0]
+    segment_fd = cluster.partition(1, "t", 0).log.active_segment.fd
+    assert isinstance(region, FileRegion) and region.owned and region.length > 3000 and region.fd != segment_fd
+    await conn.request(ApiKey.API_VERSIONS, 3, ApiVersionsRequest())  # answered after the fetch was done
+    assert [c[0] for c in closed] == [region] and closed[0][1].endswith("00000000000000000000.log")
+    os.fstat(segment_fd)  # the segment's own descriptor is untouched
 
 
 async def test_consumers_only_see_committed_records(tmp_path):
@@ -237,6 +250,9 @@ async def test_delete_records_and_retention_move_the_log_start(cluster, conn):
         name="t", partitions=[DeleteRecordsRequest.DeleteRecordsPartition(partition_index=0, offset=2)])])
     response = await conn.request(ApiKey.DELETE_RECORDS, 2, request)
     assert response.topics[0].partitions[0].low_watermark == 2
+    # Answered once the new start is in the log directory's checkpoint: no crash brings them back.
+    log_dir = cluster.brokers[1].settings.log_dirs[0]
+    assert "t 0 2" in (log_dir / "log-start-offset-checkpoint").read_text().splitlines()
     assert (await list_offset(conn, "t", 0, -2)).offset == 2
     assert (await fetch(conn, "t", 0, 0)).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
     data = await fetch(conn, "t", 0, 2)
@@ -247,7 +263,7 @@ async def test_delete_records_and_retention_move_the_log_start(cluster, conn):
     await produce(conn, "t", 1, batch(b"ancient", timestamp=1000), acks=1)
     part.log.roll()
     await produce(conn, "t", 1, batch(b"recent"), acks=1)
-    assert cluster.brokers[1].replicas.apply_retention() >= 1
+    assert await cluster.brokers[1].replicas.housekeeping() >= 1
     assert part.log_start_offset == 1
     assert (await list_offset(conn, "t", 1, -2)).offset == 1
 

@@ -1,7 +1,14 @@
-"""The leader's bookkeeping without sockets: follower caught-up times, maximal ISR, high watermark."""
+"""A partition without sockets: the leader's bookkeeping (follower caught-up times, maximal ISR, high
+watermark), and appends, rolls and truncation with the log's file work off the event loop."""
 
 from __future__ import annotations
 
+import threading
+
+import trio
+from trio.testing import wait_all_tasks_blocked
+
+from kraftpy.broker import producer_state as ps
 from kraftpy.broker.partition import Partition, TopicPartition
 from kraftpy.broker.producer_state import ProducerStateManager
 from kraftpy.broker.settings import BrokerSettings
@@ -10,7 +17,10 @@ from kraftpy.ids import Uuid
 from kraftpy.metadata.image import PartitionRegistration
 from kraftpy.metadata.records import LeaderRecoveryState
 from kraftpy.protocol.batch_header import read_header
+from kraftpy.protocol.errors import ErrorCode
 from kraftpy.storage.log import Log
+from kraftpy.storage.log_config import LogConfig
+from tests.helpers.blocking import file_work_forbidden_here
 from tests.helpers.protocol import batch
 
 
@@ -30,15 +40,15 @@ def leader(tmp_path, isr=(1, 2, 3)):
     return part, clock
 
 
-def append(part, *values):
+async def append(part, *values):
     data = batch(*values)
-    return part.append_as_leader(data, read_header(data))
+    return await part.append_as_leader(data, read_header(data), acks=1, now=part.clock())
 
 
-def test_high_watermark_is_the_smallest_end_offset_over_the_isr_and_never_goes_back(tmp_path):
+async def test_high_watermark_is_the_smallest_end_offset_over_the_isr_and_never_goes_back(tmp_path):
     part, _ = leader(tmp_path)
     assert part.log.leader_epoch_cache.latest_entry.epoch == 4
-    append(part, b"a", b"b", b"c")
+    await append(part, b"a", b"b", b"c")
     assert part.high_watermark == 0
     part.update_follower_fetch(2, 3)
     assert part.high_watermark == 0  # follower 3 has not fetched in this epoch
@@ -48,12 +58,12 @@ def test_high_watermark_is_the_smallest_end_offset_over_the_isr_and_never_goes_b
     assert part.high_watermark == 2
 
 
-def test_lagging_followers_are_proposed_out_and_the_maximal_isr_holds_the_hw(tmp_path):
+async def test_lagging_followers_are_proposed_out_and_the_maximal_isr_holds_the_hw(tmp_path):
     part, clock = leader(tmp_path)
-    append(part, b"a")
+    await append(part, b"a")
     part.update_follower_fetch(2, 1)
     part.update_follower_fetch(3, 1)
-    append(part, b"b")
+    await append(part, b"b")
     clock.now += 500
     part.update_follower_fetch(2, 2)  # caught up
     part.update_follower_fetch(3, 1)  # fetching, but behind since the last append
@@ -67,9 +77,9 @@ def test_lagging_followers_are_proposed_out_and_the_maximal_isr_holds_the_hw(tmp
     assert part.isr == (1, 2) and part.pending_isr is None and part.high_watermark == 2
 
 
-def test_a_caught_up_follower_is_proposed_back_in(tmp_path):
+async def test_a_caught_up_follower_is_proposed_back_in(tmp_path):
     part, _ = leader(tmp_path, isr=(1, 2))
-    append(part, b"a", b"b")
+    await append(part, b"a", b"b")
     part.update_follower_fetch(2, 2)
     assert part.high_watermark == 2
     part.update_follower_fetch(3, 1)
@@ -78,26 +88,26 @@ def test_a_caught_up_follower_is_proposed_back_in(tmp_path):
     assert part.isr_to_expand(3) == (1, 2, 3)
 
 
-def test_truncation_never_goes_below_the_high_watermark(tmp_path):
+async def test_truncation_never_goes_below_the_high_watermark(tmp_path):
     part, _ = leader(tmp_path, isr=(1,))
-    append(part, b"a", b"b")
+    await append(part, b"a", b"b")
     assert part.high_watermark == 2
     part.make_follower(PartitionRegistration(replicas=(1, 2, 3), isr=(2,), leader=2, leader_epoch=5,
                                              partition_epoch=8))
-    assert part.truncate_to(1) == 2
+    assert await part.truncate_to(1) == 2
 
 
-def test_divergence_named_by_an_unclean_leader_truncates_below_the_high_watermark(tmp_path):
+async def test_divergence_named_by_an_unclean_leader_truncates_below_the_high_watermark(tmp_path):
     """A replica that was the whole ISR comes back to a leader elected uncleanly, whose log ends below
     this replica's high watermark: it cuts what only it holds (a clamp would leave its log diverging
     from the leader's for good, the follower fetching the same divergence again and again)."""
     part, _ = leader(tmp_path, isr=(1,))
     for value in (b"a", b"b", b"c"):
-        append(part, value)
+        await append(part, value)
     assert part.high_watermark == 3
     part.make_follower(PartitionRegistration(replicas=(1, 2), isr=(2,), leader=2, leader_epoch=5,
                                              partition_epoch=8, leader_recovery_state=LeaderRecoveryState.RECOVERING))
-    assert part.truncate_to(1, diverged=True) == 1
+    assert await part.truncate_to(1, diverged=True) == 1
     assert part.high_watermark == 1 and part.log_end_offset == 1
 
 
@@ -113,3 +123,58 @@ def test_settings_from_a_properties_file():
     assert [str(d) for d in settings.log_dirs] == ["/var/a", "/var/b"]
     assert settings.replica_lag_time_max_ms == 1234
     assert settings.static_broker_configs == {"min.insync.replicas": "2", "log.retention.ms": "7200000"}
+
+
+def small_leader(tmp_path, **config):
+    clock = Clock()
+    log = Log.open(tmp_path / "t-0", LogConfig(**config), clock=clock)
+    part = Partition(TopicPartition("t", 0), Uuid(bytes(15) + b"\x01"), log, 1, clock, ProducerStateManager())
+    part.make_leader(PartitionRegistration(replicas=(1,), isr=(1,), leader=1, leader_epoch=1, partition_epoch=1))
+    return part
+
+
+async def test_rolls_truncations_and_flushes_run_off_the_event_loop(tmp_path):
+    part = small_leader(tmp_path, segment_bytes=200, flush_interval_messages=2)
+    with file_work_forbidden_here() as elsewhere:
+        for i in range(6):
+            result = await append(part, b"x" * 60, b"%d" % i)
+            assert result.error == ErrorCode.NONE
+        assert len(part.log.segments) > 2
+        assert "fsync" in elsewhere and "open" in elsewhere  # the rolls' files and fsyncs, in threads
+        assert part.log.recovery_point == part.log_end_offset == 12  # flush.messages=2: fsynced, elsewhere
+        part.make_follower(PartitionRegistration(replicas=(1, 2), isr=(2,), leader=2, leader_epoch=2,
+                                                 partition_epoch=2, leader_recovery_state=LeaderRecoveryState.RECOVERING))
+        assert await part.truncate_to(3, diverged=True) == 2
+        assert "ftruncate" in elsewhere
+    # The roll took a producer snapshot at the new segment's base, in the same worker thread.
+    assert ps.snapshot_offsets(part.log.directory)
+
+
+async def test_an_append_waits_for_a_roll_and_checks_its_sequence_again(tmp_path):
+    """Two producers' retries of one batch arrive while the segment rolls: the first is appended once
+    the roll is done, the second finds it there and is answered as a duplicate."""
+    part = small_leader(tmp_path, segment_bytes=300)
+    await append(part, b"x" * 150)
+    rolling, release = threading.Event(), threading.Event()
+    real_roll = part._roll
+
+    def slow_roll(base):
+        rolling.set()
+        release.wait(10)
+        real_roll(base)
+
+    part._roll = slow_roll
+    data = batch(b"y" * 150, producer_id=7, producer_epoch=0, base_sequence=0)
+    results = []
+
+    async def send():
+        results.append(await part.append_as_leader(data, read_header(data), acks=1, now=part.clock()))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send)
+        await trio.to_thread.run_sync(rolling.wait, 10)
+        nursery.start_soon(send)
+        await wait_all_tasks_blocked()
+        assert results == [] and part.log_end_offset == 1  # both wait for the roll
+        release.set()
+    assert [r.base_offset for r in results] == [1, 1] and part.log_end_offset == 2

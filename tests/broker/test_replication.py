@@ -116,7 +116,7 @@ async def test_leader_change_truncates_the_old_leaders_unacknowledged_tail(tmp_p
         assert cluster.partition(old_leader, "orders").log_end_offset == 5
 
         old_epoch = cluster.registration("orders", 0).leader_epoch
-        cluster.fence(old_leader)
+        await cluster.fence(old_leader)
         new_leader = cluster.leader("orders")
         assert new_leader in followers
         assert cluster.registration("orders", 0).leader_epoch == old_epoch + 1
@@ -132,7 +132,7 @@ async def test_leader_change_truncates_the_old_leaders_unacknowledged_tail(tmp_p
                 refused = await produce(stale, "orders", 0, batch(b"to the old leader"))
                 assert refused.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
-            cluster.unfence(old_leader)
+            await cluster.unfence(old_leader)
             await cluster.wait_for(lambda: logs_agree(cluster, "orders", 4))
             data = await fetch(conn, "orders", 0, 0)
             assert values_of(data.records) == [*acked, b"new-leader"]
@@ -152,7 +152,7 @@ async def test_fetch_from_a_follower_is_refused_and_a_new_leader_records_its_epo
             data = await fetch(conn, "orders", 0, 0)
             assert data.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         epoch = cluster.registration("orders", 0).leader_epoch
-        cluster.fence(leader)
+        await cluster.fence(leader)
         assert cluster.leader("orders") == follower
         cache = cluster.partition(follower, "orders").log.leader_epoch_cache
         assert cache.latest_entry.epoch == epoch + 1 and cache.latest_entry.start_offset == 2
@@ -182,16 +182,17 @@ async def test_follower_retries_a_leader_that_has_not_applied_the_new_topic_yet(
     async with open_cluster(tmp_path, brokers=2, replica_lag_time_max_ms=60_000) as cluster:
         held = {}
         for broker_id, broker in cluster.brokers.items():  # no broker applies new metadata for now
-            broker.publish = lambda image, delta=None, b=broker_id: held.__setitem__(b, image)
+            broker.publish = lambda image, delta, b=broker_id: held.__setitem__(b, (image, delta))
         response = await cluster.controller.create_topics(CreateTopicsRequest((CreatableTopic("orders", 1, 2),)))
         assert response.result("orders").error_code == Errors.NONE
         for broker in cluster.brokers.values():
             del broker.publish
         leader = cluster.leader("orders")
         follower = next(b for b in cluster.brokers if b != leader)
-        cluster.brokers[follower].publish(held[follower])
+        cluster.brokers[follower].publish(*held[follower])
         await refused.wait()
-        cluster.brokers[leader].publish(held[leader])
+        cluster.brokers[leader].publish(*held[leader])
+        await cluster.brokers[leader].caught_up()
         async with await connect(cluster, leader) as conn:
             result = await produce(conn, "orders", 0, batch(b"x"), timeout_ms=5000)
             assert result.error_code == ErrorCode.NONE

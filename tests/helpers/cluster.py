@@ -31,8 +31,9 @@ from kraftpy.ids import Uuid
 from kraftpy.metadata import cluster_control
 from kraftpy.metadata.controller import QuorumController
 from kraftpy.metadata.controller_config import ControllerConfig
+from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.errors import Errors
-from kraftpy.metadata.image import MetadataImage, PartitionRegistration
+from kraftpy.metadata.image import EMPTY_IMAGE, MetadataImage, PartitionRegistration
 from kraftpy.metadata.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
@@ -80,10 +81,15 @@ class InProcessController:
 
     def commit(self, result: ControllerResult):
         if result.records:
+            first = self.last_offset + 1
             self.last_offset += len(result.records)
+            delta = MetadataDelta(self.controller.image)
+            for i, record in enumerate(result.records):
+                delta.replay(record, first + i, RAFT_EPOCH)
             image = self.controller.replay(result.records, last_offset=self.last_offset, epoch=RAFT_EPOCH)
+            assert delta.apply() == image
             for broker in self.brokers.values():
-                broker.publish(image, None)
+                broker.publish(image, delta)
         return result.response
 
     async def _call(self, name: str, request, handle: Callable):
@@ -121,7 +127,8 @@ class InProcessController:
     def register(self, broker: BrokerServer, port: int) -> int:
         """Register and unfence ``broker``; returns its broker epoch."""
         self.brokers[broker.node_id] = broker
-        broker.publish(self.image, None)
+        delta = MetadataDelta.between(EMPTY_IMAGE, self.image)
+        broker.publish(self.image, delta)
         request = BrokerRegistrationRequest(
             broker_id=broker.node_id,
             cluster_id=self.config.cluster_id,
@@ -204,11 +211,19 @@ class Cluster:
     def partition(self, broker_id: int, topic: str, partition: int = 0):
         return self.brokers[broker_id].replicas.get(topic, partition)
 
-    def fence(self, broker_id: int) -> None:
+    async def fence(self, broker_id: int) -> None:
+        """Fence a broker as a missed session would, and wait until every broker applied it."""
         self.controller.fence(broker_id)
+        await self.caught_up()
 
-    def unfence(self, broker_id: int) -> None:
+    async def unfence(self, broker_id: int) -> None:
         self.controller.unfence(broker_id)
+        await self.caught_up()
+
+    async def caught_up(self) -> None:
+        """Wait until every broker applied every metadata update published to it."""
+        for broker in self.brokers.values():
+            await broker.caught_up()
 
     # -- waiting ----------------------------------------------------------------------------------
 
@@ -223,7 +238,7 @@ class Cluster:
                         sets += [part.append_watchers, part.hw_watchers]
                 for w in sets:
                     w.add(event)
-                metadata_events = [b.metadata_changed for b in self.brokers.values()]
+                metadata_events = [b.metadata.changed for b in self.brokers.values()]
                 try:
                     async with trio.open_nursery() as nursery:
                         for metadata_event in metadata_events:

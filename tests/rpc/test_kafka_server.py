@@ -2,21 +2,11 @@
 
 import struct
 
-import attrs
 import trio
 import trio.testing
 
+from kraftpy.protocol.types import FileRegion
 from kraftpy.rpc.kafka_server import BadRequest, KafkaServer
-
-
-@attrs.frozen
-class Region:
-    fd: int
-    offset: int
-    length: int
-
-    def fileno(self):
-        return self.fd
 
 
 async def read_frame(stream):
@@ -51,7 +41,7 @@ async def test_answers_in_order_with_file_regions(tmp_path):
             await release_slow.wait()
             return [struct.pack(">i", 4), b"slow"]
         if payload == b"file":
-            region = Region(fd.fileno(), 1000, 300_000)
+            region = FileRegion(fd.fileno(), 1000, 300_000)
             return [struct.pack(">i", 4 + region.length), b"file", region]
         if payload == b"quiet":
             return None

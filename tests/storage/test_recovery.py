@@ -104,7 +104,7 @@ def test_indexes_are_rebuilt_when_missing_or_wrong(tmp_path, how):
     closed, expected = fill(tmp_path)
     probe = reopen(tmp_path, closed.offsets, clean=True)
     timestamps = {t: probe.offset_for_timestamp(t) for t in range(995, 1300, 7)}
-    positions = {o: (r.position, r.length) for o in range(0, 60, 3) if (r := probe.read(o, 150))}
+    positions = {o: (r.offset, r.length) for o in range(0, 60, 3) if (r := probe.read(o, 150))}
     probe.close()
     for path in segment_files(tmp_path, ".index") + segment_files(tmp_path, ".timeindex"):
         data = path.read_bytes()
@@ -130,7 +130,7 @@ def test_indexes_are_rebuilt_when_missing_or_wrong(tmp_path, how):
     log = reopen(tmp_path, closed.offsets, clean=True)  # a clean start still never trusts an index blindly
     assert read_all(log) == expected
     assert {t: log.offset_for_timestamp(t) for t in timestamps} == timestamps
-    assert {o: (r.position, r.length) for o in positions if (r := log.read(o, 150))} == positions
+    assert {o: (r.offset, r.length) for o in positions if (r := log.read(o, 150))} == positions
     log.close()
     # the rebuilt indexes were saved on close and load cleanly
     again = reopen(tmp_path, log.offsets, clean=True)

@@ -1,0 +1,39 @@
+"""What several handler modules share: topic ids on the wire, and finding the partition a request may act on."""
+
+from __future__ import annotations
+
+import uuid
+
+from kraftpy.broker.metadata_cache import MetadataCache
+from kraftpy.broker.partition import Partition
+from kraftpy.broker.replica_manager import ReplicaManager
+from kraftpy.ids import Uuid
+from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.types import ZERO_UUID
+
+
+def to_wire_uuid(topic_id: Uuid | None) -> uuid.UUID:
+    return ZERO_UUID if topic_id is None else uuid.UUID(bytes=topic_id.raw)
+
+
+def from_wire_uuid(value: uuid.UUID) -> Uuid | None:
+    return None if value == ZERO_UUID else Uuid(value.bytes)
+
+
+def epoch_error(part: Partition, current_leader_epoch: int) -> ErrorCode:
+    """KIP-320: a request naming another leader epoch than the partition's is fenced or early."""
+    if current_leader_epoch < 0 or current_leader_epoch == part.leader_epoch:
+        return ErrorCode.NONE
+    if current_leader_epoch < part.leader_epoch:
+        return ErrorCode.FENCED_LEADER_EPOCH
+    return ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+def leader_partition(replicas: ReplicaManager, metadata: MetadataCache, topic: str, index: int,
+                     current_leader_epoch: int = -1) -> tuple[Partition | None, ErrorCode]:
+    """The partition if this broker leads it in the epoch the request names, else the error to answer."""
+    part = replicas.get(topic, index)
+    if part is None or not part.is_leader:
+        return None, metadata.partition_error(topic, index)
+    error = epoch_error(part, current_leader_epoch)
+    return (part, error) if error == ErrorCode.NONE else (None, error)

@@ -1,0 +1,126 @@
+"""`KafkaApis`: one frame in, the response frame's parts out, through a table of handlers.
+
+`KafkaApis.handle` is the `KafkaServer` handler. It parses the frame (``parse_request``), finds
+the handler for the api key, awaits it and encodes the response. A frame that does not parse, an
+API this broker does not serve, or a handler that fails closes that one connection (`BadRequest`),
+as Kafka does; every other connection is unaffected. Answered instead of closed:
+
+* an ApiVersions request of an unknown version gets a v0 response with UNSUPPORTED_VERSION and
+  the supported ranges (KIP-511), and ApiVersions itself is answered here, from the table;
+* a Produce below v3 gets UNSUPPORTED_VERSION for each partition;
+* a forwarded request that no controller took gets its own shape with every item failed
+  (kraftpy.broker.apis.forwarding).
+
+Each area's handlers live in a module of their own and are registered by the broker that builds
+them (`register` / `register_all`), so an area added later (the group coordinator's, say) plugs
+in the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import structlog
+
+from kraftpy.broker.apis.forwarding import error_response
+from kraftpy.broker.controller_channel import ControllerUnavailable
+from kraftpy.broker.metadata_cache import MetadataCache
+from kraftpy.protocol.api_keys import API_VERSIONS, ApiKey, VersionRange
+from kraftpy.protocol.errors import ErrorCode, InvalidRequestError, UnsupportedVersionError
+from kraftpy.protocol.frames import encode_response, parse_request
+from kraftpy.protocol.messages import REQUESTS, ApiVersionsResponse, ProduceResponse
+from kraftpy.rpc.kafka_server import BadRequest, Connection
+
+_logger = structlog.get_logger(__name__)
+
+Handler = Callable[[Any, Any, Connection], Awaitable[Any]]
+
+
+class KafkaApis:
+    def __init__(self, metadata: MetadataCache, *, node_id: int = -1) -> None:
+        self.metadata = metadata
+        self._log = _logger.bind(node_id=node_id)
+        self.handlers: dict[int, Handler] = {ApiKey.API_VERSIONS: self.handle_api_versions}
+
+    def register(self, api_key: ApiKey, handler: Handler) -> None:
+        """Serve ``api_key`` with ``handler``."""
+        self.handlers[api_key] = handler
+
+    def register_all(self, handlers: Mapping[ApiKey, Handler]) -> None:
+        for api_key, handler in handlers.items():
+            self.register(api_key, handler)
+
+    def supported_versions(self) -> list[tuple[int, int, int]]:
+        return sorted((int(k), r.min_version, r.max_version) for k, r in API_VERSIONS.items() if k in self.handlers)
+
+    # -- dispatch ---------------------------------------------------------------------------------
+
+    async def handle(self, frame: bytes | memoryview, conn: Connection) -> list | None:
+        try:
+            header, request = parse_request(frame, allow_trailing_bytes=True)
+        except UnsupportedVersionError as exc:
+            return self._answer_unsupported_version(frame, exc)
+        except InvalidRequestError as exc:
+            raise BadRequest(str(exc)) from None
+        api_key = header.request_api_key
+        version = header.request_api_version
+        handler = self.handlers.get(api_key)
+        if handler is None:
+            raise BadRequest(f"{ApiKey(api_key).name} is not served by this broker")
+        try:
+            response = await handler(header, request, conn)
+        except BadRequest:
+            raise
+        except ControllerUnavailable as exc:
+            response = error_response(api_key, version, request, str(exc))
+            if response is None:
+                raise BadRequest(f"{ApiKey(api_key).name} failed: {exc}") from exc
+            self._log.warning("no controller for a forwarded request", api=ApiKey(api_key).name, error=str(exc))
+        except Exception as exc:
+            self._log.exception("request handler failed", api=ApiKey(api_key).name, peer=conn.peer)
+            raise BadRequest(f"{ApiKey(api_key).name} failed: {exc}") from exc
+        if response is None:
+            return None
+        return encode_response(header.correlation_id, api_key, version, response)
+
+    def _answer_unsupported_version(self, frame: bytes | memoryview, exc: UnsupportedVersionError) -> list:
+        if exc.api_key == ApiKey.API_VERSIONS and exc.correlation_id is not None:
+            response = ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=self._api_version_list())
+            return encode_response(exc.correlation_id, ApiKey.API_VERSIONS, 0, response)
+        cls = REQUESTS.get(exc.api_key) if exc.api_key is not None else None
+        if exc.api_key == ApiKey.PRODUCE and cls is not None and exc.api_version in cls.SCHEMA.versions:
+            # Produce v0-v2 parse (the schema knows them) but are refused, per partition.
+            every_known = {ApiKey.PRODUCE: VersionRange(cls.SCHEMA.versions.lo, cls.SCHEMA.versions.hi)}
+            try:
+                _, request = parse_request(frame, every_known, allow_trailing_bytes=True)
+            except InvalidRequestError as decode_exc:
+                raise BadRequest(str(exc)) from decode_exc
+            if request.acks == 0:
+                raise BadRequest(str(exc))
+            response = ProduceResponse(responses=[
+                ProduceResponse.TopicProduceResponse(name=t.name, partition_responses=[
+                    ProduceResponse.PartitionProduceResponse(
+                        index=p.index, error_code=ErrorCode.UNSUPPORTED_VERSION, base_offset=-1)
+                    for p in t.partition_data])
+                for t in request.topic_data])
+            return encode_response(exc.correlation_id, ApiKey.PRODUCE, exc.api_version, response)
+        raise BadRequest(str(exc))
+
+    # -- ApiVersions ------------------------------------------------------------------------------
+
+    def _api_version_list(self) -> list:
+        return [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                for k, lo, hi in self.supported_versions()]
+
+    async def handle_api_versions(self, header: Any, request: Any, conn: Connection) -> ApiVersionsResponse:
+        response = ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=self._api_version_list())
+        image = self.metadata.image
+        levels = image.features.levels
+        if levels:
+            response.finalized_features_epoch = max(image.provenance.last_offset, 0)
+            response.finalized_features = [
+                ApiVersionsResponse.FinalizedFeatureKey(name=name, max_version_level=level, min_version_level=level)
+                for name, level in sorted(levels.items())
+            ]
+        return response

@@ -1,0 +1,173 @@
+"""Fetch: consumers and follower brokers read file regions of segments, sent with ``os.sendfile``.
+
+A fetch reads each partition as it stands (``Log.read``: a region of a segment file, no bytes
+copied) — below the high watermark for consumers, up to the log end for followers — and answers
+once ``min_bytes`` are readable, something needs an answer at once (an error, a diverging epoch),
+or ``max_wait_ms`` passed: in between it parks in the purgatory on the partitions' watchers
+(followers wait for appends, consumers for the high watermark). Only the final answer's regions
+get descriptors of their own (`FileRegion.detach`), held by the connection until they are sent,
+so retention or a truncation may close the segment meanwhile.
+
+A follower's fetch is also how the leader learns its progress: its fetch offset moves the high
+watermark and may bring it back into the ISR; a follower whose last fetched epoch the leader's
+history does not continue gets a diverging epoch instead of records (KIP-320).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from kraftpy.broker.apis.common import from_wire_uuid, leader_partition
+from kraftpy.broker.metadata_cache import MetadataCache
+from kraftpy.broker.partition import Partition
+from kraftpy.broker.purgatory import wait_for_change
+from kraftpy.broker.replica_manager import ReplicaManager
+from kraftpy.protocol.api_keys import ApiKey
+from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.messages import FetchResponse
+from kraftpy.protocol.types import FileRegion
+from kraftpy.rpc.kafka_server import Connection
+from kraftpy.storage.log import OffsetOutOfRangeError
+
+
+def divergence(part: Partition, fp: Any) -> tuple[int, int] | None:
+    """Where a follower's log diverges from ours, from the epoch of its last batch (KIP-320), if it does."""
+    if fp.last_fetched_epoch < 0:
+        return None
+    epoch, end = part.log.end_offset_for_epoch(fp.last_fetched_epoch)
+    if epoch < 0 or end < 0:
+        # Our history knows no epoch at or below the follower's: keep only what lies below our start.
+        return -1, part.log_start_offset
+    if epoch < fp.last_fetched_epoch or end < fp.fetch_offset:
+        return epoch, end
+    return None
+
+
+class FetchApi:
+    def __init__(self, replicas: ReplicaManager, metadata: MetadataCache) -> None:
+        self.replicas = replicas
+        self.metadata = metadata
+
+    def handlers(self) -> dict[ApiKey, Any]:
+        return {ApiKey.FETCH: self.handle_fetch}
+
+    async def handle_fetch(self, header: Any, request: Any, conn: Connection) -> FetchResponse:
+        version = header.request_api_version
+        if request.session_id != 0 or request.session_epoch > 0:
+            # Fetch sessions (KIP-227) are not kept: every fetch is a full one.
+            return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+        replica_id = request.replica_id
+        is_replica = replica_id >= 0
+        image = self.metadata.image
+        items = []  # (topic response, partition request, Partition | None, error)
+        responses = []
+        for topic in request.topics:
+            if version >= 13:
+                topic_id = from_wire_uuid(topic.topic_id)
+                topic_image = image.topics.get_by_id(topic_id) if topic_id is not None else None
+                name = topic_image.name if topic_image is not None else None
+                unknown = ErrorCode.UNKNOWN_TOPIC_ID
+            else:
+                name = topic.topic
+                unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            topic_response = FetchResponse.FetchableTopicResponse(topic=topic.topic, topic_id=topic.topic_id)
+            responses.append(topic_response)
+            for fp in topic.partitions:
+                if name is None:
+                    items.append((topic_response, fp, None, unknown))
+                    continue
+                part, error = leader_partition(self.replicas, self.metadata, name, fp.partition,
+                                               fp.current_leader_epoch)
+                if part is not None and is_replica and replica_id not in part.replicas:
+                    error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                items.append((topic_response, fp, part, error))
+
+        diverging: dict[int, tuple[int, int]] = {}
+        if is_replica:
+            for i, (_, fp, part, error) in enumerate(items):
+                if part is None or error != ErrorCode.NONE:
+                    continue
+                diverged = divergence(part, fp)
+                if diverged is not None:
+                    diverging[i] = diverged
+                elif part.log_start_offset <= fp.fetch_offset <= part.log_end_offset:
+                    if part.update_follower_fetch(replica_id, fp.fetch_offset) is not None:
+                        self.replicas.maybe_expand_isr(part, replica_id)
+
+        deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
+        while True:
+            total, datas, answer_now = self._read(items, request.max_bytes, is_replica, diverging)
+            if (
+                total >= request.min_bytes
+                or answer_now
+                or request.max_wait_ms <= 0
+                or trio.current_time() >= deadline
+            ):
+                break
+            parts = [part for _, _, part, error in items if part is not None and error == ErrorCode.NONE]
+            if not parts:
+                break
+            watchers = [p.append_watchers if is_replica else p.hw_watchers for p in parts]
+            await wait_for_change(watchers, deadline)
+        # Descriptors of their own for what is sent: no await since the read above.
+        for data in datas:
+            if isinstance(data.records, FileRegion):
+                data.records = conn.hold(data.records.detach())
+        for (topic_response, _, _, _), data in zip(items, datas, strict=True):
+            topic_response.partitions.append(data)
+        return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses)
+
+    @staticmethod
+    def _read(items: list, max_bytes: int, is_replica: bool, diverging: dict[int, tuple[int, int]]):
+        """Read every partition as it stands; returns (bytes readable, partition data, answer at once).
+        The regions borrow the segments' descriptors."""
+        total = 0
+        answer_now = False
+        datas = []
+        PartitionData = FetchResponse.PartitionData
+        for i, (_, fp, part, error) in enumerate(items):
+            # Never a null record set, even with an error: librdkafka rejects MessageSetSize -1 as a
+            # parse failure and drops the whole response, so its consumer would never see the error
+            # (and retry the same fetch forever). Kafka answers errors with empty records too.
+            data = PartitionData(partition_index=fp.partition, error_code=error, high_watermark=-1,
+                                 last_stable_offset=-1, log_start_offset=-1, records=b"")
+            datas.append(data)
+            if part is None or error != ErrorCode.NONE:
+                answer_now = True
+                continue
+            if not part.is_leader:
+                data.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                answer_now = True
+                continue
+            log = part.log
+            high_watermark = part.high_watermark
+            data.high_watermark = high_watermark
+            data.last_stable_offset = high_watermark
+            data.log_start_offset = log.log_start_offset
+            if i in diverging:
+                data.diverging_epoch.epoch, data.diverging_epoch.end_offset = diverging[i]
+                answer_now = True
+                continue
+            offset = fp.fetch_offset
+            if offset < log.log_start_offset or offset > log.log_end_offset:
+                data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                answer_now = True
+                continue
+            if not is_replica and offset >= high_watermark:
+                continue
+            budget = min(fp.partition_max_bytes, max_bytes - total)
+            if budget <= 0 and total > 0:
+                continue
+            try:
+                region = log.read(offset, max(budget, 0), max_offset=None if is_replica else high_watermark,
+                                  min_one_batch=total == 0, whole_batches=is_replica)
+            except OffsetOutOfRangeError:
+                data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                answer_now = True
+                continue
+            if region.length:
+                data.records = region
+                total += region.length
+        return total, datas, answer_now

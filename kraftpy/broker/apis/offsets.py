@@ -1,0 +1,134 @@
+"""Offsets: ListOffsets (by time, earliest, latest, max timestamp), OffsetForLeaderEpoch, DeleteRecords."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kraftpy.broker.apis.common import leader_partition
+from kraftpy.broker.metadata_cache import MetadataCache
+from kraftpy.broker.partition import Partition
+from kraftpy.broker.replica_manager import ReplicaManager
+from kraftpy.protocol.api_keys import ApiKey
+from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.messages import DeleteRecordsResponse, ListOffsetsResponse, OffsetForLeaderEpochResponse
+from kraftpy.rpc.kafka_server import Connection
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+
+def list_offset(part: Partition, timestamp: int, is_consumer: bool, version: int, result: Any) -> None:
+    """Fill ``result`` with the offset ListOffsets names for ``timestamp`` (consumers see below the HW)."""
+    log = part.log
+    upper = part.high_watermark if is_consumer else log.log_end_offset
+    cache = log.leader_epoch_cache
+    if timestamp == EARLIEST_TIMESTAMP:
+        result.offset = log.log_start_offset
+        epoch = cache.epoch_for_offset(log.log_start_offset)
+        result.leader_epoch = epoch if epoch is not None else -1
+    elif timestamp == LATEST_TIMESTAMP:
+        result.offset = upper
+        result.leader_epoch = log.latest_epoch if log.latest_epoch is not None else -1
+    elif timestamp == MAX_TIMESTAMP and version >= 7:
+        best = None
+        for segment in log.segments:
+            if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        if best is not None and log.log_start_offset <= best.offset_of_max_timestamp < upper:
+            result.timestamp = best.max_timestamp
+            result.offset = best.offset_of_max_timestamp
+            epoch = cache.epoch_for_offset(best.offset_of_max_timestamp)
+            result.leader_epoch = epoch if epoch is not None else -1
+    elif timestamp < 0:
+        result.error_code = ErrorCode.INVALID_REQUEST
+    else:
+        found = log.offset_for_timestamp(timestamp)
+        if found is not None and found.offset < upper:
+            result.timestamp = found.timestamp
+            result.offset = found.offset
+            result.leader_epoch = found.leader_epoch
+
+
+class OffsetsApi:
+    def __init__(self, replicas: ReplicaManager, metadata: MetadataCache) -> None:
+        self.replicas = replicas
+        self.metadata = metadata
+
+    def handlers(self) -> dict[ApiKey, Any]:
+        return {
+            ApiKey.LIST_OFFSETS: self.handle_list_offsets,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.handle_offset_for_leader_epoch,
+            ApiKey.DELETE_RECORDS: self.handle_delete_records,
+        }
+
+    def _leader(self, topic: str, index: int, current_leader_epoch: int = -1) -> tuple[Partition | None, ErrorCode]:
+        return leader_partition(self.replicas, self.metadata, topic, index, current_leader_epoch)
+
+    async def handle_list_offsets(self, header: Any, request: Any, conn: Connection) -> ListOffsetsResponse:
+        version = header.request_api_version
+        is_consumer = request.replica_id < 0
+        topics = []
+        for topic in request.topics:
+            out = ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name)
+            topics.append(out)
+            for lp in topic.partitions:
+                result = ListOffsetsResponse.ListOffsetsPartitionResponse(
+                    partition_index=lp.partition_index, error_code=ErrorCode.NONE)
+                out.partitions.append(result)
+                part, error = self._leader(topic.name, lp.partition_index, lp.current_leader_epoch)
+                if part is None:
+                    result.error_code = error
+                    continue
+                list_offset(part, lp.timestamp, is_consumer, version, result)
+        return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+    async def handle_offset_for_leader_epoch(self, header: Any, request: Any,
+                                             conn: Connection) -> OffsetForLeaderEpochResponse:
+        topics = []
+        Result = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+        for topic in request.topics:
+            out = Result(topic=topic.topic)
+            topics.append(out)
+            for p in topic.partitions:
+                entry = OffsetForLeaderEpochResponse.EpochEndOffset(error_code=ErrorCode.NONE, partition=p.partition)
+                out.partitions.append(entry)
+                part, error = self._leader(topic.topic, p.partition, p.current_leader_epoch)
+                if part is None:
+                    entry.error_code = error
+                    continue
+                entry.leader_epoch, entry.end_offset = part.log.end_offset_for_epoch(p.leader_epoch)
+        return OffsetForLeaderEpochResponse(throttle_time_ms=0, topics=topics)
+
+    async def handle_delete_records(self, header: Any, request: Any, conn: Connection) -> DeleteRecordsResponse:
+        """Move log start offsets up; answered once the new starts are in the log directories'
+        checkpoint, so deleted records do not come back after a crash (Kafka writes that file only
+        every minute)."""
+        topics = []
+        moved = False
+        Result = DeleteRecordsResponse.DeleteRecordsTopicResult
+        PartitionResult = DeleteRecordsResponse.DeleteRecordsPartitionResult
+        for topic in request.topics:
+            out = Result(name=topic.name)
+            topics.append(out)
+            for p in topic.partitions:
+                entry = PartitionResult(partition_index=p.partition_index, low_watermark=-1, error_code=ErrorCode.NONE)
+                out.partitions.append(entry)
+                part, error = self._leader(topic.name, p.partition_index)
+                if part is None:
+                    entry.error_code = error
+                    continue
+                offset = part.high_watermark if p.offset == -1 else p.offset
+                if offset < 0 or offset > part.high_watermark:
+                    entry.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                    continue
+                before = part.log_start_offset
+                try:
+                    entry.low_watermark = await part.delete_records_before(offset)
+                except OSError:
+                    entry.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                    continue
+                moved = moved or entry.low_watermark > before
+        if moved:
+            await self.replicas.checkpoint_now()
+        return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)

@@ -1,0 +1,149 @@
+"""Produce and InitProducerId: batches in, offsets out, with idempotence.
+
+Batches, not records: Produce checks the one batch of each partition by its 61-byte header and
+CRC only (the broker never decodes records it only stores and forwards), then the partition
+checks min.insync.replicas and the producer's sequence and appends it with one write
+(`Partition.append_as_leader`). With acks=all the request parks in the purgatory until every
+partition's high watermark passes its batch, the leadership moves, or the timeout passes.
+
+InitProducerId hands out producer ids from blocks the controller allocates to this broker;
+transactional ids are refused until transactions exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+import trio
+
+from kraftpy.broker.apis.common import leader_partition
+from kraftpy.broker.metadata_cache import MetadataCache
+from kraftpy.broker.partition import Partition
+from kraftpy.broker.producer_ids import ProducerIdManager
+from kraftpy.broker.purgatory import wait_for_change
+from kraftpy.broker.replica_manager import ReplicaManager
+from kraftpy.protocol.api_keys import ApiKey
+from kraftpy.protocol.batch_header import BatchHeader, CorruptRecordError, UnsupportedMagicError, check_batch
+from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.messages import InitProducerIdResponse, ProduceResponse
+from kraftpy.rpc.kafka_server import BadRequest, Connection
+
+_logger = structlog.get_logger(__name__)
+
+
+def check_produced_batch(records: Any, max_message_bytes: int) -> tuple[BatchHeader | None, ErrorCode, str | None]:
+    """The header of a Produce request's one batch, or why it is refused (before any state is touched)."""
+    if records is None or not len(records):
+        return None, ErrorCode.INVALID_RECORD, "Produce requests must contain a record batch"
+    try:
+        header = check_batch(records, 0)
+    except UnsupportedMagicError as exc:
+        return None, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(exc)
+    except CorruptRecordError as exc:
+        return None, ErrorCode.CORRUPT_MESSAGE, str(exc)
+    if header.size != len(records):
+        return None, ErrorCode.INVALID_RECORD, "Produce requests with version 3 or later must contain exactly one record batch"
+    if header.last_offset_delta < 0 or header.record_count <= 0:
+        return None, ErrorCode.CORRUPT_MESSAGE, "batch with a negative offset delta or no records"
+    if header.size > max_message_bytes:
+        return None, ErrorCode.MESSAGE_TOO_LARGE, (
+            f"batch of {header.size} bytes is larger than max.message.bytes={max_message_bytes}")
+    return header, ErrorCode.NONE, None
+
+
+class ProduceApi:
+    def __init__(self, replicas: ReplicaManager, metadata: MetadataCache, producer_ids: ProducerIdManager,
+                 clock: Callable[[], int], *, node_id: int = -1) -> None:
+        self.replicas = replicas
+        self.metadata = metadata
+        self.producer_ids = producer_ids
+        self.clock = clock
+        self._log = _logger.bind(node_id=node_id)
+
+    def handlers(self) -> dict[ApiKey, Any]:
+        return {ApiKey.PRODUCE: self.handle_produce, ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id}
+
+    # -- Produce ------------------------------------------------------------------------------------
+
+    async def handle_produce(self, header: Any, request: Any, conn: Connection) -> ProduceResponse | None:
+        acks = request.acks
+        now = self.clock()
+        PartitionResponse = ProduceResponse.PartitionProduceResponse
+        results: dict[tuple[str, int], Any] = {}
+        waiting: dict[tuple[str, int], tuple[Partition, int, int]] = {}
+        order: list[tuple[str, list[int]]] = []
+        for topic in request.topic_data:
+            indexes: list[int] = []
+            order.append((topic.name, indexes))
+            for data in topic.partition_data:
+                key = (topic.name, data.index)
+                indexes.append(data.index)
+                result = results[key] = PartitionResponse(index=data.index, error_code=ErrorCode.NONE, base_offset=-1)
+                if acks not in (0, 1, -1):
+                    result.error_code = ErrorCode.INVALID_REQUIRED_ACKS
+                    continue
+                part, error = leader_partition(self.replicas, self.metadata, topic.name, data.index)
+                if part is None:
+                    result.error_code = error
+                    continue
+                batch, error, message = check_produced_batch(data.records, part.log.config.max_message_bytes)
+                if batch is None:
+                    result.error_code, result.error_message = error, message
+                    continue
+                epoch = part.leader_epoch
+                try:
+                    appended = await part.append_as_leader(data.records, batch, acks=acks, now=now)
+                except OSError as exc:
+                    self._log.error("append failed", partition=str(part.tp), error=str(exc))
+                    result.error_code, result.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(exc)
+                    continue
+                result.error_code, result.error_message = appended.error, appended.message
+                result.base_offset = appended.base_offset
+                result.log_append_time_ms = appended.log_append_time_ms
+                result.log_start_offset = part.log_start_offset
+                if appended.error == ErrorCode.NONE and acks == -1:
+                    waiting[key] = (part, epoch, appended.next_offset)
+        if waiting:
+            await self._await_replication(waiting, results, request.timeout_ms / 1000)
+        if acks == 0:
+            if any(r.error_code != ErrorCode.NONE for r in results.values()):
+                # The producer reads no answer: closing the connection is how it learns (as in Kafka).
+                raise BadRequest("acks=0 produce failed")
+            return None
+        return ProduceResponse(responses=[
+            ProduceResponse.TopicProduceResponse(name=name, partition_responses=[results[(name, i)] for i in indexes])
+            for name, indexes in order
+        ])
+
+    @staticmethod
+    async def _await_replication(waiting: dict, results: dict, timeout_s: float) -> None:
+        """acks=all: park until each partition's high watermark reaches its batch's end (or it fails)."""
+        deadline = trio.current_time() + max(timeout_s, 0)
+        while True:
+            for key, (part, epoch, required) in list(waiting.items()):
+                if not part.is_leader or part.leader_epoch != epoch:
+                    results[key].error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    del waiting[key]
+                elif part.high_watermark >= required:
+                    if len(part.isr) < part.min_insync_replicas:
+                        results[key].error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                    del waiting[key]
+            if not waiting:
+                return
+            if trio.current_time() >= deadline:
+                for key in waiting:
+                    results[key].error_code = ErrorCode.REQUEST_TIMED_OUT
+                return
+            await wait_for_change([p.hw_watchers for p, _, _ in waiting.values()], deadline)
+
+    # -- InitProducerId -------------------------------------------------------------------------------
+
+    async def handle_init_producer_id(self, header: Any, request: Any, conn: Connection) -> InitProducerIdResponse:
+        if request.transactional_id is not None:
+            return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
+                                          producer_id=-1, producer_epoch=-1)
+        producer_id = await self.producer_ids.generate()  # ControllerUnavailable: see forwarding
+        return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id,
+                                      producer_epoch=0)

@@ -1,0 +1,121 @@
+"""CreateTopics, DeleteTopics, CreatePartitions: forwarded to the controller (see forwarding).
+
+Each handler turns the wire request into the controller's own message, awaits the committed
+result, waits until the change reached this broker's metadata cache (so the client's next
+Metadata request sees it), and turns the result back into the wire response.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kraftpy.broker.apis.common import from_wire_uuid, to_wire_uuid
+from kraftpy.broker.apis.forwarding import await_propagation
+from kraftpy.broker.controller_channel import ControllerChannel
+from kraftpy.broker.metadata_cache import MetadataCache
+from kraftpy.broker.settings import BrokerSettings
+from kraftpy.metadata import configs as config_defs
+from kraftpy.metadata import messages as m
+from kraftpy.protocol.api_keys import ApiKey
+from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.messages import CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse
+from kraftpy.rpc.kafka_server import Connection
+
+
+class TopicsApi:
+    def __init__(self, metadata: MetadataCache, channel: ControllerChannel, settings: BrokerSettings) -> None:
+        self.metadata = metadata
+        self.channel = channel
+        self.settings = settings
+
+    def handlers(self) -> dict[ApiKey, Any]:
+        return {
+            ApiKey.CREATE_TOPICS: self.handle_create_topics,
+            ApiKey.DELETE_TOPICS: self.handle_delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.handle_create_partitions,
+        }
+
+    async def handle_create_topics(self, header: Any, request: Any, conn: Connection) -> CreateTopicsResponse:
+        version = header.request_api_version
+        mreq = m.CreateTopicsRequest(
+            tuple(
+                m.CreatableTopic(
+                    t.name, t.num_partitions, t.replication_factor,
+                    tuple(m.CreatableReplicaAssignment(a.partition_index, tuple(a.broker_ids)) for a in t.assignments),
+                    tuple(m.CreatableTopicConfig(c.name, c.value) for c in t.configs),
+                )
+                for t in request.topics
+            ),
+            validate_only=request.validate_only,
+        )
+        mresp = await self.channel.create_topics(mreq)
+        created = [r.name for r in mresp.topics if r.error_code == ErrorCode.NONE]
+        if created and not request.validate_only:
+            await await_propagation(self.metadata, lambda image: all(image.topics.get_by_name(n) is not None
+                                                                     for n in created), request.timeout_ms)
+        by_name = {t.name: t for t in request.topics}
+        Result = CreateTopicsResponse.CreatableTopicResult
+        topics = []
+        for r in mresp.topics:
+            out = Result(name=r.name, topic_id=to_wire_uuid(r.topic_id), error_code=r.error_code,
+                         error_message=r.error_message, num_partitions=r.num_partitions,
+                         replication_factor=r.replication_factor)
+            if version >= 5 and r.error_code == ErrorCode.NONE:
+                out.configs = self._created_topic_configs(r.name, by_name.get(r.name))
+            topics.append(out)
+        return CreateTopicsResponse(throttle_time_ms=0, topics=topics)
+
+    def _created_topic_configs(self, name: str, requested: Any) -> list:
+        given = {c.name: c.value for c in requested.configs} if requested is not None else {}
+        Config = CreateTopicsResponse.CreatableTopicConfigs
+        out = []
+        for key in sorted(config_defs.TOPIC_CONFIGS):
+            if key in given:
+                value, source = given[key], m.ConfigSource.TOPIC_CONFIG
+            else:
+                value, source = config_defs.effective_topic_config(
+                    self.metadata.image, dict(self.settings.static_broker_configs), name, key)
+            out.append(Config(name=key, value=value, read_only=False, config_source=int(source), is_sensitive=False))
+        return out
+
+    async def handle_delete_topics(self, header: Any, request: Any, conn: Connection) -> DeleteTopicsResponse:
+        if header.request_api_version >= 6:
+            states = tuple(m.DeleteTopicState(t.name, from_wire_uuid(t.topic_id)) for t in request.topics)
+        else:
+            states = tuple(m.DeleteTopicState(name) for name in request.topic_names)
+        mresp = await self.channel.delete_topics(m.DeleteTopicsRequest(states))
+        deleted = [r.topic_id for r in mresp.responses if r.error_code == ErrorCode.NONE and r.topic_id is not None]
+        if deleted:
+            await await_propagation(self.metadata, lambda image: all(image.topics.get_by_id(t) is None
+                                                                     for t in deleted), request.timeout_ms)
+        Result = DeleteTopicsResponse.DeletableTopicResult
+        return DeleteTopicsResponse(throttle_time_ms=0, responses=[
+            Result(name=r.name, topic_id=to_wire_uuid(r.topic_id), error_code=r.error_code,
+                   error_message=r.error_message)
+            for r in mresp.responses
+        ])
+
+    async def handle_create_partitions(self, header: Any, request: Any, conn: Connection) -> CreatePartitionsResponse:
+        mreq = m.CreatePartitionsRequest(
+            tuple(
+                m.CreatePartitionsTopic(
+                    t.name, t.count,
+                    None if t.assignments is None else tuple(tuple(a.broker_ids) for a in t.assignments),
+                )
+                for t in request.topics
+            ),
+            validate_only=request.validate_only,
+        )
+        mresp = await self.channel.create_partitions(mreq)
+        grown = {r.name: t.count for r, t in zip(mresp.results, request.topics, strict=False)
+                 if r.error_code == ErrorCode.NONE and r.name == t.name}
+        if grown and not request.validate_only:
+            await await_propagation(
+                self.metadata,
+                lambda image: all((ti := image.topics.get_by_name(n)) is not None and len(ti.partitions) >= c
+                                  for n, c in grown.items()),
+                request.timeout_ms)
+        Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+        return CreatePartitionsResponse(throttle_time_ms=0, results=[
+            Result(name=r.name, error_code=r.error_code, error_message=r.error_message) for r in mresp.results
+        ])

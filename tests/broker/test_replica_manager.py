@@ -1,0 +1,275 @@
+"""The replica manager without sockets: metadata deltas in, logs and roles out, on injected clocks.
+
+The metadata comes from a real `QuorumController` (records replayed into real deltas); the replica
+manager's timers run on trio's autojump clock and its wall clock is a manual one, so follower lag,
+retention and delayed segment deletion are driven by the test, never by waiting.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import trio
+
+from kraftpy.broker.partition import Role
+from kraftpy.broker.replica_manager import ReplicaManager
+from kraftpy.broker.settings import BrokerSettings
+from kraftpy.ids import Uuid
+from kraftpy.metadata import cluster_control
+from kraftpy.metadata.controller import QuorumController
+from kraftpy.metadata.controller_config import ControllerConfig
+from kraftpy.metadata.delta import MetadataDelta
+from kraftpy.metadata.image import EMPTY_IMAGE
+from kraftpy.metadata.messages import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DeleteTopicState,
+)
+from kraftpy.metadata.records import BrokerEndpoint, BrokerFeature
+from kraftpy.metadata.result import ControllerResult
+from kraftpy.protocol.batch_header import read_header
+from kraftpy.protocol.errors import ErrorCode
+from kraftpy.storage.log_manager import LOG_START_CHECKPOINT_FILE, REPLICATION_CHECKPOINT_FILE
+from kraftpy.storage.segment import LogSegment
+from tests.helpers.blocking import file_work_forbidden_here
+from tests.helpers.protocol import batch
+
+CLUSTER_ID = "cmVwbGljYS1tYW5hZ2VyLXRlc3Q"
+NODE = 1
+
+
+class WallClock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Metadata:
+    """A real controller whose committed records become (image, delta) pairs for the broker."""
+
+    def __init__(self, brokers=(1, 2, 3)) -> None:
+        self.controller = QuorumController(ControllerConfig(cluster_id=CLUSTER_ID, auto_leader_rebalance_enable=False),
+                                           rng=random.Random(3))
+        self.offset = -1
+        self.alter_partitions: list[AlterPartitionRequest] = []
+        self.commit(self.controller.activate(0.0))
+        for b in brokers:
+            request = BrokerRegistrationRequest(b, CLUSTER_ID, Uuid(bytes([b]) + bytes(15)),
+                                                listeners=(BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9000 + b, 0),),
+                                                features=(BrokerFeature("metadata.version", 1, 7),))
+            epoch = self.commit(self.controller.handle_broker_registration(request, 0.0, self.offset + 1)).broker_epoch
+            self.commit(self.controller.handle_broker_heartbeat(BrokerHeartbeatRequest(b, epoch, self.offset), 0.0))
+        self.pending: list[tuple] = []
+
+    def commit(self, result: ControllerResult):
+        if result.records:
+            delta = MetadataDelta(self.controller.image)
+            for record in result.records:
+                self.offset += 1
+                delta.replay(record, self.offset, 1)
+            self.controller.replay(result.records, last_offset=self.offset, epoch=1)
+            self.pending.append((self.controller.image, delta)) if hasattr(self, "pending") else None
+        return result.response
+
+    async def publish_to(self, replicas: ReplicaManager) -> None:
+        pending, self.pending = self.pending, []
+        for image, delta in pending:
+            await replicas.apply_delta(image, delta)
+
+    def create(self, name: str, partitions: int, rf: int = 3, *, only_here: bool = False, **configs: str) -> None:
+        """Create a topic; ``only_here``: every partition has one replica, on this broker."""
+        assignments = tuple(CreatableReplicaAssignment(p, (NODE,)) for p in range(partitions)) if only_here else ()
+        if only_here:
+            partitions = rf = -1
+        topic = CreatableTopic(name, partitions, rf, assignments,
+                               configs=tuple(CreatableTopicConfig(k, v) for k, v in configs.items()))
+        result = self.commit(self.controller.handle_create_topics(CreateTopicsRequest((topic,))))
+        assert result.result(name).error_code == ErrorCode.NONE
+
+    # -- a ControllerChannel, for the replica manager's AlterPartition ------------------------------
+
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        self.alter_partitions.append(request)
+        return self.commit(self.controller.handle_alter_partition(request))
+
+
+def settings(tmp_path, **overrides) -> BrokerSettings:
+    values = dict(node_id=NODE, cluster_id=CLUSTER_ID, log_dirs=(tmp_path / "a", tmp_path / "b"),
+                  replica_lag_time_max_ms=10_000, log_retention_check_interval_ms=1000,
+                  high_watermark_checkpoint_interval_ms=5000)
+    values.update(overrides)
+    return BrokerSettings(**values)
+
+
+@pytest.fixture
+async def broker(tmp_path, autojump_clock, nursery):
+    metadata = Metadata(brokers=range(1, 7))
+    clock = WallClock()
+    replicas = ReplicaManager(settings(tmp_path), metadata, clock)
+    await nursery.start(replicas.run)
+    replicas.set_running(True)
+    await metadata.publish_to(replicas)
+    yield metadata, replicas, clock
+    await replicas.close()
+
+
+async def test_a_delta_changes_and_wakes_only_the_partitions_it_touches(broker):
+    metadata, replicas, _ = broker
+    metadata.create("many", 60)
+    await metadata.publish_to(replicas)
+    local = len(replicas.partitions)
+    assert 0 < local < 60  # six brokers, three replicas each
+    woken = {tp: trio.Event() for tp in replicas.partitions}
+    for tp, part in replicas.partitions.items():
+        part.hw_watchers.add(woken[tp])
+        part.append_watchers.add(woken[tp])
+    led = sorted(tp for tp, part in replicas.partitions.items() if part.is_leader)
+    # One partition's leader is fenced away: only that partition changes here.
+    other = next(tp for tp, part in replicas.partitions.items() if not part.is_leader)
+    fenced_leader = replicas.partitions[other].leader_id
+    for record_list in [cluster_control.fence_brokers(metadata.controller.image, [fenced_leader],
+                                                       metadata.controller.config)]:
+        metadata.commit(ControllerResult(record_list, None))
+    image, delta = metadata.pending[-1]
+    touched = {(p.topic_name, p.partition) for p in (*delta.local_changes(NODE).leaders,
+                                                     *delta.local_changes(NODE).followers)}
+    await metadata.publish_to(replicas)
+    assert {(tp.topic, tp.partition) for tp, event in woken.items() if event.is_set()} == touched
+    assert 0 < len(touched) < local
+    assert led == sorted(tp for tp in led if replicas.partitions[tp].is_leader)  # nothing else moved
+
+
+async def test_logs_open_and_close_off_the_event_loop_in_one_hop_per_delta(broker, monkeypatch):
+    metadata, replicas, _ = broker
+    hops = []
+    real = trio.to_thread.run_sync
+
+    async def counting(fn, *args, **kwargs):
+        hops.append(getattr(fn, "__name__", fn))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counting)
+    with file_work_forbidden_here() as elsewhere:
+        metadata.create("orders", 12, rf=6)
+        await metadata.publish_to(replicas)
+        assert len(replicas.partitions) == 12 and hops.count("_open_logs") == 1 and "mkdir" in elsewhere
+        # Spread over both log dirs, fewest first.
+        dirs = {part.log.directory.parent.name for part in replicas.partitions.values()}
+        assert dirs == {"a", "b"}
+        topic_id = metadata.controller.image.topics.get_by_name("orders").id
+        metadata.commit(metadata.controller.handle_delete_topics(DeleteTopicsRequest((DeleteTopicState("orders"),))))
+        await metadata.publish_to(replicas)
+        assert replicas.partitions == {} and hops.count("_delete_logs") == 1
+        # Re-created under the same name: a new log, the old directory is gone.
+        metadata.create("orders", 2, rf=6)
+        await metadata.publish_to(replicas)
+        part = replicas.get("orders", 0)
+        assert part is not None and part.topic_id != topic_id and part.log_end_offset == 0
+        await replicas.checkpoint_now()
+    await trio.sleep(1)  # let the background deletion run (virtual time)
+    names = sorted(p.name for d in ("a", "b") for p in (replicas.settings.log_dirs[0].parent / d).iterdir())
+    assert not [n for n in names if n.endswith("-delete")]
+
+
+async def test_set_running_takes_and_gives_back_leaderships(broker):
+    metadata, replicas, _ = broker
+    metadata.create("t", 12)
+    await metadata.publish_to(replicas)
+    led = {tp for tp, part in replicas.partitions.items() if part.is_leader}
+    assert led
+    replicas.set_running(False)
+    assert all(part.role is not Role.LEADER for part in replicas.partitions.values())
+    assert not any(tp in parts for parts in replicas.fetch_assignments.values() for tp in led)
+    replicas.set_running(True)
+    assert {tp for tp, part in replicas.partitions.items() if part.is_leader} == led
+    for leader, parts in replicas.fetch_assignments.items():
+        assert all(replicas.partitions[tp].leader_id == leader for tp in parts)
+
+
+async def test_a_lagging_follower_is_proposed_out_of_the_isr_by_the_wall_clock(broker):
+    metadata, replicas, clock = broker
+    metadata.create("t", 12)
+    await metadata.publish_to(replicas)
+    part = next(part for part in replicas.partitions.values() if part.is_leader)
+    data = batch(b"x")
+    assert (await part.append_as_leader(data, read_header(data), acks=1, now=clock())).error == ErrorCode.NONE
+    followers = [r for r in part.replicas if r != NODE]
+    part.update_follower_fetch(followers[0], 1)  # caught up; the other never fetches
+    clock.now += 10_001
+    part.update_follower_fetch(followers[0], 1)
+    await replicas.maybe_shrink_isrs()
+    await trio.sleep(1)  # the ISR-change task sends the proposals (virtual time)
+    proposed = [tuple(b.broker_id for b in p.new_isr_with_epochs) for r in metadata.alter_partitions for t in r.topics
+                for p in t.partitions if p.partition_index == part.tp.partition]
+    assert proposed and followers[1] not in proposed[-1] and followers[0] in proposed[-1]
+    await metadata.publish_to(replicas)
+    assert part.isr == proposed[-1] and part.pending_isr is None
+
+
+async def test_retention_and_delayed_segment_deletion_follow_the_clocks(broker):
+    metadata, replicas, clock = broker
+    metadata.create("logs", 1, only_here=True, **{"retention.ms": "60000", "segment.bytes": "200",
+                                         "file.delete.delay.ms": "30000"})
+    await metadata.publish_to(replicas)
+    part = replicas.get("logs", 0)
+    assert part.is_leader and part.log.config.file_delete_delay_ms == 30_000
+    for _ in range(6):
+        data = batch(b"x" * 80, timestamp=clock())
+        await part.append_as_leader(data, read_header(data), acks=1, now=clock())
+    assert len(part.log.segments) >= 3
+    clock.now += 61_000
+    with file_work_forbidden_here():
+        assert await replicas.housekeeping() >= 2
+    deleted = list(part.log.directory.glob("*.log.deleted"))
+    assert deleted and part.log_start_offset > 0
+    await trio.sleep(29)
+    assert all(p.exists() for p in deleted)  # readers may still hold regions of them
+    await trio.sleep(2)
+    assert not any(p.exists() for p in deleted)
+    await replicas.checkpoint_now()
+    log_dir = part.log.directory.parent
+    assert f"logs 0 {part.log_start_offset}" in (log_dir / LOG_START_CHECKPOINT_FILE).read_text()
+    assert f"logs 0 {part.high_watermark}" in (log_dir / REPLICATION_CHECKPOINT_FILE).read_text()
+
+
+async def test_a_clean_close_is_trusted_at_the_next_start(tmp_path, autojump_clock, monkeypatch):
+    metadata = Metadata()
+    clock = WallClock()
+    metadata.create("t", 4, only_here=True)
+    async with trio.open_nursery() as nursery:
+        replicas = ReplicaManager(settings(tmp_path), metadata, clock)
+        await nursery.start(replicas.run)
+        replicas.set_running(True)
+        await metadata.publish_to(replicas)
+        for part in replicas.partitions.values():
+            data = batch(b"a", b"b")
+            await part.append_as_leader(data, read_header(data), acks=1, now=clock())
+        with file_work_forbidden_here():
+            await replicas.close()
+        nursery.cancel_scope.cancel()
+    assert all((d / ".kraftpy_cleanshutdown").exists() for d in (tmp_path / "a", tmp_path / "b"))
+
+    def no_recovery(self, on_batch=None):
+        raise AssertionError("a clean restart must not scan CRCs")
+
+    monkeypatch.setattr(LogSegment, "recover", no_recovery)
+    async with trio.open_nursery() as nursery:
+        again = ReplicaManager(settings(tmp_path), metadata, clock)
+        await nursery.start(again.run)
+        again.set_running(True)
+        image = metadata.controller.image
+        await again.apply_delta(image, MetadataDelta.between(EMPTY_IMAGE, image))  # a broker's first image
+        assert sorted(p.log_end_offset for p in again.partitions.values()) == [2, 2, 2, 2]
+        assert all(p.log.recovery_point == p.high_watermark == 2 for p in again.partitions.values())
+        await again.close()
+        nursery.cancel_scope.cancel()
