@@ -304,6 +304,19 @@ async def test_metadata_describe_cluster_and_configs(cluster, conn):
     assert cluster.partition(1, "t").log.config.retention_ms == 1000
 
 
+async def test_auto_created_topics_take_the_brokers_partition_and_replica_defaults(tmp_path):
+    """As Kafka's AutoTopicCreationManager: the broker's num.partitions and default.replication.factor,
+    not the controller's own (1 and 1 here)."""
+    async with open_cluster(tmp_path, brokers=2, num_partitions=4, default_replication_factor=2) as cluster:
+        assert (cluster.controller.config.num_partitions, cluster.controller.config.default_replication_factor) == (1, 1)
+        async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1]) as conn:
+            created = await metadata(conn, ["auto"], auto_create=True)
+            assert created.topics[0].error_code in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE)
+        topic = cluster.image.topics.get_by_name("auto")
+        assert len(topic.partitions) == 4
+        assert all(len(reg.replicas) == 2 for reg in topic.partitions.values())
+
+
 async def test_create_topics_validate_only_and_controller_outage(cluster, conn):
     def request(name, validate_only=False):
         return CreateTopicsRequest(validate_only=validate_only, topics=[CreateTopicsRequest.CreatableTopic(

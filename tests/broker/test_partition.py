@@ -14,6 +14,7 @@ from kraftpy.broker.producer_state import ProducerStateManager
 from kraftpy.broker.settings import BrokerSettings
 from kraftpy.config import load_config
 from kraftpy.ids import Uuid
+from kraftpy.metadata.controller_server import controller_config
 from kraftpy.metadata.image import PartitionRegistration
 from kraftpy.metadata.records import LeaderRecoveryState
 from kraftpy.protocol.batch_header import read_header
@@ -123,6 +124,23 @@ def test_settings_from_a_properties_file():
     assert [str(d) for d in settings.log_dirs] == ["/var/a", "/var/b"]
     assert settings.replica_lag_time_max_ms == 1234
     assert settings.static_broker_configs == {"min.insync.replicas": "2", "log.retention.ms": "7200000"}
+    assert (settings.num_partitions, settings.default_replication_factor) == (1, 1)
+
+
+def test_controller_and_broker_derive_the_same_static_topic_defaults():
+    """One derivation: what a combined node's controller gives new topics is what its broker runs with."""
+    config = load_config(text="\n".join([
+        "process.roles=broker,controller", "node.id=1", "controller.quorum.voters=1@localhost:9093",
+        "controller.listener.names=CONTROLLER", "listeners=PLAINTEXT://127.0.0.1:9192,CONTROLLER://127.0.0.1:9093",
+        "log.dirs=/var/a", "min.insync.replicas=2", "log.retention.hours=2", "log.roll.hours=1",
+        "message.max.bytes=4096", "log.segment.bytes=1048576", "num.partitions=4",
+    ]))
+    broker = BrokerSettings.from_config(config, cluster_id="c")
+    controller = controller_config(config, "c")
+    assert dict(broker.static_broker_configs) == dict(controller.static_broker_configs) == {
+        "min.insync.replicas": "2", "log.retention.ms": "7200000", "log.roll.ms": "3600000",
+        "message.max.bytes": "4096", "log.segment.bytes": "1048576"}
+    assert broker.num_partitions == controller.num_partitions == 4
 
 
 def small_leader(tmp_path, **config):
