@@ -18,8 +18,10 @@ Byte layout (big-endian), as Kafka defines it::
     57      4     record_count
     61            records (compressed as a whole when the codec is not none)
 
-Everything here is pure: functions take a buffer and an offset into it. The broker reads and
-stamps headers without decoding records, which is what keeps batches, not records, on the hot path.
+This module is the one place that knows these offsets and formats. Everything here is pure:
+functions take a buffer and an offset into it, or, for :func:`pack_batch`, the fields and the
+records section. The broker reads and stamps headers without decoding records, which is what
+keeps batches, not records, on the hot path.
 """
 
 from __future__ import annotations
@@ -29,24 +31,40 @@ import struct
 import attrs
 import crc32c
 
+#: The whole header, one format character a field, in the order of the table above.
 HEADER = struct.Struct(">qiiBIhiqqqhii")
 assert HEADER.size == 61
+HEADER_SIZE = HEADER.size
 #: Bytes before ``batch_length`` counts: base_offset and batch_length themselves.
 LOG_OVERHEAD = 12
-HEADER_SIZE = HEADER.size
+
+BATCH_LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
+#: Where the part the CRC covers starts.
 ATTRIBUTES_OFFSET = 21
-#: The smallest prefix that tells a reader the batch's size and magic.
-PREFIX = struct.Struct(">qiiB")
-assert PREFIX.size == 17
 MAX_TIMESTAMP_OFFSET = 35
-_OFFSET_EPOCH = struct.Struct(">q")
-_EPOCH = struct.Struct(">i")
+# A field's offset is the size of the fields before it (field i is HEADER.format[i + 1]).
+assert [struct.calcsize(HEADER.format[: i + 1]) for i in (1, 2, 3, 4, 5, 8)] == [
+    BATCH_LENGTH_OFFSET, PARTITION_LEADER_EPOCH_OFFSET, MAGIC_OFFSET, CRC_OFFSET, ATTRIBUTES_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+]
+
+#: The smallest prefix that tells a reader the batch's size and magic: base_offset to magic.
+PREFIX = struct.Struct(HEADER.format[:5])
+assert PREFIX.size == 17
+#: base_offset to crc, then attributes to record_count (the header's part of what the CRC covers).
+_UNCOVERED = struct.Struct(HEADER.format[:6])
+_COVERED = struct.Struct(">" + HEADER.format[6:])
+assert _UNCOVERED.size == ATTRIBUTES_OFFSET and _COVERED.size == HEADER_SIZE - ATTRIBUTES_OFFSET
+
+_BASE_OFFSET = struct.Struct(">q")
 _BATCH_LENGTH = struct.Struct(">i")
-_ATTRIBUTES = struct.Struct(">h")
-_TIMESTAMP = struct.Struct(">q")
+_PARTITION_LEADER_EPOCH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
+_ATTRIBUTES = struct.Struct(">h")
+_MAX_TIMESTAMP = struct.Struct(">q")
 
 CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
@@ -146,6 +164,31 @@ def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int
     return crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
 
 
+def pack_batch(
+    records: bytes | bytearray | memoryview,
+    *,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    attributes: int = 0,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    record_count: int,
+) -> bytes:
+    """A whole batch: a header of these fields, then ``records``, the records section as stored
+    (compressed when the codec in ``attributes`` says so). Magic, batch_length and CRC are filled in."""
+    covered = _COVERED.pack(
+        attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+        record_count,
+    )
+    crc = crc32c.crc32c(records, crc32c.crc32c(covered))
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(records)
+    return _UNCOVERED.pack(base_offset, batch_length, partition_leader_epoch, 2, crc) + covered + records
+
+
 def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse and verify the batch at ``pos``: whole batch present, magic 2, CRC matches."""
     header = read_header(buf, pos)
@@ -169,7 +212,7 @@ def iter_batches(buf: bytes | bytearray | memoryview, verify: bool = True):
     pos = 0
     end = len(buf)
     while end - pos >= LOG_OVERHEAD:
-        (batch_length,) = _BATCH_LENGTH.unpack_from(buf, pos + 8)
+        (batch_length,) = _BATCH_LENGTH.unpack_from(buf, pos + BATCH_LENGTH_OFFSET)
         if batch_length >= HEADER_SIZE - LOG_OVERHEAD and end - pos < batch_length + LOG_OVERHEAD:
             return
         header = check_batch(buf, pos) if verify else read_header(buf, pos)
@@ -179,8 +222,8 @@ def iter_batches(buf: bytes | bytearray | memoryview, verify: bool = True):
 
 def stamp(buf: bytearray | memoryview, pos: int, base_offset: int, partition_leader_epoch: int) -> None:
     """Write base offset and leader epoch into a batch in place; the CRC does not cover them."""
-    _OFFSET_EPOCH.pack_into(buf, pos, base_offset)
-    _EPOCH.pack_into(buf, pos + 12, partition_leader_epoch)
+    _BASE_OFFSET.pack_into(buf, pos, base_offset)
+    _PARTITION_LEADER_EPOCH.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
 
 
 def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp_type: int, max_timestamp: int) -> None:
@@ -198,5 +241,5 @@ def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp_type: int
     if timestamp_type:
         attributes |= TIMESTAMP_TYPE_BIT
     _ATTRIBUTES.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
-    _TIMESTAMP.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    _MAX_TIMESTAMP.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
     _CRC.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, header.size))

@@ -34,6 +34,7 @@ import lz4.frame
 import zstandard
 
 from kraftpy.protocol.batch_header import CorruptRecordError
+from kraftpy.protocol.varint import VarintError, read_uvarint
 
 #: Decompressed-size limit per batch, well above the 1 MiB default ``max.message.bytes``.
 DEFAULT_MAX_DECOMPRESSED_SIZE = 256 * 1024 * 1024
@@ -82,6 +83,31 @@ def _too_large(codec: str, max_size: int) -> CorruptRecordError:
     return CorruptRecordError(f"{codec} data decompresses to more than {max_size} bytes")
 
 
+def _inflate(codec: str, data: bytes, max_size: int, new_member, step, errors) -> bytes:
+    """Decompress the members of ``data`` one after another (gzip members, lz4 or zstd frames).
+
+    ``step(decompressor, pending, budget)`` feeds the member's decompressor, returns ``(output,
+    input it has not taken)`` and raises CorruptRecordError when the input ends inside the member.
+    ``budget`` is one more than the output still allowed, so stepping past ``max_size`` is seen.
+    """
+    out = bytearray()
+    pending = memoryview(bytes(data))
+    try:
+        while True:
+            decompressor = new_member()
+            while not decompressor.eof:
+                chunk, pending = step(decompressor, pending, max_size + 1 - len(out))
+                out += chunk
+                if len(out) > max_size:
+                    raise _too_large(codec, max_size)
+            if decompressor.unused_data:
+                pending = memoryview(decompressor.unused_data + bytes(pending))
+            if not pending:
+                return bytes(out)
+    except errors as exc:
+        raise CorruptRecordError(f"invalid {codec} data: {exc}") from None
+
+
 # -- gzip ------------------------------------------------------------------------------------
 
 
@@ -90,26 +116,17 @@ def gzip_compress(data: bytes, level: int = -1) -> bytes:
     return compressor.compress(data) + compressor.flush()
 
 
+def _gzip_step(decompressor, pending: memoryview, budget: int) -> tuple[bytes, memoryview]:
+    # max_length 0 would mean "no limit": the budget is always at least 1 here.
+    chunk = decompressor.decompress(pending, budget)
+    tail = decompressor.unconsumed_tail
+    if not chunk and not tail and not decompressor.eof:
+        raise CorruptRecordError("truncated gzip data")
+    return chunk, memoryview(tail)
+
+
 def gzip_decompress(data: bytes, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> bytes:
-    out = bytearray()
-    pending = bytes(data)
-    try:
-        while True:
-            decompressor = zlib.decompressobj(_GZIP_WBITS)
-            while not decompressor.eof:
-                # max_length 0 would mean "no limit": the budget is always at least 1 here.
-                chunk = decompressor.decompress(pending, max_size + 1 - len(out))
-                pending = decompressor.unconsumed_tail
-                if not chunk and not pending and not decompressor.eof:
-                    raise CorruptRecordError("truncated gzip data")
-                out += chunk
-                if len(out) > max_size:
-                    raise _too_large("gzip", max_size)
-            pending = decompressor.unused_data
-            if not pending:
-                return bytes(out)
-    except zlib.error as exc:
-        raise CorruptRecordError(f"invalid gzip data: {exc}") from None
+    return _inflate("gzip", data, max_size, lambda: zlib.decompressobj(_GZIP_WBITS), _gzip_step, zlib.error)
 
 
 # -- snappy ----------------------------------------------------------------------------------
@@ -117,15 +134,10 @@ def gzip_decompress(data: bytes, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) 
 
 def _snappy_raw_length(block: bytes | memoryview) -> int:
     """The uncompressed length in a raw snappy block's preamble (an unsigned varint)."""
-    result = 0
-    shift = 0
-    for i in range(min(5, len(block))):
-        byte = block[i]
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result
-        shift += 7
-    raise CorruptRecordError("invalid snappy block preamble")
+    try:
+        return read_uvarint(block)[0]
+    except VarintError as exc:
+        raise CorruptRecordError(f"invalid snappy block preamble: {exc.reason}") from None
 
 
 def _snappy_raw_decompress(block: bytes | memoryview, budget: int, max_size: int) -> bytes:
@@ -185,25 +197,15 @@ def lz4_compress(data: bytes, level: int = 0) -> bytes:
     )
 
 
+def _lz4_step(decompressor, pending: memoryview, budget: int) -> tuple[bytes, memoryview]:
+    chunk = decompressor.decompress(pending, max_length=budget)  # keeps what it does not return
+    if not chunk and decompressor.needs_input and not decompressor.eof:
+        raise CorruptRecordError("truncated lz4 frame")
+    return chunk, memoryview(b"")
+
+
 def lz4_decompress(data: bytes, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> bytes:
-    out = bytearray()
-    pending = bytes(data)
-    try:
-        while True:
-            decompressor = lz4.frame.LZ4FrameDecompressor()
-            while not decompressor.eof:
-                chunk = decompressor.decompress(pending, max_length=max_size + 1 - len(out))
-                pending = b""
-                if not chunk and decompressor.needs_input and not decompressor.eof:
-                    raise CorruptRecordError("truncated lz4 frame")
-                out += chunk
-                if len(out) > max_size:
-                    raise _too_large("lz4", max_size)
-            pending = decompressor.unused_data
-            if not pending:
-                return bytes(out)
-    except RuntimeError as exc:
-        raise CorruptRecordError(f"invalid lz4 data: {exc}") from None
+    return _inflate("lz4", data, max_size, lz4.frame.LZ4FrameDecompressor, _lz4_step, RuntimeError)
 
 
 # -- zstd ------------------------------------------------------------------------------------
@@ -218,27 +220,18 @@ def zstd_compress(data: bytes, level: int = 3) -> bytes:
     return compressor.compress(data)
 
 
+def _zstd_step(decompressor, pending: memoryview, budget: int) -> tuple[bytes, memoryview]:
+    if not pending:
+        raise CorruptRecordError("truncated zstd frame")
+    feed = max(_ZSTD_MIN_FEED, (budget - 1) // _ZSTD_MAX_RATIO)
+    return decompressor.decompress(pending[:feed]), pending[feed:]
+
+
 def zstd_decompress(data: bytes, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> bytes:
     """Decompress one or more zstd frames, with or without a declared content size."""
-    out = bytearray()
-    pending = memoryview(bytes(data))
-    try:
-        while True:
-            decompressor = zstandard.ZstdDecompressor().decompressobj()
-            while not decompressor.eof:
-                if not pending:
-                    raise CorruptRecordError("truncated zstd frame")
-                feed = max(_ZSTD_MIN_FEED, (max_size - len(out)) // _ZSTD_MAX_RATIO)
-                out += decompressor.decompress(pending[:feed])
-                pending = pending[feed:]
-                if len(out) > max_size:
-                    raise _too_large("zstd", max_size)
-            if decompressor.unused_data:
-                pending = memoryview(decompressor.unused_data + bytes(pending))
-            if not pending:
-                return bytes(out)
-    except zstandard.ZstdError as exc:
-        raise CorruptRecordError(f"invalid zstd data: {exc}") from None
+    return _inflate(
+        "zstd", data, max_size, lambda: zstandard.ZstdDecompressor().decompressobj(), _zstd_step, zstandard.ZstdError
+    )
 
 
 # -- dispatch --------------------------------------------------------------------------------

@@ -1,23 +1,8 @@
 """RecordBatch v2 (magic 2): the records inside a batch, their varints, compression and control records.
 
-A batch is the 61-byte header of :mod:`kraftpy.protocol.batch_header` followed by the records
-section, compressed as a whole when the codec in the attributes is not none::
-
-    offset  size  field
-    0       8     base_offset
-    8       4     batch_length             bytes after this field
-    12      4     partition_leader_epoch
-    16      1     magic = 2
-    17      4     crc                      CRC-32C of bytes 21..end
-    21      2     attributes               bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control
-    23      4     last_offset_delta
-    27      8     base_timestamp
-    35      8     max_timestamp
-    43      8     producer_id
-    51      2     producer_epoch
-    53      4     base_sequence
-    57      4     record_count
-    61      ...   records section: record_count records, back to back (compressed as one unit)
+A batch is the 61-byte header laid out in :mod:`kraftpy.protocol.batch_header`, then the records
+section: ``record_count`` records back to back, compressed as one unit when the codec in the
+attributes is not none.
 
 One record (varint = zig-zag varint of an int32, varlong = zig-zag varint of an int64)::
 
@@ -36,9 +21,7 @@ One record (varint = zig-zag varint of an int32, varlong = zig-zag varint of an 
         value_length  varint    -1 for a null value
         value         bytes
 
-A zig-zag varint maps n to (n << 1) ^ (n >> 63), so small magnitudes of either sign take few
-bytes, then writes 7 bits per byte, least significant group first, the high bit set on every
-byte but the last: 0 -> 00, -1 -> 01, 1 -> 02, 63 -> 7e, -64 -> 7f, 64 -> 80 01.
+The varints are laid out in :mod:`kraftpy.protocol.varint`.
 
 A control batch (attribute bit 5) holds one record whose key is ``version int16, type int16``
 (:class:`ControlRecordType`); for ABORT and COMMIT the value is ``version int16,
@@ -57,15 +40,15 @@ import time
 from collections.abc import Iterator, Sequence
 
 import attrs
-import crc32c
 
 from kraftpy.protocol.batch_header import (
     CODEC_MASK,
     CONTROL_BIT,
-    CRC_OFFSET,
-    HEADER,
     HEADER_SIZE,
-    LOG_OVERHEAD,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     BatchHeader,
@@ -73,9 +56,19 @@ from kraftpy.protocol.batch_header import (
     UnsupportedMagicError,
     check_batch,
     iter_batches,
+    pack_batch,
     read_header,
 )
 from kraftpy.protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, compress, decompress
+from kraftpy.protocol.varint import (
+    SMALL_VARINT_VALUES,
+    SMALL_VARINTS,
+    VarintError,
+    encode_varint,
+    encode_varlong,
+    read_varint,
+    read_varlong,
+)
 
 __all__ = [
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
@@ -100,92 +93,30 @@ __all__ = [
     "parse_end_txn_marker_value",
 ]
 
-INT32_MIN = -(1 << 31)
-INT32_MAX = (1 << 31) - 1
-INT64_MIN = -(1 << 63)
-INT64_MAX = (1 << 63) - 1
-
 Header = tuple[str, bytes | None]
 
 
 # -- varints ---------------------------------------------------------------------------------
 
-# Zig-zag varints of -64..63 are one byte: precomputed, since most lengths and deltas fall there.
-_ONE_BYTE = {n: bytes(((n << 1) ^ (n >> 63),)) for n in range(-64, 64)}
 
-
-def _encode_zigzag(value: int, lo: int, hi: int, kind: str) -> bytes:
-    if not lo <= value <= hi:
-        raise ValueError(f"{value} does not fit a {kind}")
-    z = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def encode_varint(value: int) -> bytes:
-    """Zig-zag varint of an int32 (1-5 bytes); ValueError outside the int32 range."""
-    small = _ONE_BYTE.get(value)
-    if small is not None:
-        return small
-    return _encode_zigzag(value, INT32_MIN, INT32_MAX, "varint (int32)")
-
-
-def encode_varlong(value: int) -> bytes:
-    """Zig-zag varint of an int64 (1-10 bytes); ValueError outside the int64 range."""
-    small = _ONE_BYTE.get(value)
-    if small is not None:
-        return small
-    return _encode_zigzag(value, INT64_MIN, INT64_MAX, "varlong (int64)")
-
-
-def _decode_zigzag(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int) -> tuple[int, int]:
-    """The general case: ``max_bytes`` is 5 for a varint (int32), 10 for a varlong (int64)."""
-    try:
-        byte = buf[pos]
-        if byte < 0x80:
-            return (byte >> 1) ^ -(byte & 1), pos + 1
-        result = byte & 0x7F
-        byte = buf[pos + 1]
-        if byte < 0x80:
-            result |= byte << 7
-            return (result >> 1) ^ -(result & 1), pos + 2
-        result |= (byte & 0x7F) << 7
-        shift = 14
-        for i in range(pos + 2, pos + max_bytes):
-            byte = buf[i]
-            result |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                # 5 bytes carry 35 bits and 10 bytes 70: the value must fit in 32 or 64 of them.
-                if result >> (32 if max_bytes == 5 else 64):
-                    kind = "varint out of the int32" if max_bytes == 5 else "varlong out of the int64"
-                    raise CorruptRecordError(f"{kind} range", pos)
-                return (result >> 1) ^ -(result & 1), i + 1
-            shift += 7
-    except IndexError:
-        raise CorruptRecordError("truncated varint", pos) from None
-    raise CorruptRecordError(f"varint longer than {max_bytes} bytes", pos)
+def _corrupt(exc: VarintError) -> CorruptRecordError:
+    return CorruptRecordError(exc.reason, exc.position)
 
 
 def decode_varint(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
     """Read a zig-zag varint (int32) at ``pos``; return ``(value, position after it)``."""
-    if pos < len(buf):
-        byte = buf[pos]
-        if byte < 0x80:
-            return (byte >> 1) ^ -(byte & 1), pos + 1
-    return _decode_zigzag(buf, pos, 5)
+    try:
+        return read_varint(buf, pos)
+    except VarintError as exc:
+        raise _corrupt(exc) from None
 
 
 def decode_varlong(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
     """Read a zig-zag varlong (int64) at ``pos``; return ``(value, position after it)``."""
-    if pos < len(buf):
-        byte = buf[pos]
-        if byte < 0x80:
-            return (byte >> 1) ^ -(byte & 1), pos + 1
-    return _decode_zigzag(buf, pos, 10)
+    try:
+        return read_varlong(buf, pos)
+    except VarintError as exc:
+        raise _corrupt(exc) from None
 
 
 # -- records ---------------------------------------------------------------------------------
@@ -249,10 +180,16 @@ class DecodedBatch:
 def _decode_records(
     data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
 ) -> tuple[Record, ...]:
-    """Parse exactly ``count`` records filling ``data``. Varints are inlined for their one-byte case."""
+    """Parse exactly ``count`` records filling ``data``.
+
+    Varints are inlined for their one-byte case (``b < 0x80``, value ``zz[b]``) and read by a call
+    for the rest: most lengths and deltas fit one byte, and a call for each would make decoding
+    about a quarter slower.
+    """
     records = []
     append = records.append
-    slow = _decode_zigzag
+    zz = SMALL_VARINT_VALUES
+    varint, varlong = read_varint, read_varlong
     end = len(data)
     pos = 0
     try:
@@ -260,29 +197,33 @@ def _decode_records(
             start = pos
             b = data[pos]
             if b < 0x80:
-                length, pos = (b >> 1) ^ -(b & 1), pos + 1
+                length = zz[b]
+                pos += 1
             else:
-                length, pos = slow(data, pos, 5)
+                length, pos = varint(data, pos)
             if length < 0 or pos + length > end:
                 raise CorruptRecordError(f"record length {length} runs past the records section", start)
             record_end = pos + length
             pos += 1  # attributes: unused
             b = data[pos]
             if b < 0x80:
-                timestamp_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+                timestamp_delta = zz[b]
+                pos += 1
             else:
-                timestamp_delta, pos = slow(data, pos, 10)
+                timestamp_delta, pos = varlong(data, pos)
             b = data[pos]
             if b < 0x80:
-                offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+                offset_delta = zz[b]
+                pos += 1
             else:
-                offset_delta, pos = slow(data, pos, 5)
+                offset_delta, pos = varint(data, pos)
 
             b = data[pos]
             if b < 0x80:
-                n, pos = (b >> 1) ^ -(b & 1), pos + 1
+                n = zz[b]
+                pos += 1
             else:
-                n, pos = slow(data, pos, 5)
+                n, pos = varint(data, pos)
             if n < 0:
                 if n != -1:
                     raise CorruptRecordError(f"invalid key length {n}", start)
@@ -295,9 +236,10 @@ def _decode_records(
 
             b = data[pos]
             if b < 0x80:
-                n, pos = (b >> 1) ^ -(b & 1), pos + 1
+                n = zz[b]
+                pos += 1
             else:
-                n, pos = slow(data, pos, 5)
+                n, pos = varint(data, pos)
             if n < 0:
                 if n != -1:
                     raise CorruptRecordError(f"invalid value length {n}", start)
@@ -310,9 +252,10 @@ def _decode_records(
 
             b = data[pos]
             if b < 0x80:
-                header_count, pos = (b >> 1) ^ -(b & 1), pos + 1
+                header_count = zz[b]
+                pos += 1
             else:
-                header_count, pos = slow(data, pos, 5)
+                header_count, pos = varint(data, pos)
             if header_count == 0:
                 headers = ()
             else:
@@ -322,9 +265,10 @@ def _decode_records(
                 for _h in range(header_count):
                     b = data[pos]
                     if b < 0x80:
-                        n, pos = (b >> 1) ^ -(b & 1), pos + 1
+                        n = zz[b]
+                        pos += 1
                     else:
-                        n, pos = slow(data, pos, 5)
+                        n, pos = varint(data, pos)
                     if n < 0 or pos + n > record_end:
                         raise CorruptRecordError(f"invalid header key length {n}", start)
                     try:
@@ -334,9 +278,10 @@ def _decode_records(
                     pos += n
                     b = data[pos]
                     if b < 0x80:
-                        n, pos = (b >> 1) ^ -(b & 1), pos + 1
+                        n = zz[b]
+                        pos += 1
                     else:
-                        n, pos = slow(data, pos, 5)
+                        n, pos = varint(data, pos)
                     if n < 0:
                         if n != -1:
                             raise CorruptRecordError(f"invalid header value length {n}", start)
@@ -356,6 +301,8 @@ def _decode_records(
             append(Record(base_offset + offset_delta, timestamp, key, value, headers))
     except IndexError:
         raise CorruptRecordError(f"truncated record {len(records)} of {count}", pos) from None
+    except VarintError as exc:
+        raise _corrupt(exc) from None
     if pos != end:
         raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records", pos)
     return tuple(records)
@@ -422,7 +369,7 @@ def iter_decoded(
 def _encode_record(
     offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None, headers
 ) -> bytes:
-    one = _ONE_BYTE
+    one = SMALL_VARINTS
     parts = [
         b"\x00",
         one.get(timestamp_delta) or encode_varlong(timestamp_delta),
@@ -457,12 +404,12 @@ def build_batch(
     *,
     compression: Compression | int = Compression.NONE,
     base_offset: int = 0,
-    partition_leader_epoch: int = -1,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
     base_timestamp: int | None = None,
     timestamp_type: int = 0,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
     is_transactional: bool = False,
     is_control: bool = False,
 ) -> bytes:
@@ -499,31 +446,19 @@ def build_batch(
         attributes |= TRANSACTIONAL_BIT
     if is_control:
         attributes |= CONTROL_BIT
-    size = HEADER_SIZE + len(section)
-    out = bytearray(size)
-    HEADER.pack_into(
-        out,
-        0,
-        base_offset,
-        size - LOG_OVERHEAD,
-        partition_leader_epoch,
-        2,
-        0,
-        attributes,
-        len(records) - 1,
-        base_timestamp,
-        max_timestamp,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        len(records),
+    return pack_batch(
+        section,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=len(records) - 1,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        record_count=len(records),
     )
-    out[HEADER_SIZE:] = section
-    _CRC.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[CRC_OFFSET + 4 :]))
-    return bytes(out)
-
-
-_CRC = struct.Struct(">I")
 
 
 # -- control records -------------------------------------------------------------------------

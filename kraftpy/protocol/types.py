@@ -12,8 +12,8 @@ uint16/uint32       2/4 bytes, unsigned
 bool                1 byte, 0 is false, anything else true
 float64             8 bytes, IEEE 754
 uuid                16 bytes
-unsigned varint     7 bits a byte, low group first, high bit set on all but the last byte
-varint/varlong      zig-zag ``(n << 1) ^ (n >> 63)`` then unsigned varint
+unsigned varint     uint32, 7 bits a byte, low group first (see :mod:`~kraftpy.protocol.varint`)
+varint/varlong      int32/int64, zig-zag then as an unsigned varint
 string              int16 length (-1 is null), then UTF-8
 compact string      unsigned varint length + 1 (0 is null), then UTF-8
 bytes               int32 length (-1 is null), then the bytes
@@ -38,6 +38,9 @@ import uuid
 from collections.abc import Sequence
 
 import attrs
+
+from kraftpy.protocol import varint
+from kraftpy.protocol.varint import TruncatedVarintError
 
 INT8 = struct.Struct(">b")
 INT16 = struct.Struct(">h")
@@ -146,77 +149,31 @@ def records_length(records: Records) -> int:
     return sum(part_length(p) for p in records)
 
 
-# --- unsigned varints and zig-zag varints -------------------------------------------------------
+# --- varints (see :mod:`kraftpy.protocol.varint`) -------------------------------------------------
 
 
-def read_uvarint(buf, pos: int) -> tuple[int, int]:
-    """An unsigned varint of at most 5 bytes (32 bits), as used for compact lengths and tags."""
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise TruncatedError("buffer ends inside a varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("unsigned varint longer than 5 bytes")
+def _wire_reader(read):
+    """``read`` with a varint that the buffer ends inside reported as :class:`TruncatedError`."""
+
+    def read_wire(buf, pos: int) -> tuple[int, int]:
+        try:
+            return read(buf, pos)
+        except TruncatedVarintError as exc:
+            raise TruncatedError(str(exc)) from None
+
+    read_wire.__name__ = read_wire.__qualname__ = read.__name__
+    read_wire.__doc__ = read.__doc__
+    return read_wire
 
 
-def read_uvarlong(buf, pos: int) -> tuple[int, int]:
-    """An unsigned varint of at most 10 bytes (64 bits)."""
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise TruncatedError("buffer ends inside a varlong")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("unsigned varlong longer than 10 bytes")
-
-
-def write_uvarint(out: bytearray, value: int) -> None:
-    """Append ``value`` (0 <= value < 2**64) as an unsigned varint."""
-    if value < 0:
-        raise ValueError(f"unsigned varint cannot hold {value}")
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def read_varint(buf, pos: int) -> tuple[int, int]:
-    """A zig-zag signed 32-bit varint."""
-    raw, pos = read_uvarint(buf, pos)
-    return (raw >> 1) ^ -(raw & 1), pos
-
-
-def read_varlong(buf, pos: int) -> tuple[int, int]:
-    """A zig-zag signed 64-bit varint."""
-    raw, pos = read_uvarlong(buf, pos)
-    return (raw >> 1) ^ -(raw & 1), pos
-
-
-def write_varint(out: bytearray, value: int) -> None:
-    """Append a signed 32-bit value zig-zag encoded."""
-    if not -(1 << 31) <= value < (1 << 31):
-        raise ValueError(f"varint out of range: {value}")
-    write_uvarint(out, ((value << 1) ^ (value >> 31)) & 0xFFFFFFFF)
-
-
-def write_varlong(out: bytearray, value: int) -> None:
-    """Append a signed 64-bit value zig-zag encoded."""
-    if not -(1 << 63) <= value < (1 << 63):
-        raise ValueError(f"varlong out of range: {value}")
-    write_uvarint(out, ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
+# The other varint errors are VarintError, a ValueError: the schema reports them as DecodeError.
+read_uvarint = _wire_reader(varint.read_uvarint)
+read_uvarlong = _wire_reader(varint.read_uvarlong)
+read_varint = _wire_reader(varint.read_varint)
+read_varlong = _wire_reader(varint.read_varlong)
+write_uvarint = varint.write_uvarint
+write_varint = varint.write_varint
+write_varlong = varint.write_varlong
 
 
 # --- fixed-width numbers --------------------------------------------------------------------------
@@ -266,11 +223,20 @@ def write_uuid(out: bytearray, value: uuid.UUID) -> None:
 # --- length-prefixed values -----------------------------------------------------------------------
 
 
-def _read_length(buf, pos: int, compact: bool) -> tuple[int, int]:
+def _read_length(buf, pos: int, compact: bool, wide: bool) -> tuple[int, int]:
+    """A length or count, -1 for null: uvarint ``n + 1`` when compact, else int32 (``wide``) or int16."""
     if compact:
         n, pos = read_uvarint(buf, pos)
         return n - 1, pos
-    return read_int16(buf, pos)
+    return (read_int32 if wide else read_int16)(buf, pos)
+
+
+def _write_length(out: bytearray, n: int, compact: bool, wide: bool) -> None:
+    """The inverse of :func:`_read_length`."""
+    if compact:
+        write_uvarint(out, n + 1)
+    else:
+        out += (INT32 if wide else INT16).pack(n)
 
 
 def _take(buf, pos: int, n: int):
@@ -282,7 +248,7 @@ def _take(buf, pos: int, n: int):
 
 def read_string(buf, pos: int, *, compact: bool = False) -> tuple[str | None, int]:
     """A (compact) nullable string; a non-nullable field rejects ``None`` itself."""
-    n, pos = _read_length(buf, pos, compact)
+    n, pos = _read_length(buf, pos, compact, False)
     if n < 0:
         return None, pos
     raw, pos = _take(buf, pos, n)
@@ -291,74 +257,42 @@ def read_string(buf, pos: int, *, compact: bool = False) -> tuple[str | None, in
 
 def write_string(out: bytearray, value: str | None, *, compact: bool = False) -> None:
     if value is None:
-        if compact:
-            out.append(0)
-        else:
-            out += b"\xff\xff"
+        _write_length(out, -1, compact, False)
         return
     data = value.encode("utf-8")
-    if compact:
-        write_uvarint(out, len(data) + 1)
-    else:
-        out += INT16.pack(len(data))
+    _write_length(out, len(data), compact, False)
     out += data
-
-
-def read_bytes(buf, pos: int, *, compact: bool = False) -> tuple[bytes | None, int]:
-    """(Compact) nullable bytes, copied out of the buffer."""
-    if compact:
-        n, pos = read_uvarint(buf, pos)
-        n -= 1
-    else:
-        n, pos = read_int32(buf, pos)
-    if n < 0:
-        return None, pos
-    raw, pos = _take(buf, pos, n)
-    return bytes(raw), pos
 
 
 def read_records(buf, pos: int, *, compact: bool = False):
     """(Compact) nullable records: a slice of ``buf`` (zero-copy when ``buf`` is a memoryview)."""
-    if compact:
-        n, pos = read_uvarint(buf, pos)
-        n -= 1
-    else:
-        n, pos = read_int32(buf, pos)
+    n, pos = _read_length(buf, pos, compact, True)
     if n < 0:
         return None, pos
     return _take(buf, pos, n)
 
 
+def read_bytes(buf, pos: int, *, compact: bool = False) -> tuple[bytes | None, int]:
+    """(Compact) nullable bytes, copied out of the buffer."""
+    raw, pos = read_records(buf, pos, compact=compact)
+    return (None if raw is None else bytes(raw)), pos
+
+
 def write_bytes(out: bytearray, value: bytes | bytearray | memoryview | None, *, compact: bool = False) -> None:
     if value is None:
-        if compact:
-            out.append(0)
-        else:
-            out += b"\xff\xff\xff\xff"
+        _write_length(out, -1, compact, True)
         return
-    n = value.nbytes if isinstance(value, memoryview) else len(value)
-    if compact:
-        write_uvarint(out, n + 1)
-    else:
-        out += INT32.pack(n)
+    _write_length(out, value.nbytes if isinstance(value, memoryview) else len(value), compact, True)
     out += value
 
 
 def read_array_length(buf, pos: int, *, compact: bool = False) -> tuple[int, int]:
     """An array's element count; -1 means null."""
-    if compact:
-        n, pos = read_uvarint(buf, pos)
-        return n - 1, pos
-    return read_int32(buf, pos)
+    return _read_length(buf, pos, compact, True)
 
 
 def write_array_length(out: bytearray, count: int | None, *, compact: bool = False) -> None:
-    if count is None:
-        count = -1
-    if compact:
-        write_uvarint(out, count + 1)
-    else:
-        out += INT32.pack(count)
+    _write_length(out, -1 if count is None else count, compact, True)
 
 
 def skip_tagged_fields(buf, pos: int) -> int:

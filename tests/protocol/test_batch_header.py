@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import attrs
 import crc32c
 import pytest
 from hypothesis import given
@@ -11,17 +12,22 @@ from hypothesis import strategies as st
 
 from kraftpy.protocol.batch_header import (
     ATTRIBUTES_OFFSET,
+    BATCH_LENGTH_OFFSET,
     CRC_OFFSET,
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    PREFIX,
     BatchHeader,
     CorruptRecordError,
     UnsupportedMagicError,
     check_batch,
     compute_crc,
     iter_batches,
+    pack_batch,
     read_header,
     set_max_timestamp,
     stamp,
@@ -43,39 +49,72 @@ def make_batch(
     record_count: int = 1,
 ) -> bytearray:
     """A batch with an arbitrary records section (the header module never looks inside it)."""
-    size = HEADER_SIZE + len(records)
-    buf = bytearray(size)
-    HEADER.pack_into(
-        buf,
-        0,
-        base_offset,
-        size - LOG_OVERHEAD,
-        epoch,
-        2,
-        0,
-        attributes,
-        last_offset_delta,
-        base_timestamp,
-        max_timestamp,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        record_count,
+    return bytearray(
+        pack_batch(
+            records,
+            base_offset=base_offset,
+            partition_leader_epoch=epoch,
+            attributes=attributes,
+            last_offset_delta=last_offset_delta,
+            base_timestamp=base_timestamp,
+            max_timestamp=max_timestamp,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            record_count=record_count,
+        )
     )
-    buf[HEADER_SIZE:] = records
-    struct.pack_into(">I", buf, CRC_OFFSET, crc32c.crc32c(bytes(buf[ATTRIBUTES_OFFSET:])))
-    return buf
+
+
+#: Kafka's header layout, written out here rather than taken from the module under test.
+KAFKA_LAYOUT = [
+    ("base_offset", 0, ">q"),
+    ("batch_length", 8, ">i"),
+    ("partition_leader_epoch", 12, ">i"),
+    ("magic", 16, ">b"),
+    ("crc", 17, ">I"),
+    ("attributes", 21, ">h"),
+    ("last_offset_delta", 23, ">i"),
+    ("base_timestamp", 27, ">q"),
+    ("max_timestamp", 35, ">q"),
+    ("producer_id", 43, ">q"),
+    ("producer_epoch", 51, ">h"),
+    ("base_sequence", 53, ">i"),
+    ("record_count", 57, ">i"),
+]
 
 
 def test_header_layout_matches_kafka():
-    assert HEADER_SIZE == 61
+    assert HEADER_SIZE == HEADER.size == 61
     assert LOG_OVERHEAD == 12
-    buf = make_batch(b"abc", base_offset=7, epoch=3, last_offset_delta=4, record_count=5)
-    assert buf[MAGIC_OFFSET] == 2
-    assert struct.unpack_from(">q", buf, 0)[0] == 7
-    assert struct.unpack_from(">i", buf, 8)[0] == len(buf) - 12
-    assert struct.unpack_from(">i", buf, 12)[0] == 3
-    assert struct.unpack_from(">i", buf, 57)[0] == 5
+    assert PREFIX.size == 17
+    offsets = {name: offset for name, offset, _ in KAFKA_LAYOUT}
+    assert (BATCH_LENGTH_OFFSET, PARTITION_LEADER_EPOCH_OFFSET, MAGIC_OFFSET, CRC_OFFSET, ATTRIBUTES_OFFSET,
+            MAX_TIMESTAMP_OFFSET) == (offsets["batch_length"], offsets["partition_leader_epoch"], offsets["magic"],
+                                      offsets["crc"], offsets["attributes"], offsets["max_timestamp"])
+
+
+def test_pack_batch_writes_every_field_where_kafka_reads_it():
+    buf = make_batch(b"abc", base_offset=7, epoch=3, attributes=0x15, last_offset_delta=4, base_timestamp=1_000,
+                     max_timestamp=1_004, producer_id=42, producer_epoch=5, base_sequence=9, record_count=5)
+    expected = {
+        "base_offset": 7, "batch_length": len(buf) - 12, "partition_leader_epoch": 3, "magic": 2,
+        "crc": crc32c.crc32c(bytes(buf[21:])), "attributes": 0x15, "last_offset_delta": 4,
+        "base_timestamp": 1_000, "max_timestamp": 1_004, "producer_id": 42, "producer_epoch": 5,
+        "base_sequence": 9, "record_count": 5,
+    }
+    assert {name: struct.unpack_from(fmt, buf, offset)[0] for name, offset, fmt in KAFKA_LAYOUT} == expected
+    assert buf[61:] == b"abc"
+    assert attrs.asdict(check_batch(buf)) == expected
+
+
+@given(st.binary(max_size=200), st.integers(-(2**63), 2**63 - 1), st.integers(0, 0x3F))
+def test_pack_batch_round_trips_through_read_header(records, base_offset, attributes):
+    buf = pack_batch(records, base_offset=base_offset, attributes=attributes, last_offset_delta=0,
+                     base_timestamp=-1, max_timestamp=-1, record_count=1)
+    header = check_batch(buf)
+    assert (header.base_offset, header.attributes, header.size) == (base_offset, attributes, len(buf))
+    assert buf[HEADER_SIZE:] == records
 
 
 def test_read_header_fields_and_properties():
@@ -150,7 +189,7 @@ def test_old_magic_is_refused(magic):
 
 def test_old_magic_is_refused_from_the_short_prefix():
     # A magic 0/1 message set is shorter than a v2 header: the magic alone decides.
-    old = struct.pack(">qiiB", 0, 14, 0, 1) + b"\x00" * 4
+    old = PREFIX.pack(0, 14, 0, 1) + b"\x00" * 4
     with pytest.raises(UnsupportedMagicError):
         read_header(old)
 
@@ -172,7 +211,7 @@ def test_truncated_header(size):
 
 def test_batch_length_smaller_than_a_header():
     buf = make_batch()
-    struct.pack_into(">i", buf, 8, 48)
+    struct.pack_into(">i", buf, BATCH_LENGTH_OFFSET, 48)
     with pytest.raises(CorruptRecordError, match="smaller than a header"):
         read_header(buf)
 

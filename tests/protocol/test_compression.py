@@ -102,6 +102,23 @@ def test_snappy_reads_raw_and_python_snappy_forms():
     assert snappy_decompress(snappy.compress(SAMPLE)) == SAMPLE
 
 
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        (b"\x80\x80", "invalid snappy block preamble: truncated varint"),
+        (b"\x80\x80\x80\x80\x80\x01\x00", "invalid snappy block preamble: unsigned varint longer than 5 bytes"),
+        (b"\xff\xff\xff\xff\x1f\x00", "invalid snappy block preamble: unsigned varint out of the uint32 range"),
+        (b"\x81\x08\x00", "decompresses to more than 1000 bytes"),  # announces 1025 bytes
+    ],
+)
+def test_snappy_block_preamble_is_checked_before_decompressing(block, message):
+    with pytest.raises(CorruptRecordError, match=message):
+        snappy_decompress(block, max_size=1000)
+    framed = XERIAL_MAGIC + struct.pack(">iii", 1, 1, len(block)) + block
+    with pytest.raises(CorruptRecordError, match=message):
+        snappy_decompress(framed, max_size=1000)
+
+
 def test_snappy_reads_xerial_written_by_kafka_python():
     assert snappy_decompress(snappy_encode(SAMPLE, xerial_compatible=True)) == SAMPLE
     assert snappy_decompress(snappy_encode(SAMPLE, xerial_compatible=False)) == SAMPLE

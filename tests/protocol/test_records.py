@@ -5,17 +5,16 @@ from __future__ import annotations
 import struct
 import time
 
-import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kraftpy.protocol.batch_header import (
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
     HEADER_SIZE,
     MAGIC_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
     check_batch,
+    pack_batch,
     read_header,
     stamp,
 )
@@ -126,6 +125,15 @@ def test_varint_longer_than_five_bytes():
         decode_varint(bytes.fromhex("808080808000"))
     with pytest.raises(CorruptRecordError, match="longer than 10 bytes"):
         decode_varlong(bytes.fromhex("8080808080808080808000"))
+
+
+def test_varint_errors_name_where_the_varint_starts():
+    with pytest.raises(CorruptRecordError, match=r"truncated varint \(at byte 2\)") as info:
+        decode_varlong(b"\x00\x00\xff", 2)
+    assert info.value.position == 2
+    with pytest.raises(CorruptRecordError) as info:
+        decode_varint(b"\x00" + bytes.fromhex("808080808000"), 1)
+    assert info.value.position == 1
 
 
 def test_varint_past_int32_range():
@@ -364,14 +372,15 @@ def test_decode_at_position_and_from_memoryview():
 
 def reseal(section: bytes, record_count: int, attributes: int = 0, base_offset: int = 0) -> bytes:
     """A batch around a hand-made records section, with a valid CRC."""
-    template = bytearray(build_batch([SimpleRecord(None, None, timestamp=0)], base_offset=base_offset))
-    buf = template[:HEADER_SIZE] + section
-    struct.pack_into(">i", buf, 8, len(buf) - 12)
-    struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, attributes)
-    struct.pack_into(">i", buf, 23, max(record_count - 1, 0))
-    struct.pack_into(">i", buf, 57, record_count)
-    struct.pack_into(">I", buf, CRC_OFFSET, crc32c.crc32c(bytes(buf[ATTRIBUTES_OFFSET:])))
-    return bytes(buf)
+    return pack_batch(
+        section,
+        base_offset=base_offset,
+        attributes=attributes,
+        last_offset_delta=max(record_count - 1, 0),
+        base_timestamp=0,
+        max_timestamp=0,
+        record_count=record_count,
+    )
 
 
 def record_bytes(body_hex: str) -> bytes:
@@ -498,7 +507,7 @@ def test_every_flipped_bit_under_the_crc_is_detected(codec):
     records = [SimpleRecord(b"key%d" % i, b"value" * i, (("h", b"1"),), i) for i in range(3)]
     data = build_batch(records, compression=codec)
     for index in range(8, len(data)):
-        if 12 <= index < 16:
+        if PARTITION_LEADER_EPOCH_OFFSET <= index < MAGIC_OFFSET:
             continue  # the leader epoch, stamped after the CRC is computed
         damaged = bytearray(data)
         damaged[index] ^= 0x10

@@ -43,12 +43,18 @@ def test_varint_round_trip(small, big):
 
 
 def test_varint_errors():
-    with pytest.raises(t.TruncatedError):
-        t.read_uvarint(b"\x80\x80", 0)
+    # The buffer ending inside a varint is the codec's TruncatedError; the rest are ValueErrors.
+    for read in (t.read_uvarint, t.read_uvarlong, t.read_varint, t.read_varlong):
+        with pytest.raises(t.TruncatedError, match=r"truncated varint \(at byte 1\)"):
+            read(b"\x00\x80\x80", 1)
     with pytest.raises(ValueError, match="longer than 5"):
         t.read_uvarint(b"\x80\x80\x80\x80\x80\x01", 0)
+    with pytest.raises(ValueError, match="uint32 range"):
+        t.read_uvarint(b"\xff\xff\xff\xff\x1f", 0)
     with pytest.raises(ValueError):
         t.write_uvarint(bytearray(), -1)
+    with pytest.raises(ValueError):
+        t.write_uvarint(bytearray(), 2**32)
     with pytest.raises(ValueError):
         t.write_varint(bytearray(), 2**31)
 
