@@ -107,27 +107,32 @@ async def test_timeout_then_the_connection_still_serves():
         nursery.cancel_scope.cancel()
 
 
-async def test_connect_failure_backs_off_then_reconnects():
+async def test_connect_failure_backs_off_then_reconnects(monkeypatch):
+    attempts = []
+    open_tcp_stream = trio.open_tcp_stream
+
+    async def recording_open_tcp_stream(*args, **kwargs):
+        attempts.append(trio.current_time())
+        return await open_tcp_stream(*args, **kwargs)
+
+    monkeypatch.setattr(trio, "open_tcp_stream", recording_open_tcp_stream)
     async with trio.open_nursery() as nursery:
         # Bound but not listening: connects are refused at once, and the port stays ours.
         sock = trio.socket.socket()
         await sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         client = client_for(nursery, port, retry_backoff=0.1, max_backoff=0.2)
-        start = trio.current_time()
-        with pytest.raises(ConnectionLost):
-            await client.request("echo", {})
-        after_first = trio.current_time()
-        with pytest.raises(ConnectionLost):
-            await client.request("echo", {})
-        assert trio.current_time() - start >= 0.1  # the second attempt waited out the first back-off
-        with pytest.raises(ConnectionLost):
-            await client.request("echo", {})
-        assert trio.current_time() - after_first >= 0.2  # and the back-off doubled
+        for _ in range(3):
+            with pytest.raises(ConnectionLost):
+                await client.request("echo", {})
+        # Each attempt starts a back-off after the previous one failed: lower bounds, never upper.
+        assert attempts[1] - attempts[0] >= 0.1
+        assert attempts[2] - attempts[1] >= 0.2  # doubled
         sock.listen()
         await nursery.start(trio.serve_listeners, ControlServer(echo)._handle_connection,
                             [trio.SocketListener(sock)])
         assert await client.request("echo", {"ok": True}) == {"echo": {"ok": True}}
+        assert len(attempts) == 4 and attempts[3] - attempts[2] >= 0.2  # one attempt, after its back-off
         nursery.cancel_scope.cancel()
 
 
