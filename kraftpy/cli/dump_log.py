@@ -1,9 +1,13 @@
-"""`kraftpy dump-log FILE... [--deep]`: print the batches of segment files, like kafka-dump-log.sh.
+"""`kraftpy dump-log PATH... [--deep]`: print the batches of segment files, like kafka-dump-log.sh.
 
 ``.log`` files print one line per batch (and with ``--deep`` one line per record); ``.index`` and
-``.timeindex`` files print their entries. Keys, values and headers are printed as Python byte
+``.timeindex`` files print their entries; a directory (a partition's, or ``__cluster_metadata-0``)
+prints its ``.log`` segments in offset order. Keys, values and headers are printed as Python byte
 literals, so no byte of a record can reach the terminal unescaped. The command exits 1 after
 the first corrupt batch of a file, naming its byte position.
+
+Replicas hold their leader's bytes, the metadata log's as well: dumping the same partition on two
+replicas prints the same ``baseOffset`` and ``crc`` on every line below the high watermark.
 """
 
 from __future__ import annotations
@@ -101,13 +105,21 @@ def _dump_index(path: Path, time_index: bool) -> bool:
     return True
 
 
+def _segments_of(directory: Path) -> list[Path]:
+    found = [(base, path) for path in directory.iterdir()
+             if (base := parse_segment_file_name(path.name)) is not None]
+    return [path for _, path in sorted(found)]
+
+
 def dump_log(
-    files: Annotated[list[Path], typer.Argument(help="Segment files (.log, .index, .timeindex).", show_default=False)],
+    files: Annotated[list[Path], typer.Argument(
+        help="Segment files (.log, .index, .timeindex) or log directories.", show_default=False)],
     deep: Annotated[bool, typer.Option("--deep", help="Also print every record of every batch.")] = False,
 ) -> None:
     """Print the batches of log segment files (base/last offset, epoch, codec, producer, CRC)."""
     ok = True
-    for path in files:
+    paths = [segment for path in files for segment in (_segments_of(path) if path.is_dir() else [path])]
+    for path in paths:
         typer.echo(f"Dumping {path}")
         if not path.is_file():
             typer.echo(f"kraftpy: {path}: no such file", err=True)

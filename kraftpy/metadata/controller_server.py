@@ -55,6 +55,7 @@ def raft_config(config: KraftConfig, cluster_id: str) -> RaftConfig:
         election_backoff_max_ms=config["controller.quorum.election.backoff.max.ms"],
         request_timeout_ms=config["controller.quorum.request.timeout.ms"],
         retry_backoff_ms=config["controller.quorum.retry.backoff.ms"],
+        append_linger_ms=config["controller.quorum.append.linger.ms"],
     )
 
 
@@ -110,8 +111,7 @@ class ControllerServer:
         core = RaftCore(raft_config(self.config, self.cluster_id), self.raft_log, rng=self.rng,
                         now=trio.current_time(), persisted=read_quorum_state_file(state_path, voters))
         self.driver = RaftDriver(core, voter_addresses=voters, quorum_state_path=state_path, listener=self,
-                                 request_timeout=self.config["controller.quorum.request.timeout.ms"] / 1000,
-                                 append_linger=self.config["controller.quorum.append.linger.ms"] / 1000)
+                                 request_timeout=self.config["controller.quorum.request.timeout.ms"] / 1000)
         try:
             async with trio.open_nursery() as nursery:
                 server = ControlServer(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],

@@ -1,8 +1,9 @@
-"""KRaft consensus: a sans-IO core (kraftpy.raft.core) plus its log interface, messages and codec,
-and the quorum-state file format. The trio driver lives elsewhere and only applies effects."""
+"""KRaft consensus: a sans-IO core (kraftpy.raft.core, with one module per role) plus its log
+interface and batches, messages and codec, and the quorum-state file format. The trio driver
+(kraftpy.raft.driver) only applies effects."""
 
 from kraftpy.raft.config import RaftConfig
-from kraftpy.raft.core import ProposeResult, RaftCore
+from kraftpy.raft.core import ProposeResult, RaftCore, SnapshotResult
 from kraftpy.raft.effects import (
     Commit,
     Effect,
@@ -39,4 +40,5 @@ __all__ = [
     "Send",
     "SnapshotId",
     "SnapshotLoaded",
+    "SnapshotResult",
 ]

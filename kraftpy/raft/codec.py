@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from kraftpy.raft.errors import ErrorCode
-from kraftpy.raft.log import RecordBatch, SnapshotId
+from kraftpy.raft.log import SnapshotId
 from kraftpy.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -57,7 +57,7 @@ MESSAGE_TYPES: dict[str, type] = {
 
 #: Structures nested inside messages, by tag.
 STRUCT_TYPES: dict[str, type] = {
-    cls.__name__: cls for cls in (RecordBatch, SnapshotId, EpochEndOffset, ReplicaState)
+    cls.__name__: cls for cls in (SnapshotId, EpochEndOffset, ReplicaState)
 }
 
 _WIRE = WireCodec([*MESSAGE_TYPES.values(), *STRUCT_TYPES.values(), ErrorCode])

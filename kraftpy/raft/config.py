@@ -31,8 +31,16 @@ class RaftConfig:
     retry_backoff_ms: int = 20
     #: How long the leader holds a Fetch that has nothing new (Kafka's long poll).
     fetch_max_wait_ms: int = 500
+    #: The most a Fetch answer carries (at least one batch); also the most one call hands to the
+    #: state machine in Commit effects.
     fetch_max_bytes: int = 1 << 20
     snapshot_chunk_bytes: int = 1 << 20
+    #: controller.quorum.append.linger.ms: how long the leader gathers proposals into one batch
+    #: before it appends it (0: each proposal is appended at once as its own batch).
+    append_linger_ms: int = 0
+    #: The largest batch the leader builds; a proposal larger than this is refused. Within the
+    #: metadata log's max.message.bytes.
+    max_batch_bytes: int = 1 << 20
 
     @property
     def is_voter(self) -> bool:

@@ -13,15 +13,19 @@ asks, in order:
   correlation id. A request that timed out needs no handling here: the core's own timers retry;
   one that could not be delivered at all (connection refused or reset) is reported to the core
   (`RaftCore.unreachable`), which lets a follower of a crashed leader stand for election early;
-- ``PersistQuorumState`` and ``FlushLog`` are made durable (in a worker thread) before the next
-  effect is applied, so no message ever vouches for a vote or log entry a crash could lose;
+- ``PersistQuorumState`` and ``FlushLog`` are made durable in a worker thread before the next
+  effect is applied, so no message ever vouches for a vote or log entry a crash could lose. They
+  are all the file work Raft does: every core call (and so every call into the log the core makes)
+  only changes memory, and ``FlushLog`` carries out what it changed (appends, truncations,
+  snapshots, prefix deletions; kraftpy.raft.log). Snapshots the state machine takes go the same
+  way (`create_snapshot`);
 - ``Commit``, ``LeaderChange`` and ``SnapshotLoaded`` go to the listener, in order;
-- proposals on the leader are accumulated for controller.quorum.append.linger.ms and appended as
-  one batch (one flush for all of them, Kafka's BatchAccumulator): `propose` answers at once with
-  the offsets the records will take, and the batch is appended when the linger time is up. A
-  leader change drops what was accumulated; those offsets then never commit.
+- `propose` hands records to the core, which gathers them for controller.quorum.append.linger.ms
+  (RaftConfig.append_linger_ms) and answers at once with the offsets they will take; the timer
+  that appends the batch is one of the core's deadlines.
 
-One lock serialises every core call together with the application of its effects.
+One lock serialises every core call together with the application of its effects: while a flush
+runs in its thread, no other core call starts.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ import itertools
 from pathlib import Path
 from typing import Any, Protocol
 
-import attrs
 import trio
 
 from kraftpy.logs import get_logger
@@ -45,7 +48,6 @@ from kraftpy.raft.effects import (
     Send,
     SnapshotLoaded,
 )
-from kraftpy.raft.errors import NotLeaderError, RaftInvariantError
 from kraftpy.raft.messages import DescribeQuorumResponse, Message, Received
 from kraftpy.raft.quorum_state_store import write_quorum_state_file
 from kraftpy.rpc.control import ConnectionLost, ControlClient, RequestTimeout, RpcError
@@ -84,23 +86,10 @@ def decode_response(body: dict[str, Any]) -> Message:
         raise RpcError("INVALID_RESPONSE", f"not a Raft message: {exc}") from None
 
 
-@attrs.define
-class _Accumulator:
-    """Records proposed in one epoch and not yet appended; they will start at ``base_offset``."""
-
-    epoch: int
-    base_offset: int
-    deadline: float
-    records: list[bytes] = attrs.field(factory=list)
-
-
 class RaftDriver:
     def __init__(self, core: RaftCore, *, voter_addresses: dict[int, tuple[str, int]],
-                 quorum_state_path: Path, listener: RaftListener, request_timeout: float = 2.0,
-                 append_linger: float = 0.0) -> None:
+                 quorum_state_path: Path, listener: RaftListener, request_timeout: float = 2.0) -> None:
         self.core = core
-        self.append_linger = append_linger
-        self._accumulator: _Accumulator | None = None
         self.voter_addresses = voter_addresses
         self.quorum_state_path = quorum_state_path
         self.listener = listener
@@ -127,14 +116,9 @@ class RaftDriver:
             self._started.set()
             task_status.started()
             while True:
-                deadline = self.core.next_deadline()
-                if self._accumulator is not None:
-                    deadline = min(deadline, self._accumulator.deadline)
-                with trio.move_on_at(deadline):
+                with trio.move_on_at(self.core.next_deadline()):
                     await self._wakeup.wait()
                 async with self._lock:
-                    if self._accumulator is not None and trio.current_time() >= self._accumulator.deadline:
-                        await self._append_accumulated()
                     await self._apply(self.core.tick(trio.current_time()))
                     # Our own apply set the event; anything that touches the core later sets it anew.
                     self._wakeup = trio.Event()
@@ -163,45 +147,21 @@ class RaftDriver:
         """Add records to the leader's next batch and say which offsets they take; raises
         NotLeaderError elsewhere. Without a linger time the batch is appended at once."""
         async with self._lock:
-            if self.append_linger <= 0:
-                result = self.core.propose(records, trio.current_time())
-                await self._apply(result.effects)
-                return result
-            if not self.core.is_leader:
-                raise NotLeaderError(self.core.leader_id, self.core.epoch)
-            acc = self._accumulator
-            if acc is None:
-                acc = self._accumulator = _Accumulator(
-                    self.core.epoch, self.core.log.end_offset, trio.current_time() + self.append_linger)
-                self._wakeup.set()
-            base = acc.base_offset + len(acc.records)
-            acc.records.extend(records)
-            return ProposeResult(acc.epoch, base, base + len(records) - 1, [])
+            result = self.core.propose(records, trio.current_time())
+            await self._apply(result.effects)
+            return result
 
     def next_offset(self) -> int:
         """The offset the next proposed record will take on this leader."""
-        acc = self._accumulator
-        if acc is not None:
-            return acc.base_offset + len(acc.records)
-        return self.core.log.end_offset
-
-    async def _append_accumulated(self) -> None:
-        """Append the accumulated records as one batch; the caller holds the lock."""
-        acc, self._accumulator = self._accumulator, None
-        assert acc is not None
-        if not self.core.is_leader or self.core.epoch != acc.epoch:
-            return
-        result = self.core.propose(acc.records, trio.current_time())
-        if result.base_offset != acc.base_offset:
-            raise RaftInvariantError(f"accumulated records were promised offset {acc.base_offset}, "
-                                     f"the log put them at {result.base_offset}")
-        await self._apply(result.effects)
+        return self.core.next_offset
 
     async def create_snapshot(self, end_offset: int, data: bytes) -> None:
-        """Store a snapshot of the state below ``end_offset`` and drop the log it covers."""
+        """Store a snapshot of the state below ``end_offset`` and drop the log it covers; it is
+        durable when this returns."""
         async with self._lock:
-            snapshot_id = await trio.to_thread.run_sync(self.core.create_snapshot, end_offset, data)
-            await trio.to_thread.run_sync(self.core.delete_log_before_snapshot, snapshot_id)
+            result = self.core.create_snapshot(end_offset, data)
+            await self._apply(result.effects)
+        snapshot_id = result.snapshot_id
         self.log.info("snapshot written", end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch)
 
     async def describe_quorum(self) -> DescribeQuorumResponse:
@@ -234,7 +194,6 @@ class RaftDriver:
                     self.listener.handle_commit(effect)
                 case LeaderChange(epoch=epoch, leader_id=leader_id):
                     self.log.info("leader changed", epoch=epoch, leader_id=leader_id)
-                    self._accumulator = None
                     self.listener.handle_leader_change(effect)
                 case SnapshotLoaded():
                     self.listener.handle_snapshot_loaded(effect)

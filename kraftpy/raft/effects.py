@@ -1,10 +1,11 @@
 """What the core asks its driver to do, in the order it must be done.
 
-`RaftCore.step`, `tick`, `propose`, `resign` and `start` return a list of effects. The driver
-applies them one after the other and finishes each before starting the next: a `PersistQuorumState`
-or `FlushLog` must be durable before any later `Send` leaves (the vote, the epoch and the log are
-what the message vouches for; Raft thesis §3.8 and KIP-595 "persistent state"), and `Commit`s come
-in offset order.
+`RaftCore.start`, `step`, `tick`, `propose`, `unreachable`, `resign` and `create_snapshot` return
+a list of effects. The driver applies them one after the other and finishes each before starting
+the next: a `PersistQuorumState` or `FlushLog` must be durable before any later `Send` leaves (the
+vote, the epoch and the log are what the message vouches for; Raft thesis §3.8 and KIP-595
+"persistent state"), and `Commit`s come in offset order. The two durable effects are the only file
+work a node does for Raft; the driver does it off the event loop.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class PersistQuorumState:
 
 @attrs.frozen
 class FlushLog:
-    """Make the log durable below `up_to` (RaftLog.flush) before going on."""
+    """Make the log durable below `up_to`, with every truncation, snapshot and prefix deletion the
+    core made in memory (`RaftLog.flush`), before going on."""
 
     up_to: int
 

@@ -1,8 +1,9 @@
 """The replicated log as the Raft core sees it: batches with one epoch each, and snapshots.
 
 The core never touches a file. It is handed an object that satisfies `RaftLog`: `MemoryRaftLog`
-(kraftpy.raft.memory_log) in tests and the simulation, an adapter over the segment-file log of
-kraftpy.storage in production.
+(kraftpy.raft.memory_log) in tests and the simulation, `FileRaftLog` (kraftpy.raft.file_log) over
+the segment-file log of kraftpy.storage in production. Both hold the same bytes: a batch is the
+leader's RecordBatch v2 (`RecordBatch`, kraftpy.raft.batch), appended by followers as it is.
 
 Offsets are contiguous from `start_offset` to `end_offset` (exclusive). A batch holds one or more
 records, all appended together with one leader epoch; log ends, fetch offsets, the high watermark
@@ -10,15 +11,22 @@ and snapshot end offsets fall on batch boundaries, because batches are only ever
 truncated and replicated whole. (A truncation point computed from epochs may fall inside a batch;
 the batch then goes whole.)
 
-Durability contract (the simulation crashes nodes against exactly this):
+Durability contract (the simulation crashes nodes against exactly this). Every method but `flush`
+only changes memory, so that the core may call it on the event loop, inside `step`; `flush` does
+all the durable work, and the driver runs it off the event loop when the core returns `FlushLog`:
 
-- `append_as_leader` / `append_as_follower` may stay in memory; they are durable only once
-  `flush(up_to)` returned for an offset at or past their end. The core asks for that with the
-  `FlushLog` effect and never counts an unflushed entry as replicated.
-- `truncate_to` must be durable no later than the next `flush` (a crash before it may bring back
-  the truncated tail, which is the same as the truncation never having happened).
-- `create_snapshot` and `finish_snapshot_download` are durable when they return; a snapshot being
-  downloaded (`write_snapshot_chunk`) is not, and is forgotten by a crash.
+- `append_as_leader` / `append_as_follower` are durable once `flush(up_to)` returned for an offset
+  at or past their end. The core never counts an unflushed entry as replicated.
+- `truncate_to`, `delete_before_snapshot`, `create_snapshot` and `finish_snapshot_download` change
+  what every read sees at once and are durable no later than the next `flush`, which carries them
+  out in a safe order: a snapshot is durable before the log it covers is dropped, and a truncation
+  is durable before anything appended after it is written. A crash before that flush undoes them
+  (a truncated tail comes back, which is the same as the truncation never having happened).
+- A snapshot being downloaded (`write_snapshot_chunk`) is held in memory and forgotten by a crash.
+- Reads (`read`, `read_snapshot`) stay bounded copies out of memory or the page cache.
+
+What a crash keeps beyond the last flush is a prefix of what was appended, possibly cut inside a
+batch (a torn write): the log's recovery keeps the whole, checked batches of that prefix.
 """
 
 from __future__ import annotations
@@ -28,6 +36,11 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
+
+from kraftpy.raft.batch import NO_TIMESTAMP, RecordBatch
+
+__all__ = ["NO_TIMESTAMP", "OffsetAndEpoch", "RaftLog", "RecordBatch", "SnapshotId", "check_follows",
+           "end_offset_for_epoch"]
 
 
 @attrs.frozen
@@ -43,37 +56,6 @@ class SnapshotId:
 
     end_offset: int
     epoch: int
-
-
-@attrs.frozen
-class RecordBatch:
-    """Records appended atomically with one leader epoch.
-
-    `records` are opaque bytes. A control batch (`is_control`) is written by Raft itself: today only
-    the leader-change record a new leader appends (KIP-595); state machines skip such batches.
-    """
-
-    base_offset: int
-    epoch: int
-    records: tuple[bytes, ...] = attrs.field(converter=tuple)
-    is_control: bool = False
-
-    def __attrs_post_init__(self) -> None:
-        if not self.records:
-            raise ValueError("a batch holds at least one record")
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + len(self.records) - 1
-
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset + len(self.records)
-
-    @property
-    def size_in_bytes(self) -> int:
-        """A size estimate used for fetch limits: payload plus a fixed per-record overhead."""
-        return 61 + sum(len(r) + 8 for r in self.records)
 
 
 def end_offset_for_epoch(
@@ -130,17 +112,18 @@ class RaftLog(Protocol):
 
     def read(self, offset: int, max_bytes: int) -> list[RecordBatch]:
         """Batches from the one holding `offset` on: at least one if `offset < end_offset`, then more
-        while the total stays within `max_bytes`. `start_offset <= offset <= end_offset`."""
+        while the total stays within `max_bytes` (a read may also stop early, e.g. at a segment's
+        end). `start_offset <= offset <= end_offset`."""
         ...
 
     def append_as_leader(
-        self, records: Sequence[bytes], epoch: int, *, is_control: bool = False
+        self, records: Sequence[bytes], epoch: int, *, is_control: bool = False, timestamp_ms: int = NO_TIMESTAMP
     ) -> RecordBatch:
-        """Append one batch at `end_offset` stamped with `epoch`; return it."""
+        """Encode `records` as one batch at `end_offset` stamped with `epoch`, append it, return it."""
         ...
 
     def append_as_follower(self, batches: Sequence[RecordBatch]) -> None:
-        """Append batches received from the leader as they are; the first starts at `end_offset`."""
+        """Append batches received from the leader as they are (`check_follows` must hold)."""
         ...
 
     def truncate_to(self, offset: int) -> None:
@@ -149,7 +132,9 @@ class RaftLog(Protocol):
         ...
 
     def flush(self, up_to: int) -> None:
-        """Make everything below `up_to` durable (fsync)."""
+        """Make everything below `up_to`, and every truncation, snapshot and prefix deletion made so
+        far, durable (see the module doc for the order). May make more durable than asked. The only
+        method that writes, fsyncs, renames or deletes a file."""
         ...
 
     @property
@@ -162,11 +147,13 @@ class RaftLog(Protocol):
         ...
 
     def create_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
-        """Store a complete, durable snapshot of the state after `snapshot_id.end_offset`."""
+        """Store a complete snapshot of the state after `snapshot_id.end_offset` (durable at the
+        next `flush`)."""
         ...
 
     def delete_before_snapshot(self, snapshot_id: SnapshotId) -> None:
-        """Advance `start_offset` to the snapshot's end offset, dropping the batches below it."""
+        """Advance `start_offset` to the snapshot's end offset, dropping the batches below it, and
+        drop older snapshots. The snapshot's end must be flushed."""
         ...
 
     def snapshot_size(self, snapshot_id: SnapshotId) -> int | None:
@@ -183,6 +170,18 @@ class RaftLog(Protocol):
         ...
 
     def finish_snapshot_download(self, snapshot_id: SnapshotId) -> None:
-        """Durably make the downloaded snapshot the latest and reset the log to start and end at its
-        end offset (every batch is dropped)."""
+        """Make the downloaded snapshot the latest and reset the log to start and end at its end
+        offset (every batch and every other snapshot is dropped); durable at the next `flush`."""
         ...
+
+
+def check_follows(batches: Sequence[RecordBatch], end_offset: int, last_epoch: int) -> None:
+    """Raise ValueError unless `batches` continue a log ending at `end_offset` whose last batch has
+    epoch `last_epoch`: contiguous offsets from there, epochs never going back."""
+    expected, epoch = end_offset, last_epoch
+    for batch in batches:
+        if batch.base_offset != expected:
+            raise ValueError(f"batch at {batch.base_offset}, log ends at {expected}")
+        if batch.epoch < epoch:
+            raise ValueError(f"batch at {batch.base_offset} has epoch {batch.epoch}, below the log's {epoch}")
+        expected, epoch = batch.next_offset, batch.epoch

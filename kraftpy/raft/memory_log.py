@@ -1,12 +1,24 @@
 """`MemoryRaftLog`: a `RaftLog` held in memory, with a flushed point so that a simulated crash
-loses exactly what a real one would (the unflushed tail and any half-downloaded snapshot)."""
+loses exactly what a real one would (the unflushed tail and any half-downloaded snapshot).
+
+It holds the same bytes a `FileRaftLog` does (each batch the leader's encoded RecordBatch), so the
+simulation exercises the path production takes: build once on the leader, check and append as is
+everywhere else. Truncations, snapshots and prefix deletions are durable at once here, which the
+`RaftLog` contract allows (it only says "no later than the next flush")."""
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
 
-from kraftpy.raft.log import OffsetAndEpoch, RecordBatch, SnapshotId, end_offset_for_epoch
+from kraftpy.raft.log import (
+    NO_TIMESTAMP,
+    OffsetAndEpoch,
+    RecordBatch,
+    SnapshotId,
+    check_follows,
+    end_offset_for_epoch,
+)
 
 
 class MemoryRaftLog:
@@ -88,25 +100,23 @@ class MemoryRaftLog:
     # -- writes ----------------------------------------------------------------------------------
 
     def _append(self, batch: RecordBatch) -> None:
-        if batch.base_offset != self.end_offset:
-            raise ValueError(f"batch at {batch.base_offset}, log ends at {self.end_offset}")
-        if self._batches and batch.epoch < self._batches[-1].epoch:
-            raise ValueError(f"epoch {batch.epoch} below the last batch's {self._batches[-1].epoch}")
         if not self._epoch_starts or self._epoch_starts[-1][0] != batch.epoch:
             self._epoch_starts.append((batch.epoch, batch.base_offset))
         self._batches.append(batch)
         self._bases.append(batch.base_offset)
 
     def append_as_leader(
-        self, records: Sequence[bytes], epoch: int, *, is_control: bool = False
+        self, records: Sequence[bytes], epoch: int, *, is_control: bool = False, timestamp_ms: int = NO_TIMESTAMP
     ) -> RecordBatch:
-        batch = RecordBatch(
-            base_offset=self.end_offset, epoch=epoch, records=tuple(records), is_control=is_control
+        batch = RecordBatch.build(
+            records, base_offset=self.end_offset, epoch=epoch, is_control=is_control, timestamp_ms=timestamp_ms
         )
+        check_follows([batch], self.end_offset, self.last_fetched_epoch)
         self._append(batch)
         return batch
 
     def append_as_follower(self, batches: Sequence[RecordBatch]) -> None:
+        check_follows(batches, self.end_offset, self.last_fetched_epoch)
         for batch in batches:
             self._append(batch)
 

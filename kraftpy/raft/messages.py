@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import attrs
 
-from kraftpy.raft.log import RecordBatch, SnapshotId
+from kraftpy.raft.log import SnapshotId
 
 NO_LEADER = -1
 
@@ -111,7 +111,10 @@ class EpochEndOffset:
 @attrs.frozen
 class FetchResponse:
     """Exactly one of: `records` (possibly empty), `diverging_epoch` (truncate and fetch again) or
-    `snapshot_id` (fetch that snapshot first), unless `error_code` is set."""
+    `snapshot_id` (fetch that snapshot first), unless `error_code` is set.
+
+    `records` is Kafka's ``records`` field: the leader's batches from the fetch offset on, whole
+    RecordBatch v2 batches back to back, exactly the bytes of the leader's log (kraftpy.raft.batch)."""
 
     is_request: ClassVar[bool] = False
     error_code: int
@@ -121,7 +124,7 @@ class FetchResponse:
     log_start_offset: int = -1
     diverging_epoch: EpochEndOffset | None = None
     snapshot_id: SnapshotId | None = None
-    records: tuple[RecordBatch, ...] = attrs.field(converter=tuple, default=())
+    records: bytes = b""
 
 
 @attrs.frozen

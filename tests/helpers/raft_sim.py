@@ -1,21 +1,40 @@
-"""A deterministic in-process KRaft cluster: real `RaftCore`s, `MemoryRaftLog`s, a simulated
-network and a simulated clock, every choice drawn from one seeded `random.Random`.
+"""A deterministic in-process KRaft cluster: real `RaftCore`s, real logs, a simulated network and
+a simulated clock, every choice drawn from one seeded `random.Random`.
 
 `SimCluster` runs voters and observers, delivers messages with delays (hence reordering), drops,
 duplicates, partitions (symmetric or one-way), crashes nodes (losing the unflushed log tail, a
 half-downloaded snapshot and any effect not yet applied), restarts them from what was persisted,
-and jumps node clocks. `Checker` verifies the safety invariants after every event and raises
-`InvariantViolation` on the first breach. `run_seed` is the whole scenario for one seed: a fault
-phase, then a heal phase that must end with a leader committing new records on every node.
+and jumps node clocks. Its logs are `MemoryRaftLog`s, or with ``file_logs`` real `FileRaftLog`s in a
+temporary directory (on /dev/shm when there is one, so that fsync costs nothing): a crash then
+closes the files without a flush, and sometimes tears the flush it interrupts (a prefix of the
+unflushed bytes reaches the segment, perhaps followed by garbage), so that reopening must cut the
+torn tail. Every core call on a file log runs with file writes forbidden (`forbid_file_writes`):
+the core may only change memory, the FlushLog effect does the rest.
+
+Leaders batch proposals for ``append_linger_ms``, as the driver's configuration asks, and stamp
+batches with a deterministic wall clock, so the bytes replicated are the same on every run.
+
+`Checker` verifies the safety invariants after every event and raises `InvariantViolation` on the
+first breach. `run_seed` is the whole scenario for one seed: a fault phase, then a heal phase that
+must end with a leader committing new records on every node.
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import hashlib
 import heapq
+import io
 import itertools
+import os
 import random
+import shutil
+import tempfile
 from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -34,10 +53,78 @@ from kraftpy.raft import (
     Send,
     SnapshotLoaded,
 )
-from kraftpy.raft.messages import Message, VoteRequest, VoteResponse
+from kraftpy.raft.file_log import FileRaftLog
+from kraftpy.raft.messages import FetchResponse, FetchSnapshotResponse, Message, VoteRequest, VoteResponse
 from kraftpy.raft.quorum_state import Candidate, Leader, Prospective
+from kraftpy.storage.log import LogConfig
 
 CLUSTER_ID = "sim-cluster"
+#: The simulated wall clock starts here (milliseconds), so that batch timestamps look real.
+WALL_CLOCK_BASE_MS = 1_700_000_000_000
+#: What a core call must not do to a file (it may read).
+_FORBIDDEN_OS_CALLS = (
+    "open", "write", "writev", "pwrite", "pwritev", "fsync", "fdatasync", "ftruncate", "truncate",
+    "rename", "replace", "unlink", "remove", "rmdir", "mkdir", "makedirs", "close", "sendfile",
+)
+
+
+class FileWriteInCoreCall(AssertionError):
+    """The Raft core (or the log on its behalf) touched a file inside a core call."""
+
+
+class FileWriteGuard:
+    """While armed, every os call that opens, writes, syncs, truncates, renames, deletes or closes a
+    file, and ``open``, raises `FileWriteInCoreCall`. Installed once (cheap to arm per call)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self._saved: dict[str, Any] = {}
+
+    def install(self) -> None:
+        if self._saved:
+            return
+        for name in _FORBIDDEN_OS_CALLS:
+            if hasattr(os, name):
+                self._saved[name] = getattr(os, name)
+                setattr(os, name, self._guarded(f"os.{name}", self._saved[name]))
+        self._saved["builtins.open"] = builtins.open
+        builtins.open = io.open = self._guarded("open", builtins.open)
+
+    def uninstall(self) -> None:
+        for name, function in self._saved.items():
+            if name == "builtins.open":
+                builtins.open = io.open = function
+            else:
+                setattr(os, name, function)
+        self._saved = {}
+
+    def _guarded(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if self.armed:
+                raise FileWriteInCoreCall(f"{name}{args!r:.80} inside a Raft core call")
+            return function(*args, **kwargs)
+
+        return guarded
+
+
+@contextlib.contextmanager
+def forbid_file_writes() -> Iterator[None]:
+    """A `FileWriteGuard` armed for the duration of the block."""
+    guard = FileWriteGuard()
+    guard.install()
+    guard.armed = True
+    try:
+        yield
+    finally:
+        guard.armed = False
+        guard.uninstall()
+
+
+def sim_directory() -> Path:
+    """A fresh temporary directory, in memory (/dev/shm) where the system has one."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix="kraftpy-sim-", dir=base))
 
 
 class InvariantViolation(AssertionError):
@@ -45,16 +132,28 @@ class InvariantViolation(AssertionError):
 
 
 def batch_digest(previous: bytes, batch: RecordBatch) -> bytes:
+    """Chains the batch's bytes: two state machines agree only if they applied the same bytes."""
     h = hashlib.blake2b(previous, digest_size=16)
-    h.update(repr((batch.base_offset, batch.epoch, batch.is_control, batch.records)).encode())
+    h.update(batch.data)
     return h.digest()
+
+
+def describe(message: Message) -> str:
+    """A message for the trace, its bytes summarised."""
+    if isinstance(message, FetchResponse) and message.records:
+        message = attrs.evolve(message, records=b"")
+        return f"{message!r:.140} (+records)"
+    if isinstance(message, FetchSnapshotResponse) and message.unaligned_records:
+        message = attrs.evolve(message, unaligned_records=b"")
+        return f"{message!r:.140} (+chunk)"
+    return f"{message!r:.160}"
 
 
 @attrs.define
 class SimNode:
     node_id: int
     config: RaftConfig
-    log: MemoryRaftLog = attrs.Factory(MemoryRaftLog)
+    log: MemoryRaftLog | FileRaftLog = attrs.Factory(MemoryRaftLog)
     #: What the quorum-state file holds (survives crashes).
     persisted: ElectionState | None = None
     core: RaftCore | None = None
@@ -107,6 +206,7 @@ class Checker:
         self.last_batch: RecordBatch | None = None
         self.digest_at: dict[int, bytes] = {0: b""}
         self.max_persisted_epoch: dict[int, int] = {}
+        self._durable_cache: dict[int, tuple[tuple, bool]] = {}
 
     def fail(self, message: str) -> None:
         raise InvariantViolation(f"t={self.cluster.now:.3f}: {message}")
@@ -170,35 +270,48 @@ class Checker:
             if core is None:
                 continue
             nid = node.node_id
-            if core.epoch < node.max_epoch:
-                self.fail(f"node {nid} epoch went back {node.max_epoch} -> {core.epoch}")
-            node.max_epoch = core.epoch
-            if core.high_watermark < node.max_hwm:
-                self.fail(f"node {nid} high watermark went back {node.max_hwm} -> {core.high_watermark}")
-            node.max_hwm = core.high_watermark
-            if core.high_watermark > max(node.log.flushed_offset, node.log.start_offset):
-                self.fail(
-                    f"node {nid} high watermark {core.high_watermark} past flushed {node.log.flushed_offset}"
-                )
+            epoch, hwm = core.epoch, core.high_watermark
+            if epoch < node.max_epoch:
+                self.fail(f"node {nid} epoch went back {node.max_epoch} -> {epoch}")
+            node.max_epoch = epoch
+            if hwm < node.max_hwm:
+                self.fail(f"node {nid} high watermark went back {node.max_hwm} -> {hwm}")
+            node.max_hwm = hwm
+            log = node.log
+            if hwm > log.flushed_offset and hwm > log.start_offset:
+                self.fail(f"node {nid} high watermark {hwm} past flushed {log.flushed_offset}")
             if not node.is_voter and isinstance(core.state, Leader | Candidate | Prospective):
                 self.fail(f"observer {nid} is {core.state}")
             leader = core.leader_id
             if leader is not None:
-                self.on_leader(core.epoch, leader, nid)
+                self.on_leader(epoch, leader, nid)
         end = self.committed_end
         if end > 0:
-            last = self.last_batch
             durable = 0
+            majority = len(cluster.voters) // 2 + 1
             for node in cluster.nodes.values():
-                if not node.is_voter:
-                    continue
-                snapshot = node.log.latest_snapshot_id
-                if snapshot is not None and snapshot.end_offset >= end:
+                if node.is_voter and self._holds_committed_end(node, end):
                     durable += 1
-                elif end <= node.log.flushed_offset and node.log.batch_containing(end - 1) == last:
-                    durable += 1
-            if durable * 2 <= len(cluster.voters):
+                    if durable >= majority:
+                        break
+            if durable < majority:
                 self.fail(f"committed end {end} durable on only {durable} of {len(cluster.voters)} voters")
+
+    def _holds_committed_end(self, node: SimNode, end: int) -> bool:
+        """The node's durable log (or snapshot) holds the committed history up to `end`. Cached for
+        as long as nothing it depends on changed (a log's content below its flushed offset changes
+        only through a truncation, which lowers that offset first)."""
+        log = node.log
+        snapshot = log.latest_snapshot_id
+        key = (node.incarnation, end, log.flushed_offset, log.start_offset, snapshot)
+        cached = self._durable_cache.get(node.node_id)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        held = (snapshot is not None and snapshot.end_offset >= end) or (
+            end <= log.flushed_offset and log.batch_containing(end - 1) == self.last_batch
+        )
+        self._durable_cache[node.node_id] = (key, held)
+        return held
 
 
 class SimCluster:
@@ -214,12 +327,23 @@ class SimCluster:
         fetch_timeout_ms: int = 2000,
         fetch_max_bytes: int = 4096,
         snapshot_chunk_bytes: int = 8,
+        append_linger_ms: int = 0,
+        file_logs: bool = False,
+        segment_bytes: int = 4096,
         trace_len: int = 60,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.now = 0.0
         self.voters = frozenset(range(1, voters + 1))
+        #: Where the file logs live (None: memory logs); removed by `close`.
+        self.directory = sim_directory() if file_logs else None
+        self.log_config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=256)
+        #: Of the crashes that interrupt a flush with unflushed bytes, the share that tears it.
+        self.torn_write_rate = 0.5
+        self.guard = FileWriteGuard()
+        if file_logs:
+            self.guard.install()
         self.nodes: dict[int, SimNode] = {}
         for nid in range(1, voters + observers + 1):
             config = RaftConfig(
@@ -230,8 +354,9 @@ class SimCluster:
                 fetch_timeout_ms=fetch_timeout_ms,
                 fetch_max_bytes=fetch_max_bytes,
                 snapshot_chunk_bytes=snapshot_chunk_bytes,
+                append_linger_ms=append_linger_ms,
             )
-            self.nodes[nid] = SimNode(nid, config)
+            self.nodes[nid] = SimNode(nid, config, self._open_log(nid))
         self.queue: list[_InFlight] = []
         self._seq = itertools.count()
         #: Directed links that drop everything: (src, dst).
@@ -243,7 +368,8 @@ class SimCluster:
         #: Probability that a crash happens part-way through applying one batch of effects.
         self.crash_mid_apply_rate = 0.0
         self.checker = Checker(self)
-        self.trace: deque[str] = deque(maxlen=trace_len)
+        #: Recent events: text, or (time, src, dst, message) formatted only for a failure report.
+        self.trace: deque[str | tuple[float, int, int, Message]] = deque(maxlen=trace_len)
         self._proposals = itertools.count()
         self.events = 0
         for node in self.nodes.values():
@@ -254,32 +380,83 @@ class SimCluster:
     def local_time(self, node: SimNode) -> float:
         return self.now + node.clock_offset
 
+    def wall_clock(self, node: SimNode) -> Callable[[], int]:
+        """The node's wall clock in milliseconds: deterministic, and jumping with its clock."""
+        return lambda: WALL_CLOCK_BASE_MS + int(self.local_time(node) * 1000)
+
+    def _open_log(self, node_id: int) -> MemoryRaftLog | FileRaftLog:
+        if self.directory is None:
+            return MemoryRaftLog()
+        return FileRaftLog.open(self.directory / f"node-{node_id}", self.log_config)
+
+    def call(self, node: SimNode, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call into a node's core as a driver does; with file logs, no file may be written meanwhile."""
+        if self.directory is None:
+            return method(*args, **kwargs)
+        self.guard.armed = True
+        try:
+            return method(*args, **kwargs)
+        finally:
+            self.guard.armed = False
+
     def start_node(self, node: SimNode) -> None:
         node.applied_end = 0
         node.digest = b""
         node.max_epoch = 0
         node.max_hwm = 0
-        node.core = RaftCore(
+        node.core = self.call(
+            node,
+            RaftCore,
             node.config,
             node.log,
             rng=random.Random(self.rng.getrandbits(64)),
             now=self.local_time(node),
             persisted=node.persisted,
+            wall_clock=self.wall_clock(node),
         )
         if node.persisted is not None and node.core.epoch != node.persisted.epoch:
             self.checker.fail(
                 f"node {node.node_id} restarted in epoch {node.core.epoch}, persisted {node.persisted}"
             )
         self.trace.append(f"{self.now:.3f} start {node.node_id} {node.core.state}")
-        self.apply(node, node.core.start(self.local_time(node)))
+        self.apply(node, self.call(node, node.core.start, self.local_time(node)))
 
     def crash(self, node: SimNode) -> None:
+        """Kill the node: its log keeps what was flushed (a file log: and perhaps a torn write),
+        reopened at once as a restart would find it."""
         if node.core is None:
             return
         self.trace.append(f"{self.now:.3f} crash {node.node_id}")
-        node.log.crash()
+        log = node.log
+        if isinstance(log, MemoryRaftLog):
+            log.crash()
+        else:
+            torn = None
+            if self.rng.random() < self.torn_write_rate:
+                rng = self.rng
+
+                def torn(tail: bytes) -> bytes:
+                    kept = tail[: rng.randrange(len(tail) + 1)]
+                    garbage = rng.randbytes(rng.randrange(1, 64)) if rng.random() < 0.5 else b""
+                    self.trace.append(f"{self.now:.3f} torn write: {len(kept)} of {len(tail)} bytes "
+                                      f"+ {len(garbage)} garbage")
+                    return kept + garbage
+
+            log.crash(torn)
+            node.log = self._open_log(node.node_id)
         node.core = None
         node.incarnation += 1
+
+    def close(self) -> None:
+        """Close the file logs and remove their directory."""
+        self.guard.uninstall()
+        if self.directory is None:
+            return
+        for node in self.nodes.values():
+            if isinstance(node.log, FileRaftLog):
+                node.log.abandon()
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory = None
 
     def restart(self, node: SimNode) -> None:
         if node.core is None:
@@ -362,13 +539,13 @@ class SimCluster:
                     and self.rng.random() < 0.5):
                 # Half the time the transport says so at once (connection refused / reset).
                 self.trace.append(f"{self.now:.3f} {item.src}->{item.dst} unreachable")
-                effects = sender.core.unreachable(item.dst, item.received.correlation_id,
-                                                  self.local_time(sender))
+                effects = self.call(sender, sender.core.unreachable, item.dst, item.received.correlation_id,
+                                    self.local_time(sender))
                 self.apply(sender, effects)
             return
         message = item.received.message
-        self.trace.append(f"{self.now:.3f} {item.src}->{item.dst} {message!r:.160}")
-        effects = node.core.step(item.received, self.local_time(node))
+        self.trace.append((self.now, item.src, item.dst, message))
+        effects = self.call(node, node.core.step, item.received, self.local_time(node))
         self.apply(node, effects, message)
 
     def partition(self, groups: list[set[int]]) -> None:
@@ -396,11 +573,17 @@ class SimCluster:
         n = next(self._proposals)
         records = [f"{tag}{n}.{i}".encode() for i in range(1 + self.rng.randrange(3))]
         try:
-            result = node.core.propose(records, self.local_time(node))
+            result = self.call(node, node.core.propose, records, self.local_time(node))
         except NotLeaderError:
             return None
         self.apply(node, result.effects)
         return result.epoch, result.last_offset
+
+    def resign(self, node: SimNode | None = None) -> None:
+        """The leader (or `node`) shuts down gracefully: it resigns (EndQuorumEpoch)."""
+        node = node or self.leader()
+        if node is not None and node.core is not None:
+            self.apply(node, self.call(node, node.core.resign, self.local_time(node)))
 
     def take_snapshot(self, node: SimNode, delete_prefix: bool) -> None:
         core = node.core
@@ -410,10 +593,10 @@ class SimCluster:
         end = node.applied_end
         if end <= node.log.start_offset or (latest is not None and end <= latest.end_offset):
             return
-        snapshot_id = core.create_snapshot(end, node.digest)
-        self.trace.append(f"{self.now:.3f} node {node.node_id} snapshot {snapshot_id} delete={delete_prefix}")
-        if delete_prefix:
-            core.delete_log_before_snapshot(snapshot_id)
+        result = self.call(node, core.create_snapshot, end, node.digest, delete_log_before=delete_prefix)
+        self.trace.append(
+            f"{self.now:.3f} node {node.node_id} snapshot {result.snapshot_id} delete={delete_prefix}")
+        self.apply(node, result.effects)
 
     # -- the event loop --------------------------------------------------------------------------
 
@@ -450,7 +633,7 @@ class SimCluster:
                 assert timer_node is not None and timer_node.core is not None
                 core = timer_node.core
                 local = max(self.local_time(timer_node), core.next_deadline())
-                self.apply(timer_node, core.tick(local))
+                self.apply(timer_node, self.call(timer_node, core.tick, local))
             self.events += 1
             stuck = stuck + 1 if self.now == previous else 0
             if stuck > 10_000:
@@ -474,7 +657,11 @@ class SimCluster:
                 f"flushed={node.log.flushed_offset} applied={node.applied_end} persisted={node.persisted}"
             )
         lines.append("  last events:")
-        lines.extend(f"    {line}" for line in self.trace)
+        for event in self.trace:
+            if isinstance(event, tuple):
+                at, src, dst, message = event
+                event = f"{at:.3f} {src}->{dst} {describe(message)}"
+            lines.append(f"    {event}")
         return "\n".join(lines)
 
 
@@ -483,6 +670,8 @@ class SeedResult:
     seed: int
     voters: int
     observers: int
+    file_logs: bool
+    append_linger_ms: int
     events: int
     committed_end: int
     epochs: int
@@ -491,12 +680,28 @@ class SeedResult:
 
 def run_seed(seed: int, fault_seconds: float = 12.0, recovery_bound: float = 30.0) -> SeedResult:
     """One randomized scenario: faults for `fault_seconds` of simulated time, then everything heals
-    and a leader must commit a new batch on every node within `recovery_bound` simulated seconds."""
+    and a leader must commit a new batch on every node within `recovery_bound` simulated seconds.
+
+    The seed also picks the cluster: 1, 3 or 5 voters, 0-2 observers, memory logs or (one seed in
+    five) file logs, whose crashes interrupt flushes more often and may tear them, and a linger
+    time for the leader's batches (0, 5 or 50 ms)."""
     rng = random.Random(seed ^ 0x5EED)
     voters = rng.choice([1, 3, 3, 5, 5])
     observers = rng.choice([0, 1, 2])
-    cluster = SimCluster(seed, voters=voters, observers=observers)
-    cluster.crash_mid_apply_rate = rng.choice([0.0, 0.0, 0.002])
+    file_logs = rng.random() < 0.2
+    linger_ms = rng.choice([0, 0, 5, 50])
+    cluster = SimCluster(seed, voters=voters, observers=observers, file_logs=file_logs, append_linger_ms=linger_ms)
+    try:
+        return _run_scenario(cluster, rng, fault_seconds, recovery_bound)
+    finally:
+        cluster.close()
+
+
+def _run_scenario(cluster: SimCluster, rng: random.Random, fault_seconds: float, recovery_bound: float) -> SeedResult:
+    if cluster.directory is not None:
+        cluster.crash_mid_apply_rate = rng.choice([0.002, 0.01, 0.02])
+    else:
+        cluster.crash_mid_apply_rate = rng.choice([0.0, 0.0, 0.002])
     node_ids = sorted(cluster.nodes)
 
     def random_node() -> SimNode:
@@ -544,9 +749,7 @@ def run_seed(seed: int, fault_seconds: float = 12.0, recovery_bound: float = 30.
         elif kind == "snapshot":
             cluster.take_snapshot(random_node(), delete_prefix=rng.random() < 0.8)
         elif kind == "resign":
-            leader = cluster.leader()
-            if leader is not None and leader.core is not None:
-                cluster.apply(leader, leader.core.resign(cluster.local_time(leader)))
+            cluster.resign()
 
     actions: deque[tuple[float, object]] = deque()
     t = 0.0
@@ -582,9 +785,11 @@ def run_seed(seed: int, fault_seconds: float = 12.0, recovery_bound: float = 30.
     except Exception as exc:
         raise InvariantViolation(f"{type(exc).__name__}: {exc}\n{cluster.failure_report()}") from exc
     return SeedResult(
-        seed=seed,
-        voters=voters,
-        observers=observers,
+        seed=cluster.seed,
+        voters=len(cluster.voters),
+        observers=len(cluster.nodes) - len(cluster.voters),
+        file_logs=cluster.directory is not None,
+        append_linger_ms=next(iter(cluster.nodes.values())).config.append_linger_ms,
         events=cluster.events,
         committed_end=cluster.checker.committed_end,
         epochs=len(cluster.checker.leader_of_epoch),

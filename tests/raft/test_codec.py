@@ -6,7 +6,8 @@ import msgpack
 import pytest
 
 from kraftpy.raft import codec
-from kraftpy.raft.log import RecordBatch, SnapshotId
+from kraftpy.raft.batch import RecordBatch
+from kraftpy.raft.log import SnapshotId
 from kraftpy.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -49,10 +50,8 @@ SAMPLES = [
         leader_epoch=5,
         high_watermark=9,
         log_start_offset=0,
-        records=(
-            RecordBatch(10, 5, (b"\x00\xffa", b""), is_control=True),
-            RecordBatch(12, 5, (b"x",)),
-        ),
+        records=RecordBatch.build([b"\x00\xffa", b""], base_offset=10, epoch=5, is_control=True).data
+        + RecordBatch.build([b"x"], base_offset=12, epoch=5, timestamp_ms=1_700_000_000_000).data,
     ),
     FetchResponse(0, leader_id=1, leader_epoch=5, diverging_epoch=EpochEndOffset(3, 8)),
     FetchResponse(0, leader_id=1, leader_epoch=5, snapshot_id=SnapshotId(100, 4)),

@@ -78,7 +78,7 @@ class Node:
                                              listener=self.recorder, request_timeout=1.5)
                     await self.driver.run()
                 finally:
-                    log.storage.abandon()  # as a kill -9 would leave it
+                    log.abandon()  # as a kill -9 would leave it
 
 
 async def wait_until(nodes, predicate, timeout=20.0):
@@ -140,10 +140,9 @@ async def test_three_voters_elect_commit_and_fail_over(tmp_path: Path) -> None:
 async def test_proposals_within_the_linger_time_share_one_batch(tmp_path: Path) -> None:
     log = FileRaftLog.open(tmp_path)
     recorder = Recorder()
-    config = RaftConfig(1, [1], CLUSTER, election_timeout_ms=50)
+    config = RaftConfig(1, [1], CLUSTER, election_timeout_ms=50, append_linger_ms=50)
     core = RaftCore(config, log, rng=random.Random(1), now=trio.current_time())
-    driver = RaftDriver(core, voter_addresses={}, quorum_state_path=tmp_path / FILE_NAME, listener=recorder,
-                        append_linger=0.05)
+    driver = RaftDriver(core, voter_addresses={}, quorum_state_path=tmp_path / FILE_NAME, listener=recorder)
     async with trio.open_nursery() as nursery:
         await nursery.start(driver.run)
         with trio.fail_after(10):

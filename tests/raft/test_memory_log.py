@@ -63,10 +63,17 @@ def test_crash_loses_the_unflushed_tail() -> None:
 
 def test_follower_append_must_continue_the_log() -> None:
     log = build([(1, 2)])
-    with pytest.raises(ValueError):
-        log.append_as_follower([RecordBatch(5, 1, (b"x",))])
-    with pytest.raises(ValueError):
-        log.append_as_follower([RecordBatch(2, 0, (b"x",))])
+    with pytest.raises(ValueError):  # a gap
+        log.append_as_follower([RecordBatch.build([b"x"], base_offset=5, epoch=1)])
+    with pytest.raises(ValueError):  # an epoch going back
+        log.append_as_follower([RecordBatch.build([b"x"], base_offset=2, epoch=0)])
+    with pytest.raises(ValueError):  # not contiguous within the append
+        log.append_as_follower([RecordBatch.build([b"x"], base_offset=2, epoch=1),
+                                RecordBatch.build([b"y"], base_offset=4, epoch=1)])
+    assert log.end_offset == 2
+    batch = RecordBatch.build([b"x", b"y"], base_offset=2, epoch=3, timestamp_ms=123)
+    log.append_as_follower([batch])
+    assert log.read(2, 1) == [batch] and log.read(2, 1)[0].data == batch.data  # kept as it came
 
 
 def test_snapshot_and_prefix_deletion() -> None:

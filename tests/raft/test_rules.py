@@ -23,13 +23,18 @@ from kraftpy.raft import (
     Send,
     SnapshotId,
 )
+from kraftpy.raft.batch import parse_batches
 from kraftpy.raft.control import decode_leader_change
+from kraftpy.raft.core import error_response
 from kraftpy.raft.errors import ErrorCode, RaftInvariantError
+from kraftpy.raft.log import RecordBatch
 from kraftpy.raft.messages import (
     BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
     EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
     EpochEndOffset,
     FetchRequest,
     FetchResponse,
@@ -55,9 +60,12 @@ def make_core(
     log: MemoryRaftLog | None = None,
     persisted: ElectionState | None = None,
     now: float = 0.0,
+    wall_clock_ms: int = 1_700_000_000_000,
+    **config: int,
 ) -> tuple[RaftCore, list]:
-    config = RaftConfig(node_id=node_id, voters=voters, cluster_id=CLUSTER)
-    core = RaftCore(config, log or MemoryRaftLog(), rng=random.Random(node_id), now=now, persisted=persisted)
+    raft_config = RaftConfig(node_id=node_id, voters=voters, cluster_id=CLUSTER, **config)
+    core = RaftCore(raft_config, log or MemoryRaftLog(), rng=random.Random(node_id), now=now, persisted=persisted,
+                    wall_clock=lambda: wall_clock_ms)
     return core, core.start(now)
 
 
@@ -68,6 +76,11 @@ def log_with(*batches: tuple[int, int]) -> MemoryRaftLog:
         log.append_as_leader([b"r"] * count, epoch)
     log.flush(log.end_offset)
     return log
+
+
+def batch_bytes(log: MemoryRaftLog) -> bytes:
+    """The log's batches as a FetchResponse carries them."""
+    return b"".join(batch.data for batch in log.read(log.start_offset, 1 << 30))
 
 
 def sends(effects: list, kind: type | None = None) -> list[Send]:
@@ -155,9 +168,9 @@ def test_vote_is_persisted_before_the_response_leaves() -> None:
 def test_rejects_vote_for_shorter_log(last_epoch: int, last_offset: int, granted: bool) -> None:
     # Our log: epoch 1 [0, 3), epoch 2 [3, 5).
     core, _ = make_core(1, log=log_with((1, 3), (2, 2)), persisted=ElectionState(2, leader_id=3))
-    effects = request(core, 2, VoteRequest(CLUSTER, 1, 3, 2, last_epoch, last_offset), 0.1)
+    effects = request(core, 2, VoteRequest(CLUSTER, 1, 4, 2, last_epoch, last_offset), 0.1)
     assert the_response(effects, VoteResponse).vote_granted is granted
-    assert core.epoch == 3  # the higher epoch is adopted either way (thesis §3.3)
+    assert core.epoch == 4  # the higher epoch is adopted either way (thesis §3.3)
 
 
 def test_rejects_vote_with_stale_epoch() -> None:
@@ -348,9 +361,9 @@ def test_commits_are_delivered_once_in_order() -> None:
 def test_follower_high_watermark_is_min_of_leader_and_own_log() -> None:
     core, effects = make_core(2, persisted=ElectionState(3, leader_id=1))
     (fetch_send,) = sends(effects, FetchRequest)
-    batch = log_with((3, 2)).read(0, 1 << 20)
+    records = batch_bytes(log_with((3, 2)))
     effects = answer(
-        core, fetch_send, FetchResponse(0, 1, 3, high_watermark=10, log_start_offset=0, records=batch), 0.1
+        core, fetch_send, FetchResponse(0, 1, 3, high_watermark=10, log_start_offset=0, records=records), 0.1
     )
     assert core.high_watermark == 2
     kinds = [type(e) for e in effects]
@@ -366,7 +379,7 @@ def test_leader_answers_diverging_epoch() -> None:
     now, _ = elect(core)  # epoch 3, leader-change at 3
     response = the_response(fetch(core, 2, 5, 2, now), FetchResponse)
     assert response.diverging_epoch == EpochEndOffset(1, 3)
-    assert response.records == ()
+    assert response.records == b""
     response = the_response(fetch(core, 3, 6, 3, now), FetchResponse)  # past our end in our epoch
     assert response.diverging_epoch == EpochEndOffset(3, 4)
 
@@ -385,8 +398,7 @@ def test_follower_truncates_on_diverging_epoch() -> None:
 def test_follower_never_truncates_below_its_high_watermark() -> None:
     core, effects = make_core(2, persisted=ElectionState(3, leader_id=1))
     (first,) = sends(effects, FetchRequest)
-    batches = log_with((3, 4)).read(0, 1 << 20)
-    effects = answer(core, first, FetchResponse(0, 1, 3, high_watermark=4, records=batches), 0.1)
+    effects = answer(core, first, FetchResponse(0, 1, 3, high_watermark=4, records=batch_bytes(log_with((3, 4)))), 0.1)
     (second,) = sends(effects, FetchRequest)
     with pytest.raises(RaftInvariantError):
         answer(core, second, FetchResponse(0, 1, 3, diverging_epoch=EpochEndOffset(2, 1)), 0.2)
@@ -400,12 +412,12 @@ def test_leader_holds_an_empty_fetch_until_data_arrives() -> None:
     assert sends(fetch(core, 2, 1, 1, now, max_wait_ms=500)) == []
     result = core.propose([b"x"], now + 0.1)
     (response,) = [s.message for s in sends(result.effects, FetchResponse)]
-    assert [b.base_offset for b in response.records] == [1]
+    assert [b.base_offset for b in parse_batches(response.records)] == [1]
     fetch(core, 3, 2, 1, now + 0.2, max_wait_ms=500)  # moves the high watermark to 2: answered
     assert sends(fetch(core, 3, 2, 1, now + 0.2, max_wait_ms=500)) == []
     assert core.next_deadline() <= now + 0.7
     (expired,) = sends(core.tick(now + 0.7), FetchResponse)
-    assert expired.dest == 3 and expired.message.records == ()
+    assert expired.dest == 3 and expired.message.records == b""
 
 
 # -- snapshots -----------------------------------------------------------------------------------
@@ -416,16 +428,16 @@ def _leader_with_snapshot() -> tuple[RaftCore, SnapshotId]:
     for i in range(4):
         core.propose([b"v%d" % i], 1.0)
     core.log.flush(core.log.end_offset)  # what the driver does with the FlushLog effects
-    snapshot_id = core.create_snapshot(5, b"0123456789abcdef")
-    core.delete_log_before_snapshot(snapshot_id)
-    return core, snapshot_id
+    result = core.create_snapshot(5, b"0123456789abcdef")
+    assert result.effects == [FlushLog(5)]
+    return core, result.snapshot_id
 
 
 def test_fetch_below_log_start_returns_snapshot_id() -> None:
     core, snapshot_id = _leader_with_snapshot()
     assert snapshot_id == SnapshotId(5, 1)
     response = the_response(fetch(core, 9, 0, 0, 2.0), FetchResponse)
-    assert response.snapshot_id == snapshot_id and response.records == ()
+    assert response.snapshot_id == snapshot_id and response.records == b""
     response = the_response(fetch(core, 9, 5, 0, 2.0), FetchResponse)  # at the start, wrong epoch
     assert response.snapshot_id == snapshot_id
 
@@ -626,3 +638,248 @@ def test_a_follower_that_only_lost_its_own_link_cannot_disrupt_a_live_leader() -
     # The third voter still hears from the leader and refuses cut's pre-votes: nothing changed.
     assert cluster.leader() is leader and leader.core.epoch == epoch
     assert cut.core is not None and cut.core.epoch == epoch
+
+
+# -- the epoch prelude (one for every message, before any handler) -------------------------------
+
+FIVE = ElectionState(5, leader_id=3)
+
+
+def requests_of_epoch(epoch: int) -> list[Message]:
+    return [
+        VoteRequest(CLUSTER, 1, epoch, 2, 0, 0),
+        VoteRequest(CLUSTER, 1, epoch, 2, 0, 0, pre_vote=True),
+        BeginQuorumEpochRequest(CLUSTER, 1, 2, epoch),
+        EndQuorumEpochRequest(CLUSTER, 2, epoch, (1,)),
+        FetchRequest(CLUSTER, 2, 0, epoch, 0, 0),
+        FetchSnapshotRequest(CLUSTER, 2, epoch, SnapshotId(5, 1), 0),
+    ]
+
+
+def responses_of_epoch(epoch: int, leader_id: int) -> list[Message]:
+    return [
+        VoteResponse(0, leader_id, epoch, True),
+        BeginQuorumEpochResponse(0, leader_id, epoch),
+        EndQuorumEpochResponse(0, leader_id, epoch),
+        FetchResponse(0, leader_id, epoch),
+        FetchSnapshotResponse(0, leader_id, epoch),
+    ]
+
+
+def durable(effects: list) -> list:
+    return [e for e in effects if isinstance(e, PersistQuorumState | FlushLog)]
+
+
+@pytest.mark.parametrize("message", requests_of_epoch(4), ids=lambda m: type(m).__name__)
+def test_a_request_of_an_older_epoch_is_fenced_and_changes_nothing(message: Message) -> None:
+    core, _ = make_core(1, persisted=FIVE)
+    state = core.state
+    effects = request(core, 2, message, 0.1)
+    (send,) = sends(effects)
+    assert (send.message.error_code, send.message.leader_id, send.message.leader_epoch) == (
+        ErrorCode.FENCED_LEADER_EPOCH, 3, 5)
+    assert core.state == state and durable(effects) == []
+
+
+@pytest.mark.parametrize("epoch", [-1, 2**31])
+@pytest.mark.parametrize("index", range(6))
+def test_an_epoch_outside_int32_is_refused_before_it_touches_state(epoch: int, index: int) -> None:
+    core, _ = make_core(1, persisted=FIVE)
+    state = core.state
+    effects = request(core, 2, requests_of_epoch(epoch)[index], 0.1)
+    (send,) = sends(effects)
+    assert send.message.error_code == ErrorCode.INVALID_REQUEST
+    assert core.state == state and durable(effects) == []
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_a_response_with_an_epoch_outside_int32_is_ignored(index: int) -> None:
+    core, _ = make_core(1, persisted=FIVE)
+    state = core.state
+    assert request(core, 2, responses_of_epoch(2**31, 2)[index], 0.1) == []
+    assert core.state == state
+
+
+@pytest.mark.parametrize(
+    "message",
+    [VoteRequest(CLUSTER, 1, 9, 7, 0, 0), BeginQuorumEpochRequest(CLUSTER, 1, 7, 9),
+     EndQuorumEpochRequest(CLUSTER, 7, 9, (1,))],
+    ids=lambda m: type(m).__name__,
+)
+def test_a_candidate_or_leader_that_is_not_a_voter_is_refused(message: Message) -> None:
+    core, _ = make_core(1, persisted=FIVE)
+    state = core.state
+    effects = request(core, 7, message, 0.1)
+    assert the_response(effects, type(error_response_for(message))).error_code == ErrorCode.INCONSISTENT_VOTER_SET
+    assert core.state == state and core.epoch == 5 and durable(effects) == []
+
+
+def error_response_for(message: Message) -> Message:
+    return error_response(message, 0, -1, 0)
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_a_response_naming_a_leader_that_is_not_a_voter_is_ignored(index: int) -> None:
+    core, _ = make_core(1, persisted=FIVE)
+    state = core.state
+    assert request(core, 7, responses_of_epoch(9, 7)[index], 0.1) == []
+    assert core.state == state
+
+
+@pytest.mark.parametrize(
+    "message",
+    [FetchRequest(CLUSTER, 2, 0, 9, 0, 0), FetchSnapshotRequest(CLUSTER, 2, 9, SnapshotId(5, 1), 0)],
+    ids=lambda m: type(m).__name__,
+)
+def test_a_fetch_of_a_newer_epoch_is_answered_unknown_leader_epoch_without_a_transition(message: Message) -> None:
+    core, _ = make_core(1, persisted=FIVE)
+    state = core.state
+    effects = request(core, 2, message, 0.1)
+    (send,) = sends(effects)
+    assert (send.message.error_code, send.message.leader_epoch) == (ErrorCode.UNKNOWN_LEADER_EPOCH, 5)
+    assert core.state == state and durable(effects) == []
+
+
+def test_a_prevote_of_a_newer_epoch_changes_no_state() -> None:
+    core, _ = make_core(1, persisted=FIVE)
+    state = core.state
+    effects = request(core, 2, VoteRequest(CLUSTER, 1, 9, 2, 0, 0, pre_vote=True), 0.1)
+    assert the_response(effects, VoteResponse).error_code == ErrorCode.NONE
+    assert core.state == state and durable(effects) == []
+
+
+@pytest.mark.parametrize("leader_id", [2, -1])
+@pytest.mark.parametrize("index", range(5))
+def test_a_response_of_a_newer_epoch_makes_the_node_follow_the_leader_it_names(leader_id: int, index: int) -> None:
+    core, _ = make_core(1, persisted=FIVE)
+    request(core, 2, responses_of_epoch(7, leader_id)[index], 0.1)
+    assert core.epoch == 7
+    assert core.state == Follower(7, 2) if leader_id == 2 else isinstance(core.state, Unattached)
+    assert core.election_state == ElectionState(7, leader_id=2 if leader_id == 2 else None)
+
+
+def test_a_request_of_a_newer_epoch_moves_the_node_by_its_type() -> None:
+    core, _ = make_core(1, persisted=FIVE)
+    request(core, 2, VoteRequest(CLUSTER, 1, 6, 2, 0, 0), 0.1)
+    assert core.state.epoch == 6 and isinstance(core.state, Unattached)  # and voted, the log being empty
+    request(core, 2, BeginQuorumEpochRequest(CLUSTER, 1, 2, 7), 0.2)
+    assert core.state == Follower(7, 2)
+
+
+def test_end_quorum_epoch_of_a_newer_epoch_follows_the_resigning_leader_then_stands_first() -> None:
+    core, _ = make_core(2, persisted=ElectionState(3, leader_id=1))
+    effects = request(core, 1, EndQuorumEpochRequest(CLUSTER, 1, 4, (2, 3)), 0.1)
+    assert the_response(effects, EndQuorumEpochResponse).error_code == ErrorCode.NONE
+    assert isinstance(core.state, Prospective) and core.epoch == 4  # followed 1 in epoch 4, then stood
+    assert core.election_state == ElectionState(4, leader_id=1)
+
+
+def test_a_stale_vote_response_is_not_counted() -> None:
+    core, _ = make_core(1, voters=frozenset({1, 2, 3, 4, 5}), persisted=ElectionState(3))
+    effects = core.tick(core.next_deadline())  # Prospective in 3: pre-votes for 4
+    prevotes = sends(effects, VoteRequest)
+    for send in prevotes[:2]:
+        effects = answer(core, send, VoteResponse(0, -1, 2, True), 2.5)  # an older epoch's answer
+    assert isinstance(core.state, Prospective)
+    for send in prevotes[2:]:
+        answer(core, send, VoteResponse(0, -1, 3, True), 2.6)
+    assert isinstance(core.state, Candidate)
+
+
+def test_a_vote_request_claiming_a_last_epoch_not_below_its_own_is_invalid() -> None:
+    core, _ = make_core(1, persisted=FIVE)
+    effects = request(core, 2, VoteRequest(CLUSTER, 1, 6, 2, 6, 10), 0.1)
+    assert the_response(effects, VoteResponse).error_code == ErrorCode.INVALID_REQUEST
+    assert core.epoch == 5
+
+
+def test_an_observer_finds_the_leader_in_any_same_epoch_answer() -> None:
+    core, effects = make_core(9, persisted=ElectionState(4))
+    (fetch_send,) = sends(effects, FetchRequest)
+    effects = answer(core, fetch_send, FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, 2, 4), 0.1)
+    assert core.state == Follower(4, 2)
+    assert [s.dest for s in sends(effects, FetchRequest)] == [2]
+
+
+# -- replicated bytes ------------------------------------------------------------------------------
+
+
+def test_followers_append_the_leaders_bytes_as_they_are() -> None:
+    leader, _ = make_core(1, wall_clock_ms=111)
+    now, _ = elect(leader)
+    leader.propose([b"x", b"y"], now)
+    follower, effects = make_core(2, persisted=ElectionState(leader.epoch, leader_id=1), wall_clock_ms=999)
+    (fetch_send,) = sends(effects, FetchRequest)
+    response = the_response(fetch(leader, 2, 0, 0, now), FetchResponse)
+    effects = answer(follower, fetch_send, response, now)
+    assert [b.data for b in follower.log.read(0, 1 << 20)] == [b.data for b in leader.log.read(0, 1 << 20)]
+    assert [b.timestamp_ms for b in follower.log.read(0, 1 << 20)] == [111, 111]
+    assert response.records == b"".join(b.data for b in leader.log.read(0, 1 << 20))
+    kinds = [type(e) for e in effects]
+    assert kinds.index(FlushLog) < kinds.index(Send)
+
+
+def _follower_fetching() -> tuple[RaftCore, Send]:
+    core, effects = make_core(2, persisted=ElectionState(3, leader_id=1))
+    (fetch_send,) = sends(effects, FetchRequest)
+    return core, fetch_send
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        lambda good: good[:-1],  # a partial batch
+        lambda good: good[:30] + bytes([good[30] ^ 1]) + good[31:],  # a flipped bit under the CRC
+        lambda good: RecordBatch.build([b"r"], base_offset=0, epoch=4).data,  # an epoch past the leader's
+        lambda good: RecordBatch.build([b"r"], base_offset=0, epoch=3).data
+        + RecordBatch.build([b"r"], base_offset=1, epoch=2).data,  # an epoch going back
+        lambda good: RecordBatch.build([b"r"], base_offset=0, epoch=3).data
+        + RecordBatch.build([b"r"], base_offset=5, epoch=3).data,  # a gap
+    ],
+    ids=["partial", "crc", "future-epoch", "epoch-back", "gap"],
+)
+def test_a_follower_refuses_records_it_cannot_trust(records) -> None:
+    core, fetch_send = _follower_fetching()
+    good = RecordBatch.build([b"r"], base_offset=0, epoch=3).data
+    effects = answer(core, fetch_send, FetchResponse(0, 1, 3, high_watermark=1, records=records(good)), 0.1)
+    assert core.log.end_offset == 0 and core.high_watermark == 0
+    assert sends(effects, FetchRequest) == []  # retried after the back-off
+    (retry,) = sends(core.tick(core.next_deadline()), FetchRequest)
+    answer(core, retry, FetchResponse(0, 1, 3, high_watermark=1, records=good), 0.2)
+    assert core.log.end_offset == 1 and core.high_watermark == 1
+
+
+# -- the accumulator lives in the leader -----------------------------------------------------------
+
+
+def test_proposals_within_the_linger_time_are_appended_as_one_batch() -> None:
+    core, _ = make_core(1, voters=frozenset({1}), append_linger_ms=50)
+    assert core.is_leader and core.next_offset == 1
+    results = [core.propose([b"a%d" % i, b"b%d" % i], 1.0 + i * 0.01) for i in range(3)]
+    assert [(r.base_offset, r.last_offset, r.effects) for r in results] == [(1, 2, []), (3, 4, []), (5, 6, [])]
+    assert core.log.end_offset == 1 and core.next_offset == 7
+    assert core.next_deadline() == pytest.approx(1.05)
+    effects = core.tick(1.05)
+    assert [type(e) for e in effects] == [FlushLog, Commit]
+    (batch,) = commits(effects)[0].batches
+    assert (batch.base_offset, batch.records) == (1, (b"a0", b"b0", b"a1", b"b1", b"a2", b"b2"))
+
+
+def test_a_leader_change_drops_what_was_accumulated() -> None:
+    core, _ = make_core(1, append_linger_ms=50)
+    now, _ = elect(core)
+    result = core.propose([b"lost"], now)
+    assert result.base_offset == 1 and core.next_offset == 2
+    request(core, 2, BeginQuorumEpochRequest(CLUSTER, 1, 2, core.epoch + 1), now + 0.01)
+    assert isinstance(core.state, Follower)
+    core.tick(now + 1.0)
+    assert core.log.end_offset == 1 and core.next_offset == 1
+    with pytest.raises(NotLeaderError):
+        core.propose([b"x"], now + 1.0)
+
+
+def test_a_proposal_larger_than_a_batch_is_refused() -> None:
+    core, _ = make_core(1, voters=frozenset({1}), max_batch_bytes=1000)
+    with pytest.raises(ValueError):
+        core.propose([b"x" * 1000], 1.0)
+    assert core.propose([b"x" * 100], 1.0).base_offset == 1

@@ -90,3 +90,18 @@ def test_truncated_batch_exits_non_zero(tmp_path):
 def test_missing_file(tmp_path):
     result = runner.invoke(app, ["dump-log", str(tmp_path / "nope.log")])
     assert result.exit_code == 1
+
+
+def test_a_directory_dumps_its_segments_in_offset_order(tmp_path):
+    log = Log.open(tmp_path, LogConfig(segment_bytes=200), clock=ManualClock())
+    for i in range(6):
+        log.append_as_leader(build_batch([SimpleRecord(b"k", b"v" * 60, timestamp=i)]), 1)
+    log.close()
+    segments = sorted(tmp_path.glob("*.log"))
+    assert len(segments) > 2
+    result = runner.invoke(app, ["dump-log", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    dumped = [line.split()[1] for line in result.output.splitlines() if line.startswith("Dumping")]
+    assert dumped == [str(p) for p in segments]
+    bases = [int(line.split()[1]) for line in result.output.splitlines() if line.startswith("baseOffset")]
+    assert bases == list(range(6))
