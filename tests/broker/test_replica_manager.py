@@ -7,100 +7,29 @@ retention and delayed segment deletion are driven by the test, never by waiting.
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import trio
 
 from kraftpy.broker.partition import Role
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.broker.settings import BrokerSettings
-from kraftpy.ids import Uuid
 from kraftpy.metadata import cluster_control
-from kraftpy.metadata.controller import QuorumController
-from kraftpy.metadata.controller_config import ControllerConfig
 from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.image import EMPTY_IMAGE
 from kraftpy.metadata.messages import (
-    AlterPartitionRequest,
-    AlterPartitionResponse,
-    BrokerHeartbeatRequest,
-    BrokerRegistrationRequest,
-    CreatableReplicaAssignment,
-    CreatableTopic,
-    CreatableTopicConfig,
-    CreateTopicsRequest,
     DeleteTopicsRequest,
     DeleteTopicState,
 )
-from kraftpy.metadata.records import BrokerEndpoint, BrokerFeature
 from kraftpy.metadata.result import ControllerResult
 from kraftpy.protocol.batch_header import read_header
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.storage.log_manager import LOG_START_CHECKPOINT_FILE, REPLICATION_CHECKPOINT_FILE
 from kraftpy.storage.segment import LogSegment
 from tests.helpers.blocking import file_work_forbidden_here
+from tests.helpers.metadata import CLUSTER_ID, Metadata, WallClock
 from tests.helpers.protocol import batch
 
-CLUSTER_ID = "cmVwbGljYS1tYW5hZ2VyLXRlc3Q"
 NODE = 1
-
-
-class WallClock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
-class Metadata:
-    """A real controller whose committed records become (image, delta) pairs for the broker."""
-
-    def __init__(self, brokers=(1, 2, 3)) -> None:
-        self.controller = QuorumController(ControllerConfig(cluster_id=CLUSTER_ID, auto_leader_rebalance_enable=False),
-                                           rng=random.Random(3))
-        self.offset = -1
-        self.alter_partitions: list[AlterPartitionRequest] = []
-        self.commit(self.controller.activate(0.0))
-        for b in brokers:
-            request = BrokerRegistrationRequest(b, CLUSTER_ID, Uuid(bytes([b]) + bytes(15)),
-                                                listeners=(BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9000 + b, 0),),
-                                                features=(BrokerFeature("metadata.version", 1, 7),))
-            epoch = self.commit(self.controller.handle_broker_registration(request, 0.0, self.offset + 1)).broker_epoch
-            self.commit(self.controller.handle_broker_heartbeat(BrokerHeartbeatRequest(b, epoch, self.offset), 0.0))
-        self.pending: list[tuple] = []
-
-    def commit(self, result: ControllerResult):
-        if result.records:
-            delta = MetadataDelta(self.controller.image)
-            for record in result.records:
-                self.offset += 1
-                delta.replay(record, self.offset, 1)
-            self.controller.replay(result.records, last_offset=self.offset, epoch=1)
-            self.pending.append((self.controller.image, delta)) if hasattr(self, "pending") else None
-        return result.response
-
-    async def publish_to(self, replicas: ReplicaManager) -> None:
-        pending, self.pending = self.pending, []
-        for image, delta in pending:
-            await replicas.apply_delta(image, delta)
-
-    def create(self, name: str, partitions: int, rf: int = 3, *, only_here: bool = False, **configs: str) -> None:
-        """Create a topic; ``only_here``: every partition has one replica, on this broker."""
-        assignments = tuple(CreatableReplicaAssignment(p, (NODE,)) for p in range(partitions)) if only_here else ()
-        if only_here:
-            partitions = rf = -1
-        topic = CreatableTopic(name, partitions, rf, assignments,
-                               configs=tuple(CreatableTopicConfig(k, v) for k, v in configs.items()))
-        result = self.commit(self.controller.handle_create_topics(CreateTopicsRequest((topic,))))
-        assert result.result(name).error_code == ErrorCode.NONE
-
-    # -- a ControllerChannel, for the replica manager's AlterPartition ------------------------------
-
-    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
-        self.alter_partitions.append(request)
-        return self.commit(self.controller.handle_alter_partition(request))
 
 
 def settings(tmp_path, **overrides) -> BrokerSettings:
