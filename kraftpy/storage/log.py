@@ -69,7 +69,14 @@ from pathlib import Path
 import attrs
 import structlog
 
-from kraftpy.protocol.batch_header import BatchHeader, CorruptRecordError, check_batch, read_header, stamp
+from kraftpy.protocol.batch_header import (
+    MAGIC_OFFSET,
+    BatchHeader,
+    CorruptRecordError,
+    check_batch,
+    read_header,
+    stamp,
+)
 from kraftpy.protocol.records import decode_batch
 from kraftpy.protocol.types import FileRegion
 from kraftpy.storage.checkpoint import TMP_SUFFIX, CheckpointError, LogOffsets
@@ -86,7 +93,7 @@ from kraftpy.storage.segment import (
 )
 
 #: The header bytes a leader stamps: base_offset (0-7), batch_length, partition_leader_epoch (12-15).
-_STAMPED_PREFIX = 16
+_STAMPED_PREFIX = MAGIC_OFFSET
 LOG_APPEND_TIME = 1
 
 _logger = structlog.get_logger(__name__)
