@@ -74,7 +74,7 @@ def dev(
         fail(str(exc))
 
     async def main() -> None:
-        from kraftpy.broker.node import KraftNode
+        from kraftpy.node import KraftNode
 
         node = KraftNode(config, cluster_id)
 

@@ -18,7 +18,7 @@ from kraftpy.cli.process import cluster_id_or_exit, serve_until_signal
 
 
 def run_node(config, override, log_level: str, log_format: str, roles: set[str] | None, command: str) -> None:
-    from kraftpy.broker.node import KraftNode
+    from kraftpy.node import KraftNode
 
     cfg = load_config_or_exit(config, override)
     if roles is not None and cfg.roles != roles:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -27,40 +27,28 @@ from kraftpy.logs import get_logger
 from kraftpy.metadata.configs import static_broker_configs
 from kraftpy.metadata.controller import QuorumController
 from kraftpy.metadata.controller_config import ControllerConfig
-from kraftpy.metadata.loader import MetadataLoader, encode_snapshot_file
+from kraftpy.metadata.loader import MetadataLoader, write_metadata_snapshots
 from kraftpy.metadata.records import encode_record
 from kraftpy.metadata.replication_control import unclean_elections
 from kraftpy.metadata.result import ControllerResult
 from kraftpy.metadata.rpc import CONTROLLER_APIS, QUORUM_STATUS_API, WIRE, decode_request, not_controller
 from kraftpy.metrics import ACTIVE_CONTROLLER, RAFT_EPOCH, RAFT_HIGH_WATERMARK, UNCLEAN_LEADER_ELECTIONS
-from kraftpy.raft.config import RaftConfig
-from kraftpy.raft.core import RaftCore
-from kraftpy.raft.driver import RAFT_API, RaftDriver
+from kraftpy.raft.driver import RAFT_API, RaftDriver, RaftListener
 from kraftpy.raft.effects import Commit, LeaderChange, SnapshotLoaded
 from kraftpy.raft.errors import NotLeaderError
-from kraftpy.raft.file_log import FileRaftLog
-from kraftpy.raft.quorum_state_store import FILE_NAME as QUORUM_STATE_FILE
-from kraftpy.raft.quorum_state_store import read_quorum_state_file
+from kraftpy.raft.log import RaftLog
 from kraftpy.rpc.control import ControlServer, RpcError
-from kraftpy.storage.log import LogConfig
 
 
-def raft_config(config: KraftConfig, cluster_id: str) -> RaftConfig:
-    return RaftConfig(
-        node_id=config.node_id,
-        voters=[v.node_id for v in config.voters],
-        cluster_id=cluster_id,
-        election_timeout_ms=config["controller.quorum.election.timeout.ms"],
-        fetch_timeout_ms=config["controller.quorum.fetch.timeout.ms"],
-        election_backoff_max_ms=config["controller.quorum.election.backoff.max.ms"],
-        request_timeout_ms=config["controller.quorum.request.timeout.ms"],
-        retry_backoff_ms=config["controller.quorum.retry.backoff.ms"],
-        append_linger_ms=config["controller.quorum.append.linger.ms"],
-    )
+class RaftRunner(Protocol):
+    """The Raft part of the process (kraftpy.node.raft_node.RaftNode): the log, and a driver it builds
+    for a listener and runs until cancelled."""
 
+    log: RaftLog
+    voters: dict[int, tuple[str, int]]
+    driver: RaftDriver | None
 
-def voter_addresses(config: KraftConfig) -> dict[int, tuple[str, int]]:
-    return {v.node_id: (v.host, v.port) for v in config.voters}
+    async def run(self, listener: RaftListener, *, task_status: Any = ...) -> None: ...
 
 
 def controller_config(config: KraftConfig, cluster_id: str) -> ControllerConfig:
@@ -77,18 +65,18 @@ def controller_config(config: KraftConfig, cluster_id: str) -> ControllerConfig:
 
 
 class ControllerServer:
-    def __init__(self, config: KraftConfig, cluster_id: str, *, rng: random.Random | None = None) -> None:
+    def __init__(self, config: KraftConfig, cluster_id: str, raft: RaftRunner, *,
+                 rng: random.Random | None = None) -> None:
+        """``raft`` is this process's Raft node (a voter): the controller is its listener."""
         self.config = config
         self.cluster_id = cluster_id
         self.node_id = config.node_id
         self.rng = rng or random.Random()
         self.log = get_logger("controller", node_id=self.node_id, role="controller")
-        self.raft_log = FileRaftLog.open(
-            config.metadata_log_dir, LogConfig(segment_bytes=config["metadata.log.segment.bytes"]))
-        self.loader = MetadataLoader(self.raft_log)
+        self.raft = raft
+        self.loader = MetadataLoader(raft.log)
         self.controller_config = controller_config(config, cluster_id)
         self.snapshot_bytes = config["metadata.log.max.record.bytes.between.snapshots"]
-        self.driver: RaftDriver | None = None
         self.port: int | None = None
         #: The active controller, None when this node does not lead (or is still activating).
         self.active: QuorumController | None = None
@@ -106,26 +94,20 @@ class ControllerServer:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         listener = self.config.controller_listener
         assert listener is not None
-        state_path = self.raft_log.directory / QUORUM_STATE_FILE
-        voters = voter_addresses(self.config)
-        core = RaftCore(raft_config(self.config, self.cluster_id), self.raft_log, rng=self.rng,
-                        now=trio.current_time(), persisted=read_quorum_state_file(state_path, voters))
-        self.driver = RaftDriver(core, voter_addresses=voters, quorum_state_path=state_path, listener=self,
-                                 request_timeout=self.config["controller.quorum.request.timeout.ms"] / 1000)
-        try:
-            async with trio.open_nursery() as nursery:
-                server = ControlServer(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],
-                                       name="controller")
-                self.port = await nursery.start(server.serve, listener.host, listener.port)
-                await nursery.start(self.driver.run)
-                nursery.start_soon(self._timers)
-                nursery.start_soon(write_metadata_snapshots, self.loader, self.driver, self.snapshot_bytes,
-                                   self.log)
-                self.log.info("controller started", port=self.port, voters=sorted(voters))
-                task_status.started(self.port)
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self.raft_log.close)
+        async with trio.open_nursery() as nursery:
+            server = ControlServer(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],
+                                   name="controller")
+            await nursery.start(self.raft.run, self)
+            self.port = await nursery.start(server.serve, listener.host, listener.port)
+            nursery.start_soon(self._timers)
+            nursery.start_soon(write_metadata_snapshots, self.loader, self.raft.driver, self.snapshot_bytes, self.log)
+            self.log.info("controller started", port=self.port, voters=sorted(self.raft.voters))
+            task_status.started(self.port)
+
+    @property
+    def driver(self) -> RaftDriver | None:
+        """The Raft driver, once the Raft node built it (before it calls this listener)."""
+        return self.raft.driver
 
     async def resign(self) -> None:
         """Leave the quorum's leadership on purpose before shutting down (EndQuorumEpoch)."""
@@ -221,7 +203,7 @@ class ControllerServer:
         described = await self.driver.describe_quorum()
         if described.error_code != 0:
             leader = self.loader.leader_id
-            address = voter_addresses(self.config).get(leader) if leader is not None else None
+            address = self.raft.voters.get(leader) if leader is not None else None
             raise RpcError("NOT_LEADER_OR_FOLLOWER",
                            "" if address is None else f"{leader}@{address[0]}:{address[1]}")
         now_ms = int(trio.current_time() * 1000)
@@ -322,29 +304,3 @@ class ControllerServer:
                 continue
             if fenced:
                 self.log.warning("fenced brokers whose sessions expired", brokers=list(fenced))
-
-
-async def write_metadata_snapshots(loader: MetadataLoader, driver: RaftDriver, limit: int, log: Any) -> None:
-    """Every node bounds its copy of the metadata log: once ``limit`` bytes of records
-    (metadata.log.max.record.bytes.between.snapshots) were committed since the last snapshot, write
-    the loaded image as a snapshot at the loader's offset and drop the log below it."""
-    due = trio.Event()
-
-    def check(_image: object, _delta: object) -> None:
-        if loader.bytes_since_snapshot >= limit:
-            due.set()
-
-    loader.subscribe(check)
-    while True:
-        await due.wait()
-        due = trio.Event()
-        end = loader.next_offset
-        if end <= driver.core.log.start_offset:
-            continue
-        data = await trio.to_thread.run_sync(encode_snapshot_file, loader.image)
-        try:
-            await driver.create_snapshot(end, data)
-        except ValueError as exc:
-            log.warning("snapshot skipped", reason=str(exc))
-            continue
-        loader.bytes_since_snapshot = 0

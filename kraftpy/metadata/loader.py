@@ -20,12 +20,16 @@ dump-log` and `kraftpy metadata dump --snapshot` read them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
+
+import trio
 
 from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.image import EMPTY_IMAGE, MetadataImage, MetadataProvenance
 from kraftpy.metadata.records import MetadataRecord, decode_record
 from kraftpy.metadata.snapshot import encode_snapshot, load_snapshot
 from kraftpy.protocol.records import SimpleRecord, build_batch, iter_decoded
+from kraftpy.raft.driver import RaftDriver
 from kraftpy.raft.effects import Commit, LeaderChange, SnapshotLoaded
 from kraftpy.raft.log import RaftLog, RecordBatch
 
@@ -104,3 +108,29 @@ class MetadataLoader:
     def handle_leader_change(self, change: LeaderChange) -> None:
         self.leader_id = change.leader_id
         self.leader_epoch = change.epoch
+
+
+async def write_metadata_snapshots(loader: MetadataLoader, driver: RaftDriver, limit: int, log: Any) -> None:
+    """Every node bounds its copy of the metadata log: once ``limit`` bytes of records
+    (metadata.log.max.record.bytes.between.snapshots) were committed since the last snapshot, write
+    the loaded image as a snapshot at the loader's offset and drop the log below it."""
+    due = trio.Event()
+
+    def check(_image: object, _delta: object) -> None:
+        if loader.bytes_since_snapshot >= limit:
+            due.set()
+
+    loader.subscribe(check)
+    while True:
+        await due.wait()
+        due = trio.Event()
+        end = loader.next_offset
+        if end <= driver.core.log.start_offset:
+            continue
+        data = await trio.to_thread.run_sync(encode_snapshot_file, loader.image)
+        try:
+            await driver.create_snapshot(end, data)
+        except ValueError as exc:
+            log.warning("snapshot skipped", reason=str(exc))
+            continue
+        loader.bytes_since_snapshot = 0

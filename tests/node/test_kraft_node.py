@@ -7,11 +7,11 @@ from pathlib import Path
 
 import trio
 
-from kraftpy.broker.node import KraftNode
 from kraftpy.cli.dev import dev_properties
 from kraftpy.config import load_config
 from kraftpy.config.properties import format_properties
 from kraftpy.ids import random_uuid_str
+from kraftpy.node import KraftNode
 from kraftpy.storage.formatter import format_dirs
 from tests.helpers.processes import free_ports
 

@@ -1,0 +1,101 @@
+"""`KraftNode`: one kraftpy process, whatever its roles — controller, broker, or both (as `kraftpy dev`).
+
+Process composition, the one place that knows every part::
+
+    KraftNode ─┬─ RaftNode (metadata log, core, driver) ─── listener: ControllerServer (controller)
+               │                                         └─ listener: MetadataLoader (broker only)
+               ├─ ControllerServer (controller role)
+               ├─ BrokerServer + BrokerLifecycle (broker role), fed by a MetadataLoader
+               └─ metrics endpoint and the event-loop lag watcher
+
+A controller's `RaftNode` is a voter and its `ControllerServer` listens to it. A broker needs a
+metadata follower: in a broker-only process its own `RaftNode`, an observer that fetches
+``__cluster_metadata`` into its own copy of the log; in a combined process the controller's loader.
+Either way every committed image reaches `BrokerServer.publish` through a `MetadataLoader`.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from kraftpy.broker.lifecycle import BrokerLifecycle
+from kraftpy.broker.server import BrokerServer
+from kraftpy.config import KraftConfig
+from kraftpy.logs import get_logger
+from kraftpy.metadata.controller_server import ControllerServer
+from kraftpy.metadata.loader import MetadataLoader, write_metadata_snapshots
+from kraftpy.metadata.rpc import ControllerClient
+from kraftpy.metrics import METADATA_OFFSET, serve_metrics, watch_event_loop_lag
+from kraftpy.node.raft_node import RaftNode, voter_addresses
+
+
+class KraftNode:
+    def __init__(self, config: KraftConfig, cluster_id: str) -> None:
+        self.config = config
+        self.cluster_id = cluster_id
+        self.log = get_logger("node", node_id=config.node_id, role=config.role_name)
+        self.raft: RaftNode | None = None
+        self.controller: ControllerServer | None = None
+        self.broker: BrokerServer | None = None
+        self.lifecycle: BrokerLifecycle | None = None
+        self.loader: MetadataLoader | None = None
+        self.ready = trio.Event()
+        self.metrics_port: int | None = None
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        config = self.config
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watch_event_loop_lag)
+            if config["metrics.port"] is not None:
+                self.metrics_port = await nursery.start(serve_metrics, config["metrics.port"])
+            self.raft = await RaftNode.open(config, self.cluster_id)
+            if config.is_controller:
+                self.controller = ControllerServer(config, self.cluster_id, self.raft)
+                self.loader = self.controller.loader
+                await nursery.start(self.controller.run)
+            else:
+                await nursery.start(self._observe_metadata, self.raft)
+            if config.is_broker:
+                await self._run_broker(nursery)
+            else:
+                self.ready.set()
+            task_status.started()
+
+    async def _observe_metadata(self, raft: RaftNode, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """A broker-only process follows the metadata log as a Raft observer, bounded by snapshots."""
+        loader = self.loader = MetadataLoader(raft.log)
+        async with trio.open_nursery() as nursery:
+            driver = await nursery.start(raft.run, loader)
+            nursery.start_soon(write_metadata_snapshots, loader, driver,
+                               self.config["metadata.log.max.record.bytes.between.snapshots"], self.log)
+            task_status.started()
+
+    async def _run_broker(self, nursery: trio.Nursery) -> None:
+        config = self.config
+        client = ControllerClient(nursery, voter_addresses(config), node_id=config.node_id,
+                                  request_timeout=config["controller.quorum.request.timeout.ms"] / 1000)
+        self.broker = BrokerServer.from_config(config, client, cluster_id=self.cluster_id)
+        await nursery.start(self.broker.run)
+        loader = self.loader
+        assert loader is not None
+        loader.subscribe(self.broker.publish)
+        node_id = config.node_id
+        loader.subscribe(lambda image, _delta: METADATA_OFFSET.labels(node_id).set(image.provenance.last_offset))
+        lifecycle = self.lifecycle = BrokerLifecycle(config, self.cluster_id, self.broker, client,
+                                                     metadata_offset=lambda: loader.image.provenance.last_offset)
+        loader.subscribe(lambda _image, _delta: lifecycle.metadata_advanced())
+        await nursery.start(lifecycle.run)
+        nursery.start_soon(self._ready_when_running)
+
+    async def _ready_when_running(self) -> None:
+        assert self.lifecycle is not None
+        await self.lifecycle.unfenced.wait()
+        self.log.info("broker running", port=self.broker.port if self.broker else None)
+        self.ready.set()
+
+    async def stop_gracefully(self) -> None:
+        """Controlled shutdown of the broker, then the controller hands over its leadership."""
+        if self.lifecycle is not None:
+            await self.lifecycle.shut_down()
+        if self.controller is not None:
+            await self.controller.resign()
