@@ -92,17 +92,25 @@ class ControllerServer:
     # -- running ---------------------------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """The quorum work and the controller listener, until cancelled; started with the bound port."""
         listener = self.config.controller_listener
         assert listener is not None
         async with trio.open_nursery() as nursery:
+            await nursery.start(self.run_quorum)
             server = ControlServer(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],
                                    name="controller")
-            await nursery.start(self.raft.run, self)
             self.port = await nursery.start(server.serve, listener.host, listener.port)
-            nursery.start_soon(self._timers)
-            nursery.start_soon(write_metadata_snapshots, self.loader, self.raft.driver, self.snapshot_bytes, self.log)
             self.log.info("controller started", port=self.port, voters=sorted(self.raft.voters))
             task_status.started(self.port)
+
+    async def run_quorum(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Everything but the listener: the Raft node, the controller's timers (session expiry, leader
+        rebalancing) and snapshots. Requests come in through `handle`."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.raft.run, self)
+            nursery.start_soon(self._timers)
+            nursery.start_soon(write_metadata_snapshots, self.loader, self.raft.driver, self.snapshot_bytes, self.log)
+            task_status.started()
 
     @property
     def driver(self) -> RaftDriver | None:

@@ -1,0 +1,106 @@
+"""The controller process's logic without sockets, on trio's virtual clock.
+
+A real `ControllerServer` over a real single-voter `RaftNode` (its metadata log on disk), driven
+through its control-plane handler (`handle`) as a broker's requests would reach it; no listener
+is opened, so broker sessions, their expiry and the append linger run on the autojump clock.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import trio
+
+from kraftpy.config import load_config
+from kraftpy.ids import Uuid, random_uuid_str
+from kraftpy.metadata.controller_config import DEFAULT_SUPPORTED_FEATURES
+from kraftpy.metadata.controller_server import ControllerServer
+from kraftpy.metadata.errors import Errors
+from kraftpy.metadata.messages import (
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    CreatableTopic,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+)
+from kraftpy.metadata.records import BrokerEndpoint, BrokerFeature
+from kraftpy.metadata.rpc import API_OF, CONTROLLER_APIS, QUORUM_STATUS_API, WIRE
+from kraftpy.node.raft_node import RaftNode
+from kraftpy.rpc.control import RpcError
+from kraftpy.storage.formatter import format_dirs
+
+SESSION_MS = 9000
+FEATURES = tuple(BrokerFeature(name, low, high) for name, (low, high) in DEFAULT_SUPPORTED_FEATURES.items())
+
+
+async def call(controller: ControllerServer, request):
+    api = API_OF[type(request)]
+    _, response_type = CONTROLLER_APIS[api]
+    answer = await controller.handle(api, {"request": WIRE.encode(request)})
+    return WIRE.decode_as(answer["response"], response_type)
+
+
+@pytest.fixture
+async def controller(tmp_path, autojump_clock, nursery):
+    config = load_config(text="\n".join([
+        "process.roles=controller", "node.id=1", "controller.quorum.voters=1@127.0.0.1:9",
+        "listeners=CONTROLLER://127.0.0.1:9", "controller.listener.names=CONTROLLER",
+        f"log.dirs={tmp_path / 'controller'}", f"broker.session.timeout.ms={SESSION_MS}",
+    ]))
+    cluster_id = random_uuid_str()
+    format_dirs(config.all_dirs, cluster_id, config.node_id)
+    raft = await RaftNode.open(config, cluster_id, rng=random.Random(1))
+    server = ControllerServer(config, cluster_id, raft, rng=random.Random(2))
+    await nursery.start(server.run_quorum)
+    while server.active is None:  # a single voter elects itself and activates (virtual time)
+        await trio.sleep(0.01)
+    return server
+
+
+async def register(controller: ControllerServer, broker_id: int) -> int:
+    response = await call(controller, BrokerRegistrationRequest(
+        broker_id, controller.cluster_id, Uuid(bytes([broker_id]) * 16),
+        listeners=(BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9000 + broker_id),), features=FEATURES))
+    assert isinstance(response, BrokerRegistrationResponse) and response.error_code == Errors.NONE
+    return response.broker_epoch
+
+
+async def test_a_write_is_answered_once_committed_and_replayed_everywhere(controller):
+    epoch = await register(controller, 10)
+    # The registration record's offset is the broker epoch; it is committed and loaded.
+    assert controller.loader.image.cluster.broker(10).epoch == epoch
+    assert controller.driver.core.high_watermark > epoch
+    beat = await call(controller, BrokerHeartbeatRequest(10, epoch, current_metadata_offset=epoch))
+    assert isinstance(beat, BrokerHeartbeatResponse) and not beat.is_fenced
+    response = await call(controller, CreateTopicsRequest((CreatableTopic("t", 3, 1),)))
+    assert isinstance(response, CreateTopicsResponse)
+    assert response.result("t").error_code == Errors.NONE
+    assert len(controller.loader.image.topics.get_by_name("t").partitions) == 3
+    assert controller.active.image.topics.get_by_name("t") is not None
+
+
+async def test_a_silent_broker_is_fenced_when_its_session_runs_out(controller):
+    epoch = await register(controller, 10)
+    await call(controller, BrokerHeartbeatRequest(10, epoch, current_metadata_offset=epoch))
+    assert not controller.loader.image.cluster.broker(10).fenced
+    start = trio.current_time()
+    await trio.sleep(SESSION_MS / 1000 - 1)
+    assert not controller.loader.image.cluster.broker(10).fenced
+    while not controller.loader.image.cluster.broker(10).fenced:
+        await trio.sleep(0.1)
+    assert SESSION_MS / 1000 <= trio.current_time() - start < SESSION_MS / 1000 + 1
+    # A heartbeat of the same incarnation is answered fenced until it has caught up again.
+    beat = await call(controller, BrokerHeartbeatRequest(10, epoch, current_metadata_offset=0))
+    assert beat.is_fenced
+
+
+async def test_quorum_status_and_unknown_apis(controller):
+    status = await controller.handle(QUORUM_STATUS_API, {})
+    assert status["leader_id"] == 1 and [v["id"] for v in status["voters"]] == [1]
+    assert status["high_watermark"] == controller.driver.core.high_watermark
+    with pytest.raises(RpcError) as err:
+        await controller.handle("NoSuchApi", {})
+    assert err.value.code == "UNSUPPORTED_VERSION"
