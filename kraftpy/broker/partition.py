@@ -529,6 +529,7 @@ class Partition:
             log_start_offset=self.log.log_start_offset, now_ms=self.clock(),
         )
 
-    def snapshot_producer_state(self) -> None:
-        """Blocking: write the producer state as the snapshot at the log end (a clean shutdown)."""
-        ps.take_snapshot(self.log.directory, self.producer_state, self.log.log_end_offset)
+    def snapshot_producer_state(self, *, sync: bool = True) -> None:
+        """Blocking: write the producer state as the snapshot at the log end (a clean shutdown);
+        ``sync=False`` leaves the fsync to the caller, who syncs the whole file system at once."""
+        ps.take_snapshot(self.log.directory, self.producer_state, self.log.log_end_offset, sync=sync)

@@ -587,9 +587,11 @@ def snapshot_offsets(directory: str | os.PathLike[str]) -> list[int]:
     return offsets
 
 
-def write_snapshot(directory: str | os.PathLike[str], offset: int, entries: Iterable[SnapshotEntry]) -> Path:
+def write_snapshot(directory: str | os.PathLike[str], offset: int, entries: Iterable[SnapshotEntry], *,
+                   sync: bool = True) -> Path:
+    """``sync=False``: the caller makes it durable later (see kraftpy.storage.fsutil)."""
     path = snapshot_path(directory, offset)
-    write_atomic(path, encode_snapshot(entries))
+    write_atomic(path, encode_snapshot(entries), sync=sync)
     return path
 
 
@@ -598,7 +600,8 @@ def read_snapshot(directory: str | os.PathLike[str], offset: int) -> LoadedSnaps
 
 
 def take_snapshot(
-    directory: str | os.PathLike[str], state: ProducerStateManager, offset: int | None = None
+    directory: str | os.PathLike[str], state: ProducerStateManager, offset: int | None = None, *,
+    sync: bool = True,
 ) -> Path:
     """Write ``state`` as the snapshot at ``offset`` (default: its map end offset).
 
@@ -609,7 +612,7 @@ def take_snapshot(
         offset = state.map_end_offset
     if offset < state.map_end_offset:
         raise ValueError(f"snapshot offset {offset} is below the state's end {state.map_end_offset}")
-    return write_snapshot(directory, offset, state.snapshot_entries())
+    return write_snapshot(directory, offset, state.snapshot_entries(), sync=sync)
 
 
 def load_latest(directory: str | os.PathLike[str], up_to_offset: int) -> LoadedSnapshot | None:

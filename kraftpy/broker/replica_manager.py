@@ -210,7 +210,7 @@ class ReplicaManager:
     def _close_all(self, parts: list[Partition]) -> None:
         for part in parts:
             try:
-                part.snapshot_producer_state()
+                part.snapshot_producer_state(sync=False)  # made durable with the logs, at once
             except (OSError, ValueError) as exc:
                 self._log.warning("producer state snapshot failed", partition=str(part.tp), error=str(exc))
         for log, exc in self.log_manager.close_all([part.log for part in parts]):
@@ -366,6 +366,7 @@ class ReplicaManager:
             tp = request.tp
             try:
                 directory = None
+                known = False
                 for log_dir in self.settings.log_dirs:
                     candidate = log_dir / log_dir_name(tp)
                     if not candidate.is_dir():
@@ -377,13 +378,15 @@ class ReplicaManager:
                         stale.append(self._rename_for_deletion(candidate, on_disk))
                         continue
                     directory = candidate
+                    known = on_disk is not None
                     break
                 if directory is None:
                     parent = min(self.settings.log_dirs, key=lambda d: (counts[d], str(d)))
                     directory = parent / log_dir_name(tp)
                 counts[directory.parent] += 1
                 log = self.log_manager.open_log(directory, request.settings.config)
-                write_partition_metadata(directory, request.topic_id)
+                if not known:
+                    write_partition_metadata(directory, request.topic_id)
                 state = ps.ProducerStateManager(expiration_ms=self.settings.producer_id_expiration_ms)
                 part = Partition(tp, request.topic_id, log, self.node_id, self.clock, state)
                 part.on_segments_detached = self._delete_segments_later

@@ -184,8 +184,9 @@ class LeaderEpochCache:
     def dirty(self) -> bool:
         return self._dirty
 
-    def flush(self) -> None:
-        """Write the checkpoint file atomically if the entries changed (no-op for an unpersisted cache)."""
+    def flush(self, *, sync: bool = True) -> None:
+        """Write the checkpoint file atomically if the entries changed (no-op for an unpersisted cache);
+        ``sync=False`` leaves the fsyncs to the caller (see kraftpy.storage.fsutil)."""
         if self.path is not None and self._dirty:
-            write_atomic(self.path, encode_checkpoint((e.epoch, e.start_offset) for e in self._entries))
+            write_atomic(self.path, encode_checkpoint((e.epoch, e.start_offset) for e in self._entries), sync=sync)
         self._dirty = False

@@ -771,15 +771,22 @@ class Log:
             return True
         return False
 
-    def close(self) -> None:
+    def close(self, *, sync: bool = True) -> None:
         """Flush everything, save the indexes, remove detached segments and close the files.
 
-        Whether this was a clean shutdown is for the owner to record (a log directory's marker)."""
+        ``sync=False`` writes everything but fsyncs nothing: the owner closing many logs makes them
+        durable at once (`kraftpy.storage.fsutil.sync_filesystem`) before it records their offsets
+        (which then say every batch is flushed). Whether this was a clean shutdown is for the owner
+        to record (a log directory's marker)."""
         if self._closed:
             return
         for segment in self._segments:
-            segment.save_indexes(fsync=True)
-        self.flush()
+            segment.save_indexes(fsync=sync)
+        if sync:
+            self.flush()
+        else:
+            self.leader_epoch_cache.flush(sync=False)
+            self._recovery_point = self.log_end_offset
         self.delete_detached_segments()
         self._release()
 

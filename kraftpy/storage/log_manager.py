@@ -44,7 +44,7 @@ from kraftpy.storage.checkpoint import (
     read_legacy_offsets,
     read_offsets,
 )
-from kraftpy.storage.fsutil import fsync_dir, write_atomic
+from kraftpy.storage.fsutil import fsync_dir, sync_filesystem, write_atomic
 from kraftpy.storage.log import Log, wall_clock_ms
 from kraftpy.storage.log_config import LogConfig
 
@@ -196,7 +196,8 @@ class LogManager:
             fsync_dir(path)
 
     def close_all(self, logs: Iterable[Log]) -> list[tuple[Log, Exception]]:
-        """A clean shutdown: close every log, write the checkpoints, then the markers.
+        """A clean shutdown: close every log without fsyncing each file, make them all durable with
+        one ``syncfs`` per file system, then write the checkpoints and the markers.
 
         Returns the logs that failed to close, with their errors; the markers are then not written
         (the next start recovers those directories)."""
@@ -204,13 +205,23 @@ class LogManager:
         failed: list[tuple[Log, Exception]] = []
         for log in logs:
             try:
-                log.close()
+                log.close(sync=False)
             except OSError as exc:
                 failed.append((log, exc))
+        self.sync()
         self.checkpoint(log for log in logs if log.closed)
         if not failed:
             self.write_clean_shutdown_markers()
         return failed
+
+    def sync(self) -> None:
+        """Make everything written under the log directories durable: one ``syncfs`` per file system."""
+        seen: set[int] = set()
+        for path in self.dirs:
+            device = path.stat().st_dev
+            if device not in seen:
+                seen.add(device)
+                sync_filesystem(path)
 
 
 def _parse_partition_dir(name: str) -> TopicPartitionKey | None:

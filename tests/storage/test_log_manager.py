@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from kraftpy.storage import log_manager as log_manager_module
 from kraftpy.storage import segment as segment_module
 from kraftpy.storage.checkpoint import LEGACY_OFFSETS_FILE, LogOffsets
 from kraftpy.storage.log_config import LogConfig
@@ -60,7 +63,15 @@ def test_clean_shutdown_is_trusted_once(tmp_path, monkeypatch):
     m = manager(tmp_path)
     logs = [fill(m, tmp_path / f"t-{p}") for p in range(3)]
     expected = [read_all(log) for log in logs]
+    fsyncs, syncs = [], []
+    real_fsync, real_sync = os.fsync, log_manager_module.sync_filesystem
+    monkeypatch.setattr(os, "fsync", lambda fd: fsyncs.append(fd) or real_fsync(fd))
+    monkeypatch.setattr(log_manager_module, "sync_filesystem", lambda p: syncs.append(p) or real_sync(p))
     assert m.close_all(logs) == []
+    # One syncfs for the file system, then only the checkpoints and the marker are fsynced: the
+    # cost of a clean stop does not grow with the number of logs.
+    assert syncs == [tmp_path] and len(fsyncs) <= 8
+    monkeypatch.undo()
     assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
     assert all(not (tmp_path / f"t-{p}" / CLEAN_SHUTDOWN_FILE).exists() for p in range(3))
 
