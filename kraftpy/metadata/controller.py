@@ -108,9 +108,13 @@ class QuorumController:
     ) -> ControllerResult[BrokerRegistrationResponse]:
         """``next_offset`` is the offset the first record of the result will take in the metadata log:
         it becomes the broker epoch."""
+        # As in Kafka's BrokerHeartbeatManager, a fenced broker has no live session: after a
+        # controlled shutdown (which fences it) or a fencing, a new incarnation registers at once.
+        current = self.image.cluster.broker(request.broker_id)
+        session_alive = (current is not None and not current.fenced
+                         and self.heartbeats.has_valid_session(request.broker_id, now))
         result = cluster_control.register_broker(
-            self.image, request, self.config, next_offset=next_offset,
-            session_alive=self.heartbeats.has_valid_session(request.broker_id, now),
+            self.image, request, self.config, next_offset=next_offset, session_alive=session_alive,
         )
         if result.response.error_code == Errors.NONE:
             self.heartbeats.touch(request.broker_id, now)

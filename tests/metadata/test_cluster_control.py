@@ -55,6 +55,17 @@ def test_second_incarnation_is_refused_while_the_first_session_is_alive(cluster)
     assert response.error_code == Errors.DUPLICATE_BROKER_REGISTRATION
 
 
+def test_a_broker_restarting_after_a_controlled_shutdown_registers_at_once(cluster3):
+    """The shutdown fenced the old incarnation, and a fenced broker has no live session (as in Kafka):
+    the restarted broker does not wait out broker.session.timeout.ms."""
+    c = cluster3
+    c.heartbeat(1, want_shut_down=True)
+    assert c.heartbeat(1, want_shut_down=True).should_shut_down and c.image.cluster.broker(1).fenced
+    c.advance(SESSION / 10)
+    response = c.register(1, generation=1)
+    assert response.error_code == Errors.NONE
+
+
 def test_second_incarnation_is_accepted_once_the_session_expired(cluster3):
     c = cluster3
     c.create_topic("t", assignments=[[1, 2, 3]])
