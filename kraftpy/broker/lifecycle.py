@@ -91,6 +91,7 @@ class BrokerLifecycle:
                 continue
             if response.error_code == Errors.NONE:
                 self.broker_epoch = response.broker_epoch
+                self.server.registered(self.broker_epoch)
                 self._set_state(BrokerState.FENCED)
                 self.log.info("registered", broker_epoch=self.broker_epoch,
                               incarnation_id=str(self.incarnation_id))

@@ -7,6 +7,11 @@ What it owns, and what it is told::
     clients, other brokers ──Kafka protocol──▶ KafkaServer ──▶ KafkaApis ──▶ one handler module per area
     ControllerChannel ◀── CreateTopics, AlterPartition, AllocateProducerIds, ... ──┘
 
+The Kafka listener is bound at once (its port is what the broker registers with) but, as in Kafka,
+requests are only processed once the broker has caught up with the metadata log up to its own
+registration (`registered`): before that the cache may be empty, and a client told "no brokers, no
+topics" gives up (librdkafka's "Partial response").
+
 ``publish`` and ``set_running`` are called on the trio thread (the metadata loader calls ``publish``
 from inside the Raft driver) and only queue: one publisher task applies each delta to the replicas
 (opening new logs in a worker thread) and only then shows the new image to the handlers through
@@ -65,7 +70,10 @@ class BrokerServer:
         self.replicas = ReplicaManager(settings, channel, clock)
         self.fetchers = FetcherManager(self.replicas)
         self.producer_ids = ProducerIdManager(node_id, channel, lambda: self.metadata.broker_epoch(node_id))
-        self.apis = KafkaApis(self.metadata, node_id=node_id)
+        #: Set once the metadata cache holds this broker's registration (see `registered`).
+        self.caught_up_with_registration = trio.Event()
+        self._registered_epoch: int | None = None
+        self.apis = KafkaApis(self.metadata, node_id=node_id, ready=self.caught_up_with_registration)
         for area in (
             ProduceApi(self.replicas, self.metadata, self.producer_ids, clock, node_id=node_id),
             FetchApi(self.replicas, self.metadata),
@@ -104,6 +112,20 @@ class BrokerServer:
         self._log.info("broker state", running=running)
         self._queue(running)
 
+    def registered(self, broker_epoch: int) -> None:
+        """The controller accepted this broker's registration at ``broker_epoch`` (the registration
+        record's offset): requests are processed once the metadata cache has caught up to it."""
+        self._registered_epoch = broker_epoch
+        self._check_caught_up()
+
+    def _check_caught_up(self) -> None:
+        if self.caught_up_with_registration.is_set() or self._registered_epoch is None:
+            return
+        reg = self.metadata.image.cluster.broker(self.node_id)
+        if reg is not None and reg.epoch >= self._registered_epoch:
+            self._log.info("caught up with the metadata log: serving requests", broker_epoch=reg.epoch)
+            self.caught_up_with_registration.set()
+
     def publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
         """Newly committed metadata, and the delta from the image published before it."""
         self._queue((image, delta))
@@ -125,6 +147,7 @@ class BrokerServer:
                 image, delta = update
                 await self.replicas.apply_delta(image, delta)
                 self.metadata.set_image(image)
+                self._check_caught_up()
             self._applied += 1
             if self._applied == self._queued:
                 event, self._caught_up = self._caught_up, trio.Event()

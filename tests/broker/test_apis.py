@@ -8,10 +8,13 @@ import uuid
 
 import pytest
 import trio
+import trio.testing
 
 from kraftpy.broker.apis import fetch as apis_module
 from kraftpy.broker.client import ConnectionClosed, KafkaConnection
 from kraftpy.broker.purgatory import wait_for_change
+from kraftpy.broker.server import BrokerServer
+from kraftpy.metadata.controller_config import ControllerConfig
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.frames import decode_response, encode_request, join_frame
@@ -23,10 +26,11 @@ from kraftpy.protocol.messages import (
     DescribeConfigsRequest,
     IncrementalAlterConfigsRequest,
     InitProducerIdRequest,
+    MetadataRequest,
     OffsetForLeaderEpochRequest,
 )
 from kraftpy.protocol.types import FileRegion
-from tests.helpers.cluster import open_cluster
+from tests.helpers.cluster import CLUSTER_ID, InProcessController, broker_settings, open_cluster
 from tests.helpers.protocol import batch, fetch, list_offset, metadata, produce, produce_request, values_of
 
 
@@ -335,3 +339,38 @@ async def test_create_topics_validate_only_and_controller_outage(cluster, conn):
     response = await conn.request(ApiKey.INIT_PRODUCER_ID, 4, InitProducerIdRequest(transactional_id=None,
                                                                                    transaction_timeout_ms=1))
     assert response.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+async def test_requests_wait_until_the_broker_caught_up_with_its_registration(tmp_path):
+    """As Kafka's broker, which processes requests only after its initial metadata catch-up: an
+    empty answer ("no brokers, no topics") would make librdkafka give up with "Partial response"."""
+    controller = InProcessController(ControllerConfig(cluster_id=CLUSTER_ID, auto_leader_rebalance_enable=False))
+    broker = BrokerServer(broker_settings(tmp_path, 1), controller)
+
+    class Conn:  # what the metadata handler reads of a connection
+        listener = "PLAINTEXT"
+        peer = "test"
+
+        def hold(self, region):
+            return region
+
+    frame = join_frame(encode_request(ApiKey.METADATA, 12, 7, "t", MetadataRequest(topics=None)))[4:]
+    answers = []
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(broker.run)
+
+        async def ask():
+            answers.append(join_frame(await broker.apis.handle(frame, Conn()))[4:])
+
+        nursery.start_soon(ask)
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers == []  # parked: the broker has not seen its registration yet
+        controller.register(broker, port)
+        with trio.fail_after(30):  # bounds a failure only
+            while not answers:
+                await broker.caught_up_with_registration.wait()
+                await trio.testing.wait_all_tasks_blocked()
+        _, response = decode_response(ApiKey.METADATA, 12, answers[0])
+        assert response.cluster_id == CLUSTER_ID
+        assert broker.caught_up_with_registration.is_set() and broker.image.cluster.broker(1) is not None
+        nursery.cancel_scope.cancel()

@@ -138,6 +138,7 @@ class InProcessController:
         )
         response = self.commit(self.controller.handle_broker_registration(request, 0.0, self.last_offset + 1))
         assert response.error_code == Errors.NONE, response
+        broker.registered(response.broker_epoch)
         self.unfence(broker.node_id)
         return response.broker_epoch
 

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
+import trio
 
 from kraftpy.broker.apis.forwarding import error_response
 from kraftpy.broker.controller_channel import ControllerUnavailable
@@ -38,8 +39,10 @@ Handler = Callable[[Any, Any, Connection], Awaitable[Any]]
 
 
 class KafkaApis:
-    def __init__(self, metadata: MetadataCache, *, node_id: int = -1) -> None:
+    def __init__(self, metadata: MetadataCache, *, node_id: int = -1, ready: trio.Event | None = None) -> None:
+        """``ready``: requests wait for it (the broker's first catch-up with the metadata log)."""
         self.metadata = metadata
+        self.ready = ready
         self._log = _logger.bind(node_id=node_id)
         self.handlers: dict[int, Handler] = {ApiKey.API_VERSIONS: self.handle_api_versions}
 
@@ -57,6 +60,8 @@ class KafkaApis:
     # -- dispatch ---------------------------------------------------------------------------------
 
     async def handle(self, frame: bytes | memoryview, conn: Connection) -> list | None:
+        if self.ready is not None and not self.ready.is_set():
+            await self.ready.wait()
         try:
             header, request = parse_request(frame, allow_trailing_bytes=True)
         except UnsupportedVersionError as exc:
