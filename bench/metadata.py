@@ -14,6 +14,8 @@ many times on the same image (nothing is kept between repetitions):
 * a controlled shutdown of the probe broker: ``controlled_shutdown_changes`` on an image where it is
   shutting down;
 * creating one topic of 3 partitions: ``handle_create_topics`` and replaying its records;
+* on the probe broker, a real ``ReplicaManager`` holding the probe topic's logs: ``apply_delta`` of a
+  delta that moves one of its partitions' leadership to it or back (the broker's side of a change);
 * for reference, one full scan of ``image.topics.partitions()``: what each of these cost before the
   images were applied by delta and the controller kept its indexes.
 
@@ -30,19 +32,24 @@ import platform
 import random
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import trio
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kraftpy.broker.replica_manager import ReplicaManager  # noqa: E402
+from kraftpy.broker.settings import BrokerSettings  # noqa: E402
 from kraftpy.ids import Uuid  # noqa: E402
 from kraftpy.metadata import cluster_control, replication_control  # noqa: E402
 from kraftpy.metadata.controller import QuorumController  # noqa: E402
 from kraftpy.metadata.controller_config import ControllerConfig  # noqa: E402
 from kraftpy.metadata.delta import MetadataDelta, replay_records  # noqa: E402
-from kraftpy.metadata.image import MetadataImage  # noqa: E402
+from kraftpy.metadata.image import EMPTY_IMAGE, MetadataImage  # noqa: E402
 from kraftpy.metadata.messages import (  # noqa: E402
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
@@ -138,6 +145,42 @@ def summary(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
+def broker_apply(bench: Bench, reps: int) -> list[float]:
+    """µs of `ReplicaManager.apply_delta` for a delta that moves one of the probe broker's partitions'
+    leadership to it or back (alternately), on a broker holding the probe topic's logs."""
+    image = bench.image
+    probe = image.topics.get_by_name("probe")
+    pid = 1  # the probe broker follows partition 1
+    other = probe.partitions[pid].leader
+    to_probe = MetadataDelta(image)
+    to_probe.replay(PartitionChangeRecord(pid, probe.id, leader=PROBE_BROKER))
+    image_a = to_probe.apply()
+    back = MetadataDelta(image_a)
+    back.replay(PartitionChangeRecord(pid, probe.id, leader=other))
+    image_b = back.apply()
+
+    async def run() -> list[float]:
+        with tempfile.TemporaryDirectory() as tmp:
+            settings = BrokerSettings(node_id=PROBE_BROKER, cluster_id=CLUSTER_ID, log_dirs=(Path(tmp),))
+            replicas = ReplicaManager(settings, None, lambda: 0)  # type: ignore[arg-type]
+            await replicas.load()
+            replicas.set_running(True)
+            await replicas.apply_delta(image, MetadataDelta.between(EMPTY_IMAGE, image))
+            samples = []
+            clock = time.perf_counter_ns
+            for i in range(reps + 20):
+                target, delta = (image_a, to_probe) if i % 2 == 0 else (image_b, back)
+                start = clock()
+                await replicas.apply_delta(target, delta)
+                if i >= 20:
+                    samples.append((clock() - start) / 1000)
+            assert replicas.get("probe", pid).leader_id in (PROBE_BROKER, other)
+            await replicas.close()
+            return samples
+
+    return trio.run(run)
+
+
 def measure(partitions: int, reps: int) -> tuple[dict[str, tuple[float, float]], dict[str, object]]:
     bench, created = build(partitions)
     image, config = bench.image, bench.config
@@ -186,6 +229,7 @@ def measure(partitions: int, reps: int) -> tuple[dict[str, tuple[float, float]],
     results = {}
     for name, operation in rows.items():
         results[name] = summary(timed(operation, max(5, reps // 200) if name == "scan" else reps))
+    results["broker"] = summary(broker_apply(bench, reps))
     facts = {
         "created_s": created,
         "fence_records": len(fence_records) - 1,  # the FenceBrokerRecord itself aside
@@ -203,6 +247,7 @@ LABELS = {
     "fence": "fence one broker (`fence_brokers`, {fence_records} partition changes)",
     "shutdown": "controlled shutdown of one broker (`controlled_shutdown_changes`, {shutdown_records} changes)",
     "create": "CreateTopics of one 3-partition topic, decided and replayed",
+    "broker": "broker: `ReplicaManager.apply_delta` of a change moving one of its partitions' leadership",
     "scan": "reference: one full scan of `image.topics.partitions()`",
 }
 
