@@ -64,19 +64,16 @@ live with their role (kraftpy.raft.core_base explains the split):
 from __future__ import annotations
 
 import enum
-import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import attrs
 
-from kraftpy.raft.config import RaftConfig
-from kraftpy.raft.core_base import INF, PendingRequest, RequestKind, wall_clock_ms
-from kraftpy.raft.effects import Effect, ElectionState, Send, SnapshotLoaded
+from kraftpy.raft.core_base import INF, PendingRequest, RequestKind
+from kraftpy.raft.effects import Effect, Send, SnapshotLoaded
 from kraftpy.raft.election import ElectionRole
 from kraftpy.raft.errors import ErrorCode
 from kraftpy.raft.follower import FetchProgress, FollowerRole
 from kraftpy.raft.leader import LeaderRole, ProposeResult
-from kraftpy.raft.log import RaftLog
 from kraftpy.raft.messages import (
     NO_LEADER,
     BeginQuorumEpochRequest,
@@ -179,20 +176,9 @@ _ANSWERS: dict[type, tuple[RequestKind, ...]] = {
 class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
     """One node of the quorum. See the module banner for how a driver runs it.
 
+    Built as ``RaftCore(config, log, *, rng, now, persisted=None, wall_clock=...)`` (see `CoreBase`):
     `wall_clock` gives the milliseconds stamped on the batches this node appends as leader (the
     simulation passes a deterministic one)."""
-
-    def __init__(
-        self,
-        config: RaftConfig,
-        log: RaftLog,
-        *,
-        rng: random.Random,
-        now: float,
-        persisted: ElectionState | None = None,
-        wall_clock: Callable[[], int] = wall_clock_ms,
-    ) -> None:
-        super().__init__(config, log, rng=rng, now=now, persisted=persisted, wall_clock=wall_clock)
 
     # -- driver entry points ---------------------------------------------------------------------
 
