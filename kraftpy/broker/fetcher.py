@@ -63,8 +63,9 @@ class FetcherManager:
         self.settings = replicas.settings
         self._scopes: dict[int, trio.CancelScope] = {}
         self.paused = False
-        #: Completed fetch rounds, for tests and metrics.
+        #: Completed fetch rounds, for tests and metrics; `round_done` is set (and replaced) after each.
         self.rounds = 0
+        self.round_done = trio.Event()
 
     def pause(self) -> None:
         """Stop fetching from every leader (the follower falls behind)."""
@@ -199,6 +200,8 @@ class ReplicaFetcher:
                     continue  # the partition changed while the fetch was out
                 await self._process(part, fetch_offset, data)
         self.manager.rounds += 1
+        done, self.manager.round_done = self.manager.round_done, trio.Event()
+        done.set()
 
     async def _process(self, part: Partition, fetch_offset: int, data) -> None:
         error = data.error_code

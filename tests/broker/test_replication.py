@@ -10,6 +10,7 @@ from kraftpy.metadata.errors import Errors
 from kraftpy.metadata.messages import CreatableTopic, CreateTopicsRequest
 from kraftpy.protocol.errors import ErrorCode
 from tests.helpers.cluster import open_cluster
+from tests.helpers.metadata import WallClock
 from tests.helpers.protocol import batch, fetch, produce, values_of
 
 MIN_ISR = {"min.insync.replicas": "2"}
@@ -51,20 +52,40 @@ async def test_acks_all_waits_for_every_isr_member_and_followers_learn_the_high_
 
 
 async def test_paused_follower_leaves_the_isr_and_acks_all_is_refused_below_min_isr(tmp_path):
-    async with open_cluster(tmp_path, brokers=3, static_configs=MIN_ISR, replica_lag_time_max_ms=300) as cluster:
+    """Follower lag is measured on the brokers' wall clock, which this test moves by hand (the ISR
+    expiry check is called, not waited for): a follower leaves the ISR when it has not caught up
+    for replica.lag.time.max.ms of that clock, whatever the real time."""
+    clock = WallClock()
+    lag_ms = 10_000
+    async with open_cluster(tmp_path, brokers=3, static_configs=MIN_ISR, replica_lag_time_max_ms=lag_ms,
+                            clock=clock) as cluster:
         await cluster.create_topic("orders", partitions=1, replication_factor=3)
         leader = cluster.leader("orders")
         followers = [b for b in cluster.registration("orders", 0).replicas if b != leader]
+        replicas = cluster.brokers[leader].replicas
+
+        async def expire_after_rounds(fetching: list[int]) -> None:
+            """Move the clock past the lag, let the fetching followers fetch at the new time, check."""
+            clock.now += lag_ms + 1
+            for follower in fetching:
+                await cluster.fetch_rounds(follower, 2)  # the second was sent after the clock moved
+            await replicas.maybe_shrink_isrs()
+
         async with await connect(cluster, leader) as conn:
             assert (await produce(conn, "orders", 0, batch(b"before"))).error_code == ErrorCode.NONE
 
             cluster.brokers[followers[0]].fetchers.pause()
-            await cluster.wait_for(lambda: followers[0] not in cluster.registration("orders", 0).isr)
+            await replicas.maybe_shrink_isrs()
+            assert len(cluster.registration("orders", 0).isr) == 3  # no time has passed: nobody lags
+            await expire_after_rounds([followers[1]])
+            await cluster.wait_for(lambda: cluster.registration("orders", 0).isr == (leader, followers[1])
+                                   or cluster.registration("orders", 0).isr == (followers[1], leader))
             # Two of three in sync: min.insync.replicas=2 still holds.
             result = await produce(conn, "orders", 0, batch(b"two in sync"))
             assert result.error_code == ErrorCode.NONE
 
             cluster.brokers[followers[1]].fetchers.pause()
+            await expire_after_rounds([])
             await cluster.wait_for(lambda: cluster.registration("orders", 0).isr == (leader,))
             result = await produce(conn, "orders", 0, batch(b"refused"))
             assert result.error_code == ErrorCode.NOT_ENOUGH_REPLICAS

@@ -156,8 +156,11 @@ class InProcessController:
 
 
 class Cluster:
-    def __init__(self, root: Path, controller: InProcessController, settings: Mapping[int, BrokerSettings]) -> None:
+    def __init__(self, root: Path, controller: InProcessController, settings: Mapping[int, BrokerSettings],
+                 clock: Callable[[], int] | None = None) -> None:
+        """``clock``: the brokers' wall clock in milliseconds (follower lag, timestamps, retention)."""
         self.root = root
+        self.clock = clock
         self.controller = controller
         self.settings = dict(settings)
         self.brokers: dict[int, BrokerServer] = {}
@@ -173,7 +176,8 @@ class Cluster:
         return ",".join(f"127.0.0.1:{port}" for _, port in sorted(self.ports.items()))
 
     async def start_broker(self, nursery: trio.Nursery, broker_id: int) -> BrokerServer:
-        broker = BrokerServer(self.settings[broker_id], self.controller)
+        broker = (BrokerServer(self.settings[broker_id], self.controller) if self.clock is None
+                  else BrokerServer(self.settings[broker_id], self.controller, clock=self.clock))
         scope = trio.CancelScope()
 
         async def run(task_status=trio.TASK_STATUS_IGNORED):
@@ -220,6 +224,12 @@ class Cluster:
     async def unfence(self, broker_id: int) -> None:
         self.controller.unfence(broker_id)
         await self.caught_up()
+
+    async def fetch_rounds(self, broker_id: int, rounds: int) -> None:
+        """Wait until ``broker_id``'s fetchers completed ``rounds`` more fetch rounds."""
+        fetchers = self.brokers[broker_id].fetchers
+        for _ in range(rounds):
+            await fetchers.round_done.wait()
 
     async def caught_up(self) -> None:
         """Wait until every broker applied every metadata update published to it."""
@@ -277,6 +287,7 @@ async def open_cluster(
     *,
     static_configs: Mapping[str, str] | None = None,
     controller_config: Mapping[str, object] | None = None,
+    clock: Callable[[], int] | None = None,
     **settings_overrides,
 ) -> AsyncIterator[Cluster]:
     """Start ``brokers`` brokers (ids 1..N) and an in-process controller; stop them all on exit."""
@@ -288,7 +299,7 @@ async def open_cluster(
         b: broker_settings(root, b, static_broker_configs=static, **settings_overrides)
         for b in range(1, brokers + 1)
     }
-    cluster = Cluster(root, controller, settings)
+    cluster = Cluster(root, controller, settings, clock)
     async with trio.open_nursery() as nursery:
         for broker_id in settings:
             await cluster.start_broker(nursery, broker_id)
