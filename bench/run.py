@@ -2,7 +2,8 @@
 
 Each ``bench/<name>.py`` prints one markdown section (its results and how they were measured);
 this script runs them one after another, in separate processes so that none warms up another,
-and assembles the page. ``python bench/run.py storage protocol`` runs only those.
+and assembles the page. The page it replaces is kept as docs/benchmarks-previous.md, so the last
+run's figures stand beside the new ones. ``python bench/run.py storage protocol`` runs only those.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def main(argv: list[str]) -> int:
             sections.append(f"## {name}\n\nThe benchmark failed:\n\n```\n{proc.stderr[-2000:]}\n```\n")
         else:
             sections.append(proc.stdout.strip() + "\n")
+    page = ROOT / "docs" / "benchmarks.md"
+    previous = ROOT / "docs" / "benchmarks-previous.md"
+    if page.exists():
+        previous.write_text(page.read_text().replace("# Benchmarks", "# Benchmarks (the previous run)", 1))
     header = [
         "# Benchmarks",
         "",
@@ -39,10 +44,11 @@ def main(argv: list[str]) -> int:
         "",
         f"Run on {datetime.date.today().isoformat()}: {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, {platform.system()} {platform.machine()}. Every figure below comes "
-        "from the run that wrote this page; ratios compare two things measured in the same run.",
+        "from the run that wrote this page; ratios compare two things measured in the same run. The run "
+        "before this one: [benchmarks-previous.md](benchmarks-previous.md).",
         "",
     ]
-    (ROOT / "docs" / "benchmarks.md").write_text("\n".join(header) + "\n".join(sections))
+    page.write_text("\n".join(header) + "\n".join(sections))
     print("wrote docs/benchmarks.md", file=sys.stderr)
     return 1 if failed else 0
 
