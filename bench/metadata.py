@@ -164,7 +164,7 @@ def broker_apply(bench: Bench, reps: int) -> list[float]:
             settings = BrokerSettings(node_id=PROBE_BROKER, cluster_id=CLUSTER_ID, log_dirs=(Path(tmp),))
             replicas = ReplicaManager(settings, None, lambda: 0)  # type: ignore[arg-type]
             await replicas.load()
-            replicas.set_running(True)
+            await replicas.set_running(True)
             await replicas.apply_delta(image, MetadataDelta.between(EMPTY_IMAGE, image))
             samples = []
             clock = time.perf_counter_ns

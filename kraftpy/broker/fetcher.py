@@ -36,7 +36,7 @@ import structlog
 import trio
 
 from kraftpy.broker.client import ConnectionClosed, KafkaConnection
-from kraftpy.broker.partition import Partition, Role, TopicPartition
+from kraftpy.broker.partition import Partition, PartitionChanged, Role, TopicPartition
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode, InvalidResponseError
@@ -198,37 +198,44 @@ class ReplicaFetcher:
                 part, generation, fetch_offset = entry
                 if part.generation != generation or part.role is not Role.FOLLOWER or part.log_end_offset != fetch_offset:
                     continue  # the partition changed while the fetch was out
-                await self._process(part, fetch_offset, data)
+                try:
+                    await self._process(part, generation, fetch_offset, data)
+                except PartitionChanged:
+                    continue  # it changed while its log work waited: the next round starts afresh
         self.manager.rounds += 1
         done, self.manager.round_done = self.manager.round_done, trio.Event()
         done.set()
 
-    async def _process(self, part: Partition, fetch_offset: int, data) -> None:
+    async def _process(self, part: Partition, generation: int, fetch_offset: int, data) -> None:
+        """Apply one partition's answer; every step that may wait re-checks that the partition still
+        follows the same leader (`PartitionChanged` otherwise)."""
         error = data.error_code
         if error == ErrorCode.NONE:
             diverging = data.diverging_epoch
             if diverging.epoch >= 0 or diverging.end_offset >= 0:
-                await self._truncate_on_divergence(part, diverging.epoch, diverging.end_offset)
+                await self._truncate_on_divergence(part, generation, diverging.epoch, diverging.end_offset)
                 return
             records = data.records
             if records is not None and len(records):
                 try:
-                    await part.append_as_follower(memoryview(records))
+                    await part.append_as_follower(memoryview(records), generation=generation)
                 except ValueError as exc:
                     self._log.warning("cannot append fetched batches", partition=str(part.tp), error=str(exc))
                     self._retry_at[part.tp] = trio.current_time() + self.settings.replica_fetch_backoff_ms / 1000
                     return
+            if part.generation != generation:
+                raise PartitionChanged(str(part.tp))
             part.update_follower_high_watermark(data.high_watermark)
             if data.log_start_offset > part.log_start_offset:
                 target = min(data.log_start_offset, part.high_watermark)
                 if target > part.log_start_offset:
-                    await part.delete_records_before(target)
+                    await part.delete_records_before(target, generation=generation)
             self._retry_at.pop(part.tp, None)
         elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
             if 0 <= fetch_offset < data.log_start_offset:
-                await part.truncate_fully_and_start_at(data.log_start_offset)
+                await part.truncate_fully_and_start_at(data.log_start_offset, generation=generation)
             else:
-                await part.truncate_to(max(data.high_watermark, 0))
+                await part.truncate_to(max(data.high_watermark, 0), generation=generation)
         elif error in _PARK_UNTIL_METADATA:
             self._log.info("partition waits for new metadata", partition=str(part.tp), error=ErrorCode(error).name)
             part.fetch_blocked_generation = part.generation
@@ -236,7 +243,8 @@ class ReplicaFetcher:
             self._log.info("fetch error; retrying", partition=str(part.tp), error=ErrorCode(error).name)
             self._retry_at[part.tp] = trio.current_time() + self.settings.replica_fetch_backoff_ms / 1000
 
-    async def _truncate_on_divergence(self, part: Partition, epoch: int, leader_end_offset: int) -> None:
+    async def _truncate_on_divergence(self, part: Partition, generation: int, epoch: int,
+                                      leader_end_offset: int) -> None:
         own_epoch, own_end = part.log.end_offset_for_epoch(epoch)
         if own_epoch < 0 or own_end < 0:
             target = min(leader_end_offset, part.log_end_offset)
@@ -244,4 +252,4 @@ class ReplicaFetcher:
             target = min(leader_end_offset, own_end)
         self._log.info("log diverges from the leader's", partition=str(part.tp), epoch=epoch,
                        leader_end_offset=leader_end_offset, truncate_to=target)
-        await part.truncate_to(target, diverged=True)
+        await part.truncate_to(target, diverged=True, generation=generation)

@@ -78,6 +78,10 @@ class TopicPartition:
         return f"{self.topic}-{self.partition}"
 
 
+class PartitionChanged(Exception):
+    """The partition's role or leader changed while a follower's log work waited: it is not done."""
+
+
 @attrs.frozen
 class LeaderAppend:
     """What a leader append did: an error, or where the batch went (``next_offset`` is what the
@@ -348,9 +352,21 @@ class Partition:
             await self._busy.wait()
         return waited
 
-    async def run_exclusive(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run the blocking ``fn(*args)`` in a worker thread while no append or other log work runs."""
+    async def wait_idle(self) -> None:
+        """Wait until no exclusive log work runs (role changes wait, so none races a worker thread)."""
         await self._idle()
+
+    def _check_generation(self, generation: int | None) -> None:
+        if generation is not None and generation != self.generation:
+            raise PartitionChanged(f"{self.tp}: role or leader changed while the log work waited")
+
+    async def run_exclusive(self, fn: Callable[..., Any], *args: Any, generation: int | None = None) -> Any:
+        """Run the blocking ``fn(*args)`` in a worker thread while no append or other log work runs.
+
+        ``generation``: a follower's work for the role it had then; raises `PartitionChanged` instead
+        of running when the role or leader changed meanwhile."""
+        await self._idle()
+        self._check_generation(generation)
         done = self._busy = trio.Event()
         try:
             return await trio.to_thread.run_sync(fn, *args)
@@ -410,8 +426,9 @@ class Partition:
             return LeaderAppend(base_offset=info.first_offset, next_offset=info.last_offset + 1,
                                 log_append_time_ms=append_time)
 
-    async def append_as_follower(self, records: memoryview) -> AppendInfo | None:
-        """Append the whole batches of a fetch response as they are; a partial last batch is dropped."""
+    async def append_as_follower(self, records: memoryview, *, generation: int | None = None) -> AppendInfo | None:
+        """Append the whole batches of a fetch response as they are; a partial last batch is dropped.
+        ``generation``: see `run_exclusive`."""
         end = 0
         headers = []
         for position, header in iter_batches(records, verify=False):
@@ -422,10 +439,12 @@ class Partition:
         while True:
             if await self._idle():
                 continue
+            self._check_generation(generation)
             log = self.log
             if log.needs_roll(end, headers[0].base_offset, headers[-1].last_offset,
                               max(h.max_timestamp for h in headers)):
-                await self.run_exclusive(self._roll, max(headers[0].base_offset, log.log_end_offset))
+                await self.run_exclusive(self._roll, max(headers[0].base_offset, log.log_end_offset),
+                                         generation=generation)
                 continue
             info = log.append_as_follower(records[:end])
             for header in headers:
@@ -449,14 +468,16 @@ class Partition:
 
     # -- truncation and the log start --------------------------------------------------------------
 
-    async def truncate_to(self, offset: int, *, diverged: bool = False) -> int:
+    async def truncate_to(self, offset: int, *, diverged: bool = False, generation: int | None = None) -> int:
         """Cut the log at ``offset``, never below the high watermark; returns where the log now ends.
 
         ``diverged``: the leader named ``offset`` as where this log stops matching its own. That is
         below the high watermark only when the leader was elected from outside the ISR (a clean leader
         holds every committed record): the records past it are gone from the partition, and keeping
-        them would leave this log contradicting the leader's for good, so they are cut too."""
+        them would leave this log contradicting the leader's for good, so they are cut too.
+        ``generation``: see `run_exclusive`."""
         await self._idle()
+        self._check_generation(generation)
         if diverged and offset < self.log.high_watermark:
             self._log.warning("truncating below the high watermark", offset=offset,
                               high_watermark=self.log.high_watermark, log_end_offset=self.log.log_end_offset)
@@ -465,7 +486,7 @@ class Partition:
             self._log.warning("truncation clamped to the high watermark", asked=offset, high_watermark=target)
         if target < self.log.log_end_offset:
             self._log.info("truncating", offset=target, log_end_offset=self.log.log_end_offset)
-            await self.run_exclusive(self._truncate, target)
+            await self.run_exclusive(self._truncate, target, generation=generation)
             self.append_watchers.notify()
         return self.log.log_end_offset
 
@@ -473,9 +494,9 @@ class Partition:
         self.log.truncate_to(offset)
         self.reload_producer_state()
 
-    async def truncate_fully_and_start_at(self, offset: int) -> None:
+    async def truncate_fully_and_start_at(self, offset: int, *, generation: int | None = None) -> None:
         self._log.info("log restarts at the leader's start offset", offset=offset)
-        await self.run_exclusive(self._truncate_fully, offset)
+        await self.run_exclusive(self._truncate_fully, offset, generation=generation)
         self.append_watchers.notify()
 
     def _truncate_fully(self, offset: int) -> None:
@@ -483,10 +504,10 @@ class Partition:
         self.producer_state.reset(offset)
         ps.delete_snapshots_above(self.log.directory, offset)
 
-    async def delete_records_before(self, offset: int) -> int:
+    async def delete_records_before(self, offset: int, *, generation: int | None = None) -> int:
         """Move the log start offset up to ``offset`` (DeleteRecords, or the leader's start on a
         follower); segments wholly below it are detached. Returns the log start offset."""
-        return await self.run_exclusive(self.log.delete_records_before, offset)
+        return await self.run_exclusive(self.log.delete_records_before, offset, generation=generation)
 
     def housekeeping(self) -> int:
         """Blocking (`run_exclusive`): retention and a due flush; old producer snapshots go when the log

@@ -262,7 +262,7 @@ class ReplicaManager:
         for i, local in enumerate(wanted):
             if i and not i % _CHUNK:
                 await trio.lowlevel.checkpoint()  # a big delta (a topic of thousands) in slices
-            self._apply_role(local.topic_name, local.partition, local.registration)
+            await self._apply_role(local.topic_name, local.partition, local.registration)
         if self._configs_changed(delta):
             self._apply_topic_configs(image, delta)
         if wanted or closing:
@@ -277,7 +277,7 @@ class ReplicaManager:
         part = self.partitions.get(TopicPartition(local.topic_name, local.partition))
         return part is None or part.topic_id != local.topic_id
 
-    def set_running(self, running: bool) -> None:
+    async def set_running(self, running: bool) -> None:
         """True once the controller has unfenced this broker; False when it is fenced or stopping.
         Re-applies the role of every local partition."""
         if running == self.running:
@@ -287,14 +287,19 @@ class ReplicaManager:
             topic = self.image.topics.get_by_id(part.topic_id)
             reg = topic.partitions.get(part.tp.partition) if topic is not None else None
             if reg is not None:
-                self._apply_role(part.tp.topic, part.tp.partition, reg)
+                await self._apply_role(part.tp.topic, part.tp.partition, reg)
         self._signal_assignments()
 
-    def _apply_role(self, topic: str, index: int, reg: PartitionRegistration) -> None:
+    async def _apply_role(self, topic: str, index: int, reg: PartitionRegistration) -> None:
         tp = TopicPartition(topic, index)
         part = self.partitions.get(tp)
         if part is None:
             return  # its log could not be opened
+        # A role change never races log work in a worker thread (a follower's truncation, a roll):
+        # it waits for it (no wait at all when none runs).
+        await part.wait_idle()
+        if self.partitions.get(tp) is not part:
+            return
         if reg.leader == self.node_id and self.running:
             part.make_leader(reg)
         elif reg.leader == self.node_id:

@@ -142,7 +142,7 @@ class BrokerServer:
     async def _run_publisher(self) -> None:
         async for update in self._updates_receive:
             if isinstance(update, bool):
-                self.replicas.set_running(update)
+                await self.replicas.set_running(update)
             else:
                 image, delta = update
                 await self.replicas.apply_delta(image, delta)

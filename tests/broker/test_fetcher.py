@@ -67,7 +67,7 @@ async def follower(tmp_path, autojump_clock, nursery):
                               replica_fetch_backoff_ms=BACKOFF_MS)
     replicas = ReplicaManager(settings, metadata, WallClock())
     await nursery.start(replicas.run)
-    replicas.set_running(True)
+    await replicas.set_running(True)
     await metadata.publish_to(replicas)
     part = replicas.get("t", 0)
     assert part.leader_id == LEADER and replicas.fetch_assignments == {LEADER: {part.tp}}

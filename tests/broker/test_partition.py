@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
 from kraftpy.broker import producer_state as ps
-from kraftpy.broker.partition import Partition, TopicPartition
+from kraftpy.broker.partition import Partition, PartitionChanged, TopicPartition
 from kraftpy.broker.producer_state import ProducerStateManager
 from kraftpy.broker.settings import BrokerSettings
 from kraftpy.config import load_config
@@ -196,3 +197,43 @@ async def test_an_append_waits_for_a_roll_and_checks_its_sequence_again(tmp_path
         assert results == [] and part.log_end_offset == 1  # both wait for the roll
         release.set()
     assert [r.base_offset for r in results] == [1, 1] and part.log_end_offset == 2
+
+
+async def test_a_followers_log_work_is_dropped_when_its_role_changed_meanwhile(tmp_path):
+    """The fetcher truncates or appends for the leader it fetched from: if the partition changed role
+    or leader while that work waited, the work is not done (the log now belongs to another term)."""
+    part = small_leader(tmp_path)
+    for value in (b"a", b"b", b"c"):
+        await append(part, value)
+    part.make_follower(PartitionRegistration(replicas=(1, 2), isr=(1, 2), leader=2, leader_epoch=2, partition_epoch=2))
+    generation = part.generation
+    part.make_leader(PartitionRegistration(replicas=(1, 2), isr=(1, 2), leader=1, leader_epoch=3, partition_epoch=3))
+    with pytest.raises(PartitionChanged):
+        await part.truncate_to(0, diverged=True, generation=generation)
+    with pytest.raises(PartitionChanged):
+        await part.append_as_follower(memoryview(batch(b"x")), generation=generation)
+    assert part.log_end_offset == 3
+
+
+async def test_a_role_change_waits_for_log_work_in_a_worker_thread(tmp_path):
+    part = small_leader(tmp_path)
+    started, release = threading.Event(), threading.Event()
+
+    def slow_work():
+        started.set()
+        release.wait(10)
+
+    changed = []
+
+    async def change_role():
+        await part.wait_idle()
+        changed.append(part.role)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(part.run_exclusive, slow_work)
+        await trio.to_thread.run_sync(started.wait, 10)
+        nursery.start_soon(change_role)
+        await wait_all_tasks_blocked()
+        assert changed == []
+        release.set()
+    assert changed == [part.role]

@@ -46,7 +46,7 @@ async def broker(tmp_path, autojump_clock, nursery):
     clock = WallClock()
     replicas = ReplicaManager(settings(tmp_path), metadata, clock)
     await nursery.start(replicas.run)
-    replicas.set_running(True)
+    await replicas.set_running(True)
     await metadata.publish_to(replicas)
     yield metadata, replicas, clock
     await replicas.close()
@@ -116,10 +116,10 @@ async def test_set_running_takes_and_gives_back_leaderships(broker):
     await metadata.publish_to(replicas)
     led = {tp for tp, part in replicas.partitions.items() if part.is_leader}
     assert led
-    replicas.set_running(False)
+    await replicas.set_running(False)
     assert all(part.role is not Role.LEADER for part in replicas.partitions.values())
     assert not any(tp in parts for parts in replicas.fetch_assignments.values() for tp in led)
-    replicas.set_running(True)
+    await replicas.set_running(True)
     assert {tp for tp, part in replicas.partitions.items() if part.is_leader} == led
     for leader, parts in replicas.fetch_assignments.items():
         assert all(replicas.partitions[tp].leader_id == leader for tp in parts)
@@ -178,7 +178,7 @@ async def test_a_clean_close_is_trusted_at_the_next_start(tmp_path, autojump_clo
     async with trio.open_nursery() as nursery:
         replicas = ReplicaManager(settings(tmp_path), metadata, clock)
         await nursery.start(replicas.run)
-        replicas.set_running(True)
+        await replicas.set_running(True)
         await metadata.publish_to(replicas)
         for part in replicas.partitions.values():
             data = batch(b"a", b"b")
@@ -195,7 +195,7 @@ async def test_a_clean_close_is_trusted_at_the_next_start(tmp_path, autojump_clo
     async with trio.open_nursery() as nursery:
         again = ReplicaManager(settings(tmp_path), metadata, clock)
         await nursery.start(again.run)
-        again.set_running(True)
+        await again.set_running(True)
         image = metadata.controller.image
         await again.apply_delta(image, MetadataDelta.between(EMPTY_IMAGE, image))  # a broker's first image
         assert sorted(p.log_end_offset for p in again.partitions.values()) == [2, 2, 2, 2]

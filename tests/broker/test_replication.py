@@ -194,10 +194,10 @@ async def test_follower_retries_a_leader_that_has_not_applied_the_new_topic_yet(
     refused = trio.Event()
     process = ReplicaFetcher._process
 
-    def spy(self, part, fetch_offset, data):
+    def spy(self, part, generation, fetch_offset, data):
         if data.error_code == ErrorCode.UNKNOWN_TOPIC_ID:
             refused.set()
-        return process(self, part, fetch_offset, data)
+        return process(self, part, generation, fetch_offset, data)
 
     monkeypatch.setattr(ReplicaFetcher, "_process", spy)
     async with open_cluster(tmp_path, brokers=2, replica_lag_time_max_ms=60_000) as cluster:
