@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from kraftpy.broker.replica_manager import ReplicaManager  # noqa: E402
 from kraftpy.broker.settings import BrokerSettings  # noqa: E402
 from kraftpy.ids import Uuid  # noqa: E402
+from kraftpy.logs import configure_logging  # noqa: E402
 from kraftpy.metadata import cluster_control, replication_control  # noqa: E402
 from kraftpy.metadata.controller import QuorumController  # noqa: E402
 from kraftpy.metadata.controller_config import ControllerConfig  # noqa: E402
@@ -257,6 +258,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000,100000", help="partition counts")
     parser.add_argument("--reps", type=int, default=2000, help="repetitions per measurement")
     args = parser.parse_args()
+    configure_logging(level="warning")  # the probe broker's log lines are not part of the page
     sizes = [int(s) for s in args.sizes.split(",")]
     measured = {}
     facts = {}

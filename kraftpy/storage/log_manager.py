@@ -37,10 +37,10 @@ import attrs
 import structlog
 
 from kraftpy.storage.checkpoint import (
+    CHECKPOINT_VERSION,
     LEGACY_OFFSETS_FILE,
     CheckpointError,
     LogOffsets,
-    encode_offsets,
     read_legacy_offsets,
     read_offsets,
 )
@@ -77,6 +77,8 @@ class LogDirectory:
     recorded: dict[TopicPartitionKey, LogOffsets] = attrs.Factory(dict)
     #: Partitions whose directory still holds an earlier version's per-partition offsets file.
     legacy: set[TopicPartitionKey] = attrs.Factory(set)
+    #: The bytes last written to each offset checkpoint file (an unchanged file is not rewritten).
+    written: dict[str, bytes] = attrs.Factory(dict)
 
 
 class LogManager:
@@ -84,6 +86,9 @@ class LogManager:
         self.clock = clock
         self.dirs = {Path(d): LogDirectory(Path(d)) for d in log_dirs}
         self._log = _logger
+        #: Parsed partition directory names and checkpoint line prefixes, made once per partition.
+        self._locations: dict[str, tuple[str, TopicPartitionKey] | None] = {}
+        self._prefixes: dict[TopicPartitionKey, str] = {}
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -161,29 +166,56 @@ class LogManager:
 
     def checkpoint(self, logs: Iterable[Log]) -> None:
         """Write the three offset files of every log directory from ``logs`` (the open ones);
-        partitions recorded before and not among them keep their recorded offsets."""
-        by_dir: dict[Path, dict[TopicPartitionKey, LogOffsets]] = {path: {} for path in self.dirs}
+        partitions recorded before and not among them keep their recorded offsets.
+
+        Runs in a worker thread, where Python work holds the GIL away from the event loop: the
+        entries' ``<topic> <partition> `` prefixes are made once per partition, and a file whose
+        content did not change since the last write is not written again."""
+        by_dir: dict[str, dict[TopicPartitionKey, LogOffsets]] = {os.fspath(path): {} for path in self.dirs}
         for log in logs:
-            key = _parse_partition_dir(log.directory.name)
-            live = by_dir.get(log.directory.parent)
-            if key is not None and live is not None:
-                live[key] = log.offsets
-        for path, live in by_dir.items():
-            log_dir = self.dirs[path]
+            where = self._where(log.directory)
+            if where is not None:
+                live = by_dir.get(where[0])
+                if live is not None:
+                    live[where[1]] = log.offsets
+        for path, log_dir in self.dirs.items():
+            live = by_dir[os.fspath(path)]
             log_dir.recorded.update(live)
             recorded = log_dir.recorded
-            write_atomic(path / RECOVERY_POINT_CHECKPOINT_FILE,
-                         encode_offsets({k: o.recovery_point for k, o in recorded.items()}))
-            write_atomic(path / REPLICATION_CHECKPOINT_FILE,
-                         encode_offsets({k: o.high_watermark for k, o in recorded.items()}))
-            write_atomic(path / LOG_START_CHECKPOINT_FILE,
-                         encode_offsets({k: o.log_start_offset for k, o in recorded.items()}))
+            keys = sorted(recorded)
+            prefixes = [self._prefix_of(key) for key in keys]
+            entries = [recorded[key] for key in keys]
+            header = f"{CHECKPOINT_VERSION}\n{len(keys)}\n"
+            for name, field in ((RECOVERY_POINT_CHECKPOINT_FILE, "recovery_point"),
+                                (REPLICATION_CHECKPOINT_FILE, "high_watermark"),
+                                (LOG_START_CHECKPOINT_FILE, "log_start_offset")):
+                data = (header + "".join([f"{prefix}{getattr(o, field)}\n"
+                                          for prefix, o in zip(prefixes, entries, strict=True)])).encode()
+                if log_dir.written.get(name) != data:
+                    write_atomic(path / name, data)
+                    log_dir.written[name] = data
             for key in list(log_dir.legacy):
                 if key in recorded:
                     directory = path / partition_dir_name(*key)
                     (directory / LEGACY_OFFSETS_FILE).unlink(missing_ok=True)
                     (directory / _LEGACY_MARKER).unlink(missing_ok=True)
                     log_dir.legacy.discard(key)
+
+    def _where(self, directory: Path) -> tuple[str, TopicPartitionKey] | None:
+        """The log directory (as text) and partition of a partition directory (None if it is not one)."""
+        text = os.fspath(directory)
+        try:
+            return self._locations[text]
+        except KeyError:
+            key = _parse_partition_dir(directory.name)
+            where = self._locations[text] = (os.fspath(directory.parent), key) if key is not None else None
+            return where
+
+    def _prefix_of(self, key: TopicPartitionKey) -> str:
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            prefix = self._prefixes[key] = f"{key[0]} {key[1]} "
+        return prefix
 
     def write_clean_shutdown_markers(self) -> None:
         """After every log was closed and the last checkpoint written: the next start trusts the logs."""

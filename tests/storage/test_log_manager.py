@@ -59,6 +59,22 @@ def test_three_files_hold_every_partition_of_a_directory(tmp_path):
     assert not again.dirs[a].clean_shutdown
 
 
+def test_a_checkpoint_file_that_did_not_change_is_not_written_again(tmp_path):
+    a = tmp_path / "a"
+    m = manager(a)
+    log = fill(m, a / "orders-0")
+    m.checkpoint([log])
+    inodes = {p.name: p.stat().st_ino for p in a.iterdir() if p.is_file()}
+    m.checkpoint([log])  # nothing moved: no file is replaced
+    assert {p.name: p.stat().st_ino for p in a.iterdir() if p.is_file()} == inodes
+    log.update_high_watermark(log.log_end_offset)
+    m.checkpoint([log])  # only the high watermarks moved
+    after = {p.name: p.stat().st_ino for p in a.iterdir() if p.is_file()}
+    assert after[REPLICATION_CHECKPOINT_FILE] != inodes[REPLICATION_CHECKPOINT_FILE]
+    assert after[LOG_START_CHECKPOINT_FILE] == inodes[LOG_START_CHECKPOINT_FILE]
+    assert (a / REPLICATION_CHECKPOINT_FILE).read_text() == f"0\n1\norders 0 {log.log_end_offset}\n"
+
+
 def test_clean_shutdown_is_trusted_once(tmp_path, monkeypatch):
     m = manager(tmp_path)
     logs = [fill(m, tmp_path / f"t-{p}") for p in range(3)]
