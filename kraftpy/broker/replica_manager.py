@@ -217,7 +217,11 @@ class ReplicaManager:
             except (OSError, ValueError) as exc:
                 self._log.warning("producer state snapshot failed", partition=str(part.tp), error=str(exc))
         for log, exc in self.log_manager.close_all([part.log for part in parts]):
-            self._log.warning("closing a log failed", log=log.directory.name, error=str(exc))
+            if log is None:
+                self._log.warning("the clean shutdown could not be recorded; the next start recovers the logs",
+                                  error=str(exc))
+            else:
+                self._log.warning("closing a log failed", log=log.directory.name, error=str(exc))
         self._log.info("logs closed", partitions=len(parts))
 
     # -- lookups ----------------------------------------------------------------------------------

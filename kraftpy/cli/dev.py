@@ -14,7 +14,7 @@ import trio
 import typer
 
 from kraftpy.cli.common import LogFormatOption, LogLevelOption, fail, load_config_or_exit, setup_logging
-from kraftpy.cli.process import serve_until_signal
+from kraftpy.cli.process import run_or_exit, serve_until_signal
 from kraftpy.config.properties import format_properties
 from kraftpy.ids import random_uuid_str
 from kraftpy.storage.formatter import FormatError, ensure_formatted, format_dirs
@@ -89,4 +89,4 @@ def dev(
         await serve_until_signal(serve, node.stop_gracefully)
         typer.echo("kraftpy dev stopped")
 
-    trio.run(main)
+    run_or_exit(main)

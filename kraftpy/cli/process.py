@@ -1,7 +1,11 @@
-"""Running a server process: storage checks, logging, signals and a clean stop.
+"""Running a server process: storage checks, logging, signals, a clean stop, and faults in one line.
 
 SIGINT and SIGTERM ask for a graceful stop (``on_stop`` runs first: a controller resigns, a broker
 does a controlled shutdown), then everything is cancelled; a second signal cancels at once.
+
+A fault the process cannot go on after (`kraftpy.fatal`: a listener's port taken, the metadata log
+not writable, a full disk at start) ends it with one line on stderr — ``kraftpy: <what failed>`` —
+and exit code 1, not with the traceback of every task the fault cancelled.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import trio
 
 from kraftpy.cli.common import fail
 from kraftpy.config import KraftConfig
+from kraftpy.fatal import fatal_message
 from kraftpy.logs import get_logger
 from kraftpy.storage.formatter import FormatError, ensure_formatted
 
@@ -22,6 +27,18 @@ def cluster_id_or_exit(config: KraftConfig) -> str:
         return ensure_formatted(config.all_dirs, config.node_id)
     except FormatError as exc:
         fail(str(exc))
+
+
+def run_or_exit(main: Callable[[], Awaitable[None]]) -> None:
+    """``trio.run(main)``; a fatal fault ends the process with its one line and exit code 1."""
+    try:
+        trio.run(main)
+    except BaseException as exc:  # only fatal faults are caught: the rest is raised again
+        message = fatal_message(exc)
+        if message is None:
+            raise
+        get_logger("process").error("stopping on a fatal error", error=message)
+        fail(message)
 
 
 async def serve_until_signal(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import trio
 import typer
 
 from kraftpy.cli.common import (
@@ -14,7 +13,7 @@ from kraftpy.cli.common import (
     load_config_or_exit,
     setup_logging,
 )
-from kraftpy.cli.process import cluster_id_or_exit, serve_until_signal
+from kraftpy.cli.process import cluster_id_or_exit, run_or_exit, serve_until_signal
 
 
 def run_node(config, override, log_level: str, log_format: str, roles: set[str] | None, command: str) -> None:
@@ -31,7 +30,7 @@ def run_node(config, override, log_level: str, log_format: str, roles: set[str] 
         node = KraftNode(cfg, cluster_id)
         await serve_until_signal(node.run, node.stop_gracefully)
 
-    trio.run(main)
+    run_or_exit(main)
 
 
 def controller(config: ConfigOption, override: OverrideOption = None, log_level: LogLevelOption = "info",

@@ -19,6 +19,9 @@ Theory of operation (KIP-631's broker lifecycle as the controller sees it)::
   leaderships. Controlled shutdown writes BrokerRegistrationChangeRecord(in_controlled_shutdown) and moves
   leaderships away; each later heartbeat moves what has become movable, and the broker is told to shut
   down (and is fenced) in the first heartbeat that finds nothing left to move.
+* A heartbeat lists the broker's offline replicas (their logs failed on it): each heartbeat takes the
+  broker out of those partitions' ISR and leadership where it still is (``offline_replica_changes``),
+  as Kafka's controller does with the replicas of a failed log directory.
 * A second incarnation of a broker id is refused while the first one's session is alive
   (DUPLICATE_BROKER_REGISTRATION); the same incarnation registering again with the same details gets
   its existing epoch back and no record is written.
@@ -186,12 +189,24 @@ def fence_brokers(
 def process_heartbeat(
     image: MetadataImage, request: BrokerHeartbeatRequest, config: ControllerConfig
 ) -> ControllerResult[BrokerHeartbeatResponse]:
-    """Answer a heartbeat and write the state transition it calls for (see the module docstring)."""
+    """Answer a heartbeat and write the state transition it calls for (see the module docstring), then
+    move leaderships and ISR places off the replicas the broker reports offline."""
     reg = image.cluster.broker(request.broker_id)
     if reg is None:
         return ControllerResult([], BrokerHeartbeatResponse(Errors.BROKER_ID_NOT_REGISTERED))
     if reg.epoch != request.broker_epoch:
         return ControllerResult([], BrokerHeartbeatResponse(Errors.STALE_BROKER_EPOCH))
+    result = _state_transition(image, reg, request, config)
+    if not request.offline_replicas:
+        return result
+    after = replay_records(image, result.records) if result.records else image
+    offline = replication_control.offline_replica_changes(after, reg.id, request.offline_replicas, config)
+    return ControllerResult([*result.records, *offline], result.response)
+
+
+def _state_transition(
+    image: MetadataImage, reg: BrokerRegistration, request: BrokerHeartbeatRequest, config: ControllerConfig
+) -> ControllerResult[BrokerHeartbeatResponse]:
     caught_up = request.current_metadata_offset >= reg.epoch
     records: list[MetadataRecord] = []
 

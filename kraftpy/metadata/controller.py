@@ -82,9 +82,14 @@ class QuorumController:
     def activate(self, now: float) -> ControllerResult[None]:
         """Become the active controller at ``now``: every registered broker gets a fresh session (they
         were kept by the previous active controller), and a log without metadata.version gets the
-        bootstrap records."""
+        bootstrap records.
+
+        Except the broker of this same process (``local_broker_id``): it registers or heartbeats into a
+        session of its own, and a registration older than that is of a process that died (kill -9), so
+        its next incarnation need not wait out broker.session.timeout.ms."""
         for broker_id in self.image.cluster.brokers:
-            self.heartbeats.touch(broker_id, now)
+            if broker_id != self.config.local_broker_id:
+                self.heartbeats.touch(broker_id, now)
         self._next_rebalance = now + self.config.leader_imbalance_check_interval_seconds
         records: list[MetadataRecord] = []
         if METADATA_VERSION not in self.image.features.levels:

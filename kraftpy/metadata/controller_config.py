@@ -44,6 +44,10 @@ class ControllerConfig:
     #: Broker configs from the properties file that topics inherit (e.g. unclean.leader.election.enable,
     #: min.insync.replicas, log.retention.ms), reported with source STATIC_BROKER_CONFIG.
     static_broker_configs: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen)
+    #: In a combined process (process.roles=broker,controller): the node id of the broker in the same
+    #: process. That broker lives exactly as long as this controller, so when the controller becomes
+    #: active, a registration of that id from before is of a process that is gone.
+    local_broker_id: int | None = None
     #: Features and the level ranges this controller supports.
     supported_features: Mapping[str, tuple[int, int]] = attrs.field(
         default=DEFAULT_SUPPORTED_FEATURES, converter=_frozen

@@ -61,6 +61,7 @@ def controller_config(config: KraftConfig, cluster_id: str) -> ControllerConfig:
         auto_leader_rebalance_enable=config["auto.leader.rebalance.enable"],
         leader_imbalance_check_interval_seconds=config["leader.imbalance.check.interval.seconds"],
         static_broker_configs=static_broker_configs(config),
+        local_broker_id=config.node_id if config.is_broker else None,
     )
 
 

@@ -44,12 +44,26 @@ class BrokerRegistrationResponse:
 
 
 @attrs.frozen
+class OfflineReplicaTopic:
+    """Replicas of one topic that a broker holds but cannot serve: their logs could not be opened or
+    their files failed (see `BrokerHeartbeatRequest.offline_replicas`)."""
+
+    topic_id: Uuid
+    partitions: tuple[int, ...] = attrs.field(converter=_tuple)
+
+
+@attrs.frozen
 class BrokerHeartbeatRequest:
     broker_id: int
     broker_epoch: int
     current_metadata_offset: int
     want_fence: bool = False
     want_shut_down: bool = False
+    #: Every replica of this broker that is offline, in each heartbeat. kraftpy's counterpart of
+    #: Kafka's OfflineLogDirs (KIP-858): the metadata log records no log directory per replica, so
+    #: the broker names the replicas themselves, and the controller moves their leadership and ISR
+    #: places away as Kafka's does for the replicas of a failed log directory.
+    offline_replicas: tuple[OfflineReplicaTopic, ...] = _seq()
 
 
 @attrs.frozen

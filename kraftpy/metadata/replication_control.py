@@ -49,6 +49,7 @@ from kraftpy.metadata.messages import (
     ElectionType,
     ElectLeadersRequest,
     ElectLeadersResponse,
+    OfflineReplicaTopic,
     PartitionResult,
     ReplicaElectionResult,
 )
@@ -457,6 +458,40 @@ def fence_brokers_changes(
         change = builder.build()
         if change is not None:
             changes.append(change)
+    return changes
+
+
+def offline_replica_changes(
+    image: MetadataImage, broker_id: int, offline: Iterable[OfflineReplicaTopic], config: ControllerConfig
+) -> list[PartitionChangeRecord]:
+    """Take ``broker_id`` out of the ISR and the leadership of the partitions whose replica on it is
+    offline (its log failed there), as Kafka's controller does for the replicas in a failed log dir:
+    another ISR member leads; with none, the partition has no leader and keeps its ISR (KIP-841), so
+    the replica can lead again once it is back. Replicas the broker does not hold, and partitions
+    already without it, are left alone: a broker repeats its list in every heartbeat."""
+    reg = image.cluster.broker(broker_id)
+    if reg is None:
+        return []
+    # The elections below must not pick the broker for these partitions: they see it as fenced.
+    cluster = attrs.evolve(image.cluster, brokers={**image.cluster.brokers, broker_id: attrs.evolve(reg, fenced=True)})
+    changes = []
+    seen: set[tuple[Uuid, int]] = set()
+    for entry in offline:
+        topic = image.topics.get_by_id(entry.topic_id)
+        if topic is None:
+            continue
+        for pid in entry.partitions:
+            part = topic.partitions.get(pid)
+            if part is None or (topic.id, pid) in seen or broker_id not in part.replicas:
+                continue
+            seen.add((topic.id, pid))
+            if part.leader != broker_id and broker_id not in part.isr:
+                continue
+            builder = PartitionChangeBuilder(topic.id, pid, part, cluster,
+                                             unclean_allowed=unclean_election_allowed(image, config, topic.name))
+            change = builder.set_target_isr(isr_without(part.isr, {broker_id}, part.leader)).build()
+            if change is not None:
+                changes.append(change)
     return changes
 
 

@@ -12,6 +12,10 @@ A controller's `RaftNode` is a voter and its `ControllerServer` listens to it. A
 metadata follower: in a broker-only process its own `RaftNode`, an observer that fetches
 ``__cluster_metadata`` into its own copy of the log; in a combined process the controller's loader.
 Either way every committed image reaches `BrokerServer.publish` through a `MetadataLoader`.
+
+A listener that cannot be bound (its port taken, its host not on this machine) stops the process
+with one line naming the address and the setting that chose it (`kraftpy.fatal.binding`), and so
+does a metadata log that cannot be opened.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import trio
 from kraftpy.broker.lifecycle import BrokerLifecycle
 from kraftpy.broker.server import BrokerServer
 from kraftpy.config import KraftConfig
+from kraftpy.fatal import binding
 from kraftpy.logs import get_logger
 from kraftpy.metadata.controller_server import ControllerServer
 from kraftpy.metadata.loader import MetadataLoader, write_metadata_snapshots
@@ -55,12 +60,17 @@ class KraftNode:
         async with trio.open_nursery() as nursery:
             await nursery.start(watch_event_loop_lag)
             if config["metrics.port"] is not None:
-                self.metrics_port = await nursery.start(serve_metrics, config["metrics.port"])
+                port = config["metrics.port"]
+                with binding("127.0.0.1", port, f"metrics.port={port}"):
+                    self.metrics_port = await nursery.start(serve_metrics, port)
             self.raft = await RaftNode.open(config, self.cluster_id)
             if config.is_controller:
                 self.controller = ControllerServer(config, self.cluster_id, self.raft)
                 self.loader = self.controller.loader
-                await nursery.start(self.controller.run)
+                listener = config.controller_listener
+                assert listener is not None
+                with binding(listener.host, listener.port, self._listeners_setting()):
+                    await nursery.start(self.controller.run)
             else:
                 await nursery.start(self._observe_metadata, self.raft)
             if config.is_broker:
@@ -68,6 +78,9 @@ class KraftNode:
             else:
                 self.ready.set()
             task_status.started()
+
+    def _listeners_setting(self) -> str:
+        return "listeners=" + ",".join(str(listener) for listener in self.config.listeners)
 
     async def _observe_metadata(self, raft: RaftNode, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """A broker-only process follows the metadata log as a Raft observer, bounded by snapshots."""
@@ -83,7 +96,8 @@ class KraftNode:
         client = ControllerClient(nursery, voter_addresses(config), node_id=config.node_id,
                                   request_timeout=config["controller.quorum.request.timeout.ms"] / 1000)
         self.broker = BrokerServer.from_config(config, client, cluster_id=self.cluster_id)
-        await nursery.start(self.broker.run)
+        with binding(self.broker.settings.host, self.broker.settings.port, self._listeners_setting()):
+            await nursery.start(self.broker.run)
         loader = self.loader
         assert loader is not None
         loader.subscribe(self.broker.publish)

@@ -7,6 +7,10 @@ state (the ``quorum-state`` file), the sans-IO `RaftCore` and the trio `RaftDriv
 effects. ``run(listener)`` drives it until cancelled and then closes the log (in a worker thread,
 shielded from the cancellation). What listens — a `ControllerServer`, or a broker's
 `MetadataLoader` — is the caller's.
+
+A metadata log that cannot be opened (its directory unreadable, a full disk while recovery writes)
+stops the process with one line naming the directory and the errno (`kraftpy.fatal`); so does a
+failed write later on (the driver's and the log's failure handling).
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import random
 import trio
 
 from kraftpy.config import KraftConfig
+from kraftpy.fatal import storage_failure
 from kraftpy.raft.config import RaftConfig
 from kraftpy.raft.core import RaftCore
 from kraftpy.raft.driver import RaftDriver, RaftListener
-from kraftpy.raft.file_log import FileRaftLog
+from kraftpy.raft.file_log import METADATA_LOG_DIR_NAME, FileRaftLog
 from kraftpy.raft.quorum_state_store import FILE_NAME as QUORUM_STATE_FILE
 from kraftpy.raft.quorum_state_store import read_quorum_state_file
 from kraftpy.storage.log_config import LogConfig
@@ -59,7 +64,11 @@ class RaftNode:
     async def open(cls, config: KraftConfig, cluster_id: str, *, rng: random.Random | None = None) -> RaftNode:
         """Open (recovering if need be) the metadata log in a worker thread."""
         log_config = LogConfig(segment_bytes=config["metadata.log.segment.bytes"])
-        log = await trio.to_thread.run_sync(FileRaftLog.open, config.metadata_log_dir, log_config)
+        try:
+            log = await trio.to_thread.run_sync(FileRaftLog.open, config.metadata_log_dir, log_config)
+        except OSError as exc:
+            directory = config.metadata_log_dir / METADATA_LOG_DIR_NAME
+            raise storage_failure("cannot open the metadata log in", directory, exc) from exc
         return cls(config, cluster_id, log, rng=rng)
 
     async def run(self, listener: RaftListener, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

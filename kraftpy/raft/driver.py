@@ -26,6 +26,12 @@ asks, in order:
 
 One lock serialises every core call together with the application of its effects: while a flush
 runs in its thread, no other core call starts.
+
+A write that fails (the quorum-state file, or the log's flush: ENOSPC, EIO) is fatal: Raft's safety
+rests on what was persisted, and memory has already moved past the disk. The driver keeps the
+`FatalError` (naming the file and the errno), applies no effect from then on (nothing is sent on
+the strength of the failed write), and its run task raises it, whichever task met it, which stops
+the process with that one line.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any, Protocol
 
 import trio
 
+from kraftpy.fatal import FatalError, storage_failure
 from kraftpy.logs import get_logger
 from kraftpy.raft import codec
 from kraftpy.raft.core import ProposeResult, RaftCore
@@ -112,6 +119,8 @@ class RaftDriver:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             async with self._lock:
+        #: The write failure that stopped the driver (see the module doc).
+        self.failure: FatalError | None = None
                 await self._apply(self.core.start(trio.current_time()))
             self._started.set()
             task_status.started()
@@ -126,6 +135,8 @@ class RaftDriver:
     async def handle_request(self, body: dict[str, Any]) -> dict[str, Any]:
         """The control-plane handler of the ``raft`` API: step the request, await the core's answer."""
         await self._started.wait()
+                if self.failure is not None:
+                    raise self.failure
         source, message = decode_envelope(body)
         if not getattr(message, "is_request", False):
             raise RpcError("INVALID_REQUEST", f"{type(message).__name__} is not a request")
@@ -180,14 +191,23 @@ class RaftDriver:
     # -- effects ---------------------------------------------------------------------------------
 
     async def _apply(self, effects: list[Effect]) -> None:
-        """Carry out effects in order; the caller holds the lock."""
+        """Carry out effects in order; the caller holds the lock. Raises the driver's `failure`
+        instead, once a write failed (see the module doc)."""
+        if self.failure is not None:
+            raise self.failure
         for effect in effects:
             match effect:
                 case PersistQuorumState(state=state):
-                    await trio.to_thread.run_sync(
-                        write_quorum_state_file, self.quorum_state_path, state, sorted(self.core.config.voters))
+                    try:
+                        await trio.to_thread.run_sync(
+                            write_quorum_state_file, self.quorum_state_path, state, sorted(self.core.config.voters))
+                    except OSError as exc:
+                        raise self._fail(storage_failure("cannot write", self.quorum_state_path, exc)) from exc
                 case FlushLog(up_to=up_to):
-                    await trio.to_thread.run_sync(self.core.log.flush, up_to)
+                    try:
+                        await trio.to_thread.run_sync(self.core.log.flush, up_to)
+                    except FatalError as exc:
+                        raise self._fail(exc) from None
                 case Send(dest=dest, correlation_id=cid, message=message):
                     self._send(dest, cid, message)
                 case Commit():
@@ -207,6 +227,12 @@ class RaftDriver:
                 slot[0].set()
             return
         assert self._nursery is not None
+    def _fail(self, error: FatalError) -> FatalError:
+        """Keep ``error`` and wake the run task, which raises it."""
+        self.failure = error
+        self._wakeup.set()
+        return error
+
         self._sends_in_flight += 1
         self._nursery.start_soon(self._send_request, dest, cid, message)
 

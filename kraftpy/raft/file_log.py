@@ -27,6 +27,12 @@ memory, so the Raft core may call them on the event loop. What a read sees is th
 The driver runs `flush` in a worker thread while it holds the core's lock; reads may then run on
 the event loop (they see the old state until `flush` swaps the new one in).
 
+A write that fails (ENOSPC, EIO: an OSError from any file work of `flush` or `close`) raises a
+`FatalError` naming the directory and the errno, and the log refuses every later flush: what is
+on disk may then stop anywhere inside the last flush, and only a restart's recovery, which cuts a
+torn tail, makes it a log again. `close` after such a failure leaves the files as a crash would
+(no clean-shutdown marker), for that recovery.
+
 A crash loses what `flush` did not write. ``.kraftpy_cleanshutdown`` in the directory marks a
 clean `close`; without it `open` re-reads the whole log with CRCs and cuts a torn tail. The log
 keeps no offsets file: it starts at its latest snapshot's end offset (everything below is in the
@@ -42,6 +48,7 @@ from pathlib import Path
 
 import attrs
 
+from kraftpy.fatal import FatalError, storage_failure
 from kraftpy.raft.batch import parse_batches
 from kraftpy.raft.log import (
     NO_TIMESTAMP,
@@ -93,6 +100,8 @@ class FileRaftLog:
         self._snapshots: dict[SnapshotId, _Snapshot] = {}
         self._forgotten: dict[SnapshotId, _Snapshot] = {}
         self._downloads: dict[SnapshotId, bytearray] = {}
+        #: Set when a write failed: the log refuses every later flush (see the module doc).
+        self.failure: FatalError | None = None
         for name in os.listdir(self.directory):
             if name.endswith(_LEFTOVER_SUFFIXES):
                 os.unlink(self.directory / name)
@@ -118,21 +127,29 @@ class FileRaftLog:
         return cls(Log.open(directory, config, offsets=offsets, clean_shutdown=clean))
 
     def close(self) -> None:
-        """Flush everything, close the files and mark the shutdown clean."""
+        """Flush everything, close the files and mark the shutdown clean; after a failed write, close
+        the files as a crash would (the next start recovers)."""
         if self.storage.closed:
             return
+        if self.failure is not None:
+            self.abandon()
+            return
         self.flush(self.end_offset)
-        self.storage.close()
-        self._close_snapshot_files()
-        fd = os.open(self.directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(self.directory)
+            self.storage.close()
+            self._close_snapshot_files()
+            fd = os.open(self.directory / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(self.directory)
+        except OSError as exc:
+            raise self._failed(exc) from exc
 
     def abandon(self) -> None:
-        """Close the files without flushing, as a crash (kill -9) would leave them (tests, tools)."""
+        """Close the files without flushing, as a crash (kill -9) would leave them (tests, tools, and
+        `close` after a failed write)."""
         self.storage.abandon()
         self._close_snapshot_files()
 
@@ -258,7 +275,19 @@ class FileRaftLog:
 
     def flush(self, up_to: int) -> None:
         """Carry out every pending change (see the module doc), then fsync. Writes the whole tail,
-        whatever `up_to` says."""
+        whatever `up_to` says. A failed write raises `FatalError` (see the module doc)."""
+        if self.failure is not None:
+            raise self.failure
+        try:
+            self._flush()
+        except OSError as exc:
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: OSError) -> FatalError:
+        self.failure = storage_failure("cannot write the metadata log in", self.directory, exc)
+        return self.failure
+
+    def _flush(self) -> None:
         self._write_new_snapshots()
         self._cut_segments()
         tail = self._tail

@@ -8,6 +8,7 @@ of fsyncs) before it records anything that relies on them.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 from pathlib import Path
@@ -40,17 +41,26 @@ def sync_filesystem(path: str | Path) -> None:
 
 
 def write_atomic(path: str | Path, data: bytes, *, sync: bool = True) -> None:
+    """Replace ``path`` with ``data`` (see the module doc). An OSError names ``path`` (a failed
+    ``write`` or ``fsync`` names no file of its own) and leaves no temporary file behind."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
         if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if sync:
-        fsync_dir(path.parent)
+            fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc

@@ -231,19 +231,24 @@ class LogManager:
         """A clean shutdown: close every log without fsyncing each file, make them all durable with
         one ``syncfs`` per file system, then write the checkpoints and the markers.
 
-        Returns the logs that failed to close, with their errors; the markers are then not written
-        (the next start recovers those directories)."""
+        Returns what failed: the logs that failed to close, with their errors, and a failure of the
+        sync, the checkpoints or the markers (with no log). The markers are written only when nothing
+        failed before them: the next start recovers the directories otherwise. Nothing is raised, so
+        that a full disk at shutdown still closes every file."""
         logs = list(logs)
-        failed: list[tuple[Log, Exception]] = []
+        failed: list[tuple[Log | None, Exception]] = []
         for log in logs:
             try:
                 log.close(sync=False)
             except OSError as exc:
                 failed.append((log, exc))
-        self.sync()
-        self.checkpoint(log for log in logs if log.closed)
-        if not failed:
-            self.write_clean_shutdown_markers()
+        try:
+            self.sync()
+            self.checkpoint(log for log in logs if log.closed)
+            if not failed:
+                self.write_clean_shutdown_markers()
+        except OSError as exc:
+            failed.append((None, exc))
         return failed
 
     def sync(self) -> None:
