@@ -16,12 +16,12 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 # What `make run` needs: kraftpy itself.
-$(BASE): pyproject.toml | $(PY)
+$(BASE): pyproject.toml setup.py kraftpy/protocol/_record_scan.c | $(PY)
 	$(PY) -m pip install -q -e .
 	@touch $(BASE)
 
 # What the tests need besides: the clients, pytest, ruff, and pyspark for the Spark connector.
-$(STAMP): pyproject.toml | $(PY)
+$(STAMP): pyproject.toml setup.py kraftpy/protocol/_record_scan.c | $(PY)
 	$(PY) -m pip install -q -e '.[dev,spark]'
 	@touch $(STAMP) $(BASE)
 

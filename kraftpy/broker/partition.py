@@ -39,6 +39,10 @@ flushes, DeleteRecords — runs in a worker thread through `run_exclusive`, whic
 other change to the log meanwhile: appends wait (``_busy``), reads go on (the log allows reads
 beside one writer). An append checks the producer state and appends with no await in between,
 and re-checks everything after any wait, so a request never acts on what it saw before it slept.
+
+An OSError from the log's files (appends, and the work of `run_exclusive`) reaches the caller;
+unless it is a full disk (ENOSPC, EDQUOT: that append fails, the next may succeed) the replica
+manager is told first (``on_storage_error``), and takes the replica offline.
 """
 
 from __future__ import annotations
@@ -53,11 +57,13 @@ import trio
 
 from kraftpy.broker import producer_state as ps
 from kraftpy.broker.purgatory import Watchers
+from kraftpy.fatal import NO_SPACE_ERRNOS
 from kraftpy.ids import Uuid
 from kraftpy.metadata.image import PartitionRegistration
 from kraftpy.metadata.records import NO_LEADER, LeaderRecoveryState
 from kraftpy.protocol.batch_header import BatchHeader, iter_batches, read_header, set_max_timestamp
 from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.record_validation import ProduceRules
 from kraftpy.storage.log import AppendInfo, Log
 
 _logger = structlog.get_logger(__name__)
@@ -139,6 +145,8 @@ class Partition:
         #: Topic settings the leader enforces (set by the replica manager from the topic's configs).
         self.min_insync_replicas = 1
         self.log_append_time = False
+        #: What Produce checks in a batch for this topic (its max.message.bytes, timestamp rules, ...).
+        self.produce_rules = ProduceRules()
 
         #: Notified when the log end offset moves (followers' fetches wait on it).
         self.append_watchers = Watchers()
@@ -154,6 +162,8 @@ class Partition:
         #: manager does, after file.delete.delay.ms); called once until `segments_deleted`.
         self.on_segments_detached: Callable[[Partition], None] | None = None
         self._deletion_pending = False
+        #: Told (trio thread) when the log's files failed other than by a full disk (see the module doc).
+        self.on_storage_error: Callable[[Partition, OSError], None] | None = None
 
     def __repr__(self) -> str:
         return (f"Partition({self.tp}, {self.role.value}, leader={self.leader_id}, epoch={self.leader_epoch}, "
@@ -370,12 +380,19 @@ class Partition:
         done = self._busy = trio.Event()
         try:
             return await trio.to_thread.run_sync(fn, *args)
+        except OSError as exc:
+            self._storage_failed(exc)
+            raise
         finally:
             self._busy = None
             done.set()
             if self.log.has_detached_segments and not self._deletion_pending and self.on_segments_detached:
                 self._deletion_pending = True
                 self.on_segments_detached(self)
+
+    def _storage_failed(self, exc: OSError) -> None:
+        if exc.errno not in NO_SPACE_ERRNOS and self.on_storage_error is not None:
+            self.on_storage_error(self, exc)
 
     async def delete_detached_segments(self) -> None:
         """Remove the files of the segments the log detached (called once readers are done with them)."""
@@ -387,9 +404,9 @@ class Partition:
 
     async def append_as_leader(self, records: bytes | bytearray | memoryview, header: BatchHeader, *,
                                acks: int, now: int) -> LeaderAppend:
-        """Append one batch whose CRC the caller checked, in the current leader epoch: min.insync.replicas
-        for acks=all, the producer's sequence (a duplicate answers with the offsets it got before),
-        LogAppendTime, then one write. A due segment roll happens first, in a worker thread."""
+        """Append one batch the caller validated (`validate_produced_batch`), in the current leader
+        epoch: min.insync.replicas for acks=all, the producer's sequence (a duplicate answers with the
+        offsets it got before), LogAppendTime, then one write. A due segment roll happens first, in a worker thread."""
         while True:
             if await self._idle():
                 continue
@@ -416,7 +433,11 @@ class Partition:
                 set_max_timestamp(records, 0, 1, now)
                 header = read_header(records, 0)
                 append_time = now
-            info = log.append_as_leader(records, self.leader_epoch, crc_verified=True)
+            try:
+                info = log.append_as_leader(records, self.leader_epoch, crc_verified=True)
+            except OSError as exc:
+                self._storage_failed(exc)
+                raise
             self.producer_state.update(header, info.first_offset)
             self.maybe_advance_high_watermark()
             self.append_watchers.notify()
@@ -446,7 +467,11 @@ class Partition:
                 await self.run_exclusive(self._roll, max(headers[0].base_offset, log.log_end_offset),
                                          generation=generation)
                 continue
-            info = log.append_as_follower(records[:end])
+            try:
+                info = log.append_as_follower(records[:end])
+            except OSError as exc:
+                self._storage_failed(exc)
+                raise
             for header in headers:
                 self.producer_state.update(header)
             self.append_watchers.notify()

@@ -20,6 +20,14 @@ the delta touched, as Kafka's ``ReplicaManager.applyDelta`` does with ``TopicsDe
 
 ``set_running`` re-applies roles to every local partition (once per fence or unfence).
 
+Offline replicas (Kafka's log-dir failure handling, by replica): a replica whose log cannot be
+opened (an OSError: its directory unreadable or replaced by a file, a segment that fails to open,
+EIO), whose files fail later (any OSError but a full disk: ENOSPC only fails the one append), or
+whose log may lie in a log directory that failed to load, is *offline*: it has no `Partition`, its
+requests are answered KAFKA_STORAGE_ERROR, and every heartbeat names it (``offline_replicas``) so
+that the controller moves its leadership and ISR place to another replica. It stays offline until
+the broker restarts (or the replica is deleted); a broker with no usable log directory stops.
+
 The fetchers are told which partitions to fetch from which leader (``fetch_assignments``, kept
 up to date partition by partition). ISR changes the leaders propose are queued and sent to the
 controller in batches (``_run_isr_changes``); the other background work of ``run``: lagging
@@ -50,6 +58,7 @@ from kraftpy.broker import producer_state as ps
 from kraftpy.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from kraftpy.broker.partition import Partition, Role, TopicPartition
 from kraftpy.broker.settings import BrokerSettings
+from kraftpy.fatal import FatalError, describe_os_error
 from kraftpy.ids import Uuid
 from kraftpy.metadata import configs as config_defs
 from kraftpy.metadata.delta import LocalPartition, MetadataDelta
@@ -62,6 +71,7 @@ from kraftpy.metadata.messages import (
 )
 from kraftpy.metadata.records import NO_LEADER, ConfigResourceType
 from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.record_validation import ProduceRules
 from kraftpy.storage.log import Log
 from kraftpy.storage.log_config import LogConfig
 from kraftpy.storage.log_manager import LogManager, partition_dir_name
@@ -106,6 +116,7 @@ class TopicLogSettings:
     config: LogConfig
     min_insync_replicas: int
     log_append_time: bool
+    produce_rules: ProduceRules = ProduceRules()
 
 
 def log_settings_for(image: MetadataImage, static: dict | None, topic: str) -> TopicLogSettings:
@@ -129,8 +140,24 @@ def log_settings_for(image: MetadataImage, static: dict | None, topic: str) -> T
         file_delete_delay_ms=number("file.delete.delay.ms"),
         max_message_bytes=max(1, number("max.message.bytes")),
     )
-    return TopicLogSettings(config, number("min.insync.replicas"),
-                            get("message.timestamp.type").strip() == "LogAppendTime")
+    log_append_time = get("message.timestamp.type").strip() == "LogAppendTime"
+    rules = ProduceRules(
+        max_message_bytes=config.max_message_bytes,
+        log_append_time=log_append_time,
+        timestamp_before_max_ms=number("message.timestamp.before.max.ms"),
+        timestamp_after_max_ms=number("message.timestamp.after.max.ms"),
+        compacted="compact" in (policy.strip() for policy in get("cleanup.policy").split(",")),
+    )
+    return TopicLogSettings(config, number("min.insync.replicas"), log_append_time, rules)
+
+
+@attrs.frozen
+class OfflineReplica:
+    """A replica this broker holds but cannot serve (see the module doc)."""
+
+    topic_id: Uuid
+    #: What failed: ``<file or directory>: <reason> (<errno>)``.
+    reason: str
 
 
 @attrs.frozen
@@ -166,6 +193,10 @@ class ReplicaManager:
         self._delete_send, self._delete_receive = trio.open_memory_channel[Path](math.inf)
         self._nursery: trio.Nursery | None = None
         self._loaded = False
+        #: Replicas this broker holds but cannot serve (see the module doc), with why.
+        self.offline: dict[TopicPartition, OfflineReplica] = {}
+        #: Told (on the trio thread) when a replica went offline: the heartbeat says so at once.
+        self.on_offline: Callable[[], None] | None = None
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -181,7 +212,10 @@ class ReplicaManager:
 
     def _load_dirs(self) -> list[Path]:
         self.log_manager.load()
-        return [child for directory in self.settings.log_dirs for child in directory.iterdir()
+        if not self.log_manager.online_dirs:
+            failures = "; ".join(self.log_manager.offline_dirs.values())
+            raise FatalError(f"no log directory can be used (log.dirs): {failures}")
+        return [child for directory in self.log_manager.online_dirs for child in directory.iterdir()
                 if child.is_dir() and child.name.endswith(DELETE_SUFFIX)]
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -232,6 +266,16 @@ class ReplicaManager:
     def get_by_id(self, topic_id: Uuid, partition: int) -> Partition | None:
         return self._by_id.get((topic_id, partition))
 
+    def is_offline(self, topic: str, partition: int) -> bool:
+        return TopicPartition(topic, partition) in self.offline
+
+    def offline_replicas(self) -> dict[Uuid, list[int]]:
+        """The offline replicas by topic id, partitions in order (what a heartbeat reports)."""
+        out: dict[Uuid, list[int]] = {}
+        for tp, replica in sorted(self.offline.items()):
+            out.setdefault(replica.topic_id, []).append(tp.partition)
+        return out
+
     def leader_endpoint(self, broker_id: int) -> tuple[str, int] | None:
         reg = self.image.cluster.broker(broker_id)
         if reg is None:
@@ -254,6 +298,9 @@ class ReplicaManager:
             part = self.partitions.get(tp)
             if part is not None and part.topic_id == local.topic_id:
                 closing.append(self._detach_partition(tp))
+            offline = self.offline.get(tp)
+            if offline is not None and offline.topic_id == local.topic_id:
+                del self.offline[tp]
         if closing:
             async with self._log_manager_lock:
                 renamed = await trio.to_thread.run_sync(self._delete_logs, closing)
@@ -278,7 +325,11 @@ class ReplicaManager:
             gc.freeze()
 
     def _needs_open(self, local: LocalPartition) -> bool:
-        part = self.partitions.get(TopicPartition(local.topic_name, local.partition))
+        tp = TopicPartition(local.topic_name, local.partition)
+        offline = self.offline.get(tp)
+        if offline is not None and offline.topic_id == local.topic_id:
+            return False  # until a restart
+        part = self.partitions.get(tp)
         return part is None or part.topic_id != local.topic_id
 
     async def set_running(self, running: bool) -> None:
@@ -350,6 +401,7 @@ class ReplicaManager:
             part.log.config = settings.config
         part.min_insync_replicas = settings.min_insync_replicas
         part.log_append_time = settings.log_append_time
+        part.produce_rules = settings.produce_rules
 
     # -- opening and deleting logs ----------------------------------------------------------------
 
@@ -366,27 +418,38 @@ class ReplicaManager:
                                          topic_settings))
         counts = Counter(part.log.directory.parent for part in self.partitions.values())
         async with self._log_manager_lock:
-            opened, stale = await trio.to_thread.run_sync(self._open_logs, requests, counts)
+            opened, stale, failed = await trio.to_thread.run_sync(self._open_logs, requests, counts)
         for path in stale:
             self._delete_send.send_nowait(path)
         for part in opened:
             old = self.partitions.get(part.tp)
             if old is not None:  # an older topic of the same name still registered: it is gone
                 self._detach_partition(part.tp)
+            self.offline.pop(part.tp, None)
             self.partitions[part.tp] = part
             self._by_id[(part.topic_id, part.tp.partition)] = part
+        for tp, replica in failed:
+            if tp in self.partitions:  # an older topic of the same name: it is gone
+                self._detach_partition(tp)
+            self._went_offline(tp, replica)
 
-    def _open_logs(self, requests: list[_OpenRequest], counts: Counter) -> tuple[list[Partition], list[Path]]:
-        """Blocking: open (or create) each log and load its producer state; returns the partitions
-        and the stale directories (of deleted topics of the same name) it renamed for deletion."""
+    def _open_logs(self, requests: list[_OpenRequest], counts: Counter
+                   ) -> tuple[list[Partition], list[Path], list[tuple[TopicPartition, OfflineReplica]]]:
+        """Blocking: open (or create) each log and load its producer state; returns the partitions,
+        the stale directories (of deleted topics of the same name) it renamed for deletion, and the
+        replicas that are offline (their log could not be opened, or may be in an offline log dir)."""
         opened: list[Partition] = []
         stale: list[Path] = []
+        failed: list[tuple[TopicPartition, OfflineReplica]] = []
+        online = self.log_manager.online_dirs
+        offline_dirs = self.log_manager.offline_dirs
         for request in requests:
             tp = request.tp
+            log = None
             try:
                 directory = None
                 known = False
-                for log_dir in self.settings.log_dirs:
+                for log_dir in online:
                     candidate = log_dir / log_dir_name(tp)
                     if not candidate.is_dir():
                         continue
@@ -399,8 +462,14 @@ class ReplicaManager:
                     directory = candidate
                     known = on_disk is not None
                     break
+                if directory is None and offline_dirs:
+                    # Not in a usable log dir: it may be in the offline one. A new empty log here would
+                    # hide that one's records when it is back (Kafka keeps such a replica offline too).
+                    reason = f"its log may be in an offline log directory ({'; '.join(offline_dirs.values())})"
+                    failed.append((tp, OfflineReplica(request.topic_id, reason)))
+                    continue
                 if directory is None:
-                    parent = min(self.settings.log_dirs, key=lambda d: (counts[d], str(d)))
+                    parent = min(online, key=lambda d: (counts[d], str(d)))
                     directory = parent / log_dir_name(tp)
                 counts[directory.parent] += 1
                 log = self.log_manager.open_log(directory, request.settings.config)
@@ -409,18 +478,48 @@ class ReplicaManager:
                 state = ps.ProducerStateManager(expiration_ms=self.settings.producer_id_expiration_ms)
                 part = Partition(tp, request.topic_id, log, self.node_id, self.clock, state)
                 part.on_segments_detached = self._delete_segments_later
+                part.on_storage_error = self.mark_offline
                 part.min_insync_replicas = request.settings.min_insync_replicas
                 part.log_append_time = request.settings.log_append_time
+                part.produce_rules = request.settings.produce_rules
                 part.reload_producer_state()
             except OSError as exc:
-                self._log.error("cannot open the log", partition=str(tp), error=str(exc))
+                if log is not None:
+                    log.abandon()
+                where = exc.filename or self.settings.log_dirs[0] / log_dir_name(tp)
+                failed.append((tp, OfflineReplica(request.topic_id, f"{where}: {describe_os_error(exc)}")))
                 continue
             opened.append(part)
             self._log.debug("opened log", partition=str(tp), directory=str(directory),
                             log_end_offset=log.log_end_offset, high_watermark=log.high_watermark)
         if opened:
             self._log.info("opened logs", partitions=len(opened))
-        return opened, stale
+        return opened, stale, failed
+
+    def _went_offline(self, tp: TopicPartition, replica: OfflineReplica) -> None:
+        """Trio thread: ``tp`` (with no `Partition` any more) is offline; tell the heartbeat."""
+        self.offline[tp] = replica
+        self._log.error("replica offline: KAFKA_STORAGE_ERROR until a restart", partition=str(tp),
+                        reason=replica.reason)
+        if self.on_offline is not None:
+            self.on_offline()
+
+    def mark_offline(self, part: Partition, exc: OSError) -> None:
+        """Trio thread: ``part``'s files failed (``exc``, not a full disk): take it offline and close
+        its log (in a worker thread, once no log work runs) as a crash would leave it."""
+        if self.partitions.get(part.tp) is not part:
+            return
+        self._detach_partition(part.tp)
+        where = exc.filename or part.log.directory
+        self._went_offline(part.tp, OfflineReplica(part.topic_id, f"{where}: {describe_os_error(exc)}"))
+        self._signal_assignments()
+
+        async def abandon() -> None:
+            await part.wait_idle()
+            await trio.to_thread.run_sync(part.log.abandon)
+
+        if self._nursery is not None:
+            self._nursery.start_soon(abandon)
 
     def _detach_partition(self, tp: TopicPartition) -> Partition:
         """Take a replica out of the maps and stop its roles (trio thread); its log is closed apart."""

@@ -106,6 +106,12 @@ KEYS: list[ConfigKey] = [
     ConfigKey("log.message.timestamp.type", "string", "CreateTime",
               "Whether record timestamps are the producer's (CreateTime) or the broker's (LogAppendTime).",
               one_of("CreateTime", "LogAppendTime")),
+    ConfigKey("log.message.timestamp.before.max.ms", "long", INT64_MAX,
+              "How far before the broker's time a CreateTime record timestamp may lie; an older record is "
+              "refused with INVALID_TIMESTAMP.", at_least(0)),
+    ConfigKey("log.message.timestamp.after.max.ms", "long", 3600000,
+              "How far after the broker's time a CreateTime record timestamp may lie; a later record is "
+              "refused with INVALID_TIMESTAMP.", at_least(0)),
     ConfigKey("message.max.bytes", "int", 1048588,
               "Largest record batch the broker accepts (after compression).", at_least(0)),
     # --- topics and replication

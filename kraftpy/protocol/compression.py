@@ -18,8 +18,8 @@ lz4         3     the LZ4 frame format, independent 64 KiB blocks, as Kafka's Ja
 zstd        4     one or more zstd frames; frames without a content size are accepted
 ==========  ====  ===========================================================================
 
-Every decompressor stops with :class:`CorruptRecordError` once the output would pass
-``max_size`` bytes, so a small batch cannot inflate into an unbounded allocation, and on
+Every decompressor stops with :class:`DecompressedTooLargeError` (a :class:`CorruptRecordError`)
+once the output would pass ``max_size`` bytes, so a small batch cannot inflate into an unbounded allocation, and on
 truncated or undecodable input.
 """
 
@@ -79,8 +79,12 @@ class Compression(enum.IntEnum):
         return self.name.lower()
 
 
-def _too_large(codec: str, max_size: int) -> CorruptRecordError:
-    return CorruptRecordError(f"{codec} data decompresses to more than {max_size} bytes")
+class DecompressedTooLargeError(CorruptRecordError):
+    """Data that would decompress past the limit it was given (which a caller may retry with a larger one)."""
+
+
+def _too_large(codec: str, max_size: int) -> DecompressedTooLargeError:
+    return DecompressedTooLargeError(f"{codec} data decompresses to more than {max_size} bytes")
 
 
 def _inflate(codec: str, data: bytes, max_size: int, new_member, step, errors) -> bytes:

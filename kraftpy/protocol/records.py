@@ -77,12 +77,14 @@ __all__ = [
     "ControlRecordType",
     "CorruptRecordError",
     "DecodedBatch",
+    "MalformedRecordError",
     "Record",
     "SimpleRecord",
     "UnsupportedMagicError",
     "build_batch",
     "control_key",
     "decode_batch",
+    "decode_records",
     "decode_varint",
     "decode_varlong",
     "encode_varint",
@@ -101,6 +103,16 @@ Header = tuple[str, bytes | None]
 
 def _corrupt(exc: VarintError) -> CorruptRecordError:
     return CorruptRecordError(exc.reason, exc.position)
+
+
+class MalformedRecordError(CorruptRecordError):
+    """A record that does not parse. ``reason`` says why; ``index`` is the record's place in its
+    batch (the record count when bytes follow the last record); ``position`` is where it starts."""
+
+    def __init__(self, reason: str, position: int | None = None, index: int = -1) -> None:
+        super().__init__(reason, position)
+        self.reason = reason
+        self.index = index
 
 
 def decode_varint(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
@@ -202,7 +214,7 @@ def _decode_records(
             else:
                 length, pos = varint(data, pos)
             if length < 0 or pos + length > end:
-                raise CorruptRecordError(f"record length {length} runs past the records section", start)
+                raise MalformedRecordError(f"record length {length} runs past the records section", start)
             record_end = pos + length
             pos += 1  # attributes: unused
             b = data[pos]
@@ -226,11 +238,11 @@ def _decode_records(
                 n, pos = varint(data, pos)
             if n < 0:
                 if n != -1:
-                    raise CorruptRecordError(f"invalid key length {n}", start)
+                    raise MalformedRecordError(f"invalid key length {n}", start)
                 key = None
             else:
                 if pos + n > record_end:
-                    raise CorruptRecordError(f"key length {n} runs past the record", start)
+                    raise MalformedRecordError(f"key length {n} runs past the record", start)
                 key = data[pos : pos + n]
                 pos += n
 
@@ -242,11 +254,11 @@ def _decode_records(
                 n, pos = varint(data, pos)
             if n < 0:
                 if n != -1:
-                    raise CorruptRecordError(f"invalid value length {n}", start)
+                    raise MalformedRecordError(f"invalid value length {n}", start)
                 value = None
             else:
                 if pos + n > record_end:
-                    raise CorruptRecordError(f"value length {n} runs past the record", start)
+                    raise MalformedRecordError(f"value length {n} runs past the record", start)
                 value = data[pos : pos + n]
                 pos += n
 
@@ -260,7 +272,7 @@ def _decode_records(
                 headers = ()
             else:
                 if header_count < 0 or header_count > record_end - pos:
-                    raise CorruptRecordError(f"invalid header count {header_count}", start)
+                    raise MalformedRecordError(f"invalid header count {header_count}", start)
                 header_list = []
                 for _h in range(header_count):
                     b = data[pos]
@@ -270,11 +282,11 @@ def _decode_records(
                     else:
                         n, pos = varint(data, pos)
                     if n < 0 or pos + n > record_end:
-                        raise CorruptRecordError(f"invalid header key length {n}", start)
+                        raise MalformedRecordError(f"invalid header key length {n}", start)
                     try:
                         header_key = data[pos : pos + n].decode()
                     except UnicodeDecodeError:
-                        raise CorruptRecordError("header key is not valid UTF-8", start) from None
+                        raise MalformedRecordError("header key is not valid UTF-8", start) from None
                     pos += n
                     b = data[pos]
                     if b < 0x80:
@@ -284,28 +296,38 @@ def _decode_records(
                         n, pos = varint(data, pos)
                     if n < 0:
                         if n != -1:
-                            raise CorruptRecordError(f"invalid header value length {n}", start)
+                            raise MalformedRecordError(f"invalid header value length {n}", start)
                         header_list.append((header_key, None))
                     else:
                         if pos + n > record_end:
-                            raise CorruptRecordError(f"header value length {n} runs past the record", start)
+                            raise MalformedRecordError(f"header value length {n} runs past the record", start)
                         header_list.append((header_key, data[pos : pos + n]))
                         pos += n
                 headers = tuple(header_list)
 
             if pos != record_end:
-                raise CorruptRecordError(
+                raise MalformedRecordError(
                     f"record declares {length} bytes but its fields take {pos - (record_end - length)}", start
                 )
             timestamp = base_timestamp + timestamp_delta if log_append_time is None else log_append_time
             append(Record(base_offset + offset_delta, timestamp, key, value, headers))
+    except MalformedRecordError as exc:
+        exc.index = len(records)
+        raise
     except IndexError:
-        raise CorruptRecordError(f"truncated record {len(records)} of {count}", pos) from None
+        raise MalformedRecordError(f"truncated record {len(records)} of {count}", pos, len(records)) from None
     except VarintError as exc:
-        raise _corrupt(exc) from None
+        raise MalformedRecordError(exc.reason, exc.position, len(records)) from None
     if pos != end:
-        raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records", pos)
+        raise MalformedRecordError(f"{end - pos} bytes left after the batch's {count} records", pos, count)
     return tuple(records)
+
+
+def decode_records(section: bytes, count: int, base_timestamp: int = 0) -> tuple[Record, ...]:
+    """The ``count`` records filling an uncompressed records ``section``, with their offset deltas as
+    offsets and ``base_timestamp`` plus their deltas as timestamps. :class:`MalformedRecordError`
+    names the first record that does not parse."""
+    return _decode_records(section, count, 0, base_timestamp, None)
 
 
 def decode_batch(

@@ -80,7 +80,7 @@ async def test_produce_validation_errors(cluster, conn):
     assert (await produce(conn, "t", 0, bytes(corrupt))).error_code == ErrorCode.CORRUPT_MESSAGE
     old_magic = bytearray(good)
     old_magic[16] = 1
-    assert (await produce(conn, "t", 0, bytes(old_magic))).error_code == ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+    assert (await produce(conn, "t", 0, bytes(old_magic))).error_code == ErrorCode.INVALID_RECORD
     assert (await produce(conn, "t", 0, good + good)).error_code == ErrorCode.INVALID_RECORD
     assert (await produce(conn, "t", 0, good[:30])).error_code == ErrorCode.CORRUPT_MESSAGE
     big = batch(bytes(5000))

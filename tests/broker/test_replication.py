@@ -54,7 +54,8 @@ async def test_acks_all_waits_for_every_isr_member_and_followers_learn_the_high_
 async def test_paused_follower_leaves_the_isr_and_acks_all_is_refused_below_min_isr(tmp_path):
     """Follower lag is measured on the brokers' wall clock, which this test moves by hand (the ISR
     expiry check is called, not waited for): a follower leaves the ISR when it has not caught up
-    for replica.lag.time.max.ms of that clock, whatever the real time."""
+    for replica.lag.time.max.ms of that clock, whatever the real time. Records carry that clock's
+    time too (the broker refuses timestamps more than an hour after its own)."""
     clock = WallClock()
     lag_ms = 10_000
     async with open_cluster(tmp_path, brokers=3, static_configs=MIN_ISR, replica_lag_time_max_ms=lag_ms,
@@ -72,7 +73,7 @@ async def test_paused_follower_leaves_the_isr_and_acks_all_is_refused_below_min_
             await replicas.maybe_shrink_isrs()
 
         async with await connect(cluster, leader) as conn:
-            assert (await produce(conn, "orders", 0, batch(b"before"))).error_code == ErrorCode.NONE
+            assert (await produce(conn, "orders", 0, batch(b"before", timestamp=clock()))).error_code == ErrorCode.NONE
 
             cluster.brokers[followers[0]].fetchers.pause()
             await replicas.maybe_shrink_isrs()
@@ -81,22 +82,22 @@ async def test_paused_follower_leaves_the_isr_and_acks_all_is_refused_below_min_
             await cluster.wait_for(lambda: cluster.registration("orders", 0).isr == (leader, followers[1])
                                    or cluster.registration("orders", 0).isr == (followers[1], leader))
             # Two of three in sync: min.insync.replicas=2 still holds.
-            result = await produce(conn, "orders", 0, batch(b"two in sync"))
+            result = await produce(conn, "orders", 0, batch(b"two in sync", timestamp=clock()))
             assert result.error_code == ErrorCode.NONE
 
             cluster.brokers[followers[1]].fetchers.pause()
             await expire_after_rounds([])
             await cluster.wait_for(lambda: cluster.registration("orders", 0).isr == (leader,))
-            result = await produce(conn, "orders", 0, batch(b"refused"))
+            result = await produce(conn, "orders", 0, batch(b"refused", timestamp=clock()))
             assert result.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
             # acks=1 does not care about the ISR's size.
-            result = await produce(conn, "orders", 0, batch(b"acks one"), acks=1)
+            result = await produce(conn, "orders", 0, batch(b"acks one", timestamp=clock()), acks=1)
             assert result.error_code == ErrorCode.NONE
 
             for follower in followers:
                 cluster.brokers[follower].fetchers.resume()
             await cluster.wait_for(lambda: set(cluster.registration("orders", 0).isr) == {leader, *followers})
-            result = await produce(conn, "orders", 0, batch(b"after"))
+            result = await produce(conn, "orders", 0, batch(b"after", timestamp=clock()))
             assert result.error_code == ErrorCode.NONE
             data = await fetch(conn, "orders", 0, 0)
             assert values_of(data.records) == [b"before", b"two in sync", b"acks one", b"after"]

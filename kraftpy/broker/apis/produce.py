@@ -1,10 +1,13 @@
 """Produce and InitProducerId: batches in, offsets out, with idempotence.
 
-Batches, not records: Produce checks the one batch of each partition by its 61-byte header and
-CRC only (the broker never decodes records it only stores and forwards), then the partition
-checks min.insync.replicas and the producer's sequence and appends it with one write
-(`Partition.append_as_leader`). With acks=all the request parks in the purgatory until every
-partition's high watermark passes its batch, the leadership moves, or the timeout passes.
+Produce checks the one batch of each partition as Kafka's LogValidator does
+(:func:`kraftpy.protocol.record_validation.validate_produced_batch`: header, CRC, codec, and every
+record in one pass that builds no object per record), then the partition checks min.insync.replicas
+and the producer's sequence and appends it with one write (`Partition.append_as_leader`). A refused
+batch changes nothing. A compressed batch whose records decompress past `INLINE_DECOMPRESSED_SIZE`
+is validated in a worker thread, one at a time, so that neither the event loop nor memory pays for
+it. With acks=all the request parks in the purgatory until every partition's high watermark passes
+its batch, the leadership moves, or the timeout passes.
 
 InitProducerId hands out producer ids from blocks the controller allocates to this broker;
 transactional ids are refused until transactions exist.
@@ -12,6 +15,7 @@ transactional ids are refused until transactions exist.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -25,32 +29,23 @@ from kraftpy.broker.producer_ids import ProducerIdManager
 from kraftpy.broker.purgatory import wait_for_change
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.protocol.api_keys import ApiKey
-from kraftpy.protocol.batch_header import BatchHeader, CorruptRecordError, UnsupportedMagicError, check_batch
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import InitProducerIdResponse, ProduceResponse
+from kraftpy.protocol.record_validation import (
+    Accepted,
+    InlineLimitExceeded,
+    ProduceRules,
+    Refusal,
+    validate_produced_batch,
+)
 from kraftpy.rpc.kafka_server import BadRequest, Connection
 
 _logger = structlog.get_logger(__name__)
 
 
-def check_produced_batch(records: Any, max_message_bytes: int) -> tuple[BatchHeader | None, ErrorCode, str | None]:
-    """The header of a Produce request's one batch, or why it is refused (before any state is touched)."""
-    if records is None or not len(records):
-        return None, ErrorCode.INVALID_RECORD, "Produce requests must contain a record batch"
-    try:
-        header = check_batch(records, 0)
-    except UnsupportedMagicError as exc:
-        return None, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(exc)
-    except CorruptRecordError as exc:
-        return None, ErrorCode.CORRUPT_MESSAGE, str(exc)
-    if header.size != len(records):
-        return None, ErrorCode.INVALID_RECORD, "Produce requests with version 3 or later must contain exactly one record batch"
-    if header.last_offset_delta < 0 or header.record_count <= 0:
-        return None, ErrorCode.CORRUPT_MESSAGE, "batch with a negative offset delta or no records"
-    if header.size > max_message_bytes:
-        return None, ErrorCode.MESSAGE_TOO_LARGE, (
-            f"batch of {header.size} bytes is larger than max.message.bytes={max_message_bytes}")
-    return header, ErrorCode.NONE, None
+#: The decompressed records a produced batch may take on the event loop; a larger one is validated
+#: in a worker thread (decompressing 8 MiB takes a few milliseconds, gzip about 25).
+INLINE_DECOMPRESSED_SIZE = 8 * 1024 * 1024
 
 
 class ProduceApi:
@@ -61,6 +56,8 @@ class ProduceApi:
         self.producer_ids = producer_ids
         self.clock = clock
         self._log = _logger.bind(node_id=node_id)
+        #: Large compressed batches are validated one at a time, off the event loop.
+        self._large_batches: trio.CapacityLimiter | None = None
 
     def handlers(self) -> dict[ApiKey, Any]:
         return {ApiKey.PRODUCE: self.handle_produce, ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id}
@@ -88,13 +85,18 @@ class ProduceApi:
                 if part is None:
                     result.error_code = error
                     continue
-                batch, error, message = check_produced_batch(data.records, part.log.config.max_message_bytes)
-                if batch is None:
-                    result.error_code, result.error_message = error, message
+                verdict = await self._validate(data.records, part.produce_rules, now, header.request_api_version)
+                if isinstance(verdict, Refusal):
+                    result.error_code, result.error_message = verdict.error, verdict.message
+                    result.record_errors = [
+                        ProduceResponse.BatchIndexAndErrorMessage(batch_index=e.batch_index,
+                                                                  batch_index_error_message=e.message)
+                        for e in verdict.record_errors
+                    ]
                     continue
                 epoch = part.leader_epoch
                 try:
-                    appended = await part.append_as_leader(data.records, batch, acks=acks, now=now)
+                    appended = await part.append_as_leader(verdict.records, verdict.header, acks=acks, now=now)
                 except OSError as exc:
                     self._log.error("append failed", partition=str(part.tp), error=str(exc))
                     result.error_code, result.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(exc)
@@ -116,6 +118,16 @@ class ProduceApi:
             ProduceResponse.TopicProduceResponse(name=name, partition_responses=[results[(name, i)] for i in indexes])
             for name, indexes in order
         ])
+
+    async def _validate(self, records: Any, rules: ProduceRules, now: int, version: int) -> Accepted | Refusal:
+        try:
+            return validate_produced_batch(records, rules, now, produce_version=version,
+                                           inline_limit=INLINE_DECOMPRESSED_SIZE)
+        except InlineLimitExceeded:
+            if self._large_batches is None:
+                self._large_batches = trio.CapacityLimiter(1)
+            check = functools.partial(validate_produced_batch, records, rules, now, produce_version=version)
+            return await trio.to_thread.run_sync(check, limiter=self._large_batches)
 
     @staticmethod
     async def _await_replication(waiting: dict, results: dict, timeout_s: float) -> None:
