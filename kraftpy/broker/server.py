@@ -44,6 +44,7 @@ from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.broker.settings import BrokerSettings
 from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.image import MetadataImage
+from kraftpy.metadata.messages import OfflineReplicaTopic
 from kraftpy.rpc.kafka_server import KafkaServer
 from kraftpy.storage.log import wall_clock_ms
 
@@ -68,6 +69,9 @@ class BrokerServer:
         self._log = _logger.bind(node_id=node_id)
         self.metadata = MetadataCache()
         self.replicas = ReplicaManager(settings, channel, clock)
+        self.replicas.on_offline = self._replicas_went_offline
+        #: Told when a replica went offline (the lifecycle heartbeats at once to report it).
+        self.on_offline_replicas: Callable[[], None] | None = None
         self.fetchers = FetcherManager(self.replicas)
         self.producer_ids = ProducerIdManager(node_id, channel, lambda: self.metadata.broker_epoch(node_id))
         #: Set once the metadata cache holds this broker's registration (see `registered`).
@@ -84,7 +88,9 @@ class BrokerServer:
         ):
             self.apis.register_all(area.handlers())
         self.kafka_server = KafkaServer(self.apis.handle, max_frame_bytes=settings.socket_request_max_bytes,
-                                        listener=settings.listener_name, log=self._log)
+                                        listener=settings.listener_name, log=self._log,
+                                        queued_max_request_bytes=settings.queued_max_request_bytes,
+                                        connections_max_idle_ms=settings.connections_max_idle_ms)
         self._updates_send, self._updates_receive = trio.open_memory_channel[_Update](math.inf)
         self._queued = self._applied = 0
         self._caught_up = trio.Event()
@@ -125,6 +131,15 @@ class BrokerServer:
         if reg is not None and reg.epoch >= self._registered_epoch:
             self._log.info("caught up with the metadata log: serving requests", broker_epoch=reg.epoch)
             self.caught_up_with_registration.set()
+
+    def offline_replicas(self) -> tuple[OfflineReplicaTopic, ...]:
+        """The replicas this broker holds but cannot serve, as a heartbeat reports them."""
+        return tuple(OfflineReplicaTopic(topic_id, tuple(partitions))
+                     for topic_id, partitions in self.replicas.offline_replicas().items())
+
+    def _replicas_went_offline(self) -> None:
+        if self.on_offline_replicas is not None:
+            self.on_offline_replicas()
 
     def publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
         """Newly committed metadata, and the delta from the image published before it."""

@@ -33,6 +33,9 @@ class BrokerSettings:
     inter_broker_listener_name: str = "PLAINTEXT"
     #: socket.request.max.bytes
     socket_request_max_bytes: int = 104857600
+    #: queued.max.request.bytes (-1: no bound) and connections.max.idle.ms (-1: never)
+    queued_max_request_bytes: int = -1
+    connections_max_idle_ms: int = -1
     #: replica.lag.time.max.ms
     replica_lag_time_max_ms: int = 30000
     #: replica.fetch.max.bytes
@@ -77,6 +80,8 @@ class BrokerSettings:
             listener_name=listener.name if listener else "PLAINTEXT",
             inter_broker_listener_name=config["inter.broker.listener.name"],
             socket_request_max_bytes=config["socket.request.max.bytes"],
+            queued_max_request_bytes=config["queued.max.request.bytes"],
+            connections_max_idle_ms=config["connections.max.idle.ms"],
             replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
             replica_fetch_max_bytes=config["replica.fetch.max.bytes"],
             replica_fetch_response_max_bytes=config["replica.fetch.response.max.bytes"],

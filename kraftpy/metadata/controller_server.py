@@ -99,7 +99,9 @@ class ControllerServer:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.run_quorum)
             server = ControlServer(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],
-                                   name="controller")
+                                   name="controller",
+                                   queued_max_request_bytes=self.config["queued.max.request.bytes"],
+                                   connections_max_idle_ms=self.config["connections.max.idle.ms"])
             self.port = await nursery.start(server.serve, listener.host, listener.port)
             self.log.info("controller started", port=self.port, voters=sorted(self.raft.voters))
             task_status.started(self.port)

@@ -56,24 +56,35 @@ class FrameReader:
     (without the size prefix), so decoded record fields may keep slices of it. A size prefix above
     ``max_frame_size`` raises :class:`FrameTooLargeError` before any of the body is buffered.
 
-    Invariant: at most one partial frame is buffered; ``pending`` is its byte count so far.
+    A partial frame's buffer grows as its bytes arrive: the size a peer announces is never
+    allocated up front, so a prefix of 100 MiB followed by a trickle costs the trickle, not 100 MiB.
+    (The connection decides whether it may read on; see kraftpy.rpc.framing.)
+
+    Invariant: at most one partial frame is buffered; ``pending`` is its byte count so far (size
+    prefix included), and no more than ``pending`` bytes are held for it.
     """
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.max_frame_size = max_frame_size
         self._prefix = bytearray()
         self._body: bytearray | None = None
-        self._filled = 0
+        #: The announced size of the frame in ``_body`` (meaningful while ``_body`` is not None).
+        self._size = 0
+
+    @property
+    def frame_size(self) -> int | None:
+        """The announced size of the partial frame (without its prefix), None while it is not known."""
+        return None if self._body is None else self._size
 
     @property
     def remaining(self) -> int:
         """Bytes still missing from the frame being reassembled (0 at a frame boundary)."""
-        return 0 if self._body is None else len(self._body) - self._filled
+        return 0 if self._body is None else self._size - len(self._body)
 
     @property
     def pending(self) -> int:
-        """Bytes of an incomplete frame held so far (0 at a frame boundary)."""
-        return len(self._prefix) if self._body is None else 4 + self._filled
+        """Bytes of an incomplete frame held so far, size prefix included (0 at a frame boundary)."""
+        return len(self._prefix) if self._body is None else 4 + len(self._body)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         frames: list[memoryview] = []
@@ -103,13 +114,12 @@ class FrameReader:
                     frames.append(chunk if immutable else memoryview(bytes(chunk)))
                     pos += size
                     continue
-                body = self._body = bytearray(size)
-                self._filled = 0
-            take = min(end - pos, len(body) - self._filled)
-            body[self._filled : self._filled + take] = view[pos : pos + take]
-            self._filled += take
+                body = self._body = bytearray()
+                self._size = size
+            take = min(end - pos, self._size - len(body))
+            body += view[pos : pos + take]
             pos += take
-            if self._filled == len(body):
+            if len(body) == self._size:
                 frames.append(memoryview(body))
                 self._body = None
         return frames

@@ -9,6 +9,11 @@ quorum's status over this plane. Each frame holds one msgpack map:
 
 Requests on one connection are handled concurrently (a long-polling Fetch must not hold up a Vote)
 and answered by id. A frame that is not such a map closes that connection and nothing else.
+
+Like the Kafka port, the server's connections share one request budget (``queued.max.request.bytes``,
+kraftpy.rpc.framing): a request's bytes count from the moment they are read until it is answered,
+and a connection that would go over the budget stops reading. ``connections.max.idle.ms`` closes
+connections on which nothing arrives; failing accepts back off (kraftpy.rpc.listeners).
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import msgpack
 import trio
 
 from kraftpy.logs import get_logger
-from kraftpy.rpc.framing import FramedStream, FrameError
+from kraftpy.rpc.framing import FramedStream, FrameError, IdleConnection, RequestBudget
+from kraftpy.rpc.listeners import Acceptor
 
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
 
@@ -60,28 +66,37 @@ class ControlServer:
     """Serves one handler on a TCP listener; every connection lives in the server's nursery."""
 
     def __init__(self, handler: Handler, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 name: str = "control") -> None:
+                 name: str = "control", queued_max_request_bytes: int = -1,
+                 connections_max_idle_ms: int = -1) -> None:
+        """``queued_max_request_bytes`` (-1: no bound) and ``connections_max_idle_ms`` (-1: never)
+        are Kafka's ``queued.max.request.bytes`` and ``connections.max.idle.ms``."""
         self.handler = handler
         self.max_frame_bytes = max_frame_bytes
         self.log = get_logger(name)
         self.port: int | None = None
+        #: Request bytes held by all connections of this server (queued.max.request.bytes).
+        self.budget = RequestBudget(queued_max_request_bytes if queued_max_request_bytes > 0 else None)
+        self.idle_timeout = connections_max_idle_ms / 1000 if connections_max_idle_ms >= 0 else None
+        self.acceptor = Acceptor(self._handle_connection, self.log)
 
     async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; reports the bound port through ``task_status``."""
         listeners = await trio.open_tcp_listeners(port, host=host or None)
         self.port = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
-            await nursery.start(trio.serve_listeners, self._handle_connection, listeners)
+            await nursery.start(self.acceptor.serve, listeners)
             task_status.started(self.port)
 
     async def _handle_connection(self, stream: trio.SocketStream) -> None:
-        framed = FramedStream(stream, self.max_frame_bytes)
+        framed = FramedStream(stream, self.max_frame_bytes, budget=self.budget, idle_timeout=self.idle_timeout)
         try:
             async with trio.open_nursery() as nursery:
                 try:
                     await self._read_requests(framed, nursery)
                 except FrameError as exc:
                     self.log.warning("closing connection", reason=str(exc))
+                except IdleConnection as exc:
+                    self.log.debug("closing idle connection", reason=str(exc))
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     pass
                 # The peer is gone or misbehaved: nobody is left to read pending answers.
@@ -95,14 +110,24 @@ class ControlServer:
             payload = await framed.receive_frame()
             if payload is None:
                 return
+            size = len(payload)
             try:
                 msg = unpack(payload)
                 req_id, api, body = msg["id"], msg["api"], msg["body"]
                 if not isinstance(req_id, int) or not isinstance(api, str) or not isinstance(body, dict):
                     raise TypeError("id, api and body have the wrong types")
             except Exception as exc:
+                framed.release(size)
                 raise FrameError(f"malformed control request: {exc}") from None
-            nursery.start_soon(self._answer, framed, req_id, api, body)
+            del payload, msg
+            nursery.start_soon(self._answer_and_release, framed, size, req_id, api, body)
+
+    async def _answer_and_release(self, framed: FramedStream, size: int, req_id: int, api: str, body: dict) -> None:
+        """Answer, then give the request's bytes back to the budget."""
+        try:
+            await self._answer(framed, req_id, api, body)
+        finally:
+            framed.release(size)
 
     async def _answer(self, framed: FramedStream, req_id: int, api: str, body: dict) -> None:
         try:

@@ -3,10 +3,36 @@
 Both planes frame this way (Kafka's protocol and the msgpack control plane). A frame larger than
 the limit, or a stream that ends inside a frame, raises `FrameError`; the caller closes that one
 connection and nothing else.
+
+Theory of operation: the request budget
+---------------------------------------
+A server's connections share one `RequestBudget` (``queued.max.request.bytes``): the bytes of
+requests it holds in memory, from the first byte read to the moment the request has been handled
+(`FramedStream.release`). A connection that cannot have the bytes it needs waits for them — it
+stops reading its socket, so the peer's TCP window closes — instead of allocating. Frames come in
+two sizes:
+
+* a *small* frame (size prefix included, at most one read: 64 KiB) is read, then charged; a
+  connection waits for budget after such a read, holding at most that read;
+* a *large* frame is admitted whole before its body is read on: the rest of its announced size is
+  reserved at once (Kafka's memory pool does the same), so a frame once admitted always completes
+  and connections can never hold each other's half-read frames in a deadlock. Its buffer still
+  grows only as bytes arrive (`FrameReader`).
+
+Large frames may take the budget only up to ``limit - reserve``: the last `SMALL_REQUEST_RESERVE`
+bytes are kept for small frames, so connections holding large frames (or announcing them and
+trickling) never stop a client's ordinary requests. A large frame bigger than that share can never
+be admitted and is refused like one over ``socket.request.max.bytes``. Waiters of each kind are
+served in arrival order.
+
+Invariant: ``used <= limit``; ``used`` is the sum of every connection's ``held`` bytes (its partial
+frame, or the whole reservation of its admitted large frame) and of the frames handed out and not
+yet released.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from collections import deque
 from collections.abc import Sequence
@@ -19,36 +45,189 @@ from kraftpy.protocol.frames import FrameReader
 SIZE = struct.Struct(">i")
 _READ_CHUNK = 65536
 _MAX_READ = 8 * 1024 * 1024
+#: Frames up to this size (prefix included) are small: they arrive in one read and are charged after it.
+SMALL_FRAME = _READ_CHUNK
+#: The part of a bounded budget that large frames may not take, kept for small frames.
+SMALL_REQUEST_RESERVE = 1024 * 1024
 
 
 class FrameError(Exception):
     """The peer sent something that is not a frame we accept; close its connection."""
 
 
-class FramedStream:
-    """A trio stream read as frames (with the sans-IO `FrameReader`) and written as frames."""
+class IdleConnection(Exception):
+    """Nothing arrived for ``connections.max.idle.ms``: close the connection."""
 
-    def __init__(self, stream: trio.abc.Stream, max_frame_bytes: int) -> None:
+
+class _Waiter:
+    __slots__ = ("event", "granted", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.granted = False
+        self.event = trio.Event()
+
+
+class RequestBudget:
+    """The bytes of requests one server holds in memory, shared by all its connections.
+
+    ``limit`` None is no bound (Kafka's ``queued.max.request.bytes=-1``): bytes are still counted.
+    ``peak`` is the most ever held at once.
+    """
+
+    def __init__(self, limit: int | None, *, reserve: int = SMALL_REQUEST_RESERVE) -> None:
+        if limit is not None and limit <= 0:
+            limit = None
+        self.limit = limit
+        #: Kept for small frames: large frames are admitted only up to ``limit - reserve``.
+        self.reserve = 0 if limit is None else min(reserve, limit // 2)
+        self.used = 0
+        self.peak = 0
+        self._small: deque[_Waiter] = deque()
+        self._large: deque[_Waiter] = deque()
+
+    @property
+    def largest_frame(self) -> int | None:
+        """The largest frame (size prefix included) a connection can ever be admitted with."""
+        return None if self.limit is None else self.limit - self.reserve
+
+    @property
+    def waiting(self) -> int:
+        """Connections waiting for budget."""
+        return len(self._small) + len(self._large)
+
+    def _fits(self, size: int, large: bool) -> bool:
+        if self.limit is None:
+            return True
+        return self.used + size <= self.limit - (self.reserve if large else 0)
+
+    def _take(self, size: int) -> None:
+        self.used += size
+        if self.used > self.peak:
+            self.peak = self.used
+
+    async def acquire(self, size: int, *, large: bool) -> None:
+        """Take ``size`` bytes, waiting (in arrival order) until they fit. Does not checkpoint when
+        they fit at once: the caller has just read or is about to read its socket."""
+        queue = self._large if large else self._small
+        if not queue and self._fits(size, large):
+            self._take(size)
+            return
+        waiter = _Waiter(size)
+        queue.append(waiter)
+        try:
+            await waiter.event.wait()
+        except BaseException:
+            if waiter.granted:
+                self.release(size)
+            else:
+                queue.remove(waiter)
+                self._grant()  # the head may have changed
+            raise
+
+    def release(self, size: int) -> None:
+        """Give back ``size`` bytes (a request handled, a connection closed)."""
+        if size <= 0:
+            return
+        self.used -= size
+        assert self.used >= 0, "released more request bytes than were taken"
+        self._grant()
+
+    def _grant(self) -> None:
+        for queue, large in ((self._small, False), (self._large, True)):
+            while queue and self._fits(queue[0].size, large):
+                waiter = queue.popleft()
+                self._take(waiter.size)
+                waiter.granted = True
+                waiter.event.set()
+
+
+class FramedStream:
+    """A trio stream read as frames (with the sans-IO `FrameReader`) and written as frames.
+
+    With a ``budget`` every frame returned by `receive_frame` holds its bytes (size prefix included)
+    of the budget until the caller gives them back with `release`. With ``idle_timeout`` (seconds),
+    `receive_frame` raises `IdleConnection` when no byte arrived for that long.
+    """
+
+    def __init__(self, stream: trio.abc.Stream, max_frame_bytes: int, *, budget: RequestBudget | None = None,
+                 idle_timeout: float | None = None) -> None:
         self.stream = stream
         self.max_frame_bytes = max_frame_bytes
+        self.budget = budget
+        self.idle_timeout = idle_timeout
         self._reader = FrameReader(max_frame_bytes)
         self._frames: deque[memoryview] = deque()
         self._send_lock = trio.Lock()
+        #: Budget bytes this connection holds beyond its frames: its partial frame, or the whole
+        #: reservation of its admitted large frame.
+        self._held = 0
+        #: The partial frame is large and its whole size is reserved.
+        self._admitted = False
+        self._closed = False
 
     async def receive_frame(self) -> memoryview | None:
         """The next frame's payload, or None when the peer closed the connection between frames."""
+        if self._frames:
+            return self._frames.popleft()
+        if self.idle_timeout is None:
+            return await self._receive_frame(None)
+        with trio.CancelScope() as idle:
+            return await self._receive_frame(idle)
+        raise IdleConnection(f"no request for {self.idle_timeout * 1000:.0f} ms (connections.max.idle.ms)")
+
+    async def _receive_frame(self, idle: trio.CancelScope | None) -> memoryview | None:
+        reader = self._reader
+        budget = self.budget
         while not self._frames:
-            # Inside a large frame (a produce request) ask for the rest at once: fewer wake-ups.
-            data = await self.stream.receive_some(max(_READ_CHUNK, min(self._reader.remaining, _MAX_READ)))
+            size = reader.frame_size
+            if budget is not None and size is not None and not self._admitted and size + 4 > SMALL_FRAME:
+                await self._admit(budget, size + 4, idle)
+            if idle is not None:
+                idle.deadline = trio.current_time() + self.idle_timeout
+            # Inside a large frame ask for the rest at once: fewer wake-ups.
+            want = max(_READ_CHUNK, min(reader.remaining, _MAX_READ)) if size is not None else _READ_CHUNK
+            data = await self.stream.receive_some(want)
             if not data:
-                if self._reader.pending:
-                    raise FrameError(f"connection closed inside a frame ({self._reader.pending} bytes pending)")
+                if reader.pending:
+                    raise FrameError(f"connection closed inside a frame ({reader.pending} bytes pending)")
                 return None
+            if budget is not None:
+                # Bytes beyond an admitted frame's reservation are small-frame bytes: charged now.
+                extra = len(data) - (min(len(data), reader.remaining) if self._admitted else 0)
+                if extra:
+                    if idle is not None:
+                        idle.deadline = math.inf  # waiting for budget is not the peer's idleness
+                    await budget.acquire(extra, large=False)
+                    self._held += extra
             try:
-                self._frames.extend(self._reader.feed(data))
+                frames = reader.feed(data)
             except FrameTooLargeError as exc:
                 raise FrameError(f"{exc} (limit {self.max_frame_bytes})") from None
+            if budget is not None and frames:
+                # The frames take their bytes with them; an admitted frame is the first to complete.
+                self._held -= sum(len(f) + 4 for f in frames)
+                self._admitted = False
+            self._frames.extend(frames)
         return self._frames.popleft()
+
+    async def _admit(self, budget: RequestBudget, total: int, idle: trio.CancelScope | None) -> None:
+        """Reserve the rest of a large frame before reading on."""
+        largest = budget.largest_frame
+        if largest is not None and total > largest:
+            raise FrameError(f"frame of {total - 4} bytes exceeds what queued.max.request.bytes={budget.limit} "
+                             f"admits ({largest - 4} bytes)")
+        if idle is not None:
+            idle.deadline = math.inf
+        await budget.acquire(total - self._held, large=True)
+        self._held = total
+        self._admitted = True
+
+    def release(self, frame: memoryview | bytes | int) -> None:
+        """The request in ``frame`` (or a frame of that many bytes) has been handled: give its bytes
+        back to the budget."""
+        if self.budget is not None:
+            self.budget.release((frame if isinstance(frame, int) else len(frame)) + 4)
 
     async def send_frame(self, payload: bytes | Sequence[bytes]) -> None:
         """Send one frame; concurrent senders on one stream never interleave."""
@@ -58,4 +237,12 @@ class FramedStream:
             await self.stream.send_all(SIZE.pack(size) + b"".join(parts))
 
     async def aclose(self) -> None:
+        """Close the stream and give back what this connection holds of the budget (its partial
+        frame and the frames read but not handed out)."""
+        if not self._closed and self.budget is not None:
+            self._closed = True
+            held = self._held + sum(len(f) + 4 for f in self._frames)
+            self._held = 0
+            self._frames.clear()
+            self.budget.release(held)
         await self.stream.aclose()

@@ -10,6 +10,13 @@ connection (`Connection.hold`), which closes them once the response is sent or t
 
 A frame over ``socket.request.max.bytes``, or one the handler rejects with `BadRequest`, closes that
 connection and only that one.
+
+Memory: all connections share one `RequestBudget` (``queued.max.request.bytes``, see
+kraftpy.rpc.framing): a request holds its bytes from the moment they are read until its answer has
+been sent, and a connection that would go over the budget stops reading until others finish. A
+connection on which nothing arrives for ``connections.max.idle.ms`` (while no request of its is being
+handled) is closed. Failing accepts (the open-files limit) back off and log once per interval
+(kraftpy.rpc.listeners).
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ import trio
 from kraftpy.logs import get_logger
 from kraftpy.metrics import BYTES_IN, CONNECTIONS, REQUESTS
 from kraftpy.protocol.types import FileRegion
-from kraftpy.rpc.framing import FramedStream, FrameError
+from kraftpy.rpc.framing import FramedStream, FrameError, IdleConnection, RequestBudget
+from kraftpy.rpc.listeners import Acceptor
 
 
 class BadRequest(Exception):
@@ -40,7 +48,7 @@ class Connection:
         try:
             host, port = stream.socket.getpeername()[:2]
             self.peer = f"{host}:{port}"
-        except OSError:
+        except (OSError, AttributeError):  # AttributeError: a stream without a socket (in tests)
             self.peer = "?"
         self._held: list[FileRegion] = []
 
@@ -99,24 +107,30 @@ def _api_label(frame: Any) -> str:
 
 class KafkaServer:
     def __init__(self, handler: Handler, *, max_frame_bytes: int, listener: str = "PLAINTEXT",
-                 log: Any = None) -> None:
+                 log: Any = None, queued_max_request_bytes: int = -1, connections_max_idle_ms: int = -1) -> None:
+        """``queued_max_request_bytes`` (-1: no bound) and ``connections_max_idle_ms`` (-1: never)
+        are Kafka's ``queued.max.request.bytes`` and ``connections.max.idle.ms``."""
         self.handler = handler
         self.max_frame_bytes = max_frame_bytes
         self.listener = listener
         self.log = log or get_logger("kafka-server")
         self.port: int | None = None
         self.connections = 0
+        #: Request bytes held by all connections (queued.max.request.bytes).
+        self.budget = RequestBudget(queued_max_request_bytes if queued_max_request_bytes > 0 else None)
+        self.idle_timeout = connections_max_idle_ms / 1000 if connections_max_idle_ms >= 0 else None
+        self.acceptor = Acceptor(self._serve_connection, self.log)
 
     async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(port, host=host or None)
         self.port = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
-            await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
+            await nursery.start(self.acceptor.serve, listeners)
             task_status.started(self.port)
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         conn = Connection(stream, self.listener)
-        framed = FramedStream(stream, self.max_frame_bytes)
+        framed = FramedStream(stream, self.max_frame_bytes, budget=self.budget, idle_timeout=self.idle_timeout)
         self.connections += 1
         CONNECTIONS.inc()
         try:
@@ -133,12 +147,16 @@ class KafkaServer:
                         await send_parts(stream, parts)
                 finally:
                     conn.release()
+                    framed.release(frame)
+                    del frame
         except (FrameError, BadRequest) as exc:
             self.log.warning("closing connection", peer=conn.peer, reason=str(exc))
+        except IdleConnection as exc:
+            self.log.debug("closing idle connection", peer=conn.peer, reason=str(exc))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             self.connections -= 1
             CONNECTIONS.dec()
             with trio.CancelScope(shield=True):
-                await stream.aclose()
+                await framed.aclose()
