@@ -61,6 +61,16 @@ KEYS: list[ConfigKey] = [
               "The listener brokers use to replicate from each other.", roles=B),
     ConfigKey("socket.request.max.bytes", "int", 104857600,
               "Largest request frame accepted; a larger one closes that connection.", at_least(1)),
+    ConfigKey("queued.max.request.bytes", "long", 209715200,
+              "Bytes of requests a listener holds in memory across all its connections, from the first byte "
+              "read until the request is answered; a connection that would go over it is not read until "
+              "others are done. The last MiB is kept for requests of up to 64 KiB, and a larger request "
+              "that cannot fit in the rest closes its connection. -1 for no bound (Kafka's default, bounded "
+              "only by its queued.max.requests); kraftpy's default is twice socket.request.max.bytes.",
+              at_least(-1)),
+    ConfigKey("connections.max.idle.ms", "long", 600000,
+              "A connection on which nothing arrives for this long, while none of its requests is being "
+              "handled, is closed; -1 never closes one.", at_least(-1)),
     # --- logs
     ConfigKey("log.dirs", "list", None,
               "Directories holding the partition logs; defaults to log.dir.", nullable=True),
@@ -191,6 +201,7 @@ IGNORED: dict[str, str] = {
     "transaction.state.log.replication.factor": "transactions are not supported yet",
     "transaction.state.log.min.isr": "transactions are not supported yet",
     "group.coordinator.rebalance.protocols": "the classic group protocol is used",
+    "queued.max.requests": "request memory is bounded in bytes by queued.max.request.bytes",
 }
 
 BY_NAME: dict[str, ConfigKey] = {k.name: k for k in KEYS}
