@@ -10,6 +10,10 @@ out) steps back to fenced. A stale epoch (the controller lost the registration) 
 
 Controlled shutdown: `shut_down` sets want_shut_down in the heartbeats; the controller moves the
 broker's leaderships away and answers should_shut_down once nothing is left to move.
+
+Every heartbeat lists the broker's offline replicas (logs that failed here; `ReplicaManager`), and
+a replica going offline sends one at once: the controller moves their leaderships and ISR places
+to other replicas.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class BrokerLifecycle:
         self._poke = trio.Event()
         self._may_shut_down = trio.Event()
         self.unfenced = trio.Event()
+        server.on_offline_replicas = self.heartbeat_soon
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         await self._register()
@@ -103,7 +108,8 @@ class BrokerLifecycle:
 
     async def _heartbeat(self) -> None:
         request = BrokerHeartbeatRequest(self.node_id, self.broker_epoch, self.metadata_offset(),
-                                         want_fence=False, want_shut_down=self._want_shut_down)
+                                         want_fence=False, want_shut_down=self._want_shut_down,
+                                         offline_replicas=self.server.offline_replicas())
         try:
             response = await self.controller.call(request, timeout=max(self.heartbeat_interval * 2, 2.0))
         except ControllerUnavailable as exc:
@@ -125,6 +131,10 @@ class BrokerLifecycle:
             self._set_state(BrokerState.FENCED)
         else:
             self._set_state(BrokerState.RUNNING)
+
+    def heartbeat_soon(self) -> None:
+        """Send the next heartbeat now (something it reports changed)."""
+        self._poke.set()
 
     def metadata_advanced(self) -> None:
         """New metadata was replayed: a fenced broker that just caught up heartbeats at once."""

@@ -82,7 +82,7 @@ class BrokerServer:
             ProduceApi(self.replicas, self.metadata, self.producer_ids, clock, node_id=node_id),
             FetchApi(self.replicas, self.metadata),
             OffsetsApi(self.replicas, self.metadata),
-            MetadataApi(self.metadata, channel, settings),
+            MetadataApi(self.metadata, channel, settings, self.replicas.is_offline),
             TopicsApi(self.metadata, channel, settings),
             ConfigsApi(self.metadata, channel, settings),
         ):

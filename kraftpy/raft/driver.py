@@ -111,6 +111,8 @@ class RaftDriver:
         self._sends_in_flight = 0
         self._sends_done = trio.Event()
         self._started = trio.Event()
+        #: The write failure that stopped the driver (see the module doc).
+        self.failure: FatalError | None = None
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -119,14 +121,14 @@ class RaftDriver:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             async with self._lock:
-        #: The write failure that stopped the driver (see the module doc).
-        self.failure: FatalError | None = None
                 await self._apply(self.core.start(trio.current_time()))
             self._started.set()
             task_status.started()
             while True:
                 with trio.move_on_at(self.core.next_deadline()):
                     await self._wakeup.wait()
+                if self.failure is not None:
+                    raise self.failure
                 async with self._lock:
                     await self._apply(self.core.tick(trio.current_time()))
                     # Our own apply set the event; anything that touches the core later sets it anew.
@@ -135,8 +137,6 @@ class RaftDriver:
     async def handle_request(self, body: dict[str, Any]) -> dict[str, Any]:
         """The control-plane handler of the ``raft`` API: step the request, await the core's answer."""
         await self._started.wait()
-                if self.failure is not None:
-                    raise self.failure
         source, message = decode_envelope(body)
         if not getattr(message, "is_request", False):
             raise RpcError("INVALID_REQUEST", f"{type(message).__name__} is not a request")
@@ -219,6 +219,12 @@ class RaftDriver:
                     self.listener.handle_snapshot_loaded(effect)
         self._wakeup.set()
 
+    def _fail(self, error: FatalError) -> FatalError:
+        """Keep ``error`` and wake the run task, which raises it."""
+        self.failure = error
+        self._wakeup.set()
+        return error
+
     def _send(self, dest: int, cid: int, message: Message) -> None:
         if not message.is_request:
             slot = self._replies.get((dest, cid))
@@ -227,12 +233,6 @@ class RaftDriver:
                 slot[0].set()
             return
         assert self._nursery is not None
-    def _fail(self, error: FatalError) -> FatalError:
-        """Keep ``error`` and wake the run task, which raises it."""
-        self.failure = error
-        self._wakeup.set()
-        return error
-
         self._sends_in_flight += 1
         self._nursery.start_soon(self._send_request, dest, cid, message)
 

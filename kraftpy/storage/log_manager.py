@@ -21,6 +21,8 @@ recovery point. `checkpoint` writes the three files of every directory from the 
 open logs, keeping the recorded entries of partitions not open (yet) until `forget` says their
 log is gone, so a checkpoint taken while logs are still being opened loses no log start offset.
 `write_clean_shutdown_markers` runs after every log was closed and the last checkpoint written.
+A directory that cannot be loaded (an OSError: unreadable, EIO) is *offline*: its files are left
+as they are, nothing is written to it, and no log is opened in it until a restart finds it well.
 
 Every method blocks on the file system: the broker calls them in a worker thread, one hop for a
 whole batch of logs, never one per partition. The manager is not thread-safe: its owner
@@ -36,6 +38,7 @@ from pathlib import Path
 import attrs
 import structlog
 
+from kraftpy.fatal import describe_os_error
 from kraftpy.storage.checkpoint import (
     CHECKPOINT_VERSION,
     LEGACY_OFFSETS_FILE,
@@ -79,6 +82,9 @@ class LogDirectory:
     legacy: set[TopicPartitionKey] = attrs.Factory(set)
     #: The bytes last written to each offset checkpoint file (an unchanged file is not rewritten).
     written: dict[str, bytes] = attrs.Factory(dict)
+    #: Why the directory could not be loaded (``<dir>: <reason> (<errno>)``); None while it is usable.
+    #: An offline directory is left alone: no checkpoint, no marker, no log opened in it.
+    failure: str | None = None
 
 
 class LogManager:
@@ -93,20 +99,29 @@ class LogManager:
     # -- start ----------------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Create missing directories, read their checkpoints and consume their clean-shutdown markers."""
+        """Create missing directories, read their checkpoints and consume their clean-shutdown markers.
+        A directory the file system refuses (an OSError: unreadable, EIO, a file in its place) is
+        marked offline (`LogDirectory.failure`) and the others are loaded."""
         for log_dir in self.dirs.values():
-            log_dir.path.mkdir(parents=True, exist_ok=True)
-            marker = log_dir.path / CLEAN_SHUTDOWN_FILE
-            log_dir.clean_shutdown = marker.exists()
             try:
-                log_dir.recorded = self._read_recorded(log_dir.path)
-            except CheckpointError as exc:
-                self._log.warning("offset checkpoints unreadable; recovering every log of the directory",
-                                  log_dir=str(log_dir.path), error=str(exc))
-                log_dir.recorded, log_dir.clean_shutdown = {}, False
-            if marker.exists():
-                marker.unlink()
-                fsync_dir(log_dir.path)
+                self._load_dir(log_dir)
+            except OSError as exc:
+                log_dir.failure = f"{log_dir.path}: {describe_os_error(exc)}"
+                self._log.error("log directory offline", log_dir=str(log_dir.path), error=describe_os_error(exc))
+
+    def _load_dir(self, log_dir: LogDirectory) -> None:
+        log_dir.path.mkdir(parents=True, exist_ok=True)
+        marker = log_dir.path / CLEAN_SHUTDOWN_FILE
+        log_dir.clean_shutdown = marker.exists()
+        try:
+            log_dir.recorded = self._read_recorded(log_dir.path)
+        except CheckpointError as exc:
+            self._log.warning("offset checkpoints unreadable; recovering every log of the directory",
+                              log_dir=str(log_dir.path), error=str(exc))
+            log_dir.recorded, log_dir.clean_shutdown = {}, False
+        if marker.exists():
+            marker.unlink()
+            fsync_dir(log_dir.path)
 
     @staticmethod
     def _read_recorded(path: Path) -> dict[TopicPartitionKey, LogOffsets]:
@@ -119,10 +134,20 @@ class LogManager:
                                   high_watermark=replication.get(key, 0))
         return out
 
+    @property
+    def online_dirs(self) -> list[Path]:
+        """The log directories that loaded, in ``log.dirs`` order."""
+        return [path for path, log_dir in self.dirs.items() if log_dir.failure is None]
+
+    @property
+    def offline_dirs(self) -> dict[Path, str]:
+        """The log directories that failed to load, with why."""
+        return {path: log_dir.failure for path, log_dir in self.dirs.items() if log_dir.failure is not None}
+
     def existing_partition_dirs(self) -> list[Path]:
-        """Every ``<topic>-<partition>`` directory in the log directories (deleted ones excluded)."""
+        """Every ``<topic>-<partition>`` directory in the online log directories (deleted ones excluded)."""
         out = []
-        for log_dir in self.dirs:
+        for log_dir in self.online_dirs:
             for child in sorted(log_dir.iterdir()):
                 if child.is_dir() and _parse_partition_dir(child.name) is not None \
                         and not child.name.startswith(METADATA_TOPIC_PREFIX):
@@ -179,6 +204,8 @@ class LogManager:
                 if live is not None:
                     live[where[1]] = log.offsets
         for path, log_dir in self.dirs.items():
+            if log_dir.failure is not None:
+                continue
             live = by_dir[os.fspath(path)]
             log_dir.recorded.update(live)
             recorded = log_dir.recorded
@@ -219,7 +246,7 @@ class LogManager:
 
     def write_clean_shutdown_markers(self) -> None:
         """After every log was closed and the last checkpoint written: the next start trusts the logs."""
-        for path in self.dirs:
+        for path in self.online_dirs:
             fd = os.open(path / CLEAN_SHUTDOWN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.fsync(fd)
@@ -227,7 +254,7 @@ class LogManager:
                 os.close(fd)
             fsync_dir(path)
 
-    def close_all(self, logs: Iterable[Log]) -> list[tuple[Log, Exception]]:
+    def close_all(self, logs: Iterable[Log]) -> list[tuple[Log | None, Exception]]:
         """A clean shutdown: close every log without fsyncing each file, make them all durable with
         one ``syncfs`` per file system, then write the checkpoints and the markers.
 
@@ -254,7 +281,7 @@ class LogManager:
     def sync(self) -> None:
         """Make everything written under the log directories durable: one ``syncfs`` per file system."""
         seen: set[int] = set()
-        for path in self.dirs:
+        for path in self.online_dirs:
             device = path.stat().st_dev
             if device not in seen:
                 seen.add(device)

@@ -149,6 +149,15 @@ class InProcessController:
         assert response.error_code == Errors.NONE and not response.is_fenced, response
         self.brokers[broker_id].set_running(True)
 
+    def heartbeat(self, broker_id: int) -> None:
+        """A heartbeat of a running broker, with what it reports (its offline replicas)."""
+        broker = self.brokers[broker_id]
+        reg = self.image.cluster.broker(broker_id)
+        heartbeat = BrokerHeartbeatRequest(broker_id, reg.epoch, current_metadata_offset=self.last_offset,
+                                           offline_replicas=broker.offline_replicas())
+        response = self.commit(self.controller.handle_broker_heartbeat(heartbeat, 0.0))
+        assert response.error_code == Errors.NONE, response
+
     def fence(self, broker_id: int) -> None:
         """Fence a broker as a missed session would: it loses its leaderships and ISR places."""
         self.brokers[broker_id].set_running(False)
@@ -166,6 +175,9 @@ class Cluster:
         self.brokers: dict[int, BrokerServer] = {}
         self.ports: dict[int, int] = {}
         self._scopes: dict[int, trio.CancelScope] = {}
+        self._stopped: dict[int, trio.Event] = {}
+        #: Where brokers run (set by `open_cluster`), for `restart_broker`.
+        self.nursery: trio.Nursery | None = None
 
     @property
     def image(self) -> MetadataImage:
@@ -179,16 +191,37 @@ class Cluster:
         broker = (BrokerServer(self.settings[broker_id], self.controller) if self.clock is None
                   else BrokerServer(self.settings[broker_id], self.controller, clock=self.clock))
         scope = trio.CancelScope()
+        stopped = self._stopped[broker_id] = trio.Event()
 
         async def run(task_status=trio.TASK_STATUS_IGNORED):
-            with scope:
-                await broker.run(task_status=task_status)
+            try:
+                with scope:
+                    await broker.run(task_status=task_status)
+            finally:
+                stopped.set()
 
         port = await nursery.start(run)
         self.brokers[broker_id] = broker
         self.ports[broker_id] = port
         self._scopes[broker_id] = scope
         self.controller.register(broker, port)
+        return broker
+
+    async def stop_broker(self, broker_id: int) -> None:
+        """Stop a broker for good or for a restart: the controller fences it (its leaderships move),
+        then it closes its logs as a clean shutdown does."""
+        self.controller.fence(broker_id)
+        await self.caught_up()
+        self._scopes.pop(broker_id).cancel()
+        await self._stopped[broker_id].wait()
+        del self.brokers[broker_id], self.ports[broker_id]
+        del self.controller.brokers[broker_id]
+
+    async def restart_broker(self, broker_id: int) -> BrokerServer:
+        """Start a stopped broker again on its log directories, registered and unfenced."""
+        assert self.nursery is not None and broker_id not in self.brokers
+        broker = await self.start_broker(self.nursery, broker_id)
+        await self.caught_up()
         return broker
 
     # -- topics -----------------------------------------------------------------------------------
@@ -301,6 +334,7 @@ async def open_cluster(
     }
     cluster = Cluster(root, controller, settings, clock)
     async with trio.open_nursery() as nursery:
+        cluster.nursery = nursery
         for broker_id in settings:
             await cluster.start_broker(nursery, broker_id)
         try:

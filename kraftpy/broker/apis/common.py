@@ -31,8 +31,11 @@ def epoch_error(part: Partition, current_leader_epoch: int) -> ErrorCode:
 
 def leader_partition(replicas: ReplicaManager, metadata: MetadataCache, topic: str, index: int,
                      current_leader_epoch: int = -1) -> tuple[Partition | None, ErrorCode]:
-    """The partition if this broker leads it in the epoch the request names, else the error to answer."""
+    """The partition if this broker leads it in the epoch the request names, else the error to answer
+    (KAFKA_STORAGE_ERROR for a replica whose log failed here)."""
     part = replicas.get(topic, index)
+    if part is None and replicas.is_offline(topic, index):
+        return None, ErrorCode.KAFKA_STORAGE_ERROR
     if part is None or not part.is_leader:
         return None, metadata.partition_error(topic, index)
     error = epoch_error(part, current_leader_epoch)

@@ -10,6 +10,7 @@ again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -30,12 +31,16 @@ from kraftpy.rpc.kafka_server import Connection
 _logger = structlog.get_logger(__name__)
 
 
-def topic_metadata(image: MetadataImage, topic_image: TopicImage) -> Any:
+def topic_metadata(image: MetadataImage, topic_image: TopicImage,
+                   offline_here: Callable[[str, int], bool] | None = None, node_id: int = -1) -> Any:
+    """One topic's metadata. Offline replicas: those on brokers that are not active, and this broker's
+    own (``node_id``) whose log failed here (``offline_here``)."""
     Topic = MetadataResponse.MetadataResponseTopic
     out = Topic(error_code=ErrorCode.NONE, name=topic_image.name, topic_id=to_wire_uuid(topic_image.id),
                 is_internal=topic_image.name.startswith("__"))
     for pid, reg in sorted(topic_image.partitions.items()):
-        offline = [r for r in reg.replicas if not image.cluster.is_active(r)]
+        offline = [r for r in reg.replicas if not image.cluster.is_active(r)
+                   or (r == node_id and offline_here is not None and offline_here(topic_image.name, pid))]
         out.partitions.append(MetadataResponse.MetadataResponsePartition(
             error_code=ErrorCode.LEADER_NOT_AVAILABLE if reg.leader == NO_LEADER else ErrorCode.NONE,
             partition_index=pid,
@@ -49,10 +54,13 @@ def topic_metadata(image: MetadataImage, topic_image: TopicImage) -> Any:
 
 
 class MetadataApi:
-    def __init__(self, metadata: MetadataCache, channel: ControllerChannel, settings: BrokerSettings) -> None:
+    def __init__(self, metadata: MetadataCache, channel: ControllerChannel, settings: BrokerSettings,
+                 offline_here: Callable[[str, int], bool] | None = None) -> None:
+        """``offline_here(topic, partition)``: whether this broker's replica is offline (its log failed)."""
         self.metadata = metadata
         self.channel = channel
         self.settings = settings
+        self.offline_here = offline_here
         self._log = _logger.bind(node_id=settings.node_id)
 
     def handlers(self) -> dict[ApiKey, Any]:
@@ -90,7 +98,7 @@ class MetadataApi:
                     error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 topics.append(Topic(error_code=error, name=name, topic_id=to_wire_uuid(topic_id)))
                 continue
-            topics.append(topic_metadata(image, topic_image))
+            topics.append(topic_metadata(image, topic_image, self.offline_here, self.settings.node_id))
         return MetadataResponse(
             throttle_time_ms=0,
             brokers=[MetadataResponse.MetadataResponseBroker(node_id=b, host=h, port=p, rack=r) for b, h, p, r in brokers],
