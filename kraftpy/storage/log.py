@@ -777,18 +777,23 @@ class Log:
         ``sync=False`` writes everything but fsyncs nothing: the owner closing many logs makes them
         durable at once (`kraftpy.storage.fsutil.sync_filesystem`) before it records their offsets
         (which then say every batch is flushed). Whether this was a clean shutdown is for the owner
-        to record (a log directory's marker)."""
+        to record (a log directory's marker).
+
+        A write that fails (a full disk) is raised, and the files are closed all the same: the log
+        is then as a crash would leave it, for the next start to recover."""
         if self._closed:
             return
-        for segment in self._segments:
-            segment.save_indexes(fsync=sync)
-        if sync:
-            self.flush()
-        else:
-            self.leader_epoch_cache.flush(sync=False)
-            self._recovery_point = self.log_end_offset
-        self.delete_detached_segments()
-        self._release()
+        try:
+            for segment in self._segments:
+                segment.save_indexes(fsync=sync)
+            if sync:
+                self.flush()
+            else:
+                self.leader_epoch_cache.flush(sync=False)
+                self._recovery_point = self.log_end_offset
+            self.delete_detached_segments()
+        finally:
+            self._release()
 
     def abandon(self) -> None:
         """Close the files with no flush, as a crash would leave them (tests, tools)."""

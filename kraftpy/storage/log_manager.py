@@ -271,7 +271,8 @@ class LogManager:
                 failed.append((log, exc))
         try:
             self.sync()
-            self.checkpoint(log for log in logs if log.closed)
+            unclean = {id(log) for log, _ in failed}
+            self.checkpoint(log for log in logs if log.closed and id(log) not in unclean)
             if not failed:
                 self.write_clean_shutdown_markers()
         except OSError as exc:
