@@ -314,6 +314,10 @@ class ReplicaManager:
             if i and not i % _CHUNK:
                 await trio.lowlevel.checkpoint()  # a big delta (a topic of thousands) in slices
             await self._apply_role(local.topic_name, local.partition, local.registration)
+            if self.offline and TopicPartition(local.topic_name, local.partition) in self.offline:
+                reg = local.registration
+                self._log.info("partition of an offline replica changed", partition=f"{local.topic_name}-{local.partition}",
+                               leader=reg.leader, isr=list(reg.isr))
         if self._configs_changed(delta):
             self._apply_topic_configs(image, delta)
         if wanted or closing:

@@ -25,7 +25,7 @@ from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import CreateTopicsRequest
 from tests.helpers.filesystems import fill, small_filesystem
 from tests.helpers.processes import format_all, free_ports, write_properties
-from tests.helpers.protocol import batch, fetch, produce, values_of
+from tests.helpers.protocol import batch, fetch, metadata, produce, values_of
 
 pytestmark = pytest.mark.slow
 
@@ -262,5 +262,55 @@ async def test_kraftpy_dev_killed_registers_its_broker_at_once_when_restarted(tm
         await run.wait_running()
         assert not [e for e in run.logs if e.get("event") == "registration refused, retrying"]
         assert await read_back(run, port) == [b"before"]
+        run.process.send_signal(signal.SIGINT)
+        assert await run.exit_code() == 0
+
+
+# -- a partition directory that cannot be opened -------------------------------------------------------
+
+
+async def test_kraftpy_dev_with_a_partition_it_cannot_open_reports_it_offline_instead_of_leading_it(tmp_path):
+    """The probe's case: one broker, a partition whose directory became a file. It is not a leader
+    that answers NOT_LEADER_OR_FOLLOWER forever: its heartbeat reports it, the controller takes the
+    leadership away (no other replica: no leader), and requests get KAFKA_STORAGE_ERROR."""
+    port, controller_port = free_ports(2)
+    args = dev_args(tmp_path / "dev", port, controller_port)
+    run = Run(args)
+    async with trio.open_nursery() as nursery:
+        await run.start(nursery)
+        await run.wait_running()
+        await create_t(run, port)
+        async with await connect(port) as conn:
+            assert (await produce(conn, "t", 0, batch(b"kept"), acks=-1)).error_code == ErrorCode.NONE
+        run.process.send_signal(signal.SIGINT)
+        assert await run.exit_code() == 0
+    partition_dir = tmp_path / "dev" / "data" / "t-0"
+    aside = partition_dir.with_name("t-0.aside")
+    partition_dir.rename(aside)
+    partition_dir.write_bytes(b"")
+
+    run = Run(args)
+    async with trio.open_nursery() as nursery:
+        await run.start(nursery)
+        await run.wait_running()
+        await run.wait_for_log("replica offline: KAFKA_STORAGE_ERROR until a restart", partition="t-0")
+        await run.wait_for_log("partition of an offline replica changed", partition="t-0", leader=-1)
+        async with await connect(port) as conn:
+            assert (await produce(conn, "t", 0, batch(b"x"), acks=-1)).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+            assert (await fetch(conn, "t", 0, 0)).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+            response = await metadata(conn, ["t"], auto_create=False)
+            partition = response.topics[0].partitions[0]
+            assert partition.leader_id == -1 and partition.offline_replicas == [1]
+            assert partition.error_code == ErrorCode.LEADER_NOT_AVAILABLE
+        run.process.send_signal(signal.SIGINT)
+        assert await run.exit_code() == 0
+
+    partition_dir.unlink()
+    aside.rename(partition_dir)
+    run = Run(args)
+    async with trio.open_nursery() as nursery:
+        await run.start(nursery)
+        await run.wait_running()
+        assert await read_back(run, port) == [b"kept"]
         run.process.send_signal(signal.SIGINT)
         assert await run.exit_code() == 0
