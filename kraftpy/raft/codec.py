@@ -3,7 +3,8 @@
 Every class that may travel is registered under a type tag, its class name, in a control-plane
 `WireCodec` (kraftpy.rpc.wire): an encoded object is a dict whose key ``"@"`` holds the tag and whose
 other keys are the attrs field names. Decoding is strict: an unknown tag, a missing or unexpected
-field raises `CodecError`.
+field, a value of another type than the field declares or an integer outside its Kafka type's range
+(kraftpy.rpc.wire_schema) raises `CodecError`, before any message is built.
 
     >>> decode(encode(DescribeQuorumRequest()))
     DescribeQuorumRequest()
@@ -33,6 +34,7 @@ from kraftpy.raft.messages import (
     VoteResponse,
 )
 from kraftpy.rpc.wire import WireCodec, WireError
+from kraftpy.rpc.wire_schema import WireSchema
 
 TAG_KEY = "@"
 
@@ -61,6 +63,7 @@ STRUCT_TYPES: dict[str, type] = {
 }
 
 _WIRE = WireCodec([*MESSAGE_TYPES.values(), *STRUCT_TYPES.values(), ErrorCode])
+_SCHEMA = WireSchema()
 
 CodecError = WireError
 
@@ -76,4 +79,5 @@ def decode(value: Any) -> Message:
     """The message `encode` made `value` from."""
     if not isinstance(value, dict) or value.get(TAG_KEY) not in MESSAGE_TYPES:
         raise CodecError(f"not an encoded Raft message: {value!r:.80}")
+    _SCHEMA.check(value, MESSAGE_TYPES[value[TAG_KEY]])
     return _WIRE.decode(value)

@@ -37,10 +37,13 @@ time of an injected wall clock; Fetch carries those bytes and every replica appe
 are, so every log holds the leader's bytes and CRCs.
 
 The epoch prelude. `step` first runs one prelude for every message, as etcd's Step does before it
-dispatches (``m.Term > r.Term``): it refuses a request from another cluster, an epoch outside the
-int32 range, a candidate or leader that is not a voter, before anything else; answers a request of
-an older epoch with FENCED_LEADER_EPOCH and ignores a response of one; and on a newer epoch moves
-the node on by the message type's rule (KIP-595, Kafka's ``maybeTransition``):
+dispatches (``m.Term > r.Term``). Messages are untrusted: before anything else it refuses a request
+from another cluster and one whose fields cannot be true (kraftpy.raft.validation: an integer outside
+its Kafka type, a negative epoch or id, a sender that is not the node the request names, offsets and
+epochs that contradict each other, a candidate or leader that is not a voter), and drops such a
+response, all without a transition or a write; answers a request of an older epoch with
+FENCED_LEADER_EPOCH and ignores a response of one; and on a newer epoch moves the node on by the
+message type's rule (KIP-595, Kafka's ``maybeTransition``):
 
 ==========================  ======================================================================
 message                     a newer epoch ...
@@ -93,11 +96,9 @@ from kraftpy.raft.messages import (
 )
 from kraftpy.raft.quorum_state import Candidate, Follower, Leader, Prospective, Unattached
 from kraftpy.raft.snapshots import SnapshotResult, SnapshotRole
+from kraftpy.raft.validation import request_error, response_is_valid
 
 __all__ = ["ProposeResult", "RaftCore", "SnapshotResult"]
-
-INT32_MAX = (1 << 31) - 1
-
 
 class OnNewerEpoch(enum.Enum):
     """What a message of a newer epoch does to the receiving node (the table in the module doc)."""
@@ -119,22 +120,20 @@ class EpochClaim:
     epoch: int
     #: The leader of `epoch` the message names, None when it names none.
     leader_id: int | None
-    #: A node the message puts forward as candidate or leader: it must be a voter.
-    voter_id: int | None
     on_newer: OnNewerEpoch
 
 
 def epoch_claim(message: Message) -> EpochClaim | None:
     """The prelude's view of `message`; None for DescribeQuorum, which carries no epoch."""
     match message:
-        case VoteRequest(candidate_epoch=epoch, candidate_id=candidate, pre_vote=pre_vote):
-            return EpochClaim(epoch, None, candidate, OnNewerEpoch.IGNORE if pre_vote else OnNewerEpoch.UNATTACHED)
+        case VoteRequest(candidate_epoch=epoch, pre_vote=pre_vote):
+            return EpochClaim(epoch, None, OnNewerEpoch.IGNORE if pre_vote else OnNewerEpoch.UNATTACHED)
         case BeginQuorumEpochRequest(leader_epoch=epoch, leader_id=leader) | EndQuorumEpochRequest(
             leader_epoch=epoch, leader_id=leader
         ):
-            return EpochClaim(epoch, leader, leader, OnNewerEpoch.FOLLOW)
+            return EpochClaim(epoch, leader, OnNewerEpoch.FOLLOW)
         case FetchRequest(current_leader_epoch=epoch) | FetchSnapshotRequest(current_leader_epoch=epoch):
-            return EpochClaim(epoch, None, None, OnNewerEpoch.REFUSE)
+            return EpochClaim(epoch, None, OnNewerEpoch.REFUSE)
         case (
             VoteResponse(leader_epoch=epoch, leader_id=leader)
             | BeginQuorumEpochResponse(leader_epoch=epoch, leader_id=leader)
@@ -143,7 +142,7 @@ def epoch_claim(message: Message) -> EpochClaim | None:
             | FetchSnapshotResponse(leader_epoch=epoch, leader_id=leader)
         ):
             named = None if leader == NO_LEADER else leader
-            return EpochClaim(epoch, named, named, OnNewerEpoch.FOLLOW)
+            return EpochClaim(epoch, named, OnNewerEpoch.FOLLOW)
         case DescribeQuorumRequest() | DescribeQuorumResponse():
             return None
     raise TypeError(f"not a Raft message: {message!r}")
@@ -209,14 +208,14 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
         src, cid, msg = received.source, received.correlation_id, received.message
         claim = epoch_claim(msg)
         if msg.is_request:
-            error = self._request_prelude(msg, claim, now, out)
+            error = self._request_prelude(src, msg, claim, now, out)
             if error != ErrorCode.NONE:
                 out.append(Send(src, cid, error_response(msg, error, self._leader_or_none(), self.epoch)))
             else:
                 self._dispatch_request(src, cid, msg, now, out)
         else:
             answered = self._retire_request(src, cid, msg)
-            if self._response_prelude(claim, answered, now, out) and answered is not None:
+            if self._response_prelude(msg, claim, answered, now, out) and answered is not None:
                 self._dispatch_response(src, answered, msg, now, out)
         return self._finish(out)
 
@@ -291,18 +290,19 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
 
     # -- the epoch prelude -----------------------------------------------------------------------
 
-    def _request_prelude(self, msg: Message, claim: EpochClaim | None, now: float, out: list[Effect]) -> int:
+    def _request_prelude(
+        self, src: int, msg: Message, claim: EpochClaim | None, now: float, out: list[Effect]
+    ) -> int:
         """Check a request against this node's cluster, voters and epoch, and move to a newer epoch
         as its type says. Returns the error to answer with (NONE: go on to the handler)."""
         cluster_id = getattr(msg, "cluster_id", None)
         if cluster_id is not None and cluster_id != self.config.cluster_id:
             return ErrorCode.INCONSISTENT_CLUSTER_ID
+        refused = request_error(msg, src, self.node_id, self.config.voters)
+        if refused is not None:
+            return refused[0]
         if claim is None:
             return ErrorCode.NONE
-        if not 0 <= claim.epoch <= INT32_MAX:
-            return ErrorCode.INVALID_REQUEST
-        if claim.voter_id is not None and claim.voter_id not in self.config.voters:
-            return ErrorCode.INCONSISTENT_VOTER_SET
         match msg:
             case VoteRequest() if not self.is_voter:
                 return ErrorCode.INCONSISTENT_VOTER_SET
@@ -311,12 +311,6 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
                 self.node_id,
             ):
                 return ErrorCode.INVALID_VOTER_KEY
-            case VoteRequest(last_offset=offset, last_offset_epoch=last_epoch) if (
-                offset < 0 or last_epoch < 0 or last_epoch >= claim.epoch
-            ):
-                return ErrorCode.INVALID_REQUEST
-            case FetchRequest(fetch_offset=offset, last_fetched_epoch=last_epoch) if offset < 0 or last_epoch < 0:
-                return ErrorCode.INVALID_REQUEST
         if claim.epoch < self.epoch:
             return ErrorCode.FENCED_LEADER_EPOCH
         if claim.epoch > self.epoch:
@@ -339,13 +333,21 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
         return None if kinds is None else self._take_pending(cid, src, kinds)
 
     def _response_prelude(
-        self, claim: EpochClaim | None, answered: PendingRequest | FetchProgress | None, now: float, out: list[Effect]
+        self,
+        msg: Message,
+        claim: EpochClaim | None,
+        answered: PendingRequest | FetchProgress | None,
+        now: float,
+        out: list[Effect],
     ) -> bool:
         """Check a response's epoch and leader, and move to a newer epoch (from any response, even
         one to a request no longer outstanding: Raft thesis §3.3). True if the handler should see it."""
         if claim is None:
             return False
-        valid = 0 <= claim.epoch <= INT32_MAX and (claim.leader_id is None or claim.leader_id in self.config.voters)
+        valid = response_is_valid(msg, self.config.voters) and (
+            # A node knows of its own leadership before anyone else: never of a newer epoch from them.
+            claim.leader_id != self.node_id or claim.epoch <= self.epoch
+        )
         if not valid or claim.epoch < self.epoch:
             if isinstance(answered, FetchProgress):
                 self._fetch_failed(answered, now)

@@ -58,6 +58,9 @@ from kraftpy.raft.effects import (
 from kraftpy.raft.messages import DescribeQuorumResponse, Message, Received
 from kraftpy.raft.quorum_state_store import write_quorum_state_file
 from kraftpy.rpc.control import ConnectionLost, ControlClient, RequestTimeout, RpcError
+from kraftpy.rpc.wire_schema import INT32
+
+INT32_MAX = INT32.high
 
 RAFT_API = "raft"
 #: Correlation ids the driver gives inbound requests; the core numbers its own below 2**31.
@@ -80,10 +83,15 @@ def encode_envelope(source: int, message: Message) -> dict[str, Any]:
 
 
 def decode_envelope(body: dict[str, Any]) -> tuple[int, Message]:
+    """The sender and the message of a ``raft`` request; RpcError INVALID_REQUEST naming what is wrong
+    for anything else (a node id is a non-negative int32, the message passes the codec's checks)."""
+    source = body.get("source")
+    if type(source) is not int or not 0 <= source <= INT32_MAX:
+        raise RpcError("INVALID_REQUEST", f"raft: source must be a node id, got {source!r:.40}")
     try:
-        return int(body["source"]), codec.decode(body["message"])
+        return source, codec.decode(body["message"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise RpcError("INVALID_REQUEST", f"not a Raft message: {exc}") from None
+        raise RpcError("INVALID_REQUEST", f"raft: not a Raft message: {exc}") from None
 
 
 def decode_response(body: dict[str, Any]) -> Message:

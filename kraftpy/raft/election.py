@@ -28,6 +28,7 @@ from kraftpy.raft.effects import Effect, Send
 from kraftpy.raft.errors import ErrorCode
 from kraftpy.raft.messages import VoteRequest, VoteResponse
 from kraftpy.raft.quorum_state import Candidate, Follower, Prospective, Resigned, Unattached
+from kraftpy.raft.validation import MAX_EPOCH
 
 
 class ElectionRole(CoreBase):
@@ -58,6 +59,9 @@ class ElectionRole(CoreBase):
     def _become_prospective(self, now: float, out: list[Effect]) -> None:
         out += self._quorum.transition_to_prospective(now)
         self._reset_role(now, out)
+        if self.epoch >= MAX_EPOCH:
+            # No epoch is left to stand in (int32): the pre-vote times out and the node waits as it did.
+            return
         if self._quorum.has_majority_granted():
             self._become_candidate(now, out)
             return

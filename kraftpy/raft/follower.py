@@ -10,7 +10,10 @@ Theory of operation (KIP-595 pull replication, log reconciliation; KIP-630; KIP-
   are, then flushed before the next fetch vouches for them; a bad answer is dropped and the fetch
   retried after the back-off. The follower's high watermark is the leader's, bounded by its own log.
 - A diverging epoch truncates the log to where the two logs can agree, never below the high
-  watermark; a snapshot id starts a snapshot download (kraftpy.raft.snapshots).
+  watermark; a snapshot id starts a snapshot download (kraftpy.raft.snapshots). An answer that no
+  leader could give (a divergence below the high watermark, an epoch newer than the leader's, a
+  snapshot ending before what is committed here) is dropped and the fetch retried: the core trusts
+  no message, not even its leader's.
 - Without a successful answer for the fetch timeout a voter goes Prospective, an observer looks
   for a leader again. EndQuorumEpoch from the leader shortens that wait by the voter's rank among
   the preferred successors; a transport that cannot reach the leader at all shortens it to a
@@ -28,13 +31,14 @@ import attrs
 from kraftpy.raft.batch import CorruptRecordError, parse_batches
 from kraftpy.raft.core_base import INF, CoreBase
 from kraftpy.raft.effects import Effect, Send
-from kraftpy.raft.errors import ErrorCode, RaftInvariantError
+from kraftpy.raft.errors import ErrorCode
 from kraftpy.raft.log import SnapshotId
 from kraftpy.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
+    EpochEndOffset,
     FetchRequest,
     FetchResponse,
     FetchSnapshotRequest,
@@ -62,6 +66,8 @@ class FetchProgress:
     #: Snapshot being downloaded and bytes received so far (KIP-630).
     snapshot_id: SnapshotId | None = None
     snapshot_position: int = 0
+    #: The size the leader announced for it (-1 before the first chunk).
+    snapshot_size: int = -1
 
 
 class FollowerRole(CoreBase):
@@ -162,7 +168,11 @@ class FollowerRole(CoreBase):
     def _handle_fetch_response(
         self, src: int, fetch: FetchProgress, resp: FetchResponse, now: float, out: list[Effect]
     ) -> None:
-        if resp.error_code != ErrorCode.NONE or not self._is_from_my_leader(resp.leader_id):
+        if (
+            resp.error_code != ErrorCode.NONE
+            or not self._is_from_my_leader(resp.leader_id)
+            or not self._fetch_answer_is_possible(resp)
+        ):
             self._fetch_failed(fetch, now)
             return
         fetch.has_fetched = True
@@ -171,24 +181,39 @@ class FollowerRole(CoreBase):
         if resp.diverging_epoch is not None:
             # KIP-595 log reconciliation: cut back to where the two logs can still agree, then
             # fetch again from there; repeated until the leader accepts the position.
-            diverging = resp.diverging_epoch
-            local = log.end_offset_for_epoch(diverging.epoch)
-            truncate_to = min(local.offset, diverging.end_offset)
-            if truncate_to < self._high_watermark or truncate_to < log.start_offset:
-                raise RaftInvariantError(
-                    f"node {self.node_id}: told to truncate to {truncate_to}, below the high watermark "
-                    f"{self._high_watermark} or log start {log.start_offset}"
-                )
-            log.truncate_to(truncate_to)
+            log.truncate_to(self._divergence_point(resp.diverging_epoch))
             self._flushed = min(self._flushed, log.end_offset)
         elif resp.snapshot_id is not None:
             # KIP-630: the leader no longer has the log where we are; download its snapshot.
             fetch.snapshot_id = resp.snapshot_id
             fetch.snapshot_position = 0
+            fetch.snapshot_size = -1
         elif not self._append_fetched(resp, out):
             self._fetch_failed(fetch, now)
             return
         self._send_fetch(now, out)
+
+    def _divergence_point(self, diverging: EpochEndOffset) -> int:
+        """Where the log must be cut so that it agrees with the leader's (KIP-595)."""
+        return min(self._log.end_offset_for_epoch(diverging.epoch).offset, diverging.end_offset)
+
+    def _fetch_answer_is_possible(self, resp: FetchResponse) -> bool:
+        """Whether a Fetch answer of this epoch's leader says something a leader can say: at most one
+        of a divergence, a snapshot and records; a divergence of an epoch no newer than the leader's
+        that cuts nothing committed (Leader Completeness: the leader holds every committed entry); a
+        snapshot no newer than the leader's epoch that ends at or past what is committed here. An
+        answer that cannot be true is dropped like a lost one, and the fetch retried."""
+        if (resp.diverging_epoch is not None) + (resp.snapshot_id is not None) + bool(resp.records) > 1:
+            return False
+        diverging, snapshot = resp.diverging_epoch, resp.snapshot_id
+        if diverging is not None:
+            if not (0 <= diverging.epoch <= resp.leader_epoch and diverging.end_offset >= 0):
+                return False
+            cut = self._divergence_point(diverging)
+            return cut >= self._high_watermark and cut >= self._log.start_offset
+        if snapshot is not None:
+            return 0 <= snapshot.epoch <= resp.leader_epoch and snapshot.end_offset >= max(self._high_watermark, 1)
+        return True
 
     def _append_fetched(self, resp: FetchResponse, out: list[Effect]) -> bool:
         """Append the leader's batches as they are; False if they cannot be trusted."""

@@ -38,6 +38,7 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from kraftpy.raft.batch import NO_TIMESTAMP, RecordBatch
+from kraftpy.rpc.wire_schema import Int32, Int64
 
 __all__ = ["NO_TIMESTAMP", "OffsetAndEpoch", "RaftLog", "RecordBatch", "SnapshotId", "check_follows",
            "end_offset_for_epoch"]
@@ -54,8 +55,8 @@ class SnapshotId:
     """Names the state after applying every record below `end_offset`; `epoch` is the epoch of the
     last of those records (KIP-630). Orders by end offset, then epoch."""
 
-    end_offset: int
-    epoch: int
+    end_offset: Int64
+    epoch: Int32
 
 
 def end_offset_for_epoch(

@@ -8,6 +8,11 @@ partition's fields at the top. Per-partition and top-level error codes are folde
 Requests carry `cluster_id`; a receiver answers INCONSISTENT_CLUSTER_ID when it is set and differs
 from its own. Responses name the current leader (`leader_id`, `leader_epoch`, -1 when unknown) so
 a node that is behind learns of the new epoch from any answer.
+
+Integer fields are annotated with their type in Kafka's message definitions (``Int32`` for ids and
+epochs, ``Int64`` for offsets and positions, ``Int16`` for error codes): the codec refuses a value
+outside it before a message is built (kraftpy.rpc.wire_schema), and the core checks again what each
+value means (kraftpy.raft.validation), since messages built in memory never pass the codec.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import ClassVar
 import attrs
 
 from kraftpy.raft.log import SnapshotId
+from kraftpy.rpc.wire_schema import Int16, Int32, Int64
 
 NO_LEADER = -1
 
@@ -30,20 +36,20 @@ class VoteRequest:
 
     is_request: ClassVar[bool] = True
     cluster_id: str | None
-    voter_id: int
-    candidate_epoch: int
-    candidate_id: int
-    last_offset_epoch: int
-    last_offset: int
+    voter_id: Int32
+    candidate_epoch: Int32
+    candidate_id: Int32
+    last_offset_epoch: Int32
+    last_offset: Int64
     pre_vote: bool = False
 
 
 @attrs.frozen
 class VoteResponse:
     is_request: ClassVar[bool] = False
-    error_code: int
-    leader_id: int
-    leader_epoch: int
+    error_code: Int16
+    leader_id: Int32
+    leader_epoch: Int32
     vote_granted: bool
 
 
@@ -53,17 +59,17 @@ class BeginQuorumEpochRequest:
 
     is_request: ClassVar[bool] = True
     cluster_id: str | None
-    voter_id: int
-    leader_id: int
-    leader_epoch: int
+    voter_id: Int32
+    leader_id: Int32
+    leader_epoch: Int32
 
 
 @attrs.frozen
 class BeginQuorumEpochResponse:
     is_request: ClassVar[bool] = False
-    error_code: int
-    leader_id: int
-    leader_epoch: int
+    error_code: Int16
+    leader_id: Int32
+    leader_epoch: Int32
 
 
 @attrs.frozen
@@ -73,17 +79,17 @@ class EndQuorumEpochRequest:
 
     is_request: ClassVar[bool] = True
     cluster_id: str | None
-    leader_id: int
-    leader_epoch: int
-    preferred_successors: tuple[int, ...] = attrs.field(converter=tuple, default=())
+    leader_id: Int32
+    leader_epoch: Int32
+    preferred_successors: tuple[Int32, ...] = attrs.field(converter=tuple, default=())
 
 
 @attrs.frozen
 class EndQuorumEpochResponse:
     is_request: ClassVar[bool] = False
-    error_code: int
-    leader_id: int
-    leader_epoch: int
+    error_code: Int16
+    leader_id: Int32
+    leader_epoch: Int32
 
 
 @attrs.frozen
@@ -93,19 +99,19 @@ class FetchRequest:
 
     is_request: ClassVar[bool] = True
     cluster_id: str | None
-    replica_id: int
-    max_wait_ms: int
-    current_leader_epoch: int
-    fetch_offset: int
-    last_fetched_epoch: int
-    log_start_offset: int = -1
-    max_bytes: int = 0x7FFFFFFF
+    replica_id: Int32
+    max_wait_ms: Int32
+    current_leader_epoch: Int32
+    fetch_offset: Int64
+    last_fetched_epoch: Int32
+    log_start_offset: Int64 = -1
+    max_bytes: Int32 = 0x7FFFFFFF
 
 
 @attrs.frozen
 class EpochEndOffset:
-    epoch: int
-    end_offset: int
+    epoch: Int32
+    end_offset: Int64
 
 
 @attrs.frozen
@@ -117,11 +123,11 @@ class FetchResponse:
     RecordBatch v2 batches back to back, exactly the bytes of the leader's log (kraftpy.raft.batch)."""
 
     is_request: ClassVar[bool] = False
-    error_code: int
-    leader_id: int
-    leader_epoch: int
-    high_watermark: int = -1
-    log_start_offset: int = -1
+    error_code: Int16
+    leader_id: Int32
+    leader_epoch: Int32
+    high_watermark: Int64 = -1
+    log_start_offset: Int64 = -1
     diverging_epoch: EpochEndOffset | None = None
     snapshot_id: SnapshotId | None = None
     records: bytes = b""
@@ -131,22 +137,22 @@ class FetchResponse:
 class FetchSnapshotRequest:
     is_request: ClassVar[bool] = True
     cluster_id: str | None
-    replica_id: int
-    current_leader_epoch: int
+    replica_id: Int32
+    current_leader_epoch: Int32
     snapshot_id: SnapshotId
-    position: int
-    max_bytes: int = 0x7FFFFFFF
+    position: Int64
+    max_bytes: Int32 = 0x7FFFFFFF
 
 
 @attrs.frozen
 class FetchSnapshotResponse:
     is_request: ClassVar[bool] = False
-    error_code: int
-    leader_id: int
-    leader_epoch: int
+    error_code: Int16
+    leader_id: Int32
+    leader_epoch: Int32
     snapshot_id: SnapshotId | None = None
-    size: int = -1
-    position: int = -1
+    size: Int64 = -1
+    position: Int64 = -1
     unaligned_records: bytes = b""
 
 
@@ -157,20 +163,20 @@ class DescribeQuorumRequest:
 
 @attrs.frozen
 class ReplicaState:
-    replica_id: int
-    log_end_offset: int
+    replica_id: Int32
+    log_end_offset: Int64
     #: Milliseconds on the leader's clock; -1 if never.
-    last_fetch_timestamp: int = -1
-    last_caught_up_timestamp: int = -1
+    last_fetch_timestamp: Int64 = -1
+    last_caught_up_timestamp: Int64 = -1
 
 
 @attrs.frozen
 class DescribeQuorumResponse:
     is_request: ClassVar[bool] = False
-    error_code: int
-    leader_id: int = NO_LEADER
-    leader_epoch: int = -1
-    high_watermark: int = -1
+    error_code: Int16
+    leader_id: Int32 = NO_LEADER
+    leader_epoch: Int32 = -1
+    high_watermark: Int64 = -1
     current_voters: tuple[ReplicaState, ...] = attrs.field(converter=tuple, default=())
     observers: tuple[ReplicaState, ...] = attrs.field(converter=tuple, default=())
     error_message: str | None = None

@@ -38,7 +38,8 @@ nothing durable and write nothing: that is what keeps a pre-vote from costing an
 
 Safety rules enforced here (violations raise IllegalTransitionError):
 
-- the epoch never decreases;
+- the epoch never decreases, and never passes int32 (`MAX_EPOCH`: messages claiming more are
+  refused before they get here, and no election starts in the last epoch);
 - within one epoch there is at most one leader: a node never follows two leaders, never becomes
   leader of an epoch in which it knew another leader, and never grants a vote once it knows the
   epoch's leader (Raft thesis §3.6.1, "Election Safety");
@@ -53,6 +54,7 @@ import attrs
 
 from kraftpy.raft.effects import Effect, ElectionState, LeaderChange, PersistQuorumState
 from kraftpy.raft.errors import IllegalTransitionError
+from kraftpy.raft.validation import MAX_EPOCH
 
 
 @attrs.frozen
@@ -173,6 +175,12 @@ class QuorumState:
         return now + self.election_timeout * (1.0 + self._rng.random())
 
     def _initial_state(self, persisted: ElectionState, now: float) -> EpochState:
+        if persisted.leader_id is not None and persisted.leader_id not in self.voters:
+            # A leader that is not a voter (a file written before messages were checked): no one
+            # led that epoch. The vote this node may have given in it before is forgotten, so it
+            # must give none in it now: it starts as if it had voted for that node.
+            persisted = ElectionState(persisted.epoch, voted_id=persisted.leader_id)
+            self.persisted = persisted
         # After a restart a node never resumes leadership: it cannot know what its followers saw.
         if persisted.leader_id == self.local_id:
             return Resigned(persisted.epoch, self.random_election_deadline(now))
@@ -187,6 +195,8 @@ class QuorumState:
         old = self.state
         if new.epoch < old.epoch:
             raise IllegalTransitionError(f"{old} -> {new}: epoch goes back")
+        if new.epoch > MAX_EPOCH:
+            raise IllegalTransitionError(f"{old} -> {new}: epoch past int32")
         old_leader = leader_of(old, self.local_id)
         new_leader = leader_of(new, self.local_id)
         if new.epoch == old.epoch and old_leader is not None and new_leader not in (None, old_leader):

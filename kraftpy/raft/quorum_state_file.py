@@ -13,6 +13,12 @@ Kafka's ``quorum-state`` file is one JSON object, the QuorumStateData record plu
 - ``clusterId``, ``appliedOffset``: written as Kafka does, ignored on read.
 
 Version 1 files (Kafka 3.8+: ``votedDirectoryId``, no voters, no clusterId) are read as well.
+
+The file is trusted no more than a message: every field read is checked (an integer, not a float or
+a string; an epoch in [-1, 2**31 - 1], ids in [-1, 2**31 - 1]; a voter list of voter ids) and a bad
+one stops the reader with a `CorruptQuorumStateError` naming the field, e.g. ``leaderEpoch
+2147483653 is out of range``; the store adds the file's path. The writer refuses such a state too,
+so that no node ever persists what it could not read back.
 Pure functions only: the atomic write lives in kraftpy.raft.quorum_state_store.
 """
 
@@ -20,28 +26,62 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import Any
 
 from kraftpy.raft.effects import ElectionState
+from kraftpy.rpc.wire_schema import INT32
 
 DATA_VERSION = 0
 SUPPORTED_VERSIONS = (0, 1)
+#: -1 stands for "none" in every field.
+_NONE = -1
 
 
 class CorruptQuorumStateError(ValueError):
-    """The quorum-state file cannot be read as a QuorumStateData object."""
+    """The quorum-state file cannot be read as a QuorumStateData object (or a state could not be
+    written as one)."""
+
+
+def _check_state(state: ElectionState) -> None:
+    for name, value in (("leaderEpoch", state.epoch), ("leaderId", state.leader_id), ("votedId", state.voted_id)):
+        if value is not None and not 0 <= value <= INT32.high:
+            raise CorruptQuorumStateError(f"refusing to write {name} {value}: out of range (0 to {INT32.high})")
 
 
 def encode_quorum_state(state: ElectionState, voters: Iterable[int]) -> bytes:
+    _check_state(state)
     data = {
         "clusterId": "",
-        "leaderId": -1 if state.leader_id is None else state.leader_id,
+        "leaderId": _NONE if state.leader_id is None else state.leader_id,
         "leaderEpoch": state.epoch,
-        "votedId": -1 if state.voted_id is None else state.voted_id,
+        "votedId": _NONE if state.voted_id is None else state.voted_id,
         "appliedOffset": 0,
         "currentVoters": [{"voterId": v} for v in sorted(voters)],
         "data_version": DATA_VERSION,
     }
     return json.dumps(data, separators=(",", ":")).encode() + b"\n"
+
+
+def _int_field(data: dict[str, Any], name: str) -> int:
+    """The int32 field `name` of the file, -1 (none) when absent."""
+    value = data.get(name, _NONE)
+    if type(value) is not int:
+        raise CorruptQuorumStateError(f"{name} {json.dumps(value)[:40]} is not an integer")
+    if not _NONE <= value <= INT32.high:
+        raise CorruptQuorumStateError(f"{name} {value} is out of range ({_NONE} to {INT32.high})")
+    return value
+
+
+def _voters_field(data: dict[str, Any]) -> list[int] | None:
+    voters = data.get("currentVoters")
+    if voters is None:
+        return None
+    if not isinstance(voters, list) or not all(isinstance(v, dict) and "voterId" in v for v in voters):
+        raise CorruptQuorumStateError(f"currentVoters {json.dumps(voters)[:60]} is not a list of voters")
+    ids = sorted(_int_field(v, "voterId") for v in voters)
+    if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise CorruptQuorumStateError(f"currentVoters {ids} holds an id that is negative or repeated")
+    return ids
 
 
 def decode_quorum_state(raw: bytes, voters: Iterable[int] | None = None) -> ElectionState:
@@ -54,21 +94,18 @@ def decode_quorum_state(raw: bytes, voters: Iterable[int] | None = None) -> Elec
     if not isinstance(data, dict):
         raise CorruptQuorumStateError("not a JSON object")
     version = data.get("data_version")
-    if version not in SUPPORTED_VERSIONS:
-        raise CorruptQuorumStateError(f"unsupported data_version {version!r}")
-    try:
-        leader_id = int(data.get("leaderId", -1))
-        epoch = int(data.get("leaderEpoch", -1))
-        voted_id = int(data.get("votedId", -1))
-    except (TypeError, ValueError) as exc:
-        raise CorruptQuorumStateError(f"bad field: {exc}") from exc
+    if type(version) is not int or version not in SUPPORTED_VERSIONS:
+        raise CorruptQuorumStateError(f"unsupported data_version {json.dumps(version)[:40]}")
+    leader_id = _int_field(data, "leaderId")
+    epoch = _int_field(data, "leaderEpoch")
+    voted_id = _int_field(data, "votedId")
     if leader_id >= 0 and voted_id >= 0:
-        raise CorruptQuorumStateError("both leaderId and votedId are set")
-    file_voters = data.get("currentVoters")
-    if voters is not None and file_voters is not None:
-        named = sorted(int(v["voterId"]) for v in file_voters)
-        if named != sorted(voters):
-            raise CorruptQuorumStateError(f"file names voters {named}, configured {sorted(voters)}")
+        raise CorruptQuorumStateError(f"both leaderId {leader_id} and votedId {voted_id} are set")
+    if (leader_id >= 0 or voted_id >= 0) and epoch < 0:
+        raise CorruptQuorumStateError(f"leaderEpoch {epoch} with a leader or a vote")
+    named = _voters_field(data)
+    if voters is not None and named is not None and named != sorted(voters):
+        raise CorruptQuorumStateError(f"currentVoters {named} differ from the configured voters {sorted(voters)}")
     return ElectionState(
         epoch=max(epoch, 0),
         leader_id=leader_id if leader_id >= 0 else None,

@@ -92,18 +92,24 @@ class SnapshotRole(CoreBase):
     ) -> None:
         snapshot_id = fetch.snapshot_id
         state = self._quorum.state
+        chunk = len(resp.unaligned_records)
         if (
             resp.error_code != ErrorCode.NONE
             or snapshot_id is None
             or resp.snapshot_id != snapshot_id
             or resp.position != fetch.snapshot_position
             or not (isinstance(state, Follower) and state.leader_id == resp.leader_id)
-            or (not resp.unaligned_records and resp.position < resp.size)
+            # A chunk as large as asked for at most, inside the size the first chunk announced.
+            or chunk > self.config.snapshot_chunk_bytes
+            or resp.position + chunk > resp.size
+            or (fetch.snapshot_size >= 0 and resp.size != fetch.snapshot_size)
+            or (not chunk and resp.position < resp.size)
         ):
             # Start over with a Fetch: the leader names its current snapshot.
             fetch.snapshot_id = None
             self._fetch_failed(fetch, now)
             return
+        fetch.snapshot_size = resp.size
         fetch.has_fetched = True
         fetch.fetch_deadline = now + self._fetch_timeout
         self._log.write_snapshot_chunk(snapshot_id, resp.position, resp.unaligned_records)

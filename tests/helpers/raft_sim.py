@@ -17,6 +17,14 @@ batches with a deterministic wall clock, so the bytes replicated are the same on
 `Checker` verifies the safety invariants after every event and raises `InvariantViolation` on the
 first breach. `run_seed` is the whole scenario for one seed: a fault phase, then a heal phase that
 must end with a leader committing new records on every node.
+
+Byzantine-input mode (``hostile_interval``): hostile messages (tests/helpers/raft_hostile.py: epochs
+and offsets outside their types, other clusters, candidates and leaders that are not voters, spoofed
+senders, impossible Fetch answers, bogus snapshots) reach live nodes among the normal traffic, one
+on average every ``hostile_interval`` seconds, through the same `step` as every message. Each must
+leave the node's epoch state, log end, high watermark and persisted state as they were, with no
+durable effect; the invariants are checked after it as after every event, and any exception out of
+the core fails the seed.
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ from kraftpy.raft.file_log import FileRaftLog
 from kraftpy.raft.messages import FetchResponse, FetchSnapshotResponse, Message, VoteRequest, VoteResponse
 from kraftpy.raft.quorum_state import Candidate, Leader, Prospective
 from kraftpy.storage.log import LogConfig
+from tests.helpers.raft_hostile import HostileInput
 
 CLUSTER_ID = "sim-cluster"
 #: The simulated wall clock starts here (milliseconds), so that batch timestamps look real.
@@ -331,6 +340,7 @@ class SimCluster:
         file_logs: bool = False,
         segment_bytes: int = 4096,
         trace_len: int = 60,
+        hostile_interval: float | None = None,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -372,6 +382,14 @@ class SimCluster:
         self.trace: deque[str | tuple[float, int, int, Message]] = deque(maxlen=trace_len)
         self._proposals = itertools.count()
         self.events = 0
+        #: Each node's last request of each type: (dest, correlation id, message).
+        self.last_requests: dict[int, dict[type, tuple[int, int, Message]]] = {}
+        #: Byzantine-input mode: hostile messages, one every `hostile_interval` seconds on average.
+        self.hostile_interval = hostile_interval
+        self.hostile = HostileInput(self, random.Random(seed ^ 0xB7_2A71)) if hostile_interval else None
+        self.hostile_rng = random.Random(seed ^ 0x51_7E)
+        self.next_hostile_at = self._draw_hostile_time() if hostile_interval else float("inf")
+        self.hostile_sent = 0
         for node in self.nodes.values():
             self.start_node(node)
 
@@ -490,6 +508,8 @@ class SimCluster:
                 case FlushLog(up_to=up_to):
                     node.log.flush(up_to)
                 case Send(dest=dest, correlation_id=cid, message=message):
+                    if message.is_request:
+                        self.last_requests.setdefault(node.node_id, {})[type(message)] = (dest, cid, message)
                     if (
                         isinstance(message, VoteResponse)
                         and message.vote_granted
@@ -547,6 +567,40 @@ class SimCluster:
         self.trace.append((self.now, item.src, item.dst, message))
         effects = self.call(node, node.core.step, item.received, self.local_time(node))
         self.apply(node, effects, message)
+
+    def _draw_hostile_time(self) -> float:
+        assert self.hostile_interval is not None
+        return self.now + self.hostile_rng.expovariate(1 / self.hostile_interval)
+
+    def inject_hostile(self) -> None:
+        """Hand one hostile message to a live node, as if it came over the network, and check that
+        it was refused: nothing about the node's epoch state, log or commits moved, nothing durable
+        was asked for."""
+        assert self.hostile is not None
+        self.next_hostile_at = self._draw_hostile_time()
+        hostile = self.hostile.next()
+        if hostile is None:
+            return
+        node = self.nodes[hostile.dest]
+        core = node.core
+        assert core is not None
+        self.hostile_sent += 1
+        self.trace.append(f"{self.now:.3f} hostile {hostile.kind} {hostile.source}->{hostile.dest} "
+                          f"{describe(hostile.message)}")
+
+        def observed() -> tuple:
+            return core.state, core.high_watermark, node.log.end_offset, node.log.start_offset, node.persisted
+
+        before = observed()
+        received = Received(hostile.source, hostile.correlation_id, hostile.message)
+        effects = self.call(node, core.step, received, self.local_time(node))
+        durable = [e for e in effects if isinstance(e, PersistQuorumState | FlushLog | LeaderChange)]
+        if durable or observed() != before:
+            self.checker.fail(
+                f"node {node.node_id} acted on a hostile message ({hostile.kind}): {describe(hostile.message)}; "
+                f"{before} -> {observed()}, effects {durable}"
+            )
+        self.apply(node, effects, hostile.message)
 
     def partition(self, groups: list[set[int]]) -> None:
         """Cut every link between different groups, both ways."""
@@ -618,7 +672,8 @@ class SimCluster:
             t_msg = self.queue[0].deliver_at if self.queue else float("inf")
             t_timer, timer_node = self._next_timer()
             t_action = actions[0][0] if actions else float("inf")
-            t_next = min(t_msg, t_timer, t_action)
+            t_hostile = self.next_hostile_at
+            t_next = min(t_msg, t_timer, t_action, t_hostile)
             if t_next > t_end:
                 self.now = max(self.now, t_end)
                 return
@@ -627,6 +682,8 @@ class SimCluster:
             if t_action == t_next:
                 _, action = actions.popleft()
                 action()  # type: ignore[operator]
+            elif t_hostile == t_next:
+                self.inject_hostile()
             elif t_msg == t_next:
                 self.deliver(heapq.heappop(self.queue))
             else:
@@ -676,21 +733,32 @@ class SeedResult:
     committed_end: int
     epochs: int
     recovery_time: float
+    #: Hostile messages injected (Byzantine-input mode), all refused.
+    hostile: int = 0
 
 
-def run_seed(seed: int, fault_seconds: float = 12.0, recovery_bound: float = 30.0) -> SeedResult:
+#: Byzantine-input mode: the mean time between two hostile messages (four a second, against some
+#: tens to hundreds of normal messages a second).
+HOSTILE_INTERVAL = 0.25
+
+
+def run_seed(
+    seed: int, fault_seconds: float = 12.0, recovery_bound: float = 30.0, *, byzantine: bool = False
+) -> SeedResult:
     """One randomized scenario: faults for `fault_seconds` of simulated time, then everything heals
     and a leader must commit a new batch on every node within `recovery_bound` simulated seconds.
 
     The seed also picks the cluster: 1, 3 or 5 voters, 0-2 observers, memory logs or (one seed in
     five) file logs, whose crashes interrupt flushes more often and may tear them, and a linger
-    time for the leader's batches (0, 5 or 50 ms)."""
+    time for the leader's batches (0, 5 or 50 ms). With `byzantine`, hostile messages arrive
+    throughout, healing included (`SimCluster.inject_hostile`)."""
     rng = random.Random(seed ^ 0x5EED)
     voters = rng.choice([1, 3, 3, 5, 5])
     observers = rng.choice([0, 1, 2])
     file_logs = rng.random() < 0.2
     linger_ms = rng.choice([0, 0, 5, 50])
-    cluster = SimCluster(seed, voters=voters, observers=observers, file_logs=file_logs, append_linger_ms=linger_ms)
+    cluster = SimCluster(seed, voters=voters, observers=observers, file_logs=file_logs, append_linger_ms=linger_ms,
+                         hostile_interval=HOSTILE_INTERVAL if byzantine else None)
     try:
         return _run_scenario(cluster, rng, fault_seconds, recovery_bound)
     finally:
@@ -794,4 +862,5 @@ def _run_scenario(cluster: SimCluster, rng: random.Random, fault_seconds: float,
         committed_end=cluster.checker.committed_end,
         epochs=len(cluster.checker.leader_of_epoch),
         recovery_time=recovery,
+        hostile=cluster.hostile_sent,
     )

@@ -115,3 +115,61 @@ def test_missing_field_is_rejected() -> None:
 def test_nested_struct_cannot_pose_as_message() -> None:
     with pytest.raises(codec.CodecError):
         codec.decode(codec._WIRE.encode(SnapshotId(1, 1)))
+
+
+def encoded_vote(**changes: object) -> dict:
+    encoded = codec.encode(VoteRequest("c", 2, 5, 1, 4, 17))
+    encoded.update(changes)
+    return encoded
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("candidate_epoch", "5", "VoteRequest.candidate_epoch: expected an integer, got str"),
+        ("candidate_epoch", 5.0, "expected an integer, got float"),
+        ("candidate_epoch", True, "expected an integer, got bool"),
+        ("candidate_epoch", None, "expected an integer, got None"),
+        ("candidate_epoch", [5], "expected an integer, got a list"),
+        ("candidate_epoch", {"v": 5}, "expected an integer, got a map"),
+        ("candidate_epoch", 2**31 + 5, "2147483653 is out of int32 range"),
+        ("candidate_epoch", -(2**31) - 1, "out of int32 range"),
+        ("last_offset", 2**63, "VoteRequest.last_offset: 9223372036854775808 is out of int64 range"),
+        ("cluster_id", 7, "VoteRequest.cluster_id: expected str, got int"),
+        ("pre_vote", 1, "VoteRequest.pre_vote: expected bool, got int"),
+    ],
+)
+def test_a_field_of_the_wrong_type_or_range_is_refused_naming_it(field: str, value: object, says: str) -> None:
+    with pytest.raises(codec.CodecError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        codec.decode(encoded_vote(**{field: value}))
+
+
+def test_nested_structures_are_checked_too() -> None:
+    fetch = codec.encode(FetchResponse(0, 1, 5, diverging_epoch=EpochEndOffset(3, 8)))
+    fetch["diverging_epoch"]["end_offset"] = "8"
+    with pytest.raises(codec.CodecError, match="FetchResponse.diverging_epoch.end_offset: expected an integer"):
+        codec.decode(fetch)
+    fetch["diverging_epoch"] = [3, 8]
+    with pytest.raises(codec.CodecError, match="FetchResponse.diverging_epoch: expected a EpochEndOffset, got a list"):
+        codec.decode(fetch)
+    end = codec.encode(EndQuorumEpochRequest("c", 1, 5, (3, 2)))
+    end["preferred_successors"] = {"3": 1}
+    with pytest.raises(codec.CodecError, match="preferred_successors: expected a list, got a map"):
+        codec.decode(end)
+    end["preferred_successors"] = [3, 2**40]
+    with pytest.raises(codec.CodecError, match=r"preferred_successors\[1\]: 1099511627776 is out of int32 range"):
+        codec.decode(end)
+
+
+def test_a_missing_field_is_named() -> None:
+    encoded = encoded_vote()
+    del encoded["candidate_id"]
+    with pytest.raises(codec.CodecError, match="VoteRequest.candidate_id: missing"):
+        codec.decode(encoded)
+
+
+def test_an_error_code_travels_as_a_tagged_enum_or_a_plain_integer() -> None:
+    encoded = codec.encode(VoteResponse(0, 1, 2, True))
+    assert codec.decode({**encoded, "error_code": 42}) == VoteResponse(42, 1, 2, True)
+    with pytest.raises(codec.CodecError, match="error_code: 40000 is out of int16 range"):
+        codec.decode({**encoded, "error_code": 40000})

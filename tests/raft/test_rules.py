@@ -26,7 +26,7 @@ from kraftpy.raft import (
 from kraftpy.raft.batch import parse_batches
 from kraftpy.raft.control import decode_leader_change
 from kraftpy.raft.core import error_response
-from kraftpy.raft.errors import ErrorCode, RaftInvariantError
+from kraftpy.raft.errors import ErrorCode
 from kraftpy.raft.log import RecordBatch
 from kraftpy.raft.messages import (
     BeginQuorumEpochRequest,
@@ -396,12 +396,15 @@ def test_follower_truncates_on_diverging_epoch() -> None:
 
 
 def test_follower_never_truncates_below_its_high_watermark() -> None:
+    """No leader can ask that (Leader Completeness): the answer is dropped, the fetch retried."""
     core, effects = make_core(2, persisted=ElectionState(3, leader_id=1))
     (first,) = sends(effects, FetchRequest)
     effects = answer(core, first, FetchResponse(0, 1, 3, high_watermark=4, records=batch_bytes(log_with((3, 4)))), 0.1)
     (second,) = sends(effects, FetchRequest)
-    with pytest.raises(RaftInvariantError):
-        answer(core, second, FetchResponse(0, 1, 3, diverging_epoch=EpochEndOffset(2, 1)), 0.2)
+    assert sends(answer(core, second, FetchResponse(0, 1, 3, diverging_epoch=EpochEndOffset(2, 1)), 0.2)) == []
+    assert (core.log.end_offset, core.high_watermark) == (4, 4)
+    (retry,) = sends(core.tick(core.next_deadline()), FetchRequest)
+    assert retry.message.fetch_offset == 4
 
 
 def test_leader_holds_an_empty_fetch_until_data_arrives() -> None:

@@ -7,7 +7,14 @@
   through applying effects), restarts, clock jumps, snapshots and resignations, then healing, after
   which a leader must commit on every node within 30 simulated seconds. Set KRAFTPY_SIM_SEEDS=5000
   for a soak.
-- `test_replay_seed` replays the one seed in KRAFTPY_SIM_SEED; every failure prints that line.
+- A quarter of those seeds (every seed ≡ 3 mod 4) run in Byzantine-input mode: hostile messages
+  (epochs and offsets outside their types, other clusters, non-voter candidates and leaders, spoofed
+  senders, impossible Fetch answers, bogus snapshots; tests/helpers/raft_hostile.py) arrive among
+  the normal ones, each checked to change nothing, the invariants checked after every event.
+  Under ``make soak`` (KRAFTPY_SOAK set), `test_simulation_seeds` runs every seed in the normal mode
+  and `test_byzantine_seeds` every seed again in Byzantine-input mode.
+- `test_replay_seed` replays the one seed in KRAFTPY_SIM_SEED (KRAFTPY_SIM_BYZANTINE=1 for the
+  Byzantine-input mode); every failure prints that line.
 - `test_hypothesis_seeds` and `TestClusterMachine` let hypothesis pick seeds and build schedules
   step by step (and shrink them).
 """
@@ -21,34 +28,81 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+import kraftpy.raft.core
 from tests.helpers.raft_sim import InvariantViolation, SimCluster, run_seed
 
 FAULT_SECONDS = float(os.environ.get("KRAFTPY_SIM_FAULT_SECONDS", "180"))
+SOAK = bool(os.environ.get("KRAFTPY_SOAK"))
 
 
-def replay_line(seed: int) -> str:
-    return f"KRAFTPY_SIM_SEED={seed} .venv/bin/pytest tests/raft/test_simulation.py::test_replay_seed"
+def replay_line(seed: int, byzantine: bool) -> str:
+    mode = "KRAFTPY_SIM_BYZANTINE=1 " if byzantine else ""
+    return f"KRAFTPY_SIM_SEED={seed} {mode}.venv/bin/pytest tests/raft/test_simulation.py::test_replay_seed"
 
 
-def check_seed(seed: int) -> None:
+def check_seed(seed: int, byzantine: bool = False) -> None:
     try:
-        run_seed(seed, fault_seconds=FAULT_SECONDS)
+        run_seed(seed, fault_seconds=FAULT_SECONDS, byzantine=byzantine)
     except InvariantViolation as exc:
         raise AssertionError(
-            f"simulation seed {seed} failed; replay with:\n  {replay_line(seed)}\n{exc}"
+            f"simulation seed {seed} failed; replay with:\n  {replay_line(seed, byzantine)}\n{exc}"
         ) from None
 
 
-def test_simulation_seeds() -> None:
+def seeds() -> range:
     count = int(os.environ.get("KRAFTPY_SIM_SEEDS", "300"))
     base = int(os.environ.get("KRAFTPY_SIM_BASE_SEED", "0"))
-    for seed in range(base, base + count):
-        check_seed(seed)
+    return range(base, base + count)
+
+
+def test_simulation_seeds() -> None:
+    for seed in seeds():
+        check_seed(seed, byzantine=not SOAK and seed % 4 == 3)
+
+
+@pytest.mark.skipif(not SOAK, reason="a quarter of test_simulation_seeds runs this mode; every seed under make soak")
+def test_byzantine_seeds() -> None:
+    for seed in seeds():
+        check_seed(seed, byzantine=True)
 
 
 @pytest.mark.skipif("KRAFTPY_SIM_SEED" not in os.environ, reason="set KRAFTPY_SIM_SEED to replay one seed")
 def test_replay_seed() -> None:
-    check_seed(int(os.environ["KRAFTPY_SIM_SEED"]))
+    check_seed(int(os.environ["KRAFTPY_SIM_SEED"]), byzantine=bool(os.environ.get("KRAFTPY_SIM_BYZANTINE")))
+
+
+def test_byzantine_mode_sends_every_kind_of_hostile_message_and_each_is_refused() -> None:
+    """Every kind is built within a few seeds, and a seed passes only if each one changed nothing."""
+    sent: dict[str, int] = {}
+    for seed in (3, 7):
+        cluster = SimCluster(seed, voters=3, observers=1, snapshot_chunk_bytes=8, hostile_interval=0.02)
+        cluster.run_for(2.0)
+        for _ in range(10):
+            cluster.crash(cluster.nodes[4])  # the observer will catch up from a snapshot, in chunks
+            for _ in range(3):
+                cluster.propose()
+                cluster.run_for(0.3)
+            for node in cluster.alive_nodes():
+                cluster.take_snapshot(node, delete_prefix=True)
+            cluster.restart(cluster.nodes[4])
+            cluster.run_for(1.0)
+        assert cluster.hostile is not None
+        for kind, count in cluster.hostile.sent.items():
+            sent[kind] = sent.get(kind, 0) + count
+    assert set(sent) == {
+        "other-cluster", "bad-epoch", "bad-field", "not-a-voter", "spoofed-sender", "from-itself", "bad-successors",
+        "wrong-voter-key", "fetch-past-the-end", "bogus-snapshot", "describe", "bad-epoch-response",
+        "non-voter-leader", "receiver-as-leader", "impossible-fetch-answer", "impossible-snapshot-chunk",
+    }
+
+
+@pytest.mark.parametrize("check", ["request_error", "response_is_valid"])
+def test_byzantine_mode_catches_a_core_that_trusts_messages(check: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mode has teeth: with either check of kraftpy.raft.validation switched off, a seed fails."""
+    monkeypatch.setattr(kraftpy.raft.core, check, (lambda *args: None) if check == "request_error" else
+                        (lambda *args: True))
+    with pytest.raises(InvariantViolation, match="acted on a hostile message"):
+        run_seed(3, fault_seconds=20, byzantine=True)
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
@@ -60,6 +114,8 @@ def test_hypothesis_seeds(seed: int) -> None:
 @pytest.mark.parametrize("seed", [42, 2, 7])  # memory logs; file logs with a linger of 5 and 50 ms
 def test_same_seed_same_history(seed: int) -> None:
     assert run_seed(seed, fault_seconds=20) == run_seed(seed, fault_seconds=20)
+    byzantine = run_seed(seed, fault_seconds=20, byzantine=True)
+    assert byzantine == run_seed(seed, fault_seconds=20, byzantine=True) and byzantine.hostile > 50
 
 
 def test_the_default_seeds_cover_file_logs_and_linger() -> None:
