@@ -34,6 +34,10 @@ from kraftpy.metadata.records import BrokerEndpoint, BrokerFeature
 from kraftpy.metadata.rpc import ControllerClient, ControllerUnavailable
 from kraftpy.metrics import BROKER_RUNNING
 
+#: How soon a refused registration is sent again (at most broker.heartbeat.interval.ms): a refusal
+#: costs the controller a lookup, no write.
+REGISTRATION_RETRY_S = 0.1
+
 
 class BrokerState(enum.Enum):
     OFFLINE = "offline"
@@ -88,6 +92,7 @@ class BrokerLifecycle:
             self.node_id, self.cluster_id, self.incarnation_id,
             listeners=advertised_endpoints(self.config, self.server.port),
             features=features, rack=self.config["broker.rack"])
+        refusals = 0
         while True:
             try:
                 response = await self.controller.call(request)
@@ -101,10 +106,13 @@ class BrokerLifecycle:
                 self.log.info("registered", broker_epoch=self.broker_epoch,
                               incarnation_id=str(self.incarnation_id))
                 return
-            # e.g. DUPLICATE_BROKER_REGISTRATION while the previous incarnation's session lasts
-            self.log.warning("registration refused, retrying", error=Errors(response.error_code).name,
-                             message=response.error_message)
-            await trio.sleep(self.heartbeat_interval)
+            # e.g. DUPLICATE_BROKER_REGISTRATION while the previous incarnation's session lasts (after
+            # kill -9): asked again often, the controller accepts it as soon as that session is fenced.
+            log = self.log.warning if not refusals else self.log.debug
+            log("registration refused, retrying", error=Errors(response.error_code).name,
+                message=response.error_message)
+            refusals += 1
+            await trio.sleep(min(self.heartbeat_interval, REGISTRATION_RETRY_S))
 
     async def _heartbeat(self) -> None:
         request = BrokerHeartbeatRequest(self.node_id, self.broker_epoch, self.metadata_offset(),
