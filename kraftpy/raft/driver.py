@@ -57,6 +57,7 @@ from kraftpy.raft.effects import (
 )
 from kraftpy.raft.messages import DescribeQuorumResponse, Message, Received
 from kraftpy.raft.quorum_state_store import write_quorum_state_file
+from kraftpy.raft.validation import RESPONSE_TYPES
 from kraftpy.rpc.control import ConnectionLost, ControlClient, RequestTimeout, RpcError
 from kraftpy.rpc.wire_schema import INT32
 
@@ -94,11 +95,17 @@ def decode_envelope(body: dict[str, Any]) -> tuple[int, Message]:
         raise RpcError("INVALID_REQUEST", f"raft: not a Raft message: {exc}") from None
 
 
-def decode_response(body: dict[str, Any]) -> Message:
+def decode_response(body: dict[str, Any], request: Message) -> Message:
+    """The answer to `request` in `body`; RpcError INVALID_RESPONSE for anything but one of the
+    response type that answers it."""
     try:
-        return codec.decode(body["message"])
+        response = codec.decode(body["message"])
     except (KeyError, TypeError, ValueError) as exc:
         raise RpcError("INVALID_RESPONSE", f"not a Raft message: {exc}") from None
+    expected = RESPONSE_TYPES[type(request)]
+    if type(response) is not expected:
+        raise RpcError("INVALID_RESPONSE", f"{type(response).__name__} does not answer {type(request).__name__}")
+    return response
 
 
 class RaftDriver:
@@ -264,7 +271,7 @@ class RaftDriver:
                 return
             try:
                 body = await client.request(RAFT_API, encode_envelope(self.core.node_id, message))
-                response = decode_response(body)
+                response = decode_response(body, message)
             except ConnectionLost as exc:
                 self.log.debug("raft peer unreachable", dest=dest, request=type(message).__name__,
                                error=str(exc))

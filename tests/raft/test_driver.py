@@ -5,16 +5,19 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 import trio
 
+from kraftpy.raft import codec
 from kraftpy.raft.config import RaftConfig
 from kraftpy.raft.core import RaftCore
-from kraftpy.raft.driver import RAFT_API, RaftDriver
+from kraftpy.raft.driver import RAFT_API, RaftDriver, decode_response
 from kraftpy.raft.effects import Commit, LeaderChange, SnapshotLoaded
 from kraftpy.raft.errors import NotLeaderError
 from kraftpy.raft.file_log import FileRaftLog
+from kraftpy.raft.messages import BeginQuorumEpochResponse, VoteRequest, VoteResponse
 from kraftpy.raft.quorum_state_store import FILE_NAME, read_quorum_state_file
-from kraftpy.rpc.control import ControlServer, RpcError
+from kraftpy.rpc.control import ControlClient, ControlServer, RpcError
 
 CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"
 
@@ -169,3 +172,54 @@ async def test_proposals_within_the_linger_time_share_one_batch(tmp_path: Path) 
                 == b"r%d" % i
         nursery.cancel_scope.cancel()
     log.close()
+
+
+async def test_malformed_raft_requests_are_answered_invalid_request_and_change_nothing(tmp_path: Path) -> None:
+    """Over real TCP: a string where an int is, a bad sender, a list where a map is, an epoch past
+    int32 (the probe's Vote) — each answered INVALID_REQUEST naming the field, never
+    UNKNOWN_SERVER_ERROR; the node keeps its epoch and its quorum-state file, and goes on serving."""
+    log = FileRaftLog.open(tmp_path)
+    recorder = Recorder()
+    config = RaftConfig(1, [1, 2, 3], CLUSTER, election_timeout_ms=60_000)
+    state_path = tmp_path / FILE_NAME
+    core = RaftCore(config, log, rng=random.Random(1), now=trio.current_time())
+    driver = RaftDriver(core, voter_addresses={}, quorum_state_path=state_path, listener=recorder)
+    vote = codec.encode(VoteRequest(CLUSTER, 1, 2**31 + 5, 2, 0, 0))
+
+    async def handler(api: str, body: dict) -> dict:
+        return await driver.handle_request(body)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        port = await nursery.start(ControlServer(handler).serve, "127.0.0.1", 0)
+        client = ControlClient(nursery, "127.0.0.1", port)
+        bad = {
+            "source as a string": {"source": "2", "message": codec.encode(VoteRequest(CLUSTER, 1, 1, 2, 0, 0))},
+            "negative source": {"source": -2, "message": codec.encode(VoteRequest(CLUSTER, 1, 1, 2, 0, 0))},
+            "epoch as a string": {"source": 2, "message": {**vote, "candidate_epoch": "7"}},
+            "a list for a message": {"source": 2, "message": [1, 2]},
+            "epoch past int32": {"source": 2, "message": vote},
+            "a response": {"source": 2, "message": codec.encode(VoteResponse(0, 2, 9, True))},
+        }
+        for name, body in bad.items():
+            try:
+                await client.request(RAFT_API, body)
+                raise AssertionError(f"{name}: accepted")
+            except RpcError as exc:
+                assert exc.code == "INVALID_REQUEST", (name, exc)
+        assert core.epoch == 0 and not state_path.exists()
+        good = await client.request(RAFT_API, {"source": 2, "message": codec.encode(VoteRequest(CLUSTER, 1, 1, 2, 0, 0))})
+        assert codec.decode(good["message"]) == VoteResponse(0, -1, 1, True)
+        assert read_quorum_state_file(state_path).epoch == 1
+        nursery.cancel_scope.cancel()
+    log.close()
+
+
+def test_an_answer_of_the_wrong_type_is_refused() -> None:
+    request = VoteRequest(CLUSTER, 2, 3, 1, 0, 0)
+    assert decode_response({"message": codec.encode(VoteResponse(0, -1, 3, True))}, request).vote_granted
+    for body in ({"message": codec.encode(BeginQuorumEpochResponse(0, 2, 3))}, {"message": codec.encode(request)},
+                 {"nothing": 1}, {"message": "VoteResponse"}):
+        with pytest.raises(RpcError) as raised:
+            decode_response(body, request)
+        assert raised.value.code == "INVALID_RESPONSE"
