@@ -1,0 +1,77 @@
+"""Bugs the fuzzer finds that are not fixed yet, and what a campaign does about their inputs.
+
+Each entry names the bug, the part of kraftpy whose fix removes it, and the frame tags (mutation
+classes, or finer tags the generators set) of the inputs that reach it. A campaign given these
+entries either does not send matching frames (``skip``: for bugs that stop the process or poison a
+partition, which would hide everything after them) or sends them and reports the bug's findings as
+known instead of failing on them (``tolerate``: the kinds listed). `make test` runs with `OPEN`, so
+it stays green while a bug is open; when the fix lands, its entry is removed and the same inputs are
+sent, and judged, again.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class KnownBug:
+    name: str
+    reason: str
+    #: Where the fix belongs.
+    fix: str
+    #: A frame carrying any of these tags is affected.
+    tags: frozenset[str] = attrs.field(converter=frozenset)
+    #: Finding kinds reported as known for affected frames; empty: affected frames are not sent.
+    tolerate: tuple[str, ...] = ()
+
+    @property
+    def skips(self) -> bool:
+        return not self.tolerate
+
+    def matches(self, tags: frozenset[str]) -> bool:
+        return not self.tags.isdisjoint(tags)
+
+
+RESPONSE_ENCODING_STOPS_PROCESS = KnownBug(
+    "response-encoding-stops-process",
+    "a response that cannot be encoded escapes KafkaApis.handle and stops the whole process: a Metadata "
+    "v10-v11 request naming a topic by id (the answer carries a null name, allowed from v12 only), or an "
+    "error message echoing a long name past the 32,767 bytes a non-flexible string holds",
+    "kraftpy/broker/apis/dispatch.py (encode inside the handler's error handling: close that connection); "
+    "kraftpy/broker/apis/metadata.py (topic ids below v12: INVALID_REQUEST, as Kafka answers)",
+    {"metadata-null-name-before-v12", "long-string-int16"},
+)
+PRODUCE_DUPLICATE_PARTITION = KnownBug(
+    "produce-duplicate-partition",
+    "a Produce naming one partition twice answers every entry with the last entry's result: a refused "
+    "batch is reported as written, at the offset of another batch",
+    "kraftpy/broker/apis/produce.py",
+    {"produce-duplicate-partition"},
+)
+CONTROL_TYPE_ERRORS = KnownBug(
+    "control-type-errors",
+    "controller requests with a value of the wrong type or shape inside (a type swapped, a list of "
+    "scalars where structures are due, a type tag removed) fail in the handler with AttributeError and "
+    "are answered UNKNOWN_SERVER_ERROR, not INVALID_REQUEST",
+    "control-plane message validation (kraftpy/metadata/messages.py, kraftpy/rpc/wire.py decoding)",
+    {"ctl:type-swap", "ctl:huge-list", "ctl:missing-key", "ctl:unknown-tag", "ctl:extra-key", "ctl:int-range"},
+    tolerate=("unknown-server-error",),
+)
+
+HUGE_PARTITION_COUNT = KnownBug(
+    "huge-partition-count",
+    "one CreatePartitions (or CreateTopics) asking for 2,147,483,647 partitions makes the controller build "
+    "them all: memory grows without bound (2.5 GB within seconds) and the node stops answering",
+    "the controller (kraftpy/metadata/replication_control.py): refuse counts past a bound before building "
+    "records, as Kafka's controller bounds the records of one operation",
+    {"huge-partition-count"},
+)
+
+OPEN: tuple[KnownBug, ...] = (
+    HUGE_PARTITION_COUNT,
+    RESPONSE_ENCODING_STOPS_PROCESS,
+    PRODUCE_DUPLICATE_PARTITION,
+    CONTROL_TYPE_ERRORS,
+)
+BY_NAME = {bug.name: bug for bug in OPEN}
