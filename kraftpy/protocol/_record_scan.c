@@ -70,8 +70,23 @@ read_zigzag(const uint8_t *buf, Py_ssize_t end, Py_ssize_t *pos, int bits, int64
     return 0;
 }
 
-#define READ(bits, target) \
-    do { if (read_zigzag(buf, end, &pos, (bits), &(target)) != 0) goto refused; } while (0)
+#define READ(cursor, bits, target) \
+    do { if (read_zigzag(buf, end, &(cursor), (bits), &(target)) != 0) goto refused; } while (0)
+
+/* Read a key, value or header value length at *p and step over the bytes; -1 (null) is allowed. */
+#define SKIP_NULLABLE(p, n, on_null) \
+    do { \
+        READ(p, 32, n); \
+        if (n < 0) { \
+            if (n != -1) \
+                goto refused; \
+            on_null; \
+        } else { \
+            if (n > record_end - (p)) \
+                goto refused; \
+            (p) += (Py_ssize_t)(n); \
+        } \
+    } while (0)
 
 static PyObject *
 scan(PyObject *self, PyObject *args)
@@ -94,49 +109,33 @@ scan(PyObject *self, PyObject *args)
 
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t length, timestamp_delta, offset_delta, n, header_count;
-        READ(32, length);
+        READ(pos, 32, length);
         if (length < 0 || length > end - pos)
             goto refused;
         const Py_ssize_t record_end = pos + (Py_ssize_t)length;
-        pos += 1;  /* attributes: unused */
-        READ(64, timestamp_delta);
+        /* The fields are read with a cursor of their own, and the next record starts where this
+         * one's length says (once the fields are seen to end there): the processor reads the next
+         * length without waiting for this record's fields. */
+        Py_ssize_t p = pos + 1;  /* after the attributes: unused */
+        READ(p, 64, timestamp_delta);
         if (timestamp_delta < min_ts)
             min_ts = timestamp_delta;
         if (timestamp_delta > max_ts)
             max_ts = timestamp_delta;
-        READ(32, offset_delta);
+        READ(p, 32, offset_delta);
         if (offset_delta != i)
             goto refused;
-
-        READ(32, n);  /* key */
-        if (n < 0) {
-            if (n != -1)
-                goto refused;
-            null_keys += 1;
-        } else {
-            if (n > record_end - pos)
-                goto refused;
-            pos += (Py_ssize_t)n;
-        }
-        READ(32, n);  /* value */
-        if (n < 0) {
-            if (n != -1)
-                goto refused;
-        } else {
-            if (n > record_end - pos)
-                goto refused;
-            pos += (Py_ssize_t)n;
-        }
-
-        READ(32, header_count);
+        SKIP_NULLABLE(p, n, null_keys += 1);  /* key */
+        SKIP_NULLABLE(p, n, (void)0);  /* value */
+        READ(p, 32, header_count);
         if (header_count != 0) {
-            if (header_count < 0 || header_count > record_end - pos)
+            if (header_count < 0 || header_count > record_end - p)
                 goto refused;
             for (int64_t h = 0; h < header_count; h++) {
-                READ(32, n);  /* header key: never null, UTF-8 */
-                if (n < 0 || n > record_end - pos)
+                READ(p, 32, n);  /* header key: never null, UTF-8 */
+                if (n < 0 || n > record_end - p)
                     goto refused;
-                PyObject *key = PyUnicode_DecodeUTF8((const char *)buf + pos, (Py_ssize_t)n, "strict");
+                PyObject *key = PyUnicode_DecodeUTF8((const char *)buf + p, (Py_ssize_t)n, "strict");
                 if (key == NULL) {
                     if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
                         PyBuffer_Release(&view);
@@ -146,20 +145,13 @@ scan(PyObject *self, PyObject *args)
                     goto refused;
                 }
                 Py_DECREF(key);
-                pos += (Py_ssize_t)n;
-                READ(32, n);  /* header value */
-                if (n < 0) {
-                    if (n != -1)
-                        goto refused;
-                } else {
-                    if (n > record_end - pos)
-                        goto refused;
-                    pos += (Py_ssize_t)n;
-                }
+                p += (Py_ssize_t)n;
+                SKIP_NULLABLE(p, n, (void)0);  /* header value */
             }
         }
-        if (pos != record_end)
+        if (p != record_end)
             goto refused;
+        pos = record_end;
     }
     if (pos != end)
         goto refused;

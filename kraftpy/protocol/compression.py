@@ -50,9 +50,13 @@ _XERIAL_BLOCK_SIZE = 32 * 1024
 _BLOCK_LENGTH = struct.Struct(">i")
 
 # zstd emits at most 128 KiB per block and a block takes at least 4 input bytes, so feeding the
-# decompressor this much input at a time bounds the overshoot past the limit to a few MiB.
+# decompressor this much input at a time bounds the overshoot past the limit to a few MiB. A
+# frame that declares its content size is fed whole when that size fits: the decoder refuses to
+# write past a declared size, so the bound holds without the many small calls.
 _ZSTD_MAX_RATIO = 128 * 1024 // 4
 _ZSTD_MIN_FEED = 64
+# The output buffer lz4 allocates is the most it is asked for: ask for this much at a time.
+_LZ4_MAX_STEP = 1024 * 1024
 
 
 class Compression(enum.IntEnum):
@@ -202,7 +206,8 @@ def lz4_compress(data: bytes, level: int = 0) -> bytes:
 
 
 def _lz4_step(decompressor, pending: memoryview, budget: int) -> tuple[bytes, memoryview]:
-    chunk = decompressor.decompress(pending, max_length=budget)  # keeps what it does not return
+    # Keeps what it does not return; max_length is also the size of the buffer it allocates.
+    chunk = decompressor.decompress(pending, max_length=min(budget, _LZ4_MAX_STEP))
     if not chunk and decompressor.needs_input and not decompressor.eof:
         raise CorruptRecordError("truncated lz4 frame")
     return chunk, memoryview(b"")
@@ -228,14 +233,33 @@ def _zstd_step(decompressor, pending: memoryview, budget: int) -> tuple[bytes, m
     if not pending:
         raise CorruptRecordError("truncated zstd frame")
     feed = max(_ZSTD_MIN_FEED, (budget - 1) // _ZSTD_MAX_RATIO)
-    return decompressor.decompress(pending[:feed]), pending[feed:]
+    if not decompressor.started:
+        decompressor.started = True
+        declared = zstandard.frame_content_size(pending)
+        if 0 <= declared < budget:
+            feed = len(pending)
+    return decompressor.inner.decompress(pending[:feed]), pending[feed:]
+
+
+class _ZstdFrame:
+    """One frame's decompressor, and whether it has been fed yet (its content size is read first)."""
+
+    def __init__(self) -> None:
+        self.inner = zstandard.ZstdDecompressor().decompressobj()
+        self.started = False
+
+    @property
+    def eof(self) -> bool:
+        return self.inner.eof
+
+    @property
+    def unused_data(self) -> bytes:
+        return self.inner.unused_data
 
 
 def zstd_decompress(data: bytes, max_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE) -> bytes:
     """Decompress one or more zstd frames, with or without a declared content size."""
-    return _inflate(
-        "zstd", data, max_size, lambda: zstandard.ZstdDecompressor().decompressobj(), _zstd_step, zstandard.ZstdError
-    )
+    return _inflate("zstd", data, max_size, _ZstdFrame, _zstd_step, zstandard.ZstdError)
 
 
 # -- dispatch --------------------------------------------------------------------------------

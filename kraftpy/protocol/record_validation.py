@@ -61,12 +61,17 @@ it, then validates that one where blocking does not matter (a worker thread).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import attrs
 
 from kraftpy.protocol.batch_header import (
+    CODEC_MASK,
+    CONTROL_BIT,
     HEADER_SIZE,
     NO_PRODUCER_ID,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
     BatchHeader,
     CorruptRecordError,
     UnsupportedMagicError,
@@ -109,6 +114,8 @@ MAX_RECORD_ERRORS = 100
 #: The Produce version that first allows zstd (KIP-110).
 ZSTD_MIN_PRODUCE_VERSION = 7
 LATEST_PRODUCE_VERSION = 9
+#: Attribute bits a producer may not set: timestamp type (LogAppendTime), transactional, control.
+_REFUSED_FLAGS = TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT | CONTROL_BIT
 
 
 @attrs.frozen
@@ -145,9 +152,9 @@ class Refusal:
     record_errors: tuple[RecordError, ...] = ()
 
 
-@attrs.frozen
-class Accepted:
-    """A batch that passed: its header and bytes (a corrected copy when its max timestamp was wrong)."""
+class Accepted(NamedTuple):
+    """A batch that passed: its header and bytes (a corrected copy when its max timestamp was wrong).
+    A tuple, because one is made for every produced batch."""
 
     header: BatchHeader
     records: bytes | bytearray | memoryview
@@ -232,11 +239,19 @@ def validate_produced_batch(
     crc = compute_crc(records, 0, size)
     if crc != header.crc:
         return Refusal(ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch: stored {header.crc:#010x}, computed {crc:#010x}")
-    refusal = _check_header(header, produce_version)
-    if refusal is not None:
-        return refusal
+    count = header.record_count
+    attributes = header.attributes
+    codec = attributes & CODEC_MASK
+    producer_id = header.producer_id
+    # One test for the usual batch; _check_header says what is wrong with any other.
+    if (header.base_offset or count <= 0 or count != header.last_offset_delta + 1 or attributes & _REFUSED_FLAGS
+            or codec > Compression.ZSTD or (codec == Compression.ZSTD and produce_version < ZSTD_MIN_PRODUCE_VERSION)
+            or (producer_id != NO_PRODUCER_ID
+                and (producer_id < 0 or header.producer_epoch < 0 or header.base_sequence < 0))):
+        refusal = _check_header(header, produce_version)
+        if refusal is not None:
+            return refusal
 
-    codec = header.compression
     if codec == Compression.NONE:
         section: bytes | bytearray | memoryview = records
         start = HEADER_SIZE
@@ -254,7 +269,7 @@ def validate_produced_batch(
             return Refusal(ErrorCode.CORRUPT_MESSAGE, f"the records section does not decompress: {exc}")
         start = 0
 
-    summary = scan_records(section, start, header.record_count)
+    summary = scan_records(section, start, count)
     if summary is None:
         return _refusal_by_record(section, start, header, rules, now_ms) or Refusal(
             ErrorCode.CORRUPT_MESSAGE, "the records section does not parse")
@@ -267,8 +282,8 @@ def validate_produced_batch(
     if rules.log_append_time:
         return Accepted(header, records)  # the partition stamps its own time
     first, last = base + low, base + high
-    earliest, latest = _timestamp_range(rules, now_ms)
-    if first < earliest or last > latest:
+    if (first < now_ms - rules.timestamp_before_max_ms or last > now_ms + rules.timestamp_after_max_ms
+            or first < LONG_MIN or last > LONG_MAX):
         # Out of range, unless only records without a timestamp (-1) are: those are looked at one by one.
         refusal = _refusal_by_record(section, start, header, rules, now_ms)
         if refusal is not None:

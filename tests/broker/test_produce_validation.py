@@ -20,6 +20,7 @@ from kraftpy.metadata.messages import (
     IncrementalAlterConfigsRequest,
 )
 from kraftpy.metadata.records import ConfigResourceType
+from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.batch_header import CONTROL_BIT, TRANSACTIONAL_BIT
 from kraftpy.protocol.compression import Compression
 from kraftpy.protocol.errors import ErrorCode
@@ -189,3 +190,23 @@ async def test_real_consumers_read_every_acknowledged_record(tmp_path):
                                                      len(acknowledged))
         assert [r.value for r in kafka_python] == acknowledged
         assert cluster.partition(1, "t").log_end_offset == len(acknowledged)
+
+
+async def test_a_batch_that_decompresses_to_more_than_the_inline_limit_is_validated_in_a_worker(tmp_path):
+    from kraftpy.broker.apis.produce import INLINE_DECOMPRESSED_SIZE
+
+    big = bytes(INLINE_DECOMPRESSED_SIZE + 1024)  # zeros: a few hundred bytes in zstd
+    async with open_cluster(tmp_path, brokers=1) as cluster:
+        await cluster.create_topic("t")
+        async with await connect(cluster) as conn:
+            produce_api = cluster.brokers[1].apis.handlers[ApiKey.PRODUCE].__self__
+            data = sealed(record(0, value=big), 1, codec=Compression.ZSTD)
+            assert len(data) < 4096
+            assert produce_api._large_batches is None
+            assert (await produce(conn, "t", 0, data)).base_offset == 0
+            assert produce_api._large_batches is not None  # made for the first batch over the limit
+            bad = sealed(record(0, value=big) + record(3), 2, codec=Compression.ZSTD)
+            result = await produce(conn, "t", 0, bad)
+            assert result.error_code == ErrorCode.INVALID_RECORD
+            assert [e.batch_index for e in result.record_errors] == [1]
+            assert values_of((await fetch(conn, "t", 0, 0)).records) == [big]

@@ -243,3 +243,15 @@ def test_unknown_codec():
         decompress(5, b"abc")
     with pytest.raises(ValueError, match="unknown compression codec 7"):
         compress(7, b"abc")
+
+
+def test_a_zstd_frame_that_understates_its_content_size_is_corrupt():
+    # A declared size within the limit lets the frame be fed whole; the decoder then refuses to
+    # write past that size, so a frame that lies about it is refused, not decompressed past the limit.
+    frame = bytearray(zstandard.ZstdCompressor(write_checksum=False).compress(b"\0" * BOMB))
+    declared = zstandard.frame_content_size(bytes(frame))
+    at = frame.index(declared.to_bytes(4, "little"), 4)
+    frame[at : at + 4] = (1000).to_bytes(4, "little")
+    assert zstandard.frame_content_size(bytes(frame)) == 1000
+    with pytest.raises(CorruptRecordError):
+        decompress(Compression.ZSTD, bytes(frame), max_size=1024 * 1024)

@@ -66,6 +66,7 @@ class ProduceApi:
 
     async def handle_produce(self, header: Any, request: Any, conn: Connection) -> ProduceResponse | None:
         acks = request.acks
+        version = header.request_api_version
         now = self.clock()
         PartitionResponse = ProduceResponse.PartitionProduceResponse
         results: dict[tuple[str, int], Any] = {}
@@ -85,7 +86,11 @@ class ProduceApi:
                 if part is None:
                     result.error_code = error
                     continue
-                verdict = await self._validate(data.records, part.produce_rules, now, header.request_api_version)
+                try:
+                    verdict = validate_produced_batch(data.records, part.produce_rules, now, produce_version=version,
+                                                      inline_limit=INLINE_DECOMPRESSED_SIZE)
+                except InlineLimitExceeded:
+                    verdict = await self._validate_large(data.records, part.produce_rules, now, version)
                 if isinstance(verdict, Refusal):
                     result.error_code, result.error_message = verdict.error, verdict.message
                     result.record_errors = [
@@ -119,15 +124,12 @@ class ProduceApi:
             for name, indexes in order
         ])
 
-    async def _validate(self, records: Any, rules: ProduceRules, now: int, version: int) -> Accepted | Refusal:
-        try:
-            return validate_produced_batch(records, rules, now, produce_version=version,
-                                           inline_limit=INLINE_DECOMPRESSED_SIZE)
-        except InlineLimitExceeded:
-            if self._large_batches is None:
-                self._large_batches = trio.CapacityLimiter(1)
-            check = functools.partial(validate_produced_batch, records, rules, now, produce_version=version)
-            return await trio.to_thread.run_sync(check, limiter=self._large_batches)
+    async def _validate_large(self, records: Any, rules: ProduceRules, now: int, version: int) -> Accepted | Refusal:
+        """Validate a batch whose records decompress past INLINE_DECOMPRESSED_SIZE in a worker thread."""
+        if self._large_batches is None:
+            self._large_batches = trio.CapacityLimiter(1)
+        check = functools.partial(validate_produced_batch, records, rules, now, produce_version=version)
+        return await trio.to_thread.run_sync(check, limiter=self._large_batches)
 
     @staticmethod
     async def _await_replication(waiting: dict, results: dict, timeout_s: float) -> None:
