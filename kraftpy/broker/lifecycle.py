@@ -81,8 +81,11 @@ class BrokerLifecycle:
         await self._register()
         task_status.started()
         while True:
+            sent = trio.current_time()
             await self._heartbeat()
-            with trio.move_on_after(self.heartbeat_interval):
+            # The period runs from one heartbeat's start to the next: a slow answer (a controller busy
+            # with a large request) does not stretch the gap the controller's session timeout sees.
+            with trio.move_on_at(sent + self.heartbeat_interval):
                 await self._poke.wait()
             self._poke = trio.Event()
 

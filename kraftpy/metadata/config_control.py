@@ -136,7 +136,8 @@ def describe_configs(
         else:
             names = sorted(schema)
         if entry.configuration_keys is not None:
-            names = [n for n in names if n in set(entry.configuration_keys)]
+            wanted = set(entry.configuration_keys)
+            names = [n for n in names if n in wanted]
         entries = []
         for name in names:
             value, source = _effective(image, config, resource, name)

@@ -1,9 +1,17 @@
-"""DescribeConfigs (answered from the metadata cache) and IncrementalAlterConfigs (forwarded)."""
+"""DescribeConfigs (answered from the metadata cache) and IncrementalAlterConfigs (forwarded).
+
+DescribeConfigs describes each distinct resource once (a resource named twice gets the same answer
+twice) and in turns of `RESOURCES_PER_TURN` (kraftpy.broker.apis.pacing): a request naming a million
+topics does not hold up other connections. Every resource is described from the same image.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import trio
+
+from kraftpy.broker.apis.pacing import Pacer, first_seen
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.settings import BrokerSettings
@@ -13,6 +21,9 @@ from kraftpy.metadata.controller_config import ControllerConfig
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.messages import DescribeConfigsResponse, IncrementalAlterConfigsResponse
 from kraftpy.rpc.kafka_server import Connection
+
+#: Resources described between two turns of the other tasks (each lists up to a few dozen entries).
+RESOURCES_PER_TURN = 50
 
 
 class ConfigsApi:
@@ -32,24 +43,34 @@ class ConfigsApi:
         }
 
     async def handle_describe_configs(self, header: Any, request: Any, conn: Connection) -> DescribeConfigsResponse:
-        mreq = m.DescribeConfigsRequest(tuple(
-            m.DescribeConfigsResource(
-                r.resource_type, r.resource_name,
-                None if r.configuration_keys is None else tuple(r.configuration_keys),
-            )
-            for r in request.resources
-        ))
-        mresp = config_control.describe_configs(self.metadata.image, mreq, self._describe_config)
+        image = self.metadata.image
+        pace = Pacer()
+        named = []
+        answers: dict[m.DescribeConfigsResource, Any] = {}
+        for r in request.resources:
+            keys = r.configuration_keys
+            resource = m.DescribeConfigsResource(r.resource_type, r.resource_name,
+                                                 None if keys is None else tuple(first_seen(keys)))
+            named.append(resource)
+            answers[resource] = None
+            if pace.due(1 + len(keys or ())):
+                await trio.lowlevel.checkpoint()
+        distinct = list(answers)
         Result = DescribeConfigsResponse.DescribeConfigsResult
         Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
-        return DescribeConfigsResponse(throttle_time_ms=0, results=[
-            Result(error_code=r.error_code, error_message=r.error_message, resource_type=r.resource_type,
-                   resource_name=r.resource_name,
-                   configs=[Entry(name=c.name, value=c.value, read_only=c.read_only,
-                                  config_source=int(c.config_source), is_sensitive=c.is_sensitive)
-                            for c in r.configs])
-            for r in mresp.results
-        ])
+        for start in range(0, len(distinct), RESOURCES_PER_TURN):
+            chunk = distinct[start:start + RESOURCES_PER_TURN]
+            mresp = config_control.describe_configs(image, m.DescribeConfigsRequest(tuple(chunk)),
+                                                    self._describe_config)
+            for resource, r in zip(chunk, mresp.results, strict=True):
+                answers[resource] = Result(
+                    error_code=r.error_code, error_message=r.error_message, resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                    configs=[Entry(name=c.name, value=c.value, read_only=c.read_only,
+                                   config_source=int(c.config_source), is_sensitive=c.is_sensitive)
+                             for c in r.configs])
+            await trio.lowlevel.checkpoint()
+        return DescribeConfigsResponse(throttle_time_ms=0, results=[answers[resource] for resource in named])
 
     async def handle_incremental_alter_configs(self, header: Any, request: Any,
                                                conn: Connection) -> IncrementalAlterConfigsResponse:

@@ -14,6 +14,13 @@ as Kafka does; every other connection is unaffected. Answered instead of closed:
 Each area's handlers live in a module of their own and are registered by the broker that builds
 them (`register` / `register_all`), so an area added later (the group coordinator's, say) plugs
 in the same way.
+
+Large requests: a frame of `LARGE_REQUEST_BYTES` or more (Produce aside: its bytes are records,
+decoded as slices of the frame) is decoded in a worker thread, and its response encoded there too. A
+Metadata request naming a million topics takes seconds of Python to decode; in a worker thread the
+event loop keeps serving other connections meanwhile (the thread gives the interpreter up every
+switch interval). At most `LARGE_REQUEST_THREADS` such decodes run at once. Handlers walk what a
+request names in turns (kraftpy.broker.apis.pacing).
 """
 
 from __future__ import annotations
@@ -37,6 +44,19 @@ _logger = structlog.get_logger(__name__)
 
 Handler = Callable[[Any, Any, Connection], Awaitable[Any]]
 
+#: Request frames at least this large (Produce aside) are decoded and answered off the event loop.
+LARGE_REQUEST_BYTES = 256 * 1024
+#: Worker threads decoding or encoding large requests at once: more would only share the interpreter.
+LARGE_REQUEST_THREADS = 1
+
+
+def _parse(frame: bytes | memoryview) -> tuple[Any, Any]:
+    return parse_request(frame, allow_trailing_bytes=True)
+
+
+def _is_large(frame: bytes | memoryview) -> bool:
+    return len(frame) >= LARGE_REQUEST_BYTES and int.from_bytes(frame[:2], "big", signed=True) != ApiKey.PRODUCE
+
 
 class KafkaApis:
     def __init__(self, metadata: MetadataCache, *, node_id: int = -1, ready: trio.Event | None = None) -> None:
@@ -45,6 +65,7 @@ class KafkaApis:
         self.ready = ready
         self._log = _logger.bind(node_id=node_id)
         self.handlers: dict[int, Handler] = {ApiKey.API_VERSIONS: self.handle_api_versions}
+        self._large_requests = trio.CapacityLimiter(LARGE_REQUEST_THREADS)
 
     def register(self, api_key: ApiKey, handler: Handler) -> None:
         """Serve ``api_key`` with ``handler``."""
@@ -62,8 +83,12 @@ class KafkaApis:
     async def handle(self, frame: bytes | memoryview, conn: Connection) -> list | None:
         if self.ready is not None and not self.ready.is_set():
             await self.ready.wait()
+        large = _is_large(frame)
         try:
-            header, request = parse_request(frame, allow_trailing_bytes=True)
+            if large:
+                header, request = await trio.to_thread.run_sync(_parse, frame, limiter=self._large_requests)
+            else:
+                header, request = _parse(frame)
         except UnsupportedVersionError as exc:
             return self._answer_unsupported_version(frame, exc)
         except InvalidRequestError as exc:
@@ -85,8 +110,12 @@ class KafkaApis:
         except Exception as exc:
             self._log.exception("request handler failed", api=ApiKey(api_key).name, peer=conn.peer)
             raise BadRequest(f"{ApiKey(api_key).name} failed: {exc}") from exc
+        del request
         if response is None:
             return None
+        if large:
+            return await trio.to_thread.run_sync(encode_response, header.correlation_id, api_key, version, response,
+                                                 limiter=self._large_requests)
         return encode_response(header.correlation_id, api_key, version, response)
 
     def _answer_unsupported_version(self, frame: bytes | memoryview, exc: UnsupportedVersionError) -> list:

@@ -5,7 +5,13 @@ and the request allow it, with *this broker's* ``num.partitions`` and
 ``default.replication.factor`` (as Kafka's AutoTopicCreationManager sends them: a broker
 configured for four partitions auto-creates four, whatever the controller's own file says). The
 topics are answered with LEADER_NOT_AVAILABLE while their creation is on its way; the client asks
-again.
+again. A name that is not a legal topic name is answered INVALID_TOPIC_EXCEPTION and never created.
+
+A request may name a million topics: each is answered once however often it is named, the work is
+done in turns (kraftpy.broker.apis.pacing) so that other connections and the heartbeats go on, and
+auto-creation adds at most `MAX_AUTO_CREATE_PARTITIONS` partitions per request — Kafka's controller
+refuses a larger creation as one operation, so a request naming more unknown topics than that
+creates none of them (they are answered UNKNOWN_TOPIC_OR_PARTITION).
 """
 
 from __future__ import annotations
@@ -14,21 +20,31 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
+import trio
 
 from kraftpy.broker.apis.common import from_wire_uuid, to_wire_uuid
 from kraftpy.broker.apis.forwarding import await_propagation
+from kraftpy.broker.apis.pacing import Pacer
 from kraftpy.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.settings import BrokerSettings
+from kraftpy.ids import Uuid
 from kraftpy.metadata import messages as m
 from kraftpy.metadata.image import MetadataImage, TopicImage
 from kraftpy.metadata.records import NO_LEADER
+from kraftpy.metadata.topic_names import topic_name_error
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import DescribeClusterResponse, MetadataResponse
 from kraftpy.rpc.kafka_server import Connection
 
 _logger = structlog.get_logger(__name__)
+
+#: Partitions one Metadata request may auto-create (Kafka's controller creates at most this many in
+#: one operation).
+MAX_AUTO_CREATE_PARTITIONS = 10_000
+#: The partitions of every topic answered with an error: one list, never changed, instead of one each.
+_NONE: list = []
 
 
 def topic_metadata(image: MetadataImage, topic_image: TopicImage,
@@ -69,20 +85,35 @@ class MetadataApi:
     async def handle_metadata(self, header: Any, request: Any, conn: Connection) -> MetadataResponse:
         version = header.request_api_version
         image = self.metadata.image
+        pace = Pacer()
         if request.topics is None or (version == 0 and not request.topics):
             wanted = [(name, None) for name in sorted(image.topics.by_name)]
             may_create = False
         else:
-            wanted = []
+            # Each topic once, however often the request names it: Kafka answers a set of topics.
+            by_key: dict[Any, tuple[str | None, Uuid | None]] = {}
             for t in request.topics:
                 topic_id = from_wire_uuid(t.topic_id) if version >= 10 else None
-                wanted.append((t.name, topic_id))
+                by_key.setdefault(t.name if topic_id is None else topic_id, (t.name, topic_id))
+                if pace.due():
+                    await trio.lowlevel.checkpoint()
+            wanted = list(by_key.values())
+            del by_key
             may_create = self.settings.auto_create_topics_enable and (version < 4 or request.allow_auto_topic_creation)
-        missing = [name for name, topic_id in wanted
-                   if topic_id is None and name is not None and image.topics.get_by_name(name) is None]
-        create_errors: dict[str, ErrorCode] = {}
-        if may_create and missing:
-            create_errors = await self._auto_create(missing)
+        #: Why an unknown topic named by name is not there (UNKNOWN_TOPIC_OR_PARTITION when absent).
+        errors: dict[str, ErrorCode] = {}
+        creatable = []
+        for name, topic_id in wanted:
+            if topic_id is None and name is not None and image.topics.get_by_name(name) is None:
+                if topic_name_error(name) is not None:
+                    errors[name] = ErrorCode.INVALID_TOPIC_EXCEPTION
+                elif may_create:
+                    creatable.append(name)
+            if pace.due():
+                await trio.lowlevel.checkpoint()
+        if creatable:
+            errors.update(await self._auto_create(creatable))
+        del creatable
         image = self.metadata.image
         brokers = self.metadata.alive_brokers(conn.listener)
         Topic = MetadataResponse.MetadataResponseTopic
@@ -92,13 +123,15 @@ class MetadataApi:
             if topic_image is None:
                 if topic_id is not None:
                     error = ErrorCode.UNKNOWN_TOPIC_ID
-                elif name in create_errors:
-                    error = create_errors[name]
                 else:
-                    error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                topics.append(Topic(error_code=error, name=name, topic_id=to_wire_uuid(topic_id)))
-                continue
-            topics.append(topic_metadata(image, topic_image, self.offline_here, self.settings.node_id))
+                    error = errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                topics.append(Topic(error_code=error, name=name, topic_id=to_wire_uuid(topic_id), partitions=_NONE))
+                work = 1
+            else:
+                topics.append(topic_metadata(image, topic_image, self.offline_here, self.settings.node_id))
+                work = 1 + len(topic_image.partitions)
+            if pace.due(work):
+                await trio.lowlevel.checkpoint()
         return MetadataResponse(
             throttle_time_ms=0,
             brokers=[MetadataResponse.MetadataResponseBroker(node_id=b, host=h, port=p, rack=r) for b, h, p, r in brokers],
@@ -108,8 +141,14 @@ class MetadataApi:
         )
 
     async def _auto_create(self, names: list[str]) -> dict[str, ErrorCode]:
-        """Create unknown topics with this broker's defaults; their errors (LEADER_NOT_AVAILABLE while in flight)."""
+        """Create unknown topics with this broker's defaults; their errors (LEADER_NOT_AVAILABLE while in
+        flight). None is created when they would add more than `MAX_AUTO_CREATE_PARTITIONS` partitions."""
         settings = self.settings
+        partitions = len(names) * max(settings.num_partitions, 1)
+        if partitions > MAX_AUTO_CREATE_PARTITIONS:
+            self._log.warning("not auto-creating topics: too many partitions for one request", topics=len(names),
+                              partitions=partitions, limit=MAX_AUTO_CREATE_PARTITIONS)
+            return {}
         request = m.CreateTopicsRequest(tuple(
             m.CreatableTopic(name, settings.num_partitions, settings.default_replication_factor) for name in names))
         errors: dict[str, ErrorCode] = {}
@@ -125,8 +164,8 @@ class MetadataApi:
             else:
                 errors[result.name] = ErrorCode(result.error_code)
         if created:
-            self._log.info("auto-created topics", topics=created, partitions=settings.num_partitions,
-                           replication_factor=settings.default_replication_factor)
+            self._log.info("auto-created topics", count=len(created), topics=created[:10],
+                           partitions=settings.num_partitions, replication_factor=settings.default_replication_factor)
             await await_propagation(self.metadata, lambda image: all(image.topics.get_by_name(n) is not None
                                                                      for n in created))
         return errors

@@ -1,10 +1,19 @@
-"""Offsets: ListOffsets (by time, earliest, latest, max timestamp), OffsetForLeaderEpoch, DeleteRecords."""
+"""Offsets: ListOffsets (by time, earliest, latest, max timestamp), OffsetForLeaderEpoch, DeleteRecords.
+
+Each handler walks the partitions a request names in turns (kraftpy.broker.apis.pacing), so a request
+naming a million partitions does not hold up other connections. A partition named twice in one
+ListOffsets request is answered INVALID_REQUEST each time, as Kafka does.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
+import trio
+
 from kraftpy.broker.apis.common import leader_partition
+from kraftpy.broker.apis.pacing import Pacer
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.partition import Partition
 from kraftpy.broker.replica_manager import ReplicaManager
@@ -68,6 +77,12 @@ class OffsetsApi:
     async def handle_list_offsets(self, header: Any, request: Any, conn: Connection) -> ListOffsetsResponse:
         version = header.request_api_version
         is_consumer = request.replica_id < 0
+        pace = Pacer()
+        named: Counter[tuple[str, int]] = Counter()
+        for topic in request.topics:
+            named.update((topic.name, lp.partition_index) for lp in topic.partitions)
+            if pace.due(len(topic.partitions)):
+                await trio.lowlevel.checkpoint()
         topics = []
         for topic in request.topics:
             out = ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name)
@@ -76,6 +91,11 @@ class OffsetsApi:
                 result = ListOffsetsResponse.ListOffsetsPartitionResponse(
                     partition_index=lp.partition_index, error_code=ErrorCode.NONE)
                 out.partitions.append(result)
+                if pace.due():
+                    await trio.lowlevel.checkpoint()
+                if named[topic.name, lp.partition_index] > 1:
+                    result.error_code = ErrorCode.INVALID_REQUEST
+                    continue
                 part, error = self._leader(topic.name, lp.partition_index, lp.current_leader_epoch)
                 if part is None:
                     result.error_code = error
@@ -86,6 +106,7 @@ class OffsetsApi:
     async def handle_offset_for_leader_epoch(self, header: Any, request: Any,
                                              conn: Connection) -> OffsetForLeaderEpochResponse:
         topics = []
+        pace = Pacer()
         Result = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
         for topic in request.topics:
             out = Result(topic=topic.topic)
@@ -93,6 +114,8 @@ class OffsetsApi:
             for p in topic.partitions:
                 entry = OffsetForLeaderEpochResponse.EpochEndOffset(error_code=ErrorCode.NONE, partition=p.partition)
                 out.partitions.append(entry)
+                if pace.due():
+                    await trio.lowlevel.checkpoint()
                 part, error = self._leader(topic.topic, p.partition, p.current_leader_epoch)
                 if part is None:
                     entry.error_code = error
@@ -106,6 +129,7 @@ class OffsetsApi:
         every minute)."""
         topics = []
         moved = False
+        pace = Pacer()
         Result = DeleteRecordsResponse.DeleteRecordsTopicResult
         PartitionResult = DeleteRecordsResponse.DeleteRecordsPartitionResult
         for topic in request.topics:
@@ -114,6 +138,8 @@ class OffsetsApi:
             for p in topic.partitions:
                 entry = PartitionResult(partition_index=p.partition_index, low_watermark=-1, error_code=ErrorCode.NONE)
                 out.partitions.append(entry)
+                if pace.due():
+                    await trio.lowlevel.checkpoint()
                 part, error = self._leader(topic.name, p.partition_index)
                 if part is None:
                     entry.error_code = error
