@@ -32,6 +32,7 @@ from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import InitProducerIdResponse, ProduceResponse
 from kraftpy.protocol.record_validation import (
+    ACCELERATED,
     Accepted,
     InlineLimitExceeded,
     ProduceRules,
@@ -58,6 +59,9 @@ class ProduceApi:
         self._log = _logger.bind(node_id=node_id)
         #: Large compressed batches are validated one at a time, off the event loop.
         self._large_batches: trio.CapacityLimiter | None = None
+        if not ACCELERATED:
+            self._log.warning("produced records are checked in Python, over a hundred times slower: the C module "
+                              "kraftpy/protocol/_record_scan.c was not compiled when kraftpy was installed")
 
     def handlers(self) -> dict[ApiKey, Any]:
         return {ApiKey.PRODUCE: self.handle_produce, ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id}
