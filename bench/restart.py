@@ -220,7 +220,8 @@ def main(argv: list[str]) -> int:
           f"(broker.session.timeout.ms={SESSION_TIMEOUT_MS}) | {cell(cluster['kill'])} |")
     print(f"| reference: Python start and imports of a server process | {reference:.2f} s |")
     print()
-    print(f"Run: `python bench/restart.py {' '.join(argv)}`".rstrip() + f" on {os.cpu_count()} cores.")
+    command = " ".join(["python bench/restart.py", *argv])
+    print(f"Run: `{command}` on {os.cpu_count()} cores.")
     return 0
 
 
