@@ -3,6 +3,11 @@
 These are the controller's own value classes; the control-plane and Kafka-protocol layers translate
 their wire forms to and from them. Fields follow Kafka's message definitions (snake_case); version-only
 and throttling fields (ThrottleTimeMs, timeouts) belong to the wire layer and are not repeated here.
+
+Integer fields carry their Kafka type as an annotation (``Int32``, ``Int64``, ...; ``NonNegativeInt32``
+where only a non-negative value means anything: node ids, partition indices): the control plane
+refuses a request whose field is of another type or out of that range before it is built
+(kraftpy.rpc.wire_schema), and kraftpy.metadata.validation checks what the types cannot say.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import attrs
 
 from kraftpy.ids import Uuid
 from kraftpy.metadata.records import BrokerEndpoint, BrokerFeature, LeaderRecoveryState
+from kraftpy.rpc.wire_schema import Int8, Int16, Int32, Int64, NonNegativeInt32
 
 
 def _tuple(value: object) -> tuple:
@@ -28,7 +34,7 @@ def _seq() -> tuple:
 
 @attrs.frozen
 class BrokerRegistrationRequest:
-    broker_id: int
+    broker_id: NonNegativeInt32
     cluster_id: str
     incarnation_id: Uuid
     listeners: tuple[BrokerEndpoint, ...] = _seq()
@@ -38,8 +44,8 @@ class BrokerRegistrationRequest:
 
 @attrs.frozen
 class BrokerRegistrationResponse:
-    error_code: int
-    broker_epoch: int = -1
+    error_code: Int16
+    broker_epoch: Int64 = -1
     error_message: str | None = None
 
 
@@ -49,14 +55,14 @@ class OfflineReplicaTopic:
     their files failed (see `BrokerHeartbeatRequest.offline_replicas`)."""
 
     topic_id: Uuid
-    partitions: tuple[int, ...] = attrs.field(converter=_tuple)
+    partitions: tuple[NonNegativeInt32, ...] = attrs.field(converter=_tuple)
 
 
 @attrs.frozen
 class BrokerHeartbeatRequest:
-    broker_id: int
-    broker_epoch: int
-    current_metadata_offset: int
+    broker_id: NonNegativeInt32
+    broker_epoch: Int64
+    current_metadata_offset: Int64
     want_fence: bool = False
     want_shut_down: bool = False
     #: Every replica of this broker that is offline, in each heartbeat. kraftpy's counterpart of
@@ -68,7 +74,7 @@ class BrokerHeartbeatRequest:
 
 @attrs.frozen
 class BrokerHeartbeatResponse:
-    error_code: int
+    error_code: Int16
     is_caught_up: bool = False
     is_fenced: bool = True
     should_shut_down: bool = False
@@ -76,12 +82,12 @@ class BrokerHeartbeatResponse:
 
 @attrs.frozen
 class UnregisterBrokerRequest:
-    broker_id: int
+    broker_id: NonNegativeInt32
 
 
 @attrs.frozen
 class UnregisterBrokerResponse:
-    error_code: int
+    error_code: Int16
     error_message: str | None = None
 
 
@@ -90,8 +96,8 @@ class UnregisterBrokerResponse:
 
 @attrs.frozen
 class CreatableReplicaAssignment:
-    partition_index: int
-    broker_ids: tuple[int, ...] = attrs.field(converter=_tuple)
+    partition_index: NonNegativeInt32
+    broker_ids: tuple[NonNegativeInt32, ...] = attrs.field(converter=_tuple)
 
 
 @attrs.frozen
@@ -103,8 +109,8 @@ class CreatableTopicConfig:
 @attrs.frozen
 class CreatableTopic:
     name: str
-    num_partitions: int = -1
-    replication_factor: int = -1
+    num_partitions: Int32 = -1
+    replication_factor: Int16 = -1
     assignments: tuple[CreatableReplicaAssignment, ...] = _seq()
     configs: tuple[CreatableTopicConfig, ...] = _seq()
 
@@ -118,11 +124,11 @@ class CreateTopicsRequest:
 @attrs.frozen
 class CreatableTopicResult:
     name: str
-    error_code: int
+    error_code: Int16
     error_message: str | None = None
     topic_id: Uuid | None = None
-    num_partitions: int = -1
-    replication_factor: int = -1
+    num_partitions: Int32 = -1
+    replication_factor: Int16 = -1
 
 
 @attrs.frozen
@@ -150,7 +156,7 @@ class DeleteTopicsRequest:
 class DeletableTopicResult:
     name: str | None
     topic_id: Uuid | None
-    error_code: int
+    error_code: Int16
     error_message: str | None = None
 
 
@@ -162,9 +168,9 @@ class DeleteTopicsResponse:
 @attrs.frozen
 class CreatePartitionsTopic:
     name: str
-    count: int
+    count: Int32
     #: Replicas of each new partition, or None to place them.
-    assignments: tuple[tuple[int, ...], ...] | None = None
+    assignments: tuple[tuple[NonNegativeInt32, ...], ...] | None = None
 
 
 @attrs.frozen
@@ -176,7 +182,7 @@ class CreatePartitionsRequest:
 @attrs.frozen
 class CreatePartitionsTopicResult:
     name: str
-    error_code: int
+    error_code: Int16
     error_message: str | None = None
 
 
@@ -190,17 +196,17 @@ class CreatePartitionsResponse:
 
 @attrs.frozen
 class BrokerState:
-    broker_id: int
+    broker_id: NonNegativeInt32
     #: -1 when the sender does not know the epoch (then it is not checked).
-    broker_epoch: int = -1
+    broker_epoch: Int64 = -1
 
 
 @attrs.frozen
 class AlterPartitionPartitionData:
-    partition_index: int
-    leader_epoch: int
+    partition_index: NonNegativeInt32
+    leader_epoch: Int32
     new_isr_with_epochs: tuple[BrokerState, ...] = attrs.field(converter=_tuple)
-    partition_epoch: int = 0
+    partition_epoch: Int32 = 0
     leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
 
 
@@ -212,20 +218,20 @@ class AlterPartitionTopicData:
 
 @attrs.frozen
 class AlterPartitionRequest:
-    broker_id: int
-    broker_epoch: int
+    broker_id: NonNegativeInt32
+    broker_epoch: Int64
     topics: tuple[AlterPartitionTopicData, ...] = _seq()
 
 
 @attrs.frozen
 class AlterPartitionPartitionResult:
-    partition_index: int
-    error_code: int
-    leader_id: int = -1
-    leader_epoch: int = -1
-    isr: tuple[int, ...] = _seq()
-    leader_recovery_state: int = 0
-    partition_epoch: int = -1
+    partition_index: Int32
+    error_code: Int16
+    leader_id: Int32 = -1
+    leader_epoch: Int32 = -1
+    isr: tuple[Int32, ...] = _seq()
+    leader_recovery_state: Int8 = 0
+    partition_epoch: Int32 = -1
 
 
 @attrs.frozen
@@ -236,7 +242,7 @@ class AlterPartitionTopicResult:
 
 @attrs.frozen
 class AlterPartitionResponse:
-    error_code: int
+    error_code: Int16
     topics: tuple[AlterPartitionTopicResult, ...] = _seq()
 
     def partition(self, topic_id: Uuid, index: int) -> AlterPartitionPartitionResult:
@@ -252,7 +258,7 @@ class ElectionType(enum.IntEnum):
 @attrs.frozen
 class TopicPartitions:
     topic: str
-    partitions: tuple[int, ...] = attrs.field(converter=_tuple)
+    partitions: tuple[Int32, ...] = attrs.field(converter=_tuple)
 
 
 @attrs.frozen
@@ -264,8 +270,8 @@ class ElectLeadersRequest:
 
 @attrs.frozen
 class PartitionResult:
-    partition_id: int
-    error_code: int
+    partition_id: Int32
+    error_code: Int16
     error_message: str | None = None
 
 
@@ -277,7 +283,7 @@ class ReplicaElectionResult:
 
 @attrs.frozen
 class ElectLeadersResponse:
-    error_code: int
+    error_code: Int16
     replica_election_results: tuple[ReplicaElectionResult, ...] = _seq()
 
     def partition(self, topic: str, index: int) -> PartitionResult:
@@ -299,7 +305,7 @@ class ConfigSource(enum.IntEnum):
 
 @attrs.frozen
 class DescribeConfigsResource:
-    resource_type: int
+    resource_type: Int8
     resource_name: str
     #: None means every key.
     configuration_keys: tuple[str, ...] | None = None
@@ -321,9 +327,9 @@ class DescribeConfigsResourceResult:
 
 @attrs.frozen
 class DescribeConfigsResult:
-    error_code: int
+    error_code: Int16
     error_message: str | None
-    resource_type: int
+    resource_type: Int8
     resource_name: str
     configs: tuple[DescribeConfigsResourceResult, ...] = _seq()
 
@@ -349,13 +355,13 @@ class AlterConfigOp(enum.IntEnum):
 @attrs.frozen
 class AlterableConfig:
     name: str
-    config_operation: int
+    config_operation: Int8
     value: str | None = None
 
 
 @attrs.frozen
 class AlterConfigsResource:
-    resource_type: int
+    resource_type: Int8
     resource_name: str
     configs: tuple[AlterableConfig, ...] = _seq()
 
@@ -368,9 +374,9 @@ class IncrementalAlterConfigsRequest:
 
 @attrs.frozen
 class AlterConfigsResourceResponse:
-    error_code: int
+    error_code: Int16
     error_message: str | None
-    resource_type: int
+    resource_type: Int8
     resource_name: str
 
 
@@ -384,15 +390,15 @@ class IncrementalAlterConfigsResponse:
 
 @attrs.frozen
 class AllocateProducerIdsRequest:
-    broker_id: int
-    broker_epoch: int
+    broker_id: NonNegativeInt32
+    broker_epoch: Int64
 
 
 @attrs.frozen
 class AllocateProducerIdsResponse:
-    error_code: int
-    producer_id_start: int = -1
-    producer_id_len: int = 0
+    error_code: Int16
+    producer_id_start: Int64 = -1
+    producer_id_len: Int32 = 0
 
 
 class FeatureUpgradeType(enum.IntEnum):
@@ -404,7 +410,7 @@ class FeatureUpgradeType(enum.IntEnum):
 @attrs.frozen
 class FeatureUpdateKey:
     feature: str
-    max_version_level: int
+    max_version_level: Int16
     upgrade_type: FeatureUpgradeType = FeatureUpgradeType.UPGRADE
 
 
@@ -417,12 +423,12 @@ class UpdateFeaturesRequest:
 @attrs.frozen
 class UpdatableFeatureResult:
     feature: str
-    error_code: int
+    error_code: Int16
     error_message: str | None = None
 
 
 @attrs.frozen
 class UpdateFeaturesResponse:
-    error_code: int
+    error_code: Int16
     error_message: str | None = None
     results: tuple[UpdatableFeatureResult, ...] = _seq()

@@ -42,11 +42,14 @@ from kraftpy.metadata.messages import (
     UpdateFeaturesRequest,
     UpdateFeaturesResponse,
 )
+from kraftpy.metadata.validation import request_problem
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.rpc.control import ControlClient, RpcError
 from kraftpy.rpc.wire import WireCodec, WireError, wire_types
+from kraftpy.rpc.wire_schema import WireSchema
 
 WIRE = WireCodec([Uuid, ErrorCode, *wire_types(records), *wire_types(messages)])
+SCHEMA = WireSchema()
 
 #: API name → (request type, response type).
 CONTROLLER_APIS: dict[str, tuple[type, type]] = {
@@ -77,11 +80,22 @@ class ControllerUnavailable(Exception):
 
 
 def decode_request(api: str, body: dict[str, Any]) -> Any:
+    """The request of controller API `api` in `body`; RpcError INVALID_REQUEST with one line naming
+    the field for anything else: a value of another type than its field's, an integer out of its
+    Kafka type's range, a missing field (kraftpy.rpc.wire_schema), or what the types cannot say
+    (kraftpy.metadata.validation)."""
     request_type, _ = CONTROLLER_APIS[api]
+    if "request" not in body:
+        raise RpcError("INVALID_REQUEST", f"{api}: no request")
     try:
-        return WIRE.decode_as(body["request"], request_type)
-    except (KeyError, WireError) as exc:
+        SCHEMA.check(body["request"], request_type)
+        request = WIRE.decode_as(body["request"], request_type)
+    except WireError as exc:
         raise RpcError("INVALID_REQUEST", f"{api}: {exc}") from None
+    problem = request_problem(request)
+    if problem is not None:
+        raise RpcError("INVALID_REQUEST", f"{api}: {problem}")
+    return request
 
 
 def not_controller(leader_id: int | None) -> RpcError:
@@ -119,6 +133,7 @@ class ControllerClient:
                 attempt += 1
                 try:
                     answer = await self._clients[target].request(api, body)
+                    SCHEMA.check(answer["response"], response_type)
                     return WIRE.decode_as(answer["response"], response_type)
                 except RpcError as exc:
                     last_error = f"{target}: {exc}"
@@ -129,7 +144,7 @@ class ControllerClient:
                         self._guess = None
                     if exc.code not in (NOT_CONTROLLER, "NETWORK_EXCEPTION", "REQUEST_TIMED_OUT"):
                         raise
-                except (KeyError, WireError) as exc:
+                except (KeyError, TypeError, WireError) as exc:
                     last_error = f"{target}: malformed answer: {exc}"
                     self._guess = None
                 if self._guess is None and attempt % len(self._order) == 0:

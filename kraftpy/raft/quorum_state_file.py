@@ -28,6 +28,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from kraftpy.fatal import FatalError
 from kraftpy.raft.effects import ElectionState
 from kraftpy.rpc.wire_schema import INT32
 
@@ -37,9 +38,10 @@ SUPPORTED_VERSIONS = (0, 1)
 _NONE = -1
 
 
-class CorruptQuorumStateError(ValueError):
+class CorruptQuorumStateError(FatalError, ValueError):
     """The quorum-state file cannot be read as a QuorumStateData object (or a state could not be
-    written as one)."""
+    written as one). Fatal: a node must not guess its epoch or its vote; the process stops with this
+    one line (kraftpy.fatal) and the operator repairs or removes the file."""
 
 
 def _check_state(state: ElectionState) -> None:

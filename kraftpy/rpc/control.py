@@ -29,6 +29,7 @@ import trio
 from kraftpy.logs import get_logger
 from kraftpy.rpc.framing import FramedStream, FrameError, IdleConnection, RequestBudget
 from kraftpy.rpc.listeners import Acceptor
+from kraftpy.rpc.wire import WireError
 
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
 
@@ -135,6 +136,8 @@ class ControlServer:
             reply = {"id": req_id, "body": result}
         except RpcError as exc:
             reply = {"id": req_id, "error": exc.code, "message": exc.message}
+        except WireError as exc:  # a body that does not decode is the caller's fault, not ours
+            reply = {"id": req_id, "error": "INVALID_REQUEST", "message": f"{api}: {exc}"}
         except Exception as exc:  # a bug in a handler answers the caller instead of killing the server
             self.log.exception("handler failed", api=api)
             reply = {"id": req_id, "error": "UNKNOWN_SERVER_ERROR", "message": repr(exc)}

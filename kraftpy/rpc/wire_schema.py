@@ -53,15 +53,21 @@ class IntRange:
         return self.low <= value <= self.high
 
 
+INT8 = IntRange("int8", -(1 << 7), (1 << 7) - 1)
 INT16 = IntRange("int16", -(1 << 15), (1 << 15) - 1)
 UINT16 = IntRange("uint16", 0, (1 << 16) - 1)
 INT32 = IntRange("int32", -(1 << 31), (1 << 31) - 1)
 INT64 = IntRange("int64", -(1 << 63), (1 << 63) - 1)
+#: An int32 that only a non-negative value can be (a node id, a partition index): Kafka's type, with
+#: the sign its meaning rules out checked at the same place.
+NON_NEGATIVE_INT32 = IntRange("non-negative int32", 0, INT32.high)
 
+Int8 = Annotated[int, INT8]
 Int16 = Annotated[int, INT16]
 UInt16 = Annotated[int, UINT16]
 Int32 = Annotated[int, INT32]
 Int64 = Annotated[int, INT64]
+NonNegativeInt32 = Annotated[int, NON_NEGATIVE_INT32]
 
 #: Checks one encoded value; raises WireError naming `path`.
 _Check = Callable[[Any, str], None]

@@ -18,10 +18,15 @@ from kraftpy.metadata.controller_config import DEFAULT_SUPPORTED_FEATURES
 from kraftpy.metadata.controller_server import ControllerServer
 from kraftpy.metadata.errors import Errors
 from kraftpy.metadata.messages import (
+    AlterPartitionPartitionData,
+    AlterPartitionRequest,
+    AlterPartitionTopicData,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    BrokerState,
+    CreatableReplicaAssignment,
     CreatableTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -104,3 +109,67 @@ async def test_quorum_status_and_unknown_apis(controller):
     with pytest.raises(RpcError) as err:
         await controller.handle("NoSuchApi", {})
     assert err.value.code == "UNSUPPORTED_VERSION"
+
+
+def registration(broker_id: int = 10, **changes) -> dict:
+    """An encoded BrokerRegistrationRequest, with `changes` applied to its encoded fields."""
+    request = BrokerRegistrationRequest(
+        broker_id, "cluster", Uuid(bytes([7]) * 16),
+        listeners=(BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9010),), features=FEATURES)
+    encoded = WIRE.encode(request)
+    encoded.update(changes)
+    return encoded
+
+
+def listener(**changes) -> dict:
+    encoded = WIRE.encode(BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9010))
+    encoded.update(changes)
+    return encoded
+
+
+MALFORMED = {
+    "a string for an int": ("BrokerHeartbeat", {"@": "BrokerHeartbeatRequest", "broker_id": "10", "broker_epoch": 1,
+                                                "current_metadata_offset": 0}, "broker_id: expected an integer"),
+    "a missing field": ("BrokerHeartbeat", {"@": "BrokerHeartbeatRequest", "broker_id": 10, "broker_epoch": 1},
+                        "current_metadata_offset: missing"),
+    "a list for a map": ("UnregisterBroker", [10], "expected a UnregisterBrokerRequest, got a list"),
+    "a negative broker id": ("UnregisterBroker", {"@": "UnregisterBrokerRequest", "broker_id": -3},
+                             "broker_id: -3 is out of non-negative int32 range"),
+    "a broker id past int32": ("AllocateProducerIds", {"@": "AllocateProducerIdsRequest", "broker_id": 2**31,
+                                                       "broker_epoch": 1}, "out of non-negative int32 range"),
+    "a map for a list": ("BrokerRegistration", registration(listeners={"PLAINTEXT": 9010}), "listeners: expected a list"),
+    "a port out of range": ("BrokerRegistration", registration(listeners=[listener(port=70000)]),
+                            "listeners[0].port 70000 is not a port"),
+    "a port of zero": ("BrokerRegistration", registration(listeners=[listener(port=0)]), "is not a port"),
+    "no listener": ("BrokerRegistration", registration(listeners=[]), "listeners is empty"),
+    "a listener twice": ("BrokerRegistration", registration(listeners=[listener(), listener(port=9011)]),
+                         "listeners name 'PLAINTEXT' twice"),
+    "an unknown security protocol": ("BrokerRegistration", registration(listeners=[listener(security_protocol=9)]),
+                                     "security_protocol 9"),
+    "an empty rack": ("BrokerRegistration", registration(rack=""), "rack is empty"),
+    "a zero incarnation id": ("BrokerRegistration", registration(incarnation_id=WIRE.encode(Uuid(bytes(16)))),
+                              "incarnation_id is the zero id"),
+    "an id of 15 bytes": ("BrokerRegistration", registration(incarnation_id={"@": "Uuid", "raw": bytes(15)}),
+                          "a Uuid is 16 bytes"),
+    "an ISR naming a broker twice": ("AlterPartition", WIRE.encode(AlterPartitionRequest(10, 5, (AlterPartitionTopicData(
+        Uuid(bytes([1]) * 16), (AlterPartitionPartitionData(0, 1, (BrokerState(10), BrokerState(10))),)),))),
+        "names broker 10 twice in its ISR"),
+    "a partition twice": ("AlterPartition", WIRE.encode(AlterPartitionRequest(10, 5, (AlterPartitionTopicData(
+        Uuid(bytes([1]) * 16), (AlterPartitionPartitionData(0, 1, (BrokerState(10),)),) * 2),))),
+        "names partition 0 twice"),
+    "a replica twice": ("CreateTopics", WIRE.encode(CreateTopicsRequest((CreatableTopic(
+        "t", assignments=(CreatableReplicaAssignment(0, (10, 10)),)),))), "names broker 10 twice"),
+    "an enum value out of its range": ("ElectLeaders", {"@": "ElectLeadersRequest",
+                                                        "election_type": {"@": "ElectionType", "v": 7}}, "ElectionType"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED, ids=str)
+async def test_a_malformed_request_is_answered_invalid_request_and_writes_nothing(controller, case: str):
+    api, encoded, says = MALFORMED[case]
+    end = controller.driver.core.log.end_offset
+    with pytest.raises(RpcError) as err:
+        await controller.handle(api, {"request": encoded})
+    assert err.value.code == "INVALID_REQUEST" and says in err.value.message, err.value.message
+    assert controller.driver.core.log.end_offset == end
+    await register(controller, 10)  # and it serves on

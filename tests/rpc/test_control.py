@@ -2,6 +2,7 @@
 
 import struct
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -14,6 +15,7 @@ from kraftpy.rpc.control import (
     RpcError,
     pack,
 )
+from kraftpy.rpc.wire import WireCodec
 
 
 async def start_server(nursery, handler, **kw):
@@ -34,7 +36,17 @@ async def echo(api, body):
         raise RpcError("NOT_CONTROLLER", "ask another")
     if api == "crash":
         raise ValueError("bug")
+    if api == "decode":
+        return {"x": WIRE.decode(body["value"]).x}
     raise RpcError("UNSUPPORTED_VERSION", api)
+
+
+@attrs.frozen
+class Point:
+    x: int
+
+
+WIRE = WireCodec([Point])
 
 
 async def test_request_response_and_error_codes():
@@ -49,6 +61,20 @@ async def test_request_response_and_error_codes():
             await client.request("crash", {})
         assert err.value.code == "UNKNOWN_SERVER_ERROR"
         assert await client.request("echo", {"after": 1}) == {"echo": {"after": 1}}
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_body_that_does_not_decode_is_answered_invalid_request():
+    """A handler that meets a WireError (an unknown tag, a missing or unexpected field) answers
+    INVALID_REQUEST naming the API: the caller's fault, never UNKNOWN_SERVER_ERROR."""
+    async with trio.open_nursery() as nursery:
+        _, port = await start_server(nursery, echo)
+        client = client_for(nursery, port)
+        for value in ({"@": "Nope"}, {"@": "Point"}, {"@": "Point", "x": 1, "y": 2}):
+            with pytest.raises(RpcError) as err:
+                await client.request("decode", {"value": value})
+            assert err.value.code == "INVALID_REQUEST" and err.value.message.startswith("decode: "), err.value
+        assert await client.request("decode", {"value": {"@": "Point", "x": 1}}) == {"x": 1}
         nursery.cancel_scope.cancel()
 
 
