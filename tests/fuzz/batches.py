@@ -294,7 +294,10 @@ def _flags(rng: random.Random, spec: BatchSpec) -> str:
         return "a transaction marker sent by a producer"
     if what == 3:
         spec.attributes |= rng.choice((0x40, 0x80, 0x4000, 0x8000))
-        return f"unused attribute bits {spec.attributes:#06x}"
+        detail = f"unused attribute bits {spec.attributes:#06x}"
+        if spec.attributes & 0x8000:
+            spec.attributes -= 0x10000  # the int16 it is on the wire
+        return detail
     record = rng.choice(spec.records)
     record.attributes = rng.choice((1, 0x80, 0xFF))
     return f"record attributes {record.attributes}"

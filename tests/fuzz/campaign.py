@@ -332,6 +332,10 @@ class Campaign:
                 frame = make_frame(config.seed, index, self.pools, config.control_share)
                 if config.classes is not None and frame.klass not in config.classes:
                     continue
+                if "touches-protected" in frame.tags:
+                    self.report.count(frame, "skipped")
+                    self.report.skipped_by_bug["touches-protected-topics"] += 1
+                    continue
                 skipped = next((bug for bug in config.skip if bug.skips and bug.matches(frame.tags)), None)
                 if skipped is not None:
                     self.report.count(frame, "skipped")

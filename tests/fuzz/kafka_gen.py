@@ -671,10 +671,25 @@ def _unknown_tags(rng: random.Random, frame: bytes) -> tuple[bytes, str] | None:
     return _resize(body), f"{count} unknown tagged fields at the end of the body"
 
 
-def _server_view_tags(data: bytes) -> set[str]:
-    """Tags for what the broker will parse out of the frame (known bugs match on them):
-    ``produce-duplicate-partition`` (one partition twice in a Produce) and
-    ``metadata-null-name-before-v12`` (a topic without a name in Metadata below v12)."""
+def touches_protected(pools: Pools, api_key: int, request: Any) -> bool:
+    """Whether a request, as the broker parses it, deletes, truncates or reconfigures a protected topic
+    (or changes broker configs for good): what `make_safe` prevents, after mutations that change how
+    the bytes are read."""
+    if api_key == ApiKey.DELETE_TOPICS:
+        return bool(set(request.topic_names or ()) & set(pools.protected)) or any(
+            t.name in pools.protected or t.topic_id.bytes in pools.protected_ids() for t in request.topics or ())
+    if api_key == ApiKey.DELETE_RECORDS:
+        return any(t.name in pools.protected for t in request.topics)
+    if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS and not request.validate_only:
+        return any(r.resource_type != RESOURCE_TOPIC or r.resource_name in pools.protected for r in request.resources)
+    return False
+
+
+def _server_view_tags(data: bytes, pools: Pools) -> set[str]:
+    """Tags for what the broker will parse out of the frame: ``produce-duplicate-partition`` (one
+    partition twice in a Produce), ``metadata-null-name-before-v12`` (a topic without a name in
+    Metadata below v12), ``huge-partition-count``, and ``touches-protected`` (see `touches_protected`:
+    the campaign does not send these)."""
     try:
         if int.from_bytes(data[:4], "big") != len(data) - 4:
             return set()
@@ -682,6 +697,8 @@ def _server_view_tags(data: bytes) -> set[str]:
     except (InvalidRequestError, UnsupportedVersionError):
         return set()
     tags = set()
+    if touches_protected(pools, header.request_api_key, request):
+        tags.add("touches-protected")
     if header.request_api_key == ApiKey.PRODUCE:
         seen = set()
         for topic in request.topic_data:
@@ -800,7 +817,7 @@ def kafka_frame(rng: random.Random, pools: Pools, index: int, *, klass: str | No
             detail = f"{name.split()[0]} version {bad_version}"
         data = _resize(bytes(body))
     elif klass == "field:unknown-tags":
-        mutated = _unknown_tags(rng, data)
+        mutated = _unknown_tags(rng, data) if REQUESTS[api_key].SCHEMA.is_flexible(version) else None
         if mutated is None:
             klass, detail = "valid", "as generated (version without tagged fields)"
         else:
@@ -810,6 +827,6 @@ def kafka_frame(rng: random.Random, pools: Pools, index: int, *, klass: str | No
         if HUGE_FRAME <= int.from_bytes(data[:4], "big", signed=True):
             tags.add("huge-size-prefix")
     tags.add(klass)
-    tags |= _server_view_tags(data)
+    tags |= _server_view_tags(data, pools)
     return Frame(index=index, port=KAFKA, api=name, klass=klass, detail=detail, data=data, half_close=True,
                  tags=frozenset(tags))
