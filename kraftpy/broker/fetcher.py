@@ -38,6 +38,7 @@ import trio
 from kraftpy.broker.client import ConnectionClosed, KafkaConnection
 from kraftpy.broker.partition import Partition, PartitionChanged, Role, TopicPartition
 from kraftpy.broker.replica_manager import ReplicaManager
+from kraftpy.fatal import describe_os_error
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode, InvalidResponseError
 from kraftpy.protocol.messages import FetchRequest
@@ -202,6 +203,12 @@ class ReplicaFetcher:
                     await self._process(part, generation, fetch_offset, data)
                 except PartitionChanged:
                     continue  # it changed while its log work waited: the next round starts afresh
+                except OSError as exc:
+                    # A full disk: this partition waits and tries again (the others go on). Any other
+                    # file error took the replica offline (Partition.on_storage_error): not fetched again.
+                    self._log.warning("cannot write fetched batches", partition=str(part.tp),
+                                      error=describe_os_error(exc))
+                    self._retry_at[part.tp] = trio.current_time() + self.settings.replica_fetch_backoff_ms / 1000
         self.manager.rounds += 1
         done, self.manager.round_done = self.manager.round_done, trio.Event()
         done.set()

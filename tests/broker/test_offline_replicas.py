@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from kraftpy.broker.client import KafkaConnection
+from kraftpy.metadata.errors import Errors
+from kraftpy.metadata.messages import CreatableReplicaAssignment, CreatableTopic, CreateTopicsRequest
 from kraftpy.protocol.errors import ErrorCode
 from tests.helpers.cluster import open_cluster
 from tests.helpers.filesystems import fill, small_filesystem
@@ -167,3 +169,25 @@ async def test_a_full_disk_fails_appends_but_keeps_the_replica_and_its_reads(tmp
                 assert result.error_code == ErrorCode.NONE and result.base_offset == len(acknowledged)
                 values = values_of((await fetch(conn, "t", 0, 0, partition_max_bytes=1 << 20)).records)
                 assert values == [*acknowledged, b"after"]
+
+
+async def test_a_follower_on_a_full_disk_waits_and_catches_up_once_there_is_space(tmp_path):
+    """The follower's appends fail with ENOSPC: it retries later, stays online and in service, and
+    holds every record once space is freed."""
+    with small_filesystem(tmp_path / "broker-2", "1m") as follower_dir:
+        async with open_cluster(tmp_path, brokers=2) as cluster:
+            response = await cluster.controller.create_topics(CreateTopicsRequest((CreatableTopic(
+                "t", assignments=(CreatableReplicaAssignment(0, (1, 2)),)),)))  # led by 1, followed by 2
+            assert response.result("t").error_code == Errors.NONE
+            await cluster.wait_for(lambda: cluster.partition(1, "t") is not None and cluster.partition(1, "t").is_leader
+                                   and cluster.partition(2, "t") is not None)
+            filler = fill(follower_dir)
+            async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1]) as conn:
+                for i in range(20):
+                    result = await produce(conn, "t", 0, batch(b"%04d" % i + bytes(1020)), acks=1)
+                    assert result.error_code == ErrorCode.NONE
+            await cluster.fetch_rounds(2, 3)  # each one's append fails: the follower's log cannot grow
+            assert cluster.partition(2, "t").log_end_offset == 0
+            assert not cluster.brokers[2].replicas.offline
+            filler.unlink()
+            await cluster.wait_for(lambda: cluster.partition(2, "t").log_end_offset == 20)
