@@ -671,7 +671,11 @@ class ReplicaManager:
         (after file.delete.delay.ms, as Kafka does)."""
         async def later() -> None:
             await trio.sleep(part.log.config.file_delete_delay_ms / 1000)
-            await part.delete_detached_segments()
+            try:
+                await part.delete_detached_segments()
+            except OSError as exc:  # a failing disk: the files stay; open removes ".deleted" leftovers
+                self._log.warning("cannot remove deleted segments", partition=str(part.tp),
+                                  error=describe_os_error(exc))
 
         if self._nursery is not None:
             self._nursery.start_soon(later)
