@@ -37,7 +37,6 @@ def run_or_exit(main: Callable[[], Awaitable[None]]) -> None:
         message = fatal_message(exc)
         if message is None:
             raise
-        get_logger("process").error("stopping on a fatal error", error=message)
         fail(message)
 
 
