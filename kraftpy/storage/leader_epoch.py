@@ -32,7 +32,13 @@ from pathlib import Path
 
 import attrs
 
-from kraftpy.storage.checkpoint import CheckpointError, decode_checkpoint, encode_checkpoint
+from kraftpy.storage.checkpoint import (
+    INT32_MAX,
+    CheckpointError,
+    decode_checkpoint,
+    encode_checkpoint,
+    parse_number,
+)
 from kraftpy.storage.fsutil import write_atomic
 
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
@@ -76,14 +82,17 @@ class LeaderEpochCache:
         except FileNotFoundError:
             data = None
         if data is not None:
-            for epoch_text, offset_text in decode_checkpoint(data, 2):
-                try:
-                    entry = EpochEntry(int(epoch_text), int(offset_text))
-                except ValueError as exc:
-                    raise CheckpointError(f"bad leader epoch entry {epoch_text} {offset_text}") from exc
-                if entries and (entry.epoch <= entries[-1].epoch or entry.start_offset <= entries[-1].start_offset):
-                    raise CheckpointError(f"leader epoch entries out of order at {entry}")
-                entries.append(entry)
+            try:
+                for number, (epoch_text, offset_text) in enumerate(decode_checkpoint(data, 2), start=3):
+                    entry = EpochEntry(parse_number(epoch_text, f"line {number}: epoch", INT32_MAX),
+                                       parse_number(offset_text, f"line {number}: start offset"))
+                    if entries and (entry.epoch <= entries[-1].epoch
+                                    or entry.start_offset <= entries[-1].start_offset):
+                        raise CheckpointError(f"line {number}: epoch {entry.epoch} at {entry.start_offset} "
+                                              f"does not follow epoch {entries[-1].epoch} at {entries[-1].start_offset}")
+                    entries.append(entry)
+            except CheckpointError as exc:
+                raise CheckpointError(f"{path}: {exc}") from None
         return cls(path, log_end_offset, entries)
 
     # -- queries ---------------------------------------------------------------------------------

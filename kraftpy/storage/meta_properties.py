@@ -25,6 +25,8 @@ from kraftpy.storage.fsutil import write_atomic
 
 FILE_NAME = "meta.properties"
 VERSION = 1
+#: Node ids are Kafka int32s.
+MAX_NODE_ID = (1 << 31) - 1
 
 
 class MetaPropertiesError(ValueError):
@@ -58,10 +60,12 @@ def parse_meta_properties(path: Path) -> MetaProperties:
     missing = [k for k in ("cluster.id", "node.id", "directory.id") if not values.get(k)]
     if missing:
         raise MetaPropertiesError(f"{path}: {', '.join(missing)} missing")
-    try:
-        node_id = int(values["node.id"])
-    except ValueError:
-        raise MetaPropertiesError(f"{path}: node.id={values['node.id']}: not an integer") from None
+    text = values["node.id"]
+    if not text.isascii() or not text.isdigit():
+        raise MetaPropertiesError(f"{path}: node.id={text}: not a non-negative integer")
+    node_id = int(text)
+    if node_id > MAX_NODE_ID:
+        raise MetaPropertiesError(f"{path}: node.id={text}: out of range (at most {MAX_NODE_ID})")
     for key in ("cluster.id", "directory.id"):
         try:
             uuid_from_str(values[key])

@@ -54,3 +54,36 @@ def test_the_per_partition_file_of_earlier_versions_is_still_read(tmp_path):
     (tmp_path / LEGACY_OFFSETS_FILE).write_text("0\n1\nsomething-else 5\n")
     with pytest.raises(CheckpointError):
         read_legacy_offsets(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"0\n1\norders 0 -7\n", "line 3: offset of orders-0 -7 is negative"),
+        (b"0\n1\norders 0 9223372036854775808\n", "line 3: offset of orders-0 9223372036854775808 is out of range"),
+        (b"0\n1\norders 2147483648 5\n", "line 3: partition of orders 2147483648 is out of range"),
+        (b"0\n1\norders -1 5\n", "line 3: partition of orders -1 is negative"),
+        (b"0\n1\norders 0 +5\n", "line 3: offset of orders-0 '+5' is not a number"),
+        (b"0\n1\norders 0 5_000\n", "'5_000' is not a number"),
+        ("0\n1\norders 0 \u0665\n".encode(), "is not a number"),  # an Arabic-Indic digit: int() would take it
+        (b"0\n1\nord/ers 0 5\n", "line 3: 'ord/ers' is not a topic name"),
+        (b"0\n2\norders 0 5\norders 0 6\n", "line 4: orders-0 appears twice"),
+        (b"-0\n1\norders 0 5\n", "line 1: version -0 is negative"),
+        (b"0\n99999999999\n", "line 2: entry count 99999999999 is out of range"),
+    ],
+)
+def test_each_value_of_an_offset_checkpoint_is_checked_and_named(data, says):
+    with pytest.raises(CheckpointError) as raised:
+        decode_offsets(data)
+    assert says in str(raised.value)
+
+
+def test_the_error_names_the_file(tmp_path):
+    path = tmp_path / "replication-offset-checkpoint"
+    path.write_bytes(b"0\n1\norders 0 -7\n")
+    with pytest.raises(CheckpointError) as raised:
+        read_offsets(path)
+    assert str(raised.value) == f"{path}: line 3: offset of orders-0 -7 is negative"
+    (tmp_path / LEGACY_OFFSETS_FILE).write_text("0\n1\nhigh-watermark 2x\n")
+    with pytest.raises(CheckpointError, match=f"{LEGACY_OFFSETS_FILE}: line 3: high-watermark '2x' is not a number"):
+        read_legacy_offsets(tmp_path)

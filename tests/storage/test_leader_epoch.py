@@ -117,3 +117,20 @@ def test_entries_stay_strictly_increasing_and_answers_are_bounded(assignments, r
     if (epoch, end) != UNDEFINED:
         assert epoch <= requested or epoch == requested
         assert end <= 300
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("0\n1\n2147483648 0\n", "line 3: epoch 2147483648 is out of range (at most 2147483647)"),
+        ("0\n1\n-1 0\n", "line 3: epoch -1 is negative"),
+        ("0\n1\n3 -5\n", "line 3: start offset -5 is negative"),
+        ("0\n2\n3 10\n2 20\n", "line 4: epoch 2 at 20 does not follow epoch 3 at 10"),
+    ],
+)
+def test_each_entry_is_checked_and_the_error_names_the_file_and_line(tmp_path, text, says):
+    path = tmp_path / "leader-epoch-checkpoint"
+    path.write_text(text)
+    with pytest.raises(CheckpointError) as raised:
+        LeaderEpochCache.load(path, lambda: 0)
+    assert str(raised.value) == f"{path}: {says}"

@@ -171,3 +171,18 @@ def test_partition_directories_are_found_and_checked(tmp_path):
         m.open_log(tmp_path / "junk", CONFIG)
     with pytest.raises(ValueError, match="not in a log directory"):
         m.open_log(tmp_path / "elsewhere" / "t-0", CONFIG)
+
+
+def test_an_offset_checkpoint_holding_an_impossible_value_is_not_trusted(tmp_path):
+    """A damaged replication-offset-checkpoint (a negative high watermark) after a clean stop: the
+    directory is recovered from its logs instead, and every record is still there."""
+    m = manager(tmp_path)
+    logs = [fill(m, tmp_path / f"t-{p}") for p in range(2)]
+    expected = [read_all(log) for log in logs]
+    assert m.close_all(logs) == []
+    (tmp_path / REPLICATION_CHECKPOINT_FILE).write_text("0\n2\nt 0 -7\nt 1 16\n")
+    again = manager(tmp_path)
+    assert again.dirs[tmp_path].recorded == {} and not again.dirs[tmp_path].clean_shutdown
+    reopened = [again.open_log(tmp_path / f"t-{p}", CONFIG) for p in range(2)]
+    assert [read_all(log) for log in reopened] == expected
+    assert all(log.high_watermark >= 0 for log in reopened)
