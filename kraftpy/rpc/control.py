@@ -26,6 +26,7 @@ from typing import Any
 import msgpack
 import trio
 
+from kraftpy.fatal import FatalError
 from kraftpy.logs import get_logger
 from kraftpy.rpc.framing import FramedStream, FrameError, IdleConnection, RequestBudget
 from kraftpy.rpc.listeners import Acceptor
@@ -138,6 +139,8 @@ class ControlServer:
             reply = {"id": req_id, "error": exc.code, "message": exc.message}
         except WireError as exc:  # a body that does not decode is the caller's fault, not ours
             reply = {"id": req_id, "error": "INVALID_REQUEST", "message": f"{api}: {exc}"}
+        except FatalError as exc:  # the process is stopping on it (kraftpy.fatal): one line, no traceback
+            reply = {"id": req_id, "error": "KAFKA_STORAGE_ERROR", "message": str(exc)}
         except Exception as exc:  # a bug in a handler answers the caller instead of killing the server
             self.log.exception("handler failed", api=api)
             reply = {"id": req_id, "error": "UNKNOWN_SERVER_ERROR", "message": repr(exc)}
