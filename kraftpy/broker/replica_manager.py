@@ -450,8 +450,8 @@ class ReplicaManager:
         for request in requests:
             tp = request.tp
             log = None
+            directory = None
             try:
-                directory = None
                 known = False
                 for log_dir in online:
                     candidate = log_dir / log_dir_name(tp)
@@ -490,7 +490,7 @@ class ReplicaManager:
             except OSError as exc:
                 if log is not None:
                     log.abandon()
-                where = exc.filename or self.settings.log_dirs[0] / log_dir_name(tp)
+                where = exc.filename or directory or log_dir_name(tp)
                 failed.append((tp, OfflineReplica(request.topic_id, f"{where}: {describe_os_error(exc)}")))
                 continue
             opened.append(part)
