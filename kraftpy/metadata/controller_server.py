@@ -32,6 +32,7 @@ from kraftpy.metadata.records import encode_record
 from kraftpy.metadata.replication_control import unclean_elections
 from kraftpy.metadata.result import ControllerResult
 from kraftpy.metadata.rpc import CONTROLLER_APIS, QUORUM_STATUS_API, WIRE, decode_request, not_controller
+from kraftpy.metadata.validation import oversized_response
 from kraftpy.metrics import ACTIVE_CONTROLLER, RAFT_EPOCH, RAFT_HIGH_WATERMARK, UNCLEAN_LEADER_ELECTIONS
 from kraftpy.raft.driver import RAFT_API, RaftDriver, RaftListener
 from kraftpy.raft.effects import Commit, LeaderChange, SnapshotLoaded
@@ -196,9 +197,9 @@ class ControllerServer:
             "BrokerHeartbeat": lambda c, now: c.handle_broker_heartbeat(request, now),
             "UnregisterBroker": lambda c, now: c.handle_unregister_broker(request),
             "AlterPartition": lambda c, now: c.handle_alter_partition(request),
-            "CreateTopics": lambda c, now: c.handle_create_topics(request),
+            "CreateTopics": lambda c, now: self._bounded(c, request) or c.handle_create_topics(request),
             "DeleteTopics": lambda c, now: c.handle_delete_topics(request),
-            "CreatePartitions": lambda c, now: c.handle_create_partitions(request),
+            "CreatePartitions": lambda c, now: self._bounded(c, request) or c.handle_create_partitions(request),
             "IncrementalAlterConfigs": lambda c, now: c.handle_incremental_alter_configs(request),
             "AllocateProducerIds": lambda c, now: c.handle_allocate_producer_ids(request),
             "ElectLeaders": lambda c, now: c.handle_elect_leaders(request),
@@ -206,6 +207,11 @@ class ControllerServer:
         }
         handler = handlers[api]
         return await self.write(lambda c, now, _next: handler(c, now))
+
+    def _bounded(self, controller: QuorumController, request: Any) -> ControllerResult | None:
+        """A request adding too many partitions at once is answered POLICY_VIOLATION, unplaced."""
+        response = oversized_response(controller.image, request, self.controller_config.num_partitions)
+        return None if response is None else ControllerResult([], response)
 
     async def quorum_status(self) -> dict[str, Any]:
         """What `kraftpy quorum status` prints, from the leader; elsewhere NOT_LEADER_OR_FOLLOWER naming

@@ -19,6 +19,11 @@ metadata log, where every broker and every later controller would have to live w
 control plane answers INVALID_REQUEST with it; nothing is written. Whether the request fits the
 cluster (a replica not in the partition's assignment, a broker that is not registered, stale epochs)
 is the controller's own business: its handlers answer those with Kafka's per-item error codes.
+
+One bound needs the image: like Kafka's controller (``MAX_RECORDS_PER_USER_OP``), a CreateTopics or
+CreatePartitions that would add more than `MAX_PARTITIONS_PER_REQUEST` partitions is refused whole,
+each topic answered POLICY_VIOLATION (`oversized_response`), before any placement is computed: one
+request asking for 2**31 - 1 partitions must not hold the controller for hours.
 """
 
 from __future__ import annotations
@@ -28,11 +33,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from kraftpy.ids import ZERO_UUID
+from kraftpy.metadata.errors import Errors
+from kraftpy.metadata.image import MetadataImage
 from kraftpy.metadata.messages import (
     AlterPartitionRequest,
     BrokerRegistrationRequest,
+    CreatableTopicResult,
     CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopicResult,
     CreateTopicsRequest,
+    CreateTopicsResponse,
     ElectLeadersRequest,
     UpdateFeaturesRequest,
 )
@@ -40,6 +51,9 @@ from kraftpy.rpc.wire_schema import INT16
 
 #: Kafka's SecurityProtocol ids: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL.
 SECURITY_PROTOCOLS = range(0, 4)
+#: Kafka's QuorumController.MAX_RECORDS_PER_USER_OP, applied to the partitions one request adds.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+OVERSIZED = "Unable to perform excessively large batch operation."
 
 
 def _repeated(items: Iterable[Any]) -> Any | None:
@@ -116,3 +130,28 @@ def _alter_partition_problem(request: AlterPartitionRequest) -> str | None:
             if (broker := _repeated(s.broker_id for s in data.new_isr_with_epochs)) is not None:
                 return f"topics[{topic.topic_id}] partition {data.partition_index} names broker {broker} twice in its ISR"
     return None
+
+
+def oversized_response(
+    image: MetadataImage, request: CreateTopicsRequest | CreatePartitionsRequest, default_partitions: int
+) -> CreateTopicsResponse | CreatePartitionsResponse | None:
+    """The answer to a CreateTopics or CreatePartitions that would add more than
+    `MAX_PARTITIONS_PER_REQUEST` partitions (every topic POLICY_VIOLATION), else None."""
+    added = 0
+    if isinstance(request, CreateTopicsRequest):
+        for topic in request.topics:
+            if topic.assignments:
+                added += len(topic.assignments)
+            else:
+                added += default_partitions if topic.num_partitions == -1 else max(topic.num_partitions, 0)
+        if added <= MAX_PARTITIONS_PER_REQUEST:
+            return None
+        return CreateTopicsResponse(tuple(
+            CreatableTopicResult(topic.name, Errors.POLICY_VIOLATION, OVERSIZED) for topic in request.topics))
+    for entry in request.topics:
+        existing = image.topics.get_by_name(entry.name)
+        added += max(entry.count - (len(existing.partitions) if existing is not None else 0), 0)
+    if added <= MAX_PARTITIONS_PER_REQUEST:
+        return None
+    return CreatePartitionsResponse(tuple(
+        CreatePartitionsTopicResult(entry.name, Errors.POLICY_VIOLATION, OVERSIZED) for entry in request.topics))

@@ -28,6 +28,8 @@ from kraftpy.metadata.messages import (
     BrokerState,
     CreatableReplicaAssignment,
     CreatableTopic,
+    CreatePartitionsRequest,
+    CreatePartitionsTopic,
     CreateTopicsRequest,
     CreateTopicsResponse,
 )
@@ -173,3 +175,21 @@ async def test_a_malformed_request_is_answered_invalid_request_and_writes_nothin
     assert err.value.code == "INVALID_REQUEST" and says in err.value.message, err.value.message
     assert controller.driver.core.log.end_offset == end
     await register(controller, 10)  # and it serves on
+
+
+async def test_a_request_adding_too_many_partitions_is_refused_before_any_placement(controller):
+    """Kafka's bound on records per operation: 2**31 - 1 partitions is answered at once, not placed."""
+    for broker_id in (10, 11):
+        epoch = await register(controller, broker_id)
+        await call(controller, BrokerHeartbeatRequest(broker_id, epoch, current_metadata_offset=10**6))
+    end = controller.driver.core.log.end_offset
+    huge = await call(controller, CreateTopicsRequest((CreatableTopic("huge", 2**31 - 1, 1), CreatableTopic("ok", 1, 1))))
+    assert [(t.name, t.error_code) for t in huge.topics] == [("huge", Errors.POLICY_VIOLATION),
+                                                            ("ok", Errors.POLICY_VIOLATION)]
+    assert controller.driver.core.log.end_offset == end
+    fine = await call(controller, CreateTopicsRequest((CreatableTopic("t", 10_000, 1),)))
+    assert fine.result("t").error_code == Errors.NONE
+    more = await call(controller, CreatePartitionsRequest((CreatePartitionsTopic("t", 20_001),)))
+    assert more.results[0].error_code == Errors.POLICY_VIOLATION
+    assert (await call(controller, CreatePartitionsRequest((CreatePartitionsTopic("t", 20_000),)))).results[0].error_code \
+        == Errors.NONE
