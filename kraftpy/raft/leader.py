@@ -285,6 +285,7 @@ class LeaderRole(CoreBase):
                 error_message="not the leader",
             )
         leader.tracker.update_local(self._flushed, now)
+        leader.tracker.forget_inactive_observers(now)
         voters, observers = leader.tracker.describe()
         return DescribeQuorumResponse(
             ErrorCode.NONE,

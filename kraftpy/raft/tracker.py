@@ -10,6 +10,10 @@ import attrs
 
 from kraftpy.raft.messages import ReplicaState
 
+#: An observer that has not fetched for this long is forgotten (Kafka's OBSERVER_SESSION_TIMEOUT_MS),
+#: so that fetches from ever new replica ids cannot grow the leader's bookkeeping without bound.
+OBSERVER_SESSION_TIMEOUT = 300.0
+
 
 @attrs.define
 class ReplicaProgress:
@@ -54,6 +58,8 @@ class LeaderTracker:
         self.elected_at = now
         self.replicas: dict[int, ReplicaProgress] = {v: ReplicaProgress(v) for v in voters}
         self.observers: dict[int, ReplicaProgress] = {}
+        #: When inactive observers are next looked for (at most once a second, on a new observer).
+        self._next_observer_sweep = now
         #: Voters that have neither acknowledged BeginQuorumEpoch nor fetched in this epoch.
         self.unacknowledged: set[int] = set(voters) - {local_id}
 
@@ -72,7 +78,11 @@ class LeaderTracker:
         if replica_id in self.voters:
             progress = self.replicas[replica_id]
         else:
-            progress = self.observers.setdefault(replica_id, ReplicaProgress(replica_id))
+            progress = self.observers.get(replica_id)
+            if progress is None:
+                if now >= self._next_observer_sweep:
+                    self.forget_inactive_observers(now)
+                progress = self.observers[replica_id] = ReplicaProgress(replica_id)
         if fetch_offset >= leader_end_offset:
             progress.last_caught_up_time = now
         elif progress.last_fetch_time is not None and fetch_offset >= progress.leader_end_at_last_fetch:
@@ -118,6 +128,13 @@ class LeaderTracker:
         others = [p for rid, p in self.replicas.items() if rid != self.local_id]
         others.sort(key=lambda p: (-p.end_offset, p.replica_id))
         return tuple(p.replica_id for p in others)
+
+    def forget_inactive_observers(self, now: float) -> None:
+        self._next_observer_sweep = now + 1.0
+        idle = [rid for rid, p in self.observers.items()
+                if p.last_fetch_time is not None and now - p.last_fetch_time >= OBSERVER_SESSION_TIMEOUT]
+        for rid in idle:
+            del self.observers[rid]
 
     def describe(self) -> tuple[tuple[ReplicaState, ...], tuple[ReplicaState, ...]]:
         def state(p: ReplicaProgress) -> ReplicaState:

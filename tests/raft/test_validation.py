@@ -230,3 +230,18 @@ def test_a_persisted_leader_that_is_not_a_voter_gives_no_vote_in_its_epoch() -> 
     effects = core.tick(core.next_deadline())
     assert [s.message.candidate_epoch for s in sends(effects, VoteRequest)] == [10, 10]
     assert not any(isinstance(e, PersistQuorumState) for e in effects)
+
+
+def test_observers_that_stopped_fetching_are_forgotten() -> None:
+    """Fetches from ever new replica ids must not grow the leader's bookkeeping without bound: as in
+    Kafka, an observer silent for five minutes is dropped (when another one appears, or on describe)."""
+    core, _ = make_core(1, voters=frozenset({1}))
+    assert core.is_leader
+    end, epoch = core.log.end_offset, core.epoch
+    for replica in range(100, 200):
+        request(core, replica, FetchRequest(CLUSTER, replica, 0, epoch, end, epoch), 1.0)
+    request(core, 7, FetchRequest(CLUSTER, 7, 0, epoch, end, epoch), 250.0)
+    assert len(core.describe_quorum(250.0).observers) == 101
+    request(core, 8, FetchRequest(CLUSTER, 8, 0, epoch, end, epoch), 302.0)
+    assert [o.replica_id for o in core.describe_quorum(302.0).observers] == [7, 8]
+    assert [o.replica_id for o in core.describe_quorum(552.0).observers] == [8]
