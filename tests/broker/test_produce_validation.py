@@ -24,6 +24,7 @@ from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.batch_header import CONTROL_BIT, TRANSACTIONAL_BIT
 from kraftpy.protocol.compression import Compression
 from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.messages import ProduceRequest
 from tests.helpers.batches import now_ms, raw_record, record, records_section, sealed
 from tests.helpers.cluster import open_cluster
 from tests.helpers.metadata import WallClock
@@ -210,3 +211,22 @@ async def test_a_batch_that_decompresses_to_more_than_the_inline_limit_is_valida
             assert result.error_code == ErrorCode.INVALID_RECORD
             assert [e.batch_index for e in result.record_errors] == [1]
             assert values_of((await fetch(conn, "t", 0, 0)).records) == [big]
+
+
+async def test_a_partition_named_twice_in_one_request_is_refused_for_each_entry(tmp_path):
+    """Which batch would one answer be for? Every entry of that partition is INVALID_REQUEST and none
+    is appended; the request's other partitions are served."""
+    async with open_cluster(tmp_path, brokers=1) as cluster:
+        await cluster.create_topic("t", partitions=2)
+        async with await connect(cluster) as conn:
+            Data = ProduceRequest.PartitionProduceData
+            request = ProduceRequest(acks=-1, timeout_ms=10000, topic_data=[
+                ProduceRequest.TopicProduceData(name="t", partition_data=[
+                    Data(index=0, records=batch(b"first")), Data(index=1, records=batch(b"other")),
+                    Data(index=0, records=sealed(records_section(2), 2, attributes=7))])])
+            response = await conn.request(ApiKey.PRODUCE, 9, request)
+            answers = response.responses[0].partition_responses
+            assert [(a.index, a.error_code) for a in answers] == [
+                (0, ErrorCode.INVALID_REQUEST), (1, ErrorCode.NONE), (0, ErrorCode.INVALID_REQUEST)]
+            assert cluster.partition(1, "t", 0).log_end_offset == 0
+            assert cluster.partition(1, "t", 1).log_end_offset == 1

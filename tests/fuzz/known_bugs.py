@@ -42,13 +42,6 @@ RESPONSE_ENCODING_STOPS_PROCESS = KnownBug(
     "kraftpy/broker/apis/metadata.py (topic ids below v12: INVALID_REQUEST, as Kafka answers)",
     {"metadata-null-name-before-v12", "long-string-int16"},
 )
-PRODUCE_DUPLICATE_PARTITION = KnownBug(
-    "produce-duplicate-partition",
-    "a Produce naming one partition twice answers every entry with the last entry's result: a refused "
-    "batch is reported as written, at the offset of another batch",
-    "kraftpy/broker/apis/produce.py",
-    {"produce-duplicate-partition"},
-)
 CONTROL_TYPE_ERRORS = KnownBug(
     "control-type-errors",
     "controller requests with a value of the wrong type or shape inside (a type swapped, a list of "
@@ -71,7 +64,6 @@ HUGE_PARTITION_COUNT = KnownBug(
 OPEN: tuple[KnownBug, ...] = (
     HUGE_PARTITION_COUNT,
     RESPONSE_ENCODING_STOPS_PROCESS,
-    PRODUCE_DUPLICATE_PARTITION,
     CONTROL_TYPE_ERRORS,
 )
 BY_NAME = {bug.name: bug for bug in OPEN}

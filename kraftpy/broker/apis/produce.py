@@ -73,18 +73,26 @@ class ProduceApi:
         version = header.request_api_version
         now = self.clock()
         PartitionResponse = ProduceResponse.PartitionProduceResponse
-        results: dict[tuple[str, int], Any] = {}
-        waiting: dict[tuple[str, int], tuple[Partition, int, int]] = {}
-        order: list[tuple[str, list[int]]] = []
+        #: One answer per entry of the request, in its order; ``waiting`` is keyed by the answer's place.
+        results: list[Any] = []
+        waiting: dict[int, tuple[Partition, int, int]] = {}
+        order: list[tuple[str, list[Any]]] = []
+        duplicates = self._named_twice(request)
         for topic in request.topic_data:
-            indexes: list[int] = []
-            order.append((topic.name, indexes))
+            answers: list[Any] = []
+            order.append((topic.name, answers))
             for data in topic.partition_data:
-                key = (topic.name, data.index)
-                indexes.append(data.index)
-                result = results[key] = PartitionResponse(index=data.index, error_code=ErrorCode.NONE, base_offset=-1)
+                key = len(results)
+                result = PartitionResponse(index=data.index, error_code=ErrorCode.NONE, base_offset=-1)
+                results.append(result)
+                answers.append(result)
                 if acks not in (0, 1, -1):
                     result.error_code = ErrorCode.INVALID_REQUIRED_ACKS
+                    continue
+                if duplicates and (topic.name, data.index) in duplicates:
+                    # Which batch would an answer be for? None is appended (Kafka silently keeps the last).
+                    result.error_code = ErrorCode.INVALID_REQUEST
+                    result.error_message = "the partition is named more than once in this request"
                     continue
                 part, error = leader_partition(self.replicas, self.metadata, topic.name, data.index)
                 if part is None:
@@ -119,14 +127,26 @@ class ProduceApi:
         if waiting:
             await self._await_replication(waiting, results, request.timeout_ms / 1000)
         if acks == 0:
-            if any(r.error_code != ErrorCode.NONE for r in results.values()):
+            if any(r.error_code != ErrorCode.NONE for r in results):
                 # The producer reads no answer: closing the connection is how it learns (as in Kafka).
                 raise BadRequest("acks=0 produce failed")
             return None
         return ProduceResponse(responses=[
-            ProduceResponse.TopicProduceResponse(name=name, partition_responses=[results[(name, i)] for i in indexes])
-            for name, indexes in order
+            ProduceResponse.TopicProduceResponse(name=name, partition_responses=answers) for name, answers in order
         ])
+
+    @staticmethod
+    def _named_twice(request: Any) -> set[tuple[str, int]]:
+        """The partitions a Produce request names more than once."""
+        seen: set[tuple[str, int]] = set()
+        twice: set[tuple[str, int]] = set()
+        for topic in request.topic_data:
+            for data in topic.partition_data:
+                key = (topic.name, data.index)
+                if key in seen:
+                    twice.add(key)
+                seen.add(key)
+        return twice
 
     async def _validate_large(self, records: Any, rules: ProduceRules, now: int, version: int) -> Accepted | Refusal:
         """Validate a batch whose records decompress past INLINE_DECOMPRESSED_SIZE in a worker thread."""
@@ -136,7 +156,7 @@ class ProduceApi:
         return await trio.to_thread.run_sync(check, limiter=self._large_batches)
 
     @staticmethod
-    async def _await_replication(waiting: dict, results: dict, timeout_s: float) -> None:
+    async def _await_replication(waiting: dict, results: list, timeout_s: float) -> None:
         """acks=all: park until each partition's high watermark reaches its batch's end (or it fails)."""
         deadline = trio.current_time() + max(timeout_s, 0)
         while True:
