@@ -509,5 +509,7 @@ def control_frame(rng: random.Random, pools: Pools, index: int, *, klass: str | 
             tags.add("huge-size-prefix")
     tags.add(klass)
     tags.add(f"api:{api}")
+    if b"__cluster_metadata" in data:
+        tags.add("names-cluster-metadata")
     return Frame(index=index, port=CONTROL, api=api, klass=klass, detail=detail, data=data,
                  half_close=half_close, tags=frozenset(tags))

@@ -86,6 +86,8 @@ TOPIC_CONFIGS = {
     "unknown.config": ("1",),
 }
 RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER = 2, 4, 8
+#: The name of the metadata log's partition (known bugs match on frames naming it).
+METADATA_TOPIC = b"__cluster_metadata"
 #: Partition counts from here on ask the controller for a great deal of work (known bugs match on it).
 HUGE_PARTITION_COUNT = 10_000
 #: Fields a request asks the broker to wait up to (milliseconds).
@@ -828,5 +830,7 @@ def kafka_frame(rng: random.Random, pools: Pools, index: int, *, klass: str | No
             tags.add("huge-size-prefix")
     tags.add(klass)
     tags |= _server_view_tags(data, pools)
+    if METADATA_TOPIC in data:
+        tags.add("names-cluster-metadata")
     return Frame(index=index, port=KAFKA, api=name, klass=klass, detail=detail, data=data, half_close=True,
                  tags=frozenset(tags))

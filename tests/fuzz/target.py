@@ -137,7 +137,8 @@ class DevTarget:
         if level in ("error", "critical", "exception") or event in NOTABLE_EVENTS:
             kept = self.samples.setdefault(key, [])
             if len(kept) < 5:
-                kept.append({k: (v if isinstance(v, int | float | bool) or v is None else str(v)[:400])
+                kept.append({k: (v if isinstance(v, int | float | bool) or v is None
+                                 else str(v)[-1500:] if k == "exception" else str(v)[:400])
                              for k, v in line.items()})
 
     def memory_kb(self) -> dict[str, int]:
