@@ -737,9 +737,9 @@ class SeedResult:
     hostile: int = 0
 
 
-#: Byzantine-input mode: the mean time between two hostile messages (four a second, against some
+#: Byzantine-input mode: the mean time between two hostile messages (two a second, against some
 #: tens to hundreds of normal messages a second).
-HOSTILE_INTERVAL = 0.25
+HOSTILE_INTERVAL = 0.5
 
 
 def run_seed(
