@@ -16,6 +16,7 @@ import trio
 
 from tests.fuzz.campaign import Campaign, CampaignConfig, make_frame, run_campaign
 from tests.fuzz.known_bugs import OPEN
+from tests.fuzz.replay import load, replay_finding
 from tests.fuzz.target import DevTarget
 
 
@@ -43,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--seed", type=int, required=True)
     show.add_argument("--frame", type=int, action="append", required=True)
     show.add_argument("--control-share", type=float, default=0.2)
+    finding = sub.add_parser("finding", help="replay a reproducer of tests/fuzz/findings/ on a fresh target")
+    finding.add_argument("path", type=Path, nargs="+")
     bisect = sub.add_parser("bisect", help="replay each given frame alone, each on a fresh target: which fail?")
     bisect.add_argument("--seed", type=int, required=True)
     bisect.add_argument("--frame", type=int, action="append", required=True)
@@ -74,6 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "show":
         trio.run(_show, args.seed, args.frame, args.control_share)
         return 0
+    if args.command == "finding":
+        status = 0
+        for path in args.path:
+            failures = trio.run(replay_finding, load(path))
+            print(f"{path}: {'holds' if not failures else 'FAILS'}")
+            for line in failures:
+                print(f"  {line[:500]}")
+            status |= bool(failures)
+        return status
     if args.command == "bisect":
         failing = []
         for index in args.frame:

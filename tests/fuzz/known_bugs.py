@@ -42,15 +42,6 @@ RESPONSE_ENCODING_STOPS_PROCESS = KnownBug(
     "kraftpy/broker/apis/metadata.py (topic ids below v12: INVALID_REQUEST, as Kafka answers)",
     {"metadata-null-name-before-v12", "long-string-int16"},
 )
-HUGE_PARTITION_COUNT = KnownBug(
-    "huge-partition-count",
-    "one CreatePartitions (or CreateTopics) asking for 2,147,483,647 partitions makes the controller build "
-    "them all: memory grows without bound (2.5 GB within seconds) and the node stops answering",
-    "the controller (kraftpy/metadata/replication_control.py): refuse counts past a bound before building "
-    "records, as Kafka's controller bounds the records of one operation",
-    {"huge-partition-count"},
-)
-
 CLUSTER_METADATA_TOPIC = KnownBug(
     "cluster-metadata-topic",
     "CreateTopics accepts the name __cluster_metadata: its partition 0 is the metadata log's own "
@@ -63,7 +54,6 @@ CLUSTER_METADATA_TOPIC = KnownBug(
 
 OPEN: tuple[KnownBug, ...] = (
     CLUSTER_METADATA_TOPIC,
-    HUGE_PARTITION_COUNT,
     RESPONSE_ENCODING_STOPS_PROCESS,
 )
 BY_NAME = {bug.name: bug for bug in OPEN}
