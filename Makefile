@@ -62,10 +62,14 @@ JEPSEN_ARGS ?= --time-limit 60 --nemesis all
 jepsen: $(STAMP) system-deps
 	$(PY) -m tests.jepsen.runner $(JEPSEN_ARGS)
 
-# Long runs: thousands of Raft simulation seeds and storage examples, then campaigns over many seeds.
+# Long runs: thousands of Raft simulation seeds and storage examples, a protocol fuzzing campaign of
+# FUZZ_FRAMES frames (report in fuzz-runs/), then campaigns over many seeds.
 soak: $(STAMP) system-deps
 	KRAFTPY_SIM_SEEDS=$${KRAFTPY_SIM_SEEDS:-5000} KRAFTPY_SOAK=1 $(PYTEST) tests/raft tests/storage -q
-	@status=0; first=$${JEPSEN_FIRST_SEED:-1}; \
+	@status=0; \
+	$(PY) -m tests.fuzz run --seed $${FUZZ_SEED:-1} --frames $${FUZZ_FRAMES:-100000} --skip-known \
+	  --out fuzz-runs/soak-$${FUZZ_SEED:-1}.json || status=1; \
+	first=$${JEPSEN_FIRST_SEED:-1}; \
 	for seed in $$(seq $$first $$((first + $${JEPSEN_SEEDS:-20} - 1))); do \
 	  for nemesis in kill pause partition link all; do \
 	    $(PY) -m tests.jepsen.runner --time-limit $${JEPSEN_TIME:-120} --nemesis $$nemesis --seed $$seed \
