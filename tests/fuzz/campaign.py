@@ -539,6 +539,9 @@ class Campaign:
                 before = self.report.target["protected_topic_ids"].get(topic.name)
                 if topic.error_code != 0 or topic.topic_id.bytes.hex() != before:
                     breached.add(topic.name)
+            every = await conn.request(ApiKey.METADATA, 12, MetadataRequest(topics=None, allow_auto_topic_creation=False))
+            self.report.target["topics_at_end"] = len(every.topics)
+            self.report.target["partitions_at_end"] = sum(len(t.partitions) for t in every.topics)
         finally:
             await conn.aclose()
         if breached:

@@ -52,7 +52,7 @@ from kraftpy.raft import messages as raft_messages
 from kraftpy.raft.driver import RAFT_API
 from kraftpy.raft.log import SnapshotId
 from tests.fuzz import batches
-from tests.fuzz.frames import CONTROL, Frame, Pools, random_name
+from tests.fuzz.frames import CONTROL, Frame, Pools, random_name, topic_name
 
 INT32_MAX = 2**31 - 1
 #: Every Raft message class, requests first; responses sent as requests must be refused.
@@ -192,8 +192,8 @@ class ValueGen:
                 "CreatableTopic", "DeleteTopicState", "CreatePartitionsTopic", "TopicPartitions",
                 "DescribeConfigsResource", "AlterConfigsResource"):
             if owner in ("DeleteTopicState", "AlterConfigsResource", "CreatableTopic"):
-                return rng.choice([*sorted(pools.scratch), random_name(rng, "fz-new")])
-            return rng.choice([*sorted(pools.protected), *sorted(pools.scratch), random_name(rng, "fz-unknown")])
+                return rng.choice([*sorted(pools.scratch), topic_name(rng, "fz-new")])
+            return rng.choice([*sorted(pools.protected), *sorted(pools.scratch), topic_name(rng, "fz-unknown")])
         if name == "feature":
             return rng.choice(("metadata.version", "kraft.version", "unknown.feature"))
         if name == "name":

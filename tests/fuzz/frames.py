@@ -111,3 +111,12 @@ def frame_rng(seed: int, index: int) -> random.Random:
 
 def random_name(rng: random.Random, prefix: str = "fz") -> str:
     return f"{prefix}-{rng.getrandbits(40):010x}"
+
+
+#: Topic names the fuzzer makes up come from a pool this large: a Metadata request may create the
+#: topic it names, and a pool keeps what a long campaign creates (and the memory it costs) bounded.
+TOPIC_NAME_POOL = 64
+
+
+def topic_name(rng: random.Random, prefix: str) -> str:
+    return f"{prefix}-{rng.randrange(TOPIC_NAME_POOL)}"

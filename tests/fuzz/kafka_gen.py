@@ -51,7 +51,7 @@ from kraftpy.protocol.messages import REQUESTS
 from kraftpy.protocol.schema import EncodeError, Field
 from kraftpy.protocol.varint import encode_uvarint
 from tests.fuzz import batches
-from tests.fuzz.frames import KAFKA, Frame, LyingBytes, LyingList, LyingStr, Pools, random_name
+from tests.fuzz.frames import KAFKA, Frame, LyingBytes, LyingList, LyingStr, Pools, random_name, topic_name
 
 INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1),
@@ -155,13 +155,13 @@ class RequestGen:
         rng, pools = self.rng, self.pools
         if (struct_name, field_name) in DESTRUCTIVE or struct_name == "CreatableTopic":
             names = list(pools.scratch) or ["fuzz-scratch"]
-            return rng.choice(names) if rng.random() < 0.7 else random_name(rng, "fz-new")
+            return rng.choice(names) if rng.random() < 0.7 else topic_name(rng, "fz-new")
         r = rng.random()
         if r < 0.75 and pools.protected:
             return rng.choice(sorted(pools.protected))
         if r < 0.85 and pools.scratch:
             return rng.choice(sorted(pools.scratch))
-        return random_name(rng, "fz-unknown")
+        return topic_name(rng, "fz-unknown")
 
     def _value(self, struct_name: str, f: Field) -> Any:
         rng, v = self.rng, self.version
@@ -503,10 +503,10 @@ class Mutator:
             site.set(uuid.UUID(int=rng.getrandbits(128)))
             return f"{site.path} = an unknown topic id"
         if site.field.type == "string" or site.field.element_type == "string":
-            value = rng.choice((random_name(rng, "fz-unknown"), "", ".", "..", "__cluster_metadata",
+            value = rng.choice((topic_name(rng, "fz-unknown"), "", ".", "..", "__cluster_metadata",
                                 "a" * 250, "bad/name", "__consumer_offsets"))
             if (site.struct_name, site.field.name) in DESTRUCTIVE and value in self.pools.protected:
-                value = random_name(rng, "fz-unknown")
+                value = topic_name(rng, "fz-unknown")
             if site.field.is_array:
                 site.set([value])
             else:
