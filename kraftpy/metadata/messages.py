@@ -4,10 +4,13 @@ These are the controller's own value classes; the control-plane and Kafka-protoc
 their wire forms to and from them. Fields follow Kafka's message definitions (snake_case); version-only
 and throttling fields (ThrottleTimeMs, timeouts) belong to the wire layer and are not repeated here.
 
-Integer fields carry their Kafka type as an annotation (``Int32``, ``Int64``, ...; ``NonNegativeInt32``
-where only a non-negative value means anything: node ids, partition indices): the control plane
+Integer fields carry their Kafka type as an annotation (``Int32``, ``Int64``, ...): the control plane
 refuses a request whose field is of another type or out of that range before it is built
-(kraftpy.rpc.wire_schema), and kraftpy.metadata.validation checks what the types cannot say.
+(kraftpy.rpc.wire_schema), and kraftpy.metadata.validation checks what the types cannot say. The
+requests only brokers send (registration, heartbeats, AlterPartition, producer ids) also say
+``NonNegativeInt32`` where only a non-negative value means anything (node ids, partition indices);
+the ones a broker forwards for Kafka clients keep Kafka's plain types, so that what a client may
+encode reaches the controller's handlers and is answered per topic or partition, as Kafka does.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ class BrokerHeartbeatResponse:
 
 @attrs.frozen
 class UnregisterBrokerRequest:
-    broker_id: NonNegativeInt32
+    broker_id: Int32
 
 
 @attrs.frozen
@@ -96,8 +99,8 @@ class UnregisterBrokerResponse:
 
 @attrs.frozen
 class CreatableReplicaAssignment:
-    partition_index: NonNegativeInt32
-    broker_ids: tuple[NonNegativeInt32, ...] = attrs.field(converter=_tuple)
+    partition_index: Int32
+    broker_ids: tuple[Int32, ...] = attrs.field(converter=_tuple)
 
 
 @attrs.frozen
@@ -170,7 +173,7 @@ class CreatePartitionsTopic:
     name: str
     count: Int32
     #: Replicas of each new partition, or None to place them.
-    assignments: tuple[tuple[NonNegativeInt32, ...], ...] | None = None
+    assignments: tuple[tuple[Int32, ...], ...] | None = None
 
 
 @attrs.frozen

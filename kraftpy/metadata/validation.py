@@ -10,15 +10,15 @@ metadata log, where every broker and every later controller would have to live w
   empty, 0 <= min_supported_version <= max_supported_version; a rack that is None or not empty; an
   incarnation id that is not the zero id; a cluster id that is not empty;
 - AlterPartition: a (topic, partition) at most once; an ISR naming a broker at most once; epochs not
-  negative;
-- CreateTopics and CreatePartitions: a replica assignment naming a broker at most once per
-  partition; ElectLeaders: a partition at most once per topic;
-- UpdateFeatures: a feature at most once.
+  negative.
 
-`request_problem` returns the first problem found, in a few words naming the field, and the
-control plane answers INVALID_REQUEST with it; nothing is written. Whether the request fits the
-cluster (a replica not in the partition's assignment, a broker that is not registered, stale epochs)
-is the controller's own business: its handlers answer those with Kafka's per-item error codes.
+These are requests only brokers send. `request_problem` returns the first problem found, in a few
+words naming the field, and the control plane answers INVALID_REQUEST with it; nothing is written.
+Requests a broker forwards for Kafka clients (CreateTopics, CreatePartitions, ElectLeaders, ...) are
+left to the controller's handlers, which answer each topic or partition with Kafka's error code (a
+replica named twice: INVALID_REPLICA_ASSIGNMENT), as a Kafka client expects. Whether a request fits
+the cluster (a replica not in the partition's assignment, a broker that is not registered, stale
+epochs) is likewise the handlers' business.
 
 One bound needs the image: like Kafka's controller (``MAX_RECORDS_PER_USER_OP``), a CreateTopics or
 CreatePartitions that would add more than `MAX_PARTITIONS_PER_REQUEST` partitions is refused whole,
@@ -44,8 +44,6 @@ from kraftpy.metadata.messages import (
     CreatePartitionsTopicResult,
     CreateTopicsRequest,
     CreateTopicsResponse,
-    ElectLeadersRequest,
-    UpdateFeaturesRequest,
 )
 from kraftpy.rpc.wire_schema import INT16
 
@@ -69,23 +67,6 @@ def request_problem(request: Any) -> str | None:
             return _registration_problem(request)
         case AlterPartitionRequest():
             return _alter_partition_problem(request)
-        case CreateTopicsRequest(topics=topics):
-            for topic in topics:
-                for assignment in topic.assignments:
-                    if (broker := _repeated(assignment.broker_ids)) is not None:
-                        return f"topics[{topic.name!r}] partition {assignment.partition_index} names broker {broker} twice"
-        case CreatePartitionsRequest(topics=topics):
-            for topic in topics:
-                for replicas in topic.assignments or ():
-                    if (broker := _repeated(replicas)) is not None:
-                        return f"topics[{topic.name!r}] assignments name broker {broker} twice for one partition"
-        case ElectLeadersRequest(topic_partitions=topic_partitions):
-            for entry in topic_partitions or ():
-                if (partition := _repeated(entry.partitions)) is not None:
-                    return f"topic_partitions[{entry.topic!r}] names partition {partition} twice"
-        case UpdateFeaturesRequest(feature_updates=updates):
-            if (feature := _repeated(u.feature for u in updates)) is not None:
-                return f"feature_updates name {feature!r} twice"
     return None
 
 

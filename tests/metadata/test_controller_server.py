@@ -135,7 +135,8 @@ MALFORMED = {
     "a missing field": ("BrokerHeartbeat", {"@": "BrokerHeartbeatRequest", "broker_id": 10, "broker_epoch": 1},
                         "current_metadata_offset: missing"),
     "a list for a map": ("UnregisterBroker", [10], "expected a UnregisterBrokerRequest, got a list"),
-    "a negative broker id": ("UnregisterBroker", {"@": "UnregisterBrokerRequest", "broker_id": -3},
+    "a negative broker id": ("BrokerHeartbeat", {"@": "BrokerHeartbeatRequest", "broker_id": -3, "broker_epoch": 1,
+                                                 "current_metadata_offset": 0},
                              "broker_id: -3 is out of non-negative int32 range"),
     "a broker id past int32": ("AllocateProducerIds", {"@": "AllocateProducerIdsRequest", "broker_id": 2**31,
                                                        "broker_epoch": 1}, "out of non-negative int32 range"),
@@ -159,8 +160,6 @@ MALFORMED = {
     "a partition twice": ("AlterPartition", WIRE.encode(AlterPartitionRequest(10, 5, (AlterPartitionTopicData(
         Uuid(bytes([1]) * 16), (AlterPartitionPartitionData(0, 1, (BrokerState(10),)),) * 2),))),
         "names partition 0 twice"),
-    "a replica twice": ("CreateTopics", WIRE.encode(CreateTopicsRequest((CreatableTopic(
-        "t", assignments=(CreatableReplicaAssignment(0, (10, 10)),)),))), "names broker 10 twice"),
     "an enum value out of its range": ("ElectLeaders", {"@": "ElectLeadersRequest",
                                                         "election_type": {"@": "ElectionType", "v": 7}}, "ElectionType"),
 }
@@ -175,6 +174,18 @@ async def test_a_malformed_request_is_answered_invalid_request_and_writes_nothin
     assert err.value.code == "INVALID_REQUEST" and says in err.value.message, err.value.message
     assert controller.driver.core.log.end_offset == end
     await register(controller, 10)  # and it serves on
+
+
+async def test_what_a_kafka_client_may_send_is_answered_per_topic_not_refused_whole(controller):
+    """CreateTopics and CreatePartitions come from Kafka clients through a broker: a replica named
+    twice or a negative partition index is the topic's INVALID_REPLICA_ASSIGNMENT, as in Kafka."""
+    await register(controller, 10)
+    response = await call(controller, CreateTopicsRequest((
+        CreatableTopic("twice", assignments=(CreatableReplicaAssignment(0, (10, 10)),)),
+        CreatableTopic("negative", assignments=(CreatableReplicaAssignment(-1, (10,)),)),
+    )))
+    assert [(t.name, t.error_code) for t in response.topics] == [
+        ("twice", Errors.INVALID_REPLICA_ASSIGNMENT), ("negative", Errors.INVALID_REPLICA_ASSIGNMENT)]
 
 
 async def test_a_request_adding_too_many_partitions_is_refused_before_any_placement(controller):
