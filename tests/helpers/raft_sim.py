@@ -386,7 +386,7 @@ class SimCluster:
         self.last_requests: dict[int, dict[type, tuple[int, int, Message]]] = {}
         #: Byzantine-input mode: hostile messages, one every `hostile_interval` seconds on average.
         self.hostile_interval = hostile_interval
-        self.hostile = HostileInput(self, random.Random(seed ^ 0xB7_2A71)) if hostile_interval else None
+        self.hostile = HostileInput(self, random.Random(seed ^ 0xB7_2A71))
         self.hostile_rng = random.Random(seed ^ 0x51_7E)
         self.next_hostile_at = self._draw_hostile_time() if hostile_interval else float("inf")
         self.hostile_sent = 0
@@ -575,9 +575,9 @@ class SimCluster:
     def inject_hostile(self) -> None:
         """Hand one hostile message to a live node, as if it came over the network, and check that
         it was refused: nothing about the node's epoch state, log or commits moved, nothing durable
-        was asked for."""
-        assert self.hostile is not None
-        self.next_hostile_at = self._draw_hostile_time()
+        was asked for. (Called on its own schedule in Byzantine-input mode; tests may call it too.)"""
+        if self.hostile_interval:
+            self.next_hostile_at = self._draw_hostile_time()
         hostile = self.hostile.next()
         if hostile is None:
             return
