@@ -119,3 +119,22 @@ async def test_forged_votes_and_leaders_change_nothing_and_a_restart_works(tmp_p
         for proc in procs:
             assert await proc.wait() == 0
         nursery.cancel_scope.cancel()
+
+
+async def test_a_quorum_state_that_cannot_be_true_stops_the_controller_in_one_line(tmp_path: Path) -> None:
+    """What the probe left behind (an epoch past int32 in quorum-state) is named, with its file, in the
+    one line the process ends with; no traceback."""
+    configs, _ = controller_configs(tmp_path, count=1)
+    format_all(configs)
+    state_dir = tmp_path / "controller-1" / "__cluster_metadata-0"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / FILE_NAME).write_text(
+        '{"clusterId":"","leaderId":-1,"leaderEpoch":2147483653,"votedId":2,"appliedOffset":0,'
+        '"currentVoters":[{"voterId":1}],"data_version":0}')
+    proc = KraftProcess("controller-1", "controller", configs[0])
+    async with trio.open_nursery() as nursery:  # ends once stderr is read to its end
+        await proc.start(nursery)
+        assert await proc.wait() == 1
+    assert proc.raw[-1] == (f"kraftpy: {state_dir / FILE_NAME}: leaderEpoch 2147483653 is out of range "
+                            "(-1 to 2147483647)")
+    assert not any("Traceback" in line for line in proc.raw)
