@@ -8,7 +8,7 @@ PYTEST := $(VENV)/bin/pytest
 APT    := DEBIAN_FRONTEND=noninteractive apt-get
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint fmt docs bench soak jepsen system-deps system-python clean
+.PHONY: run test lint fmt docs bench soak jepsen system-deps build-deps system-python clean
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { $(SUDO) $(APT) update -qq && $(SUDO) $(APT) install -y -qq python3 python3-venv; }
@@ -16,14 +16,27 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 # What `make run` needs: kraftpy itself.
-$(BASE): pyproject.toml setup.py kraftpy/protocol/_record_scan.c | $(PY)
+$(BASE): pyproject.toml setup.py kraftpy/protocol/_record_scan.c | $(PY) build-deps
 	$(PY) -m pip install -q -e .
 	@touch $(BASE)
 
 # What the tests need besides: the clients, pytest, ruff, and pyspark for the Spark connector.
-$(STAMP): pyproject.toml setup.py kraftpy/protocol/_record_scan.c | $(PY)
+$(STAMP): pyproject.toml setup.py kraftpy/protocol/_record_scan.c | $(PY) build-deps
 	$(PY) -m pip install -q -e '.[dev,spark]'
 	@touch $(STAMP) $(BASE)
+
+# What compiling produce validation's C record scan needs (without it the install still works,
+# and the broker checks records in Python, far more slowly): a C compiler and Python's headers.
+build-deps:
+	@missing=""; \
+	command -v cc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	py=$$(command -v $(PYTHON) || command -v python3); \
+	inc=$$($$py -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null); \
+	[ -f "$$inc/Python.h" ] || missing="$$missing $$(basename $$py)-dev"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  $(SUDO) $(APT) update -qq && $(SUDO) $(APT) install -y -qq $$missing; \
+	fi
 
 # System packages the tests use, installed only when missing.
 system-deps:

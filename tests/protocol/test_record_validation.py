@@ -440,3 +440,9 @@ def test_the_c_scan_checks_its_arguments():
         c_scan("text", 0, 1)
     assert c_scan(b"", 0, 0) == (0, 0, 0)
     assert c_scan(b"\x00", 0, 0) is None
+
+
+def test_the_install_compiled_the_c_record_scan():
+    """The Makefile installs a C compiler and Python's headers before installing kraftpy (build-deps),
+    so the install compiled the scan: without it a broker checks records in Python, far more slowly."""
+    assert c_scan is not None, "kraftpy.protocol._record_scan was not compiled by the install"
