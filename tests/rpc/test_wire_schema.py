@@ -72,6 +72,15 @@ def test_an_object_built_in_memory_is_checked_against_the_same_ranges() -> None:
     assert out_of_range(Outer(1, inner=Inner(2**16))) == "Outer.inner.port: 65536 is out of uint16 range"
     assert out_of_range(Outer(1, ids=(1, 2**31))) == "Outer.ids: 2147483648 is out of int32 range"
     assert out_of_range(Outer("1")) == "Outer.node: expected an integer, got str '1'"  # type: ignore[arg-type]
+    assert out_of_range(Outer(True)) == "Outer.node: expected an integer, got bool True"
+    assert out_of_range(Deep(None)) is None and out_of_range(Deep(((1,), (2, 3)))) is None
+    assert out_of_range(Deep(((1,), (2, -1)))) == "Deep.rows: -1 is out of non-negative int32 range"
+    assert out_of_range(Deep(((1,), ("x",)))) == "Deep.rows: expected an integer, got str 'x'"
+
+
+@attrs.frozen
+class Deep:
+    rows: tuple[tuple[NonNegativeInt32, ...], ...] | None
 
 
 def test_every_type_the_control_plane_carries_has_a_check() -> None:
