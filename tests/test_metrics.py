@@ -44,3 +44,12 @@ def test_the_lag_histogram_is_exported():
     buckets = {s.labels["le"]: s.value for m in REGISTRY.collect() for s in m.samples
                if s.name == "kraftpy_event_loop_lag_seconds_bucket"}
     assert buckets["0.005"] >= 1 and "0.003" in buckets
+
+
+def test_made_up_api_keys_share_one_requests_label():
+    """Frames naming any of 65,536 api keys must not make as many metric series."""
+    from kraftpy.rpc.kafka_server import _api_label
+
+    assert _api_label(b"\x00\x00rest") == "0"  # Produce
+    assert _api_label(b"\x00\x12rest") == "18"  # ApiVersions
+    assert {_api_label(key.to_bytes(2, "big", signed=True)) for key in (-1, 999, 32767, -32768)} == {"unknown"}

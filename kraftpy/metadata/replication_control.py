@@ -66,7 +66,7 @@ from kraftpy.metadata.records import (
     TopicRecord,
 )
 from kraftpy.metadata.result import ControllerResult
-from kraftpy.metadata.topic_names import topic_name_error, unify_collision_chars
+from kraftpy.metadata.topic_names import reserved_topic_error, topic_name_error, unify_collision_chars
 
 UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
 
@@ -200,6 +200,9 @@ def _create_topic(
     reason = topic_name_error(topic.name)
     if reason is not None:
         raise ControllerError(Errors.INVALID_TOPIC_EXCEPTION, reason)
+    reason = reserved_topic_error(topic.name)
+    if reason is not None:
+        raise ControllerError(Errors.INVALID_REQUEST, reason)
     names.check(topic.name)
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 
 MAX_NAME_LENGTH = 249
+#: The metadata log's own name (its partition directory is ``__cluster_metadata-0``): never a topic.
+CLUSTER_METADATA_TOPIC_NAME = "__cluster_metadata"
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 
@@ -26,6 +28,13 @@ def topic_name_error(name: str) -> str | None:
             f"Topic name \"{name}\" is illegal, it contains a character other than "
             "ASCII alphanumerics, '.', '_' and '-'"
         )
+    return None
+
+
+def reserved_topic_error(name: str) -> str | None:
+    """Kafka's message when ``name`` is one no client may create (None otherwise)."""
+    if name == CLUSTER_METADATA_TOPIC_NAME:
+        return f"Creation of internal topic {CLUSTER_METADATA_TOPIC_NAME} is prohibited."
     return None
 
 

@@ -30,6 +30,7 @@ import trio
 
 from kraftpy.logs import get_logger
 from kraftpy.metrics import BYTES_IN, CONNECTIONS, REQUESTS
+from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.types import FileRegion
 from kraftpy.rpc.framing import FramedStream, FrameError, IdleConnection, RequestBudget
 from kraftpy.rpc.listeners import Acceptor
@@ -101,8 +102,14 @@ async def _sendfile(stream: trio.SocketStream, fd: int, offset: int, length: int
         await trio.lowlevel.checkpoint()
 
 
+_KNOWN_API_KEYS = {int(key) for key in ApiKey}
+
+
 def _api_label(frame: Any) -> str:
-    return str(int.from_bytes(frame[:2], "big", signed=True))
+    """The metrics label of a request's api key: any key outside Kafka's shares one label, so frames
+    naming made-up keys cannot grow the metrics without bound."""
+    key = int.from_bytes(frame[:2], "big", signed=True)
+    return str(key) if key in _KNOWN_API_KEYS else "unknown"
 
 
 class KafkaServer:

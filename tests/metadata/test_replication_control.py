@@ -73,6 +73,13 @@ def test_legal_topic_name_is_accepted(cluster3, name):
     assert cluster3.create_topic(name).error_code == Errors.NONE
 
 
+def test_the_metadata_log_name_is_reserved(cluster3):
+    """``__cluster_metadata-0`` is the metadata log's directory: a topic of that name would share it."""
+    result = cluster3.create_topic("__cluster_metadata")
+    assert result.error_code == Errors.INVALID_REQUEST and "prohibited" in result.error_message
+    assert cluster3.create_topic("__cluster_metadata_x").error_code == Errors.NONE
+
+
 def test_existing_topic_is_refused(cluster3):
     cluster3.create_topic("t")
     assert cluster3.create_topic("t").error_code == Errors.TOPIC_ALREADY_EXISTS

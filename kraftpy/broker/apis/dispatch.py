@@ -38,6 +38,7 @@ from kraftpy.protocol.api_keys import API_VERSIONS, ApiKey, VersionRange
 from kraftpy.protocol.errors import ErrorCode, InvalidRequestError, UnsupportedVersionError
 from kraftpy.protocol.frames import encode_response, parse_request
 from kraftpy.protocol.messages import REQUESTS, ApiVersionsResponse, ProduceResponse
+from kraftpy.protocol.schema import EncodeError
 from kraftpy.rpc.kafka_server import BadRequest, Connection
 
 _logger = structlog.get_logger(__name__)
@@ -113,10 +114,17 @@ class KafkaApis:
         del request
         if response is None:
             return None
-        if large:
-            return await trio.to_thread.run_sync(encode_response, header.correlation_id, api_key, version, response,
-                                                 limiter=self._large_requests)
-        return encode_response(header.correlation_id, api_key, version, response)
+        try:
+            if large:
+                return await trio.to_thread.run_sync(encode_response, header.correlation_id, api_key, version,
+                                                     response, limiter=self._large_requests)
+            return encode_response(header.correlation_id, api_key, version, response)
+        except EncodeError as exc:
+            # An answer this version cannot carry (an echoed name past a string's limit): only this
+            # connection suffers.
+            self._log.warning("response cannot be encoded", api=ApiKey(api_key).name, version=version,
+                              peer=conn.peer, error=str(exc))
+            raise BadRequest(f"{ApiKey(api_key).name} v{version} response cannot be encoded: {exc}") from None
 
     def _answer_unsupported_version(self, frame: bytes | memoryview, exc: UnsupportedVersionError) -> list:
         if exc.api_key == ApiKey.API_VERSIONS and exc.correlation_id is not None:

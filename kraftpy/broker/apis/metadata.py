@@ -32,11 +32,11 @@ from kraftpy.ids import Uuid
 from kraftpy.metadata import messages as m
 from kraftpy.metadata.image import MetadataImage, TopicImage
 from kraftpy.metadata.records import NO_LEADER
-from kraftpy.metadata.topic_names import topic_name_error
+from kraftpy.metadata.topic_names import reserved_topic_error, topic_name_error
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import DescribeClusterResponse, MetadataResponse
-from kraftpy.rpc.kafka_server import Connection
+from kraftpy.rpc.kafka_server import BadRequest, Connection
 
 _logger = structlog.get_logger(__name__)
 
@@ -94,6 +94,9 @@ class MetadataApi:
             by_key: dict[Any, tuple[str | None, Uuid | None]] = {}
             for t in request.topics:
                 topic_id = from_wire_uuid(t.topic_id) if version >= 10 else None
+                if version < 12 and (t.name is None or topic_id is not None):
+                    # Topics are named by id from v12 on; before that the answer cannot even carry them.
+                    raise BadRequest(f"Topic IDs are not supported in requests for version {version}")
                 by_key.setdefault(t.name if topic_id is None else topic_id, (t.name, topic_id))
                 if pace.due():
                     await trio.lowlevel.checkpoint()
@@ -107,7 +110,7 @@ class MetadataApi:
             if topic_id is None and name is not None and image.topics.get_by_name(name) is None:
                 if topic_name_error(name) is not None:
                     errors[name] = ErrorCode.INVALID_TOPIC_EXCEPTION
-                elif may_create:
+                elif may_create and reserved_topic_error(name) is None:
                     creatable.append(name)
             if pace.due():
                 await trio.lowlevel.checkpoint()
