@@ -155,7 +155,8 @@ def valid_batch(rng: random.Random, *, idempotent: bool | None = None) -> BatchS
     spec = BatchSpec(random_records(rng), codec=codec)
     if idempotent if idempotent is not None else rng.random() < 0.2:
         # Producer ids the broker never handed out: refused or accepted as a new producer, as it says.
-        spec.producer_id = rng.choice((0, 1, 1000, rng.randrange(1 << 40)))
+        # From a pool, so the producer state a long campaign leaves stays bounded.
+        spec.producer_id = rng.choice((0, 1, 1000, 1 << 40)) + rng.randrange(8)
         spec.producer_epoch = rng.choice((0, 0, 1))
         spec.base_sequence = rng.choice((0, 0, 5))
     return spec

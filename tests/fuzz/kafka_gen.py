@@ -463,7 +463,10 @@ class Mutator:
         api = self.schema.api_key
         read_only = api in (ApiKey.METADATA, ApiKey.LIST_OFFSETS, ApiKey.DESCRIBE_CONFIGS, ApiKey.FETCH,
                             ApiKey.OFFSET_FOR_LEADER_EPOCH)
-        if site.field.is_struct and read_only and site.field.name in ("topics", "resources") and self.rng.random() < 0.5:
+        # Metadata below v4 always auto-creates what it names: distinct names only where that can be off.
+        can_name_unknowns = read_only and not (api == ApiKey.METADATA and self.version < 4)
+        if site.field.is_struct and can_name_unknowns and site.field.name in ("topics", "resources") \
+                and self.rng.random() < 0.5:
             # Distinct names nobody created (auto-creation off), as a client listing unknown topics would.
             if api == ApiKey.METADATA:
                 self.obj.allow_auto_topic_creation = False

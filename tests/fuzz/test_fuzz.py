@@ -19,7 +19,7 @@ from tests.fuzz.known_bugs import OPEN
 pytestmark = pytest.mark.slow
 
 SEED = int(os.environ.get("KRAFTPY_FUZZ_SEED", "1"))
-FRAMES = int(os.environ.get("KRAFTPY_FUZZ_FRAMES", "2000"))
+FRAMES = int(os.environ.get("KRAFTPY_FUZZ_FRAMES", "3000"))
 
 
 async def test_a_campaign_finds_nothing_but_the_known_bugs(tmp_path):

@@ -23,7 +23,7 @@ from kraftpy.broker.client import ConnectionClosed, KafkaConnection
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.batch_header import LOG_OVERHEAD, CorruptRecordError, read_header
 from kraftpy.protocol.errors import ErrorCode
-from kraftpy.protocol.messages import FetchRequest, MetadataRequest
+from kraftpy.protocol.messages import FetchRequest, ListOffsetsRequest, MetadataRequest
 from kraftpy.protocol.records import decode_batch
 
 
@@ -83,6 +83,14 @@ async def wait_for_leaders(conn: KafkaConnection, topics: list[str], timeout: fl
     return False
 
 
+async def earliest_offset(conn: KafkaConnection, topic: str, partition: int) -> int:
+    response = await conn.request(ApiKey.LIST_OFFSETS, 7, ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+            ListOffsetsRequest.ListOffsetsPartition(partition_index=partition, timestamp=-2)])]))
+    result = response.topics[0].partitions[0]
+    return result.offset if result.error_code == ErrorCode.NONE else 0
+
+
 async def read_partition(conn: KafkaConnection, topic: str, partition: int, *, max_batches: int = 200_000) -> PartitionLog:
     log = PartitionLog()
     offset = 0
@@ -97,6 +105,13 @@ async def read_partition(conn: KafkaConnection, topic: str, partition: int, *, m
         if data.error_code != ErrorCode.NONE:
             if data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and offset >= log.high_watermark > 0:
                 break
+            if data.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and offset == 0 and not log.batches:
+                # The log no longer starts at 0: read what is left, from its start.
+                start = await earliest_offset(conn, topic, partition)
+                if start > 0:
+                    log.log_start_offset = offset = start
+                    log.problems.append(f"the log starts at {start}, not 0")
+                    continue
             log.error = f"fetch at offset {offset}: {ErrorCode(data.error_code).name}"
             break
         log.high_watermark = data.high_watermark
@@ -156,6 +171,8 @@ def judge(acks: list[Ack], log: PartitionLog) -> list[AckProblem]:
         stored = by_base.get(ack.base_offset)
         if stored is None:
             where = f"log {log.log_start_offset}..{log.high_watermark}"
+            if ack.base_offset < log.log_start_offset:
+                where += ": deleted below the log start offset"
             problems.append(AckProblem("acked-missing", ack, f"no batch at offset {ack.base_offset} ({where}"
                                        f"{'; ' + log.error if log.error else ''})"))
             continue
@@ -178,11 +195,13 @@ def judge(acks: list[Ack], log: PartitionLog) -> list[AckProblem]:
     return problems
 
 
-async def check_acks(host: str, port: int, acks: list[Ack], skip_topics: set[str]) -> tuple[list[AckProblem], dict]:
-    """Read every partition with acknowledgements and judge them; returns (problems, summary)."""
+async def check_acks(host: str, port: int, acks: list[Ack], topics: set[str]) -> tuple[list[AckProblem], dict]:
+    """Read every partition of ``topics`` with acknowledgements and judge them; returns (problems,
+    summary). Other topics are not judged: a request may have deleted them since (and made them
+    again), and a consumer has nothing to read back then."""
     by_partition: dict[tuple[str, int], list[Ack]] = {}
     for ack in acks:
-        if ack.topic not in skip_topics:
+        if ack.topic in topics:
             by_partition.setdefault((ack.topic, ack.partition), []).append(ack)
     summary: dict[str, Any] = {"acks": len(acks), "checked": sum(len(v) for v in by_partition.values()),
                                "partitions": len(by_partition), "log_problems": []}
