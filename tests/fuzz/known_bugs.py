@@ -52,8 +52,5 @@ CLUSTER_METADATA_TOPIC = KnownBug(
     {"names-cluster-metadata"},
 )
 
-OPEN: tuple[KnownBug, ...] = (
-    CLUSTER_METADATA_TOPIC,
-    RESPONSE_ENCODING_STOPS_PROCESS,
-)
+OPEN: tuple[KnownBug, ...] = ()
 BY_NAME = {bug.name: bug for bug in OPEN}

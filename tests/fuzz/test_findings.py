@@ -32,10 +32,6 @@ async def test_a_finding_replayed(path, tmp_path):
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.xfail(strict=True, reason="open: every api key a frame names becomes a metrics label "
-                   "(kraftpy_requests{api_key}), whatever the key: frames naming 10,000 different keys cost "
-                   "the broker about 6 MiB for good, up to 65,536 keys -- fix: kraftpy/rpc/kafka_server.py "
-                   "(label only the api keys served, the rest as one label)")
 async def test_frames_naming_many_api_keys_cost_no_memory_for_good(tmp_path):
     """Found by python -m tests.fuzz run --seed 1 --frames 100000: resident memory grew all run long;
     bytes:random and header:api-key frames name random api keys."""
