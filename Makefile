@@ -80,7 +80,7 @@ jepsen: $(STAMP) system-deps
 soak: $(STAMP) system-deps
 	KRAFTPY_SIM_SEEDS=$${KRAFTPY_SIM_SEEDS:-5000} KRAFTPY_SOAK=1 $(PYTEST) tests/raft tests/storage -q
 	@status=0; \
-	$(PY) -m tests.fuzz run --seed $${FUZZ_SEED:-1} --frames $${FUZZ_FRAMES:-100000} --skip-known \
+	$(PY) -m tests.fuzz run --seed $${FUZZ_SEED:-1} --frames $${FUZZ_FRAMES:-105000} --skip-known \
 	  --out fuzz-runs/soak-$${FUZZ_SEED:-1}.json || status=1; \
 	first=$${JEPSEN_FIRST_SEED:-1}; \
 	for seed in $$(seq $$first $$((first + $${JEPSEN_SEEDS:-20} - 1))); do \

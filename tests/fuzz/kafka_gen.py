@@ -691,8 +691,8 @@ def touches_protected(pools: Pools, api_key: int, request: Any) -> bool:
 
 
 def _server_view_tags(data: bytes, pools: Pools) -> set[str]:
-    """Tags for what the broker will parse out of the frame: ``produce-duplicate-partition`` (one
-    partition twice in a Produce), ``metadata-null-name-before-v12`` (a topic without a name in
+    """Tags for what the broker will parse out of the frame: ``produce-duplicate-partition`` and
+    ``fetch-duplicate-partition`` (one partition twice), ``metadata-null-name-before-v12`` (a topic without a name in
     Metadata below v12), ``huge-partition-count``, and ``touches-protected`` (see `touches_protected`:
     the campaign does not send these)."""
     try:
@@ -715,6 +715,10 @@ def _server_view_tags(data: bytes, pools: Pools) -> set[str]:
     elif header.request_api_key == ApiKey.METADATA and header.request_api_version < 12:
         if any(t.name is None for t in request.topics or ()):
             tags.add("metadata-null-name-before-v12")
+    elif header.request_api_key == ApiKey.FETCH:
+        named = [(t.topic, t.topic_id, p.partition) for t in request.topics for p in t.partitions]
+        if len(named) != len(set(named)):
+            tags.add("fetch-duplicate-partition")
     elif header.request_api_key == ApiKey.CREATE_TOPICS:
         if any(t.num_partitions > HUGE_PARTITION_COUNT for t in request.topics):
             tags.add("huge-partition-count")

@@ -5,6 +5,7 @@ A finding file is JSON::
     {"name": "...", "what": "what goes wrong", "found": "how the fuzzer found it",
      "fix": "where the fix belongs", "open": true,
      "frames": [{"port": "kafka" | "control", "hex": "...", "note": "what this frame is"}, ...],
+     (a large frame may be given as "zlib_base64": its bytes zlib-compressed, in base64)
      "expect": ["answered:1", "alive", "no-handler-traceback", "rss-below-mib:256", "readable:t", "clean-stop"]}
 
 `replay_finding` starts a fresh ``kraftpy dev``, sends each frame on a fresh connection in order
@@ -23,8 +24,10 @@ the file says "open" exactly as long as the bug is there.
 
 from __future__ import annotations
 
+import base64
 import json
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,12 @@ def load(path: Path) -> dict[str, Any]:
     return finding
 
 
+def frame_bytes(spec: dict[str, Any]) -> bytes:
+    if "zlib_base64" in spec:
+        return zlib.decompress(base64.b64decode(spec["zlib_base64"]))
+    return bytes.fromhex(spec["hex"])
+
+
 def all_findings() -> list[Path]:
     return sorted(FINDINGS.glob("*.json"))
 
@@ -64,7 +73,7 @@ async def replay_finding(finding: dict[str, Any], directory: Path | None = None)
         outcomes = []
         try:
             for i, spec in enumerate(finding["frames"]):
-                data = bytes.fromhex(spec["hex"])
+                data = frame_bytes(spec)
                 frame = Frame(index=i, port=spec["port"], api=spec.get("note", ""), klass="finding", detail="",
                               data=data, half_close=spec.get("half_close", spec["port"] == KAFKA))
                 port = target.port if frame.port == KAFKA else target.controller_port

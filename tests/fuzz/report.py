@@ -19,7 +19,7 @@ from tests.fuzz.frames import Frame
 #: Kinds that fail a campaign (`Report.failures`); the others are reported for a reader to judge.
 FAILING_KINDS = (
     "start-failed", "crash", "restart-failed", "hang", "unclean-stop", "unknown-server-error",
-    "rss-growth", "rss-peak", "verify-failed",
+    "rss-growth", "rss-peak", "open-files-growth", "verify-failed",
     "acked-missing", "acked-unreadable", "acked-behind-poison", "acked-different", "ack-without-batch",
     "malformed-response", "wrong-correlation-id",
 )
@@ -80,6 +80,7 @@ class Report:
     log_events: dict[str, int] = attrs.Factory(dict)
     memory: dict[str, Any] = attrs.Factory(dict)
     rss_samples: list[tuple[int, int]] = attrs.Factory(list)
+    fd_samples: list[tuple[int, int]] = attrs.Factory(list)
     verification: dict[str, Any] = attrs.Factory(dict)
     target: dict[str, Any] = attrs.Factory(dict)
     #: frame index -> mutation class, and the client port each frame used (to tie log lines to frames).
@@ -165,6 +166,7 @@ class Report:
             "skipped_by_known_bug": dict(self.skipped_by_bug),
             "memory": {**self.memory, "rss_growth_kb": self.rss_growth_kb},
             "rss_samples": self.rss_samples,
+            "open_files_samples": self.fd_samples,
             "verification": self.verification,
             "target": self.target,
             "log_events": self.log_events,

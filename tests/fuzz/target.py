@@ -156,6 +156,15 @@ class DevTarget:
                 out[key] = int(value.split()[0])
         return out
 
+    def open_files(self) -> int:
+        """How many file descriptors the process holds (0 when it is gone)."""
+        if not self.alive:
+            return 0
+        try:
+            return len(os.listdir(f"/proc/{self.pid}/fd"))
+        except OSError:
+            return 0
+
     def reset_peak(self) -> bool:
         """Start VmHWM again from the current RSS (``clear_refs`` 5); False where the kernel refuses."""
         if not self.alive:
