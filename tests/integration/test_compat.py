@@ -107,6 +107,18 @@ def test_kcat_produces_and_confluent_reads(deployment):
     assert [(m.value(), m.offset()) for m in got] == [(b"one", 0), (b"two", 1)]
 
 
+def _every_broker_sees(deployment, topic: str, partitions: int) -> None:
+    """Wait until each broker's metadata has ``topic`` with ``partitions`` partitions: a committed
+    change reaches the brokers one by one (Kafka's admin client says the same of its results)."""
+    admins = [AdminClient({"bootstrap.servers": address, **QUIET}) for address in deployment.bootstrap.split(",")]
+
+    def sees(admin) -> bool:
+        found = admin.list_topics(topic, timeout=30).topics.get(topic)
+        return found is not None and found.error is None and len(found.partitions) == partitions
+
+    deployment.wait_until(lambda: all(sees(admin) for admin in admins), f"every broker sees {topic}")
+
+
 def test_admin_create_describe_alter_grow_and_delete_topics(deployment):
     admin = AdminClient({"bootstrap.servers": deployment.bootstrap, **QUIET})
     admin.list_topics(timeout=30)
@@ -116,6 +128,8 @@ def test_admin_create_describe_alter_grow_and_delete_topics(deployment):
         NewTopic("admin-b", num_partitions=1, replication_factor=rf),
     ], operation_timeout=30)
     assert {name: f.exception(timeout=60) for name, f in futures.items()} == {"admin-a": None, "admin-b": None}
+    _every_broker_sees(deployment, "admin-a", 3)
+    _every_broker_sees(deployment, "admin-b", 1)
 
     error = admin.create_topics([NewTopic("admin-a", num_partitions=1, replication_factor=rf)])[
         "admin-a"].exception(timeout=60)
@@ -140,6 +154,7 @@ def test_admin_create_describe_alter_grow_and_delete_topics(deployment):
     admin.incremental_alter_configs([resource])[resource].result(timeout=60)
     marks = {b: proc.mark() for b, proc in deployment.brokers.items()}
     admin.create_partitions([NewPartitions("admin-b", 4)])["admin-b"].result(timeout=60)
+    _every_broker_sees(deployment, "admin-b", 4)
     metadata = admin.list_topics(timeout=30)
     assert len(metadata.topics["admin-b"].partitions) == 4
     for b in metadata.topics["admin-b"].partitions[3].replicas:  # the new partition's replicas open its log
