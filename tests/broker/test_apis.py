@@ -31,7 +31,16 @@ from kraftpy.protocol.messages import (
 )
 from kraftpy.protocol.types import FileRegion
 from tests.helpers.cluster import CLUSTER_ID, InProcessController, broker_settings, open_cluster
-from tests.helpers.protocol import batch, fetch, list_offset, metadata, produce, produce_request, values_of
+from tests.helpers.protocol import (
+    batch,
+    fetch,
+    fetch_request,
+    list_offset,
+    metadata,
+    produce,
+    produce_request,
+    values_of,
+)
 
 
 @pytest.fixture
@@ -146,6 +155,20 @@ async def test_fetch_long_poll_is_woken_by_a_produce(cluster, conn, monkeypatch)
         await parked.wait()
         await produce(conn, "t", 1, batch(b"wake up"), acks=1)
     assert values_of(results["data"].records) == [b"wake up"]
+
+
+async def test_a_partition_named_again_in_one_fetch_is_answered_once(conn):
+    """Kafka keys a fetch's partitions: named 1,000 times, a partition is read (and holds a file
+    descriptor) once, with the last mention's offset."""
+    await produce(conn, "t", 0, batch(b"a", b"b", b"c"), acks=1)
+    await produce(conn, "t", 0, batch(b"d"), acks=1)
+    request = fetch_request("t", 0, 0)
+    mention = request.topics[0].partitions[0]
+    request.topics[0].partitions = [mention] * 999
+    request.topics.append(fetch_request("t", 0, 3).topics[0])  # the topic named again, at offset 3
+    response = await conn.request(ApiKey.FETCH, 12, request)
+    assert [(t.topic, [p.partition_index for p in t.partitions]) for t in response.responses] == [("t", [0])]
+    assert values_of(response.responses[0].partitions[0].records) == [b"d"]
 
 
 async def test_fetch_long_poll_times_out_with_nothing(conn, monkeypatch):

@@ -52,15 +52,5 @@ CLUSTER_METADATA_TOPIC = KnownBug(
     {"names-cluster-metadata"},
 )
 
-FETCH_DUPLICATE_PARTITION = KnownBug(
-    "fetch-duplicate-partition",
-    "a Fetch naming one partition many times is answered once per mention, each with a file region of "
-    "its own: 5,000 mentions open 5,000 descriptors at once (and send the records 5,000 times); 20,000 "
-    "reach the open-files limit (EMFILE in the handler, a traceback, the connection closed, and whatever "
-    "else needed a descriptor meanwhile fails too)",
-    "kraftpy/broker/apis/fetch.py: each partition once, as Kafka keys a fetch's partitions",
-    {"fetch-duplicate-partition"},
-)
-
-OPEN: tuple[KnownBug, ...] = (FETCH_DUPLICATE_PARTITION,)
+OPEN: tuple[KnownBug, ...] = ()
 BY_NAME = {bug.name: bug for bug in OPEN}

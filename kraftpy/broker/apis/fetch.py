@@ -63,6 +63,9 @@ class FetchApi:
         image = self.metadata.image
         items = []  # (topic response, partition request, Partition | None, error)
         responses = []
+        #: Each partition once, however often it is named (Kafka keys a fetch's partitions): the
+        #: last mention's position and offsets stand, in the first mention's place.
+        index_of: dict[tuple[Any, int], int] = {}
         for topic in request.topics:
             if version >= 13:
                 topic_id = from_wire_uuid(topic.topic_id)
@@ -74,15 +77,21 @@ class FetchApi:
                 unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             topic_response = FetchResponse.FetchableTopicResponse(topic=topic.topic, topic_id=topic.topic_id)
             responses.append(topic_response)
+            topic_key = topic.topic_id if version >= 13 else topic.topic
             for fp in topic.partitions:
                 if name is None:
-                    items.append((topic_response, fp, None, unknown))
-                    continue
-                part, error = leader_partition(self.replicas, self.metadata, name, fp.partition,
-                                               fp.current_leader_epoch)
-                if part is not None and is_replica and replica_id not in part.replicas:
-                    error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                items.append((topic_response, fp, part, error))
+                    item = (topic_response, fp, None, unknown)
+                else:
+                    part, error = leader_partition(self.replicas, self.metadata, name, fp.partition,
+                                                   fp.current_leader_epoch)
+                    if part is not None and is_replica and replica_id not in part.replicas:
+                        error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    item = (topic_response, fp, part, error)
+                seen = index_of.setdefault((topic_key, fp.partition), len(items))
+                if seen == len(items):
+                    items.append(item)
+                else:
+                    items[seen] = (items[seen][0], *item[1:])
 
         diverging: dict[int, tuple[int, int]] = {}
         if is_replica:
@@ -117,6 +126,7 @@ class FetchApi:
                 data.records = conn.hold(data.records.detach())
         for (topic_response, _, _, _), data in zip(items, datas, strict=True):
             topic_response.partitions.append(data)
+        responses = [r for r in responses if r.partitions]  # a topic named again with nothing new
         return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses)
 
     @staticmethod
