@@ -60,6 +60,19 @@ class BrokerSettings:
     default_replication_factor: int = -1
     #: producer.id.expiration.ms
     producer_id_expiration_ms: int = 86400000
+    #: The group coordinator and __consumer_offsets (Kafka's key names: offsets.topic.num.partitions, ...).
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 104857600
+    offsets_retention_minutes: int = 10080
+    offsets_retention_check_interval_ms: int = 600000
+    offsets_commit_timeout_ms: int = 5000
+    offsets_load_buffer_size: int = 5242880
+    offset_metadata_max_bytes: int = 4096
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
+    group_max_size: int = 2**31 - 1
     #: Broker-level values of topic configs from the properties file (log.retention.ms, min.insync.replicas,
     #: message.max.bytes, ...): what topics inherit when neither they nor the cluster override a key.
     static_broker_configs: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen)
@@ -94,6 +107,18 @@ class BrokerSettings:
             num_partitions=config["num.partitions"],
             default_replication_factor=config["default.replication.factor"],
             producer_id_expiration_ms=config["producer.id.expiration.ms"],
+            offsets_topic_num_partitions=config["offsets.topic.num.partitions"],
+            offsets_topic_replication_factor=config["offsets.topic.replication.factor"],
+            offsets_topic_segment_bytes=config["offsets.topic.segment.bytes"],
+            offsets_retention_minutes=config["offsets.retention.minutes"],
+            offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
+            offsets_commit_timeout_ms=config["offsets.commit.timeout.ms"],
+            offsets_load_buffer_size=config["offsets.load.buffer.size"],
+            offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
+            group_initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+            group_min_session_timeout_ms=config["group.min.session.timeout.ms"],
+            group_max_session_timeout_ms=config["group.max.session.timeout.ms"],
+            group_max_size=config["group.max.size"],
             static_broker_configs=static_broker_configs(config),
         )
         values.update(overrides)

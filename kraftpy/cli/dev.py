@@ -34,6 +34,8 @@ def dev_properties(directory: Path, port: int, controller_port: int) -> dict[str
         "default.replication.factor": "1",
         "min.insync.replicas": "1",
         "offsets.topic.replication.factor": "1",
+        # One broker, no one to wait for: a group's first rebalance completes at once.
+        "group.initial.rebalance.delay.ms": "0",
         "broker.heartbeat.interval.ms": "500",
         "broker.session.timeout.ms": "9000",
         "controller.quorum.election.timeout.ms": "300",

@@ -14,7 +14,7 @@ GROUPS = [
                                 "auto.", "leader.", "delete.topic", "replica.", "num.replica",
                                 "producer.id")),
     ("Broker lifecycle", ("broker.session", "broker.heartbeat")),
-    ("Consumer groups", ("group.", "offsets.")),
+    ("Consumer groups", ("group.", "offsets.", "offset.metadata")),
     ("Observability", ("metrics.",)),
 ]
 

@@ -178,13 +178,37 @@ KEYS: list[ConfigKey] = [
               "Smallest session timeout a group member may ask for.", at_least(0), roles=B),
     ConfigKey("group.max.session.timeout.ms", "int", 1800000,
               "Largest session timeout a group member may ask for.", at_least(0), roles=B),
+    ConfigKey("group.max.size", "int", 2**31 - 1,
+              "Most members one consumer group may have; a member joining past it is refused with "
+              "GROUP_MAX_SIZE_REACHED.", at_least(1), roles=B),
     ConfigKey("offsets.topic.num.partitions", "int", 50,
-              "Partitions of the internal __consumer_offsets topic.", at_least(1), roles=B),
+              "Partitions of the internal __consumer_offsets topic (fixed once the topic exists: a group's "
+              "coordinator is the leader of partition abs(hash(group.id)) % this).", at_least(1), roles=B),
     ConfigKey("offsets.topic.replication.factor", "int", 3,
-              "Replication factor of __consumer_offsets (lowered to the live brokers when fewer).",
-              at_least(1), roles=B),
+              "Replication factor of __consumer_offsets when the first FindCoordinator creates it; lowered to "
+              "the live brokers when there are fewer, with a warning.", between(1, 32767), roles=B),
+    ConfigKey("offsets.topic.segment.bytes", "int", 104857600,
+              "Segment size of __consumer_offsets, kept small so that compaction and loading stay fast.",
+              at_least(14), roles=B),
+    ConfigKey("offsets.topic.compression.codec", "int", 0,
+              "Codec of the batches the group coordinator writes (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd); "
+              "kraftpy writes them uncompressed.", between(0, 4), roles=B),
     ConfigKey("offsets.retention.minutes", "int", 10080,
-              "How long committed offsets of an empty group are kept.", at_least(1), roles=B),
+              "How long committed offsets are kept once their group is empty (or, for a group that does not "
+              "use the group protocol, after the commit); then they are removed with tombstones.",
+              at_least(1), roles=B),
+    ConfigKey("offsets.retention.check.interval.ms", "long", 600000,
+              "How often the group coordinator looks for expired offsets and empty groups to remove.",
+              at_least(1), roles=B),
+    ConfigKey("offsets.commit.timeout.ms", "int", 5000,
+              "How long an offset commit waits for every in-sync replica of its __consumer_offsets partition; "
+              "past it the commit fails with REQUEST_TIMED_OUT.", at_least(1), roles=B),
+    ConfigKey("offsets.load.buffer.size", "int", 5242880,
+              "Bytes read at a time when a coordinator loads its __consumer_offsets partition.", at_least(1),
+              roles=B),
+    ConfigKey("offset.metadata.max.bytes", "int", 4096,
+              "Largest metadata string a client may commit with an offset; a longer one is refused with "
+              "OFFSET_METADATA_TOO_LARGE.", at_least(0), roles=B),
     # --- observability
     ConfigKey("metrics.port", "int", None,
               "Port of the Prometheus endpoint (GET /metrics) on 127.0.0.1; 0 picks one; unset serves none.",

@@ -13,6 +13,11 @@ MAX_NAME_LENGTH = 249
 #: The metadata log's own name (its partition directory is ``__cluster_metadata-0``): never a topic.
 CLUSTER_METADATA_TOPIC_NAME = "__cluster_metadata"
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+#: Kafka's internal topics (``Topic.isInternal``): the group coordinator's and the transaction
+#: coordinator's logs. Clients may read them but not produce to them or delete them.
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC_NAME = "__transaction_state"
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME})
 
 
 def topic_name_error(name: str) -> str | None:
@@ -45,3 +50,8 @@ def has_collision_chars(name: str) -> bool:
 def unify_collision_chars(name: str) -> str:
     """The form two colliding names share: every '.' as '_'."""
     return name.replace(".", "_")
+
+
+def is_internal_topic(name: str) -> bool:
+    """Whether ``name`` is one of Kafka's internal topics (what Metadata reports as ``is_internal``)."""
+    return name in INTERNAL_TOPICS
