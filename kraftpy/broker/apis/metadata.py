@@ -6,6 +6,8 @@ and the request allow it, with *this broker's* ``num.partitions`` and
 configured for four partitions auto-creates four, whatever the controller's own file says). The
 topics are answered with LEADER_NOT_AVAILABLE while their creation is on its way; the client asks
 again. A name that is not a legal topic name is answered INVALID_TOPIC_EXCEPTION and never created.
+Kafka's internal topics are never auto-created here: ``__consumer_offsets`` is made by the first
+FindCoordinator of a group, with its own partition count and configs (kraftpy.broker.apis.groups).
 
 A request may name a million topics: each is answered once however often it is named, the work is
 done in turns (kraftpy.broker.apis.pacing) so that other connections and the heartbeats go on, and
@@ -32,7 +34,7 @@ from kraftpy.ids import Uuid
 from kraftpy.metadata import messages as m
 from kraftpy.metadata.image import MetadataImage, TopicImage
 from kraftpy.metadata.records import NO_LEADER
-from kraftpy.metadata.topic_names import reserved_topic_error, topic_name_error
+from kraftpy.metadata.topic_names import is_internal_topic, reserved_topic_error, topic_name_error
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import DescribeClusterResponse, MetadataResponse
@@ -53,7 +55,7 @@ def topic_metadata(image: MetadataImage, topic_image: TopicImage,
     own (``node_id``) whose log failed here (``offline_here``)."""
     Topic = MetadataResponse.MetadataResponseTopic
     out = Topic(error_code=ErrorCode.NONE, name=topic_image.name, topic_id=to_wire_uuid(topic_image.id),
-                is_internal=topic_image.name.startswith("__"))
+                is_internal=is_internal_topic(topic_image.name))
     for pid, reg in sorted(topic_image.partitions.items()):
         offline = [r for r in reg.replicas if not image.cluster.is_active(r)
                    or (r == node_id and offline_here is not None and offline_here(topic_image.name, pid))]
@@ -110,7 +112,7 @@ class MetadataApi:
             if topic_id is None and name is not None and image.topics.get_by_name(name) is None:
                 if topic_name_error(name) is not None:
                     errors[name] = ErrorCode.INVALID_TOPIC_EXCEPTION
-                elif may_create and reserved_topic_error(name) is None:
+                elif may_create and reserved_topic_error(name) is None and not is_internal_topic(name):
                     creatable.append(name)
             if pace.due():
                 await trio.lowlevel.checkpoint()

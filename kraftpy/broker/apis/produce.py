@@ -9,6 +9,9 @@ is validated in a worker thread, one at a time, so that neither the event loop n
 it. With acks=all the request parks in the purgatory until every partition's high watermark passes
 its batch, the leadership moves, or the timeout passes.
 
+Internal topics (``__consumer_offsets``) are written by their coordinators only: a Produce to one is
+answered INVALID_TOPIC_EXCEPTION, as Kafka does for every client but its own admin tools.
+
 InitProducerId hands out producer ids from blocks the controller allocates to this broker;
 transactional ids are refused until transactions exist.
 """
@@ -28,6 +31,7 @@ from kraftpy.broker.partition import Partition
 from kraftpy.broker.producer_ids import ProducerIdManager
 from kraftpy.broker.purgatory import wait_for_change
 from kraftpy.broker.replica_manager import ReplicaManager
+from kraftpy.metadata.topic_names import is_internal_topic
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import InitProducerIdResponse, ProduceResponse
@@ -42,6 +46,9 @@ from kraftpy.protocol.record_validation import (
 from kraftpy.rpc.kafka_server import BadRequest, Connection
 
 _logger = structlog.get_logger(__name__)
+
+#: The client id Kafka's own tools use; only they may produce to internal topics (AdminUtils.ADMIN_CLIENT_ID).
+ADMIN_CLIENT_ID = "__admin_client"
 
 
 #: The decompressed records a produced batch may take on the event loop; a larger one is validated
@@ -78,6 +85,7 @@ class ProduceApi:
         waiting: dict[int, tuple[Partition, int, int]] = {}
         order: list[tuple[str, list[Any]]] = []
         duplicates = self._named_twice(request)
+        internal_refused = header.client_id != ADMIN_CLIENT_ID
         for topic in request.topic_data:
             answers: list[Any] = []
             order.append((topic.name, answers))
@@ -93,6 +101,11 @@ class ProduceApi:
                     # Which batch would an answer be for? None is appended (Kafka silently keeps the last).
                     result.error_code = ErrorCode.INVALID_REQUEST
                     result.error_message = "the partition is named more than once in this request"
+                    continue
+                if internal_refused and is_internal_topic(topic.name):
+                    # Only the group and transaction coordinators write their topics (as in Kafka).
+                    result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                    result.error_message = f"Cannot append to internal topic {topic.name}"
                     continue
                 part, error = leader_partition(self.replicas, self.metadata, topic.name, data.index)
                 if part is None:

@@ -2,7 +2,8 @@
 
 Each handler turns the wire request into the controller's own message, awaits the committed
 result, waits until the change reached this broker's metadata cache (so the client's next
-Metadata request sees it), and turns the result back into the wire response.
+Metadata request sees it), and turns the result back into the wire response. Kafka's internal topics
+(``__consumer_offsets``) are never deleted: DeleteTopics answers INVALID_REQUEST for them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.settings import BrokerSettings
 from kraftpy.metadata import configs as config_defs
 from kraftpy.metadata import messages as m
+from kraftpy.metadata.topic_names import is_internal_topic
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse
@@ -83,17 +85,33 @@ class TopicsApi:
             states = tuple(m.DeleteTopicState(t.name, from_wire_uuid(t.topic_id)) for t in request.topics)
         else:
             states = tuple(m.DeleteTopicState(name) for name in request.topic_names)
-        mresp = await self.channel.delete_topics(m.DeleteTopicsRequest(states))
-        deleted = [r.topic_id for r in mresp.responses if r.error_code == ErrorCode.NONE and r.topic_id is not None]
-        if deleted:
-            await await_propagation(self.metadata, lambda image: all(image.topics.get_by_id(t) is None
-                                                                     for t in deleted), request.timeout_ms)
         Result = DeleteTopicsResponse.DeletableTopicResult
-        return DeleteTopicsResponse(throttle_time_ms=0, responses=[
-            Result(name=r.name, topic_id=to_wire_uuid(r.topic_id), error_code=r.error_code,
-                   error_message=r.error_message)
-            for r in mresp.responses
-        ])
+        responses = []
+        forwarded = []
+        for state in states:
+            name = state.name if state.name is not None else self._name_of(state.topic_id)
+            if name is not None and is_internal_topic(name):
+                # Kafka leaves this to its command-line tool; a client deleting the offsets topic would
+                # lose every group's commits, so the broker refuses it for every client.
+                responses.append(Result(name=name, topic_id=to_wire_uuid(state.topic_id),
+                                        error_code=ErrorCode.INVALID_REQUEST,
+                                        error_message=f"Topic {name} is an internal topic and may not be deleted"))
+            else:
+                forwarded.append(state)
+        if forwarded or not responses:
+            mresp = await self.channel.delete_topics(m.DeleteTopicsRequest(tuple(forwarded)))
+            deleted = [r.topic_id for r in mresp.responses if r.error_code == ErrorCode.NONE and r.topic_id is not None]
+            if deleted:
+                await await_propagation(self.metadata, lambda image: all(image.topics.get_by_id(t) is None
+                                                                         for t in deleted), request.timeout_ms)
+            responses += [Result(name=r.name, topic_id=to_wire_uuid(r.topic_id), error_code=r.error_code,
+                                 error_message=r.error_message)
+                          for r in mresp.responses]
+        return DeleteTopicsResponse(throttle_time_ms=0, responses=responses)
+
+    def _name_of(self, topic_id: Any) -> str | None:
+        topic = self.metadata.image.topics.get_by_id(topic_id) if topic_id is not None else None
+        return topic.name if topic is not None else None
 
     async def handle_create_partitions(self, header: Any, request: Any, conn: Connection) -> CreatePartitionsResponse:
         mreq = m.CreatePartitionsRequest(
