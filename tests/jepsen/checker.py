@@ -18,8 +18,14 @@ partitions in order):
   topic is neither compacted nor transactional, so offsets are contiguous);
 - *unexpected*: a value read that no send wrote (reported in the details, makes the run invalid).
 
-Availability is the share of `ok` among completed client operations (sends and polls; the final
-read runs after healing and is left out). Latencies are completion time minus invocation time.
+Availability is the share of `ok` among completed client operations (sends, polls, and the group
+workload's consumes and commits; the final read runs after healing and is left out). Latencies are
+completion time minus invocation time.
+
+The group workload's histories are checked for the above (its members' reads are observations like
+any poll) and for what `tests.jepsen.group_checker` describes: `group_lost`,
+`committed_regressions` and `redelivered_after_commit`. Those three are None for a history without
+group operations.
 """
 
 from __future__ import annotations
@@ -28,10 +34,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from tests.jepsen.history import FAIL, FINAL_READ, INFO, INVOKE, NEMESIS, OK, POLL, SEND, Op
+from tests.jepsen.group_checker import Capped, check_group
+from tests.jepsen.history import COMMIT, CONSUME, EVENT_FS, FAIL, FINAL_READ, INFO, INVOKE, OK, POLL, SEND, Op
 
 DETAIL_LIMIT = 32
-CLIENT_FS = (SEND, POLL)
+CLIENT_FS = (SEND, POLL, CONSUME, COMMIT)
 QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 
 
@@ -49,7 +56,7 @@ def pair_ops(history: Iterable[Op]) -> list[tuple[Op, Op | None]]:
     pairs: list[tuple[Op, Op | None]] = []
     slot: dict[int, int] = {}
     for op in history:
-        if op.f == NEMESIS:
+        if op.f in EVENT_FS:
             continue
         if op.type == INVOKE:
             if op.process in open_:
@@ -64,20 +71,6 @@ def pair_ops(history: Iterable[Op]) -> list[tuple[Op, Op | None]]:
                                  f"matches no invocation")
             pairs[slot[inv.index]] = (inv, op)
     return pairs
-
-
-class _Capped:
-    """A count plus the first `limit` examples."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.count = 0
-        self.items: list[Any] = []
-
-    def add(self, item: Any) -> None:
-        self.count += 1
-        if len(self.items) < self.limit:
-            self.items.append(item)
 
 
 def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None,
@@ -114,10 +107,10 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
             value_places[value][(partition, offset)].append("ack")
             offset_values[(partition, offset)][value].append("ack")
 
-    nonmonotonic = _Capped(detail_limit)
+    nonmonotonic = Capped(detail_limit)
     last_offset: dict[tuple[int | str, int], tuple[int, int]] = {}  # (process, partition) -> (offset, op)
     for inv, comp in pairs:
-        if inv.f not in (POLL, FINAL_READ) or comp is None or comp.type != OK:
+        if inv.f not in (POLL, FINAL_READ, CONSUME) or comp is None or comp.type != OK:
             continue
         if inv.f == FINAL_READ and comp.error is None:
             for p in (inv.partition, comp.partition):
@@ -131,6 +124,8 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
             offset_values[(partition, offset)][value].append(where)
             if offset > max_read_offset.get(partition, -1):
                 max_read_offset[partition] = offset
+            if inv.f == CONSUME:
+                continue  # a group member's order is checked per assignment, by check_group
             key = (comp.process, partition)
             prev = last_offset.get(key)
             if prev is not None:
@@ -143,8 +138,8 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
                     })
             last_offset[key] = (offset, comp.index)
 
-    lost = _Capped(detail_limit)
-    unseen = _Capped(detail_limit)
+    lost = Capped(detail_limit)
+    unseen = Capped(detail_limit)
     unseen_after_final = 0
     for value, (partition, offset) in acked.items():
         if value in read_values:
@@ -157,25 +152,27 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
             if partition in final_read_partitions:
                 unseen_after_final += 1
 
-    duplicated = _Capped(detail_limit)
+    duplicated = Capped(detail_limit)
     for value, places in value_places.items():
         if len(places) > 1:
             duplicated.add({"value": value, "at": [
                 {"partition": p, "offset": o, "seen": seen[:4]} for (p, o), seen in sorted(places.items())]})
 
-    inconsistent = _Capped(detail_limit)
+    inconsistent = Capped(detail_limit)
     for (partition, offset), values in sorted(offset_values.items(), key=lambda kv: kv[0]):
         if len(values) > 1:
             inconsistent.add({"partition": partition, "offset": offset, "values": [
                 {"value": v, "seen": seen[:4]} for v, seen in values.items()]})
 
-    aborted = _Capped(detail_limit)
+    aborted = Capped(detail_limit)
     for value in sorted(failed & read_values, key=repr):
         aborted.add({"value": value, "at": [{"partition": p, "offset": o} for p, o in value_places[value]]})
 
-    unexpected = _Capped(detail_limit)
+    unexpected = Capped(detail_limit)
     for value in sorted(read_values - sent, key=repr):
         unexpected.add({"value": value, "at": [{"partition": p, "offset": o} for p, o in value_places[value]]})
+
+    group = check_group(pairs, history, acked, nonmonotonic, detail_limit)
 
     # Availability, operation counts and latencies.
     counts: dict[str, dict[str, int]] = {}
@@ -203,16 +200,20 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
 
     hard = lost.count + duplicated.count + inconsistent.count + nonmonotonic.count + aborted.count \
         + unexpected.count + unseen_after_final
+    if group is not None:
+        hard += group["group_lost"].count + group["committed_regressions"].count \
+            + group["redelivered_after_commit"].count
     valid: bool | str
     if hard:
         valid = False
-    elif unseen.count:
+    elif unseen.count or (group is not None and group["group_unseen"].count):
         valid = "unknown"  # acknowledged values not read, but no final read covered their partitions
     else:
         valid = True
 
-    return {
+    results = {
         "valid": valid,
+        "workload": "queue" if group is None else "group",
         "acked": len(acked),
         "lost": lost.count,
         "unseen": unseen.count,
@@ -240,3 +241,23 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
             "final_read_partitions": sorted(final_read_partitions),
         },
     }
+    for key in ("group_lost", "committed_regressions", "redelivered_after_commit"):
+        results[key] = None if group is None else group[key].count
+    if group is not None:
+        results["details"]["group"] = {
+            "group_lost": group["group_lost"].items,
+            "group_unseen": group["group_unseen"].items,
+            "group_unseen_count": group["group_unseen"].count,
+            "committed_regressions": group["committed_regressions"].items,
+            "redelivered_after_commit": group["redelivered_after_commit"].items,
+            "redelivered_after_racing_commit": group["redelivered_after_racing_commit"].items,
+            "redelivered_after_racing_commit_count": group["redelivered_after_racing_commit"].count,
+            "unassigned_reads": group["unassigned_reads"].items,
+            "unassigned_reads_count": group["unassigned_reads"].count,
+            "drained": group["drained"],
+            "acked_commits": group["acked_commits"],
+            "committed_reads": group["committed_reads"],
+            "assignment_changes": group["assignment_changes"],
+            "read_values": group["group_read_values"],
+        }
+    return results

@@ -14,11 +14,25 @@ worker continues under a new process number, so pairing invocations with complet
 unambiguous. The nemesis records its faults with `process="nemesis"`, `f="nemesis"`, type `info`
 and a `fault` map whose `phase` is `start` or `stop`.
 
-Fields: `index` (position in the history), `type`, `f` (`send`, `poll`, `final-read`, `nemesis`),
-`process`, `time` (monotonic nanoseconds since the start of the test), `value` (the value a send
-wrote), `key` and `partition` (where it was sent, or the partition a consumer reads), `offset` (the
-offset the broker answered for a send), `records` (for reads: `[partition, offset, value]` triples in
-the order the consumer received them), `error` (a short text), `fault` (nemesis records only).
+The group workload adds the operations of consumers in one consumer group:
+
+- `consume`: one poll of a group member (`member` names it), with the records it returned;
+- `commit`: a synchronous offset commit of what the member processed; `offsets` holds
+  `[partition, offset]` pairs (on `ok`, the ones the coordinator acknowledged);
+- `committed`: the group's committed offsets read back (OffsetFetch), `offsets` on `ok`;
+- `drain`: the final phase in which the healed group consumes and commits to the end; `ok` with the
+  committed `offsets` when every partition was committed up to its high watermark, `info` when time
+  ran out first;
+- `assign` and `revoke`: events (not paired, like the nemesis's, type `info`) of a member's
+  assignment changing: `partitions` were added to or taken from it (`error` is `lost` for
+  partitions lost without a revocation), `member_id` is the coordinator's id for it.
+
+Fields: `index` (position in the history), `type`, `f`, `process`, `time` (monotonic nanoseconds
+since the start of the test), `value` (the value a send wrote), `key` and `partition` (where it was
+sent, or the partition a consumer reads), `offset` (the offset the broker answered for a send),
+`records` (for reads: `[partition, offset, value]` triples in the order the consumer received them),
+`error` (a short text), `fault` (nemesis records only), `member`, `member_id`, `offsets` and
+`partitions` (group operations).
 """
 
 from __future__ import annotations
@@ -42,7 +56,15 @@ SEND = "send"
 POLL = "poll"
 FINAL_READ = "final-read"
 NEMESIS = "nemesis"
-FS = (SEND, POLL, FINAL_READ, NEMESIS)
+CONSUME = "consume"
+COMMIT = "commit"
+COMMITTED = "committed"
+DRAIN = "drain"
+ASSIGN = "assign"
+REVOKE = "revoke"
+FS = (SEND, POLL, FINAL_READ, NEMESIS, CONSUME, COMMIT, COMMITTED, DRAIN, ASSIGN, REVOKE)
+#: events recorded on their own, not as an invocation and a completion
+EVENT_FS = (NEMESIS, ASSIGN, REVOKE)
 
 NEMESIS_PROCESS = "nemesis"
 
@@ -63,6 +85,18 @@ def _records(value: Any) -> list[tuple[int, int, Any]] | None:
     return [(int(p), int(o), v) for p, o, v in value]
 
 
+def _offsets(value: Any) -> list[tuple[int, int]] | None:
+    if value is None:
+        return None
+    return [(int(p), int(o)) for p, o in value]
+
+
+def _partitions(value: Any) -> list[int] | None:
+    if value is None:
+        return None
+    return [int(p) for p in value]
+
+
 @attrs.frozen
 class Op:
     """One event of the history."""
@@ -79,6 +113,10 @@ class Op:
     records: list[tuple[int, int, Any]] | None = attrs.field(default=None, converter=_records)
     error: str | None = None
     fault: dict[str, Any] | None = None
+    member: str | None = None
+    member_id: str | None = None
+    offsets: list[tuple[int, int]] | None = attrs.field(default=None, converter=_offsets)
+    partitions: list[int] | None = attrs.field(default=None, converter=_partitions)
 
     def to_json(self) -> dict[str, Any]:
         """The op as a JSON object, leaving out the fields that are None."""
@@ -87,7 +125,7 @@ class Op:
             v = getattr(self, field.name)
             if v is None:
                 continue
-            if field.name == "records":
+            if field.name in ("records", "offsets"):
                 v = [list(r) for r in v]
             out[field.name] = v
         return out
@@ -136,6 +174,8 @@ class Recorder:
     appends each one as a JSON line to `sink` (flushed per line, so a crashed run keeps its history).
 
     Workers call `invoke(...)` and then exactly one of `ok/fail/info(...)` for the same process.
+    Operations observed by another process (a group member's own clock readings, sent through a
+    pipe) pass `at`, a reading of the same clock, instead of taking the time of recording.
     """
 
     def __init__(self, sink: TextIO | None = None, *, clock: Any = time.monotonic_ns) -> None:
@@ -155,14 +195,15 @@ class Recorder:
         with self._lock:
             return list(self._ops)
 
-    def _append(self, **fields: Any) -> Op:
+    def _append(self, at: int | None = None, **fields: Any) -> Op:
         with self._lock:
-            op = Op(index=len(self._ops), time=self.now(), **fields)
+            when = self.now() if at is None else at - self._start
+            op = Op(index=len(self._ops), time=when, **fields)
             if op.type == INVOKE:
                 if op.process in self._open:
                     raise RuntimeError(f"process {op.process!r} already has an operation in flight")
                 self._open[op.process] = op
-            elif op.f != NEMESIS:
+            elif op.f not in EVENT_FS:
                 inv = self._open.pop(op.process, None)
                 if inv is None or inv.f != op.f:
                     raise RuntimeError(f"completion {op.type} {op.f} of process {op.process!r} "
@@ -189,6 +230,12 @@ class Recorder:
 
     def info(self, f: str, process: int | str, **fields: Any) -> Op:
         return self.complete(INFO, f, process, **fields)
+
+    def event(self, f: str, process: int | str, **fields: Any) -> Op:
+        """Record an event that is not an operation (an assignment change)."""
+        if f not in EVENT_FS:
+            raise ValueError(f"{f!r} is an operation, not an event")
+        return self._append(type=INFO, f=f, process=process, **fields)
 
     def nemesis(self, phase: str, fault: dict[str, Any]) -> Op:
         """Record the start or the stop of a fault (`phase` is `start` or `stop`)."""

@@ -6,7 +6,21 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from tests.jepsen.history import FINAL_READ, INVOKE, NEMESIS, NEMESIS_PROCESS, POLL, SEND, Op
+from tests.jepsen.history import (
+    ASSIGN,
+    COMMIT,
+    COMMITTED,
+    CONSUME,
+    DRAIN,
+    FINAL_READ,
+    INVOKE,
+    NEMESIS,
+    NEMESIS_PROCESS,
+    POLL,
+    REVOKE,
+    SEND,
+    Op,
+)
 
 
 class Builder:
@@ -47,6 +61,34 @@ class Builder:
 
     def nemesis(self, phase: str, fault: dict[str, Any], at: int | None = None) -> None:
         self.add("info", NEMESIS, NEMESIS_PROCESS, at=at, fault={**fault, "phase": phase})
+
+    # the group workload
+
+    def assign(self, member: str, partitions: list[int], process: int | str = "events") -> None:
+        self.add("info", ASSIGN, process, member=member, partitions=partitions)
+
+    def revoke(self, member: str, partitions: list[int], process: int | str = "events",
+               error: str | None = None) -> None:
+        self.add("info", REVOKE, process, member=member, partitions=partitions, error=error)
+
+    def consume(self, member: str, process: int | str, records: list[tuple[int, int, Any]],
+                result: str = "ok", error: str | None = None) -> None:
+        self.invoke(CONSUME, process, member=member)
+        self.add(result, CONSUME, process, member=member, records=records if result == "ok" else None,
+                 error=error)
+
+    def commit(self, member: str, process: int | str, offsets: list[tuple[int, int]], result: str = "ok",
+               error: str | None = None) -> None:
+        self.invoke(COMMIT, process, member=member, offsets=offsets)
+        self.add(result, COMMIT, process, member=member, offsets=offsets, error=error)
+
+    def committed(self, process: int | str, offsets: list[tuple[int, int]], result: str = "ok") -> None:
+        self.invoke(COMMITTED, process)
+        self.add(result, COMMITTED, process, offsets=offsets if result == "ok" else None)
+
+    def drain(self, process: int | str, offsets: list[tuple[int, int]], error: str | None = None) -> None:
+        self.invoke(DRAIN, process)
+        self.add("ok" if error is None else "info", DRAIN, process, offsets=offsets, error=error)
 
 
 def synthetic_run(seed: int, *, seconds: int = 30, partitions: int = 3, fault_every_s: float = 8.0,
