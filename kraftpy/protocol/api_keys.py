@@ -39,6 +39,7 @@ class ApiKey(enum.IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
 
@@ -83,6 +84,7 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.CREATE_PARTITIONS:         VersionRange(0, 3),
     ApiKey.DELETE_GROUPS:             VersionRange(0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
+    ApiKey.OFFSET_DELETE:             VersionRange(0, 0),
     ApiKey.DESCRIBE_CLUSTER:          VersionRange(0, 1),
 }
 # fmt: on

@@ -28,6 +28,7 @@ from kraftpy.protocol.messages.list_groups import ListGroupsRequest, ListGroupsR
 from kraftpy.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from kraftpy.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from kraftpy.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
+from kraftpy.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
 from kraftpy.protocol.messages.offset_fetch import OffsetFetchRequest, OffsetFetchResponse
 from kraftpy.protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
@@ -60,6 +61,7 @@ _PAIRS = [
     (CreatePartitionsRequest, CreatePartitionsResponse),
     (DeleteGroupsRequest, DeleteGroupsResponse),
     (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    (OffsetDeleteRequest, OffsetDeleteResponse),
     (DescribeClusterRequest, DescribeClusterResponse),
 ]
 
