@@ -754,10 +754,13 @@ def message(
 ) -> type:
     """Declare a message, generate its classes and compile every version; returns the message class.
 
+    ``kind`` is ``request``, ``response``, ``header`` or ``data`` (a struct stored rather than sent,
+    such as a record of ``__consumer_offsets``).
+
     The class carries its schema as ``SCHEMA`` and its nested struct classes as attributes
     (``ProduceRequest.TopicProduceData``).
     """
-    if kind not in ("request", "response", "header"):
+    if kind not in ("request", "response", "header", "data"):
         raise ValueError(f"bad message kind {kind!r}")
     _check_fields(fields, name)
     schema = MessageSchema(
