@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["storage", "protocol", "validation", "raft", "metadata", "broker", "restart", "scale", "replication", "spark"]
+ORDER = ["storage", "protocol", "validation", "raft", "metadata", "broker", "restart", "scale", "replication", "groups",
+         "spark"]
 
 
 def main(argv: list[str]) -> int:

@@ -8,7 +8,9 @@ fault starts; the schedule names the partition and a fallback node for them.
 Fault kinds and their variants:
 
 - `kill`: SIGKILL `one` node, the `leader` of a partition, the active `controller`, or a `majority`
-  (of the controllers or of the brokers); healed by restarting the killed nodes.
+  (of the controllers or of the brokers); healed by restarting the killed nodes. The group workload
+  adds `coordinator`: the broker coordinating the workload's consumer group (the leader of its
+  `__consumer_offsets` partition).
 - `pause`: SIGSTOP the same choices of targets; healed by SIGCONT.
 - `partition`: cut node-to-node links: `one` node isolated, `majority` (a majority and a minority),
   `bridge` (two halves that only one node sees both of), `ring` (every node sees a majority, no two
@@ -63,6 +65,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "partition": ("one", "majority", "bridge", "ring"),
     "link": ("slow", "lossy"),
 }
+#: what a campaign with a consumer group adds: its coordinator as a target
+GROUP_VARIANTS: dict[str, tuple[str, ...]] = {"kill": ("coordinator",), "pause": ("coordinator",)}
 
 Pair = tuple[str, str]
 
@@ -160,9 +164,11 @@ def partition_cut(variant: str, nodes: Sequence[str], rnd: random.Random) -> tup
 
 def schedule(seed: int, kinds: Sequence[str], controllers: Sequence[str], brokers: Sequence[str],
              time_limit: float, *, interval: float = 10.0, partitions: int = 3,
-             first_after: float | None = None, heal_before_end: float = 0.0) -> list[Fault]:
+             first_after: float | None = None, heal_before_end: float = 0.0,
+             group: bool = False) -> list[Fault]:
     """A deterministic list of faults: one every ~`interval` seconds (±20 %), each lasting 30–60 % of
-    the interval and healed before the next starts, all healed by `time_limit - heal_before_end`."""
+    the interval and healed before the next starts, all healed by `time_limit - heal_before_end`.
+    `group` adds the GROUP_VARIANTS (a campaign without it is scheduled as before)."""
     kinds = tuple(kinds)
     for k in kinds:
         if k not in KINDS:
@@ -179,7 +185,7 @@ def schedule(seed: int, kinds: Sequence[str], controllers: Sequence[str], broker
         if t + duration > end:
             break
         kind = rnd.choice(kinds)
-        variant = rnd.choice(VARIANTS[kind])
+        variant = rnd.choice(VARIANTS[kind] + (GROUP_VARIANTS.get(kind, ()) if group else ()))
         fault = _make_fault(len(faults), kind, variant, t, t + duration, rnd, controllers, brokers,
                             nodes, partitions)
         faults.append(fault)
@@ -200,6 +206,8 @@ def _make_fault(fid: int, kind: str, variant: str, start: float, stop: float, rn
                          **common)
         if variant == "controller":
             return Fault(nodes=(rnd.choice(list(controllers or nodes)),), **common)
+        if variant == "coordinator":
+            return Fault(nodes=(rnd.choice(list(brokers or nodes)),), **common)
         group = list(rnd.choice([g for g in (controllers, brokers) if g] or [nodes]))
         return Fault(nodes=tuple(sorted(rnd.sample(group, len(group) // 2 + 1))), **common)
     if kind == "partition":
@@ -230,6 +238,8 @@ class Cluster(Protocol):
     def active_controller(self) -> str | None: ...
 
     def partition_leader(self, partition: int) -> str | None: ...
+
+    def group_coordinator(self) -> str | None: ...
 
     def restart(self, name: str) -> None: ...
 
@@ -267,6 +277,9 @@ class Nemesis:
         if fault.variant == "controller":
             active = _quietly(self.cluster.active_controller)
             return (active,) if active else fault.nodes
+        if fault.variant == "coordinator":
+            coordinator = _quietly(self.cluster.group_coordinator)
+            return (coordinator,) if coordinator else fault.nodes
         return fault.nodes
 
     def start(self, fault: Fault) -> dict[str, Any]:

@@ -14,6 +14,12 @@ heal everything, read every partition from the start, stop the cluster and write
 schedule.json, results.json, summary.txt and the PNG. The exit status is 0 when the history is
 valid, 1 when it is not, 2 when the harness itself failed.
 
+`--workload group` replaces the assign() consumers with member processes of one consumer group
+(`tests.jepsen.group`): they subscribe(), commit what they processed, and are replaced now and then;
+after healing, the group drains (consumes and commits up to every high watermark) before the final
+read, and the checker adds the group checks. The nemesis may then also strike the group's
+coordinator.
+
 `--dry-run` writes the configurations and the schedule and stops there.
 """
 
@@ -43,6 +49,7 @@ from kraftpy.config.properties import format_properties
 from kraftpy.ids import uuid_to_str
 from tests.jepsen import nemesis as nm
 from tests.jepsen.checker import check
+from tests.jepsen.group import ASSIGNORS, GroupWorkload, offsets_partition_for
 from tests.jepsen.history import FINAL_READ, POLL, SEND, Recorder
 from tests.jepsen.proxy import Route, SocketOwners, ThreadedProxy
 from tests.jepsen.report import HISTORY, write_report
@@ -53,6 +60,8 @@ CLIENT_LOGGER = logging.getLogger("tests.jepsen.clients")
 CLIENT_LOGGER.propagate = False
 BROKER_PORT = 9092
 NETWORKS = ("auto", "netns", "proxy", "none")
+WORKLOADS = ("queue", "group")
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class HarnessError(RuntimeError):
@@ -288,12 +297,13 @@ class ProcessCluster:
     """The node processes (implements the nemesis's `Cluster`). Each node's output goes to
     DIR/logs/NAME.log, appended across restarts."""
 
-    def __init__(self, plan: Plan, cmd: Sequence[str], *, topic: str,
+    def __init__(self, plan: Plan, cmd: Sequence[str], *, topic: str, group: str | None = None,
                  wrap: Callable[[str, list[str]], list[str]] = lambda name, c: c,
                  log: Callable[[str], Any] = print) -> None:
         self.plan = plan
         self.cmd = list(cmd)
         self.topic = topic
+        self.group = group
         self.wrap = wrap
         self.log = log
         self._nodes = [RunningNode(spec) for spec in plan.nodes]
@@ -399,9 +409,24 @@ class ProcessCluster:
         t = md.topics.get(self.topic)
         if t is None or partition not in t.partitions:
             return None
-        leader = t.partitions[partition].leader
+        return self._broker_name(t.partitions[partition].leader)
+
+    def group_coordinator(self) -> str | None:
+        """The broker leading the group's `__consumer_offsets` partition (from Metadata), or None."""
+        from confluent_kafka.admin import AdminClient
+
+        if self.group is None:
+            return None
+        admin = AdminClient(client_config(self.plan, **{"socket.timeout.ms": 3000}))
+        t = admin.list_topics(OFFSETS_TOPIC, timeout=3).topics.get(OFFSETS_TOPIC)
+        if t is None or t.error is not None or not t.partitions:
+            return None
+        partition = t.partitions.get(offsets_partition_for(self.group, len(t.partitions)))
+        return None if partition is None else self._broker_name(partition.leader)
+
+    def _broker_name(self, node_id: int) -> str | None:
         for spec in self.plan.brokers:
-            if spec.node_id == leader:
+            if spec.node_id == node_id:
                 return spec.name
         return None
 
@@ -680,6 +705,10 @@ def network_backend(kind: str, plan: Plan, cluster_pids: Callable[[], dict[int, 
         yield None
 
 
+def group_id(seed: int) -> str:
+    return f"jepsen-group-{seed}"
+
+
 def choose_network(requested: str, kinds: Sequence[str]) -> str:
     if requested == "auto":
         return "netns" if nm.netns_available() is None else "proxy"
@@ -707,8 +736,19 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--interval", type=float, default=10.0, help="seconds between faults (default 10)")
     ap.add_argument("--network", choices=NETWORKS, default="auto",
                     help="netns (root), proxy, none; auto picks netns when it works, else proxy")
+    ap.add_argument("--workload", choices=WORKLOADS, default="queue",
+                    help="queue (assign() consumers) or group (members of one consumer group); default queue")
     ap.add_argument("--producers", type=int, default=3)
-    ap.add_argument("--consumers", type=int, default=3)
+    ap.add_argument("--consumers", type=int, default=3, help="consumers, or group members (default 3)")
+    ap.add_argument("--assignor", default="range", choices=ASSIGNORS,
+                    help="group: the members' partition.assignment.strategy (default range)")
+    ap.add_argument("--churn-interval", type=float, default=8.0,
+                    help="group: seconds between member replacements (default 8)")
+    ap.add_argument("--static-members", action="store_true",
+                    help="group: members keep their slot's group.instance.id across replacements")
+    ap.add_argument("--session-timeout-ms", type=int, default=6000, help="group: the members' session.timeout.ms")
+    ap.add_argument("--drain-timeout", type=float, default=120.0,
+                    help="group: seconds the healed group has to commit up to every high watermark")
     ap.add_argument("--op-timeout", type=float, default=10.0, help="seconds before a send is indeterminate")
     ap.add_argument("--base-port", type=int, default=19000, help="first port of the proxy/none layouts")
     ap.add_argument("--startup-timeout", type=float, default=60.0)
@@ -747,12 +787,13 @@ def run(args: argparse.Namespace) -> int:
                             base_port=args.base_port, partitions=args.partitions)
         write_configs(plan)
         faults = nm.schedule(seed, kinds, [c.name for c in plan.controllers], [b.name for b in plan.brokers],
-                             args.time_limit, interval=args.interval, partitions=args.partitions)
+                             args.time_limit, interval=args.interval, partitions=args.partitions,
+                             group=args.workload == "group")
         (out / "schedule.json").write_text(json.dumps(
             {"seed": seed, "nemesis": list(kinds), "network": network, "time_limit": args.time_limit,
-             "faults": [f.to_json() for f in faults]}, indent=2) + "\n")
-        log(f"seed {seed}, nemesis {','.join(kinds) or 'none'}, network {network}, {len(faults)} faults, "
-            f"output in {out}")
+             "workload": args.workload, "faults": [f.to_json() for f in faults]}, indent=2) + "\n")
+        log(f"seed {seed}, {args.workload} workload, nemesis {','.join(kinds) or 'none'}, network {network}, "
+            f"{len(faults)} faults, output in {out}")
         if args.dry_run:
             return 0
         cmd = shlex.split(args.kraftpy) if args.kraftpy else default_kraftpy()
@@ -771,7 +812,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _campaign(args: argparse.Namespace, plan: Plan, cmd: list[str], faults: list[nm.Fault],
               kinds: Sequence[str], seed: int, log: Log) -> int:
-    cluster = ProcessCluster(plan, cmd, topic=args.topic, log=log)
+    group = group_id(seed) if args.workload == "group" else None
+    cluster = ProcessCluster(plan, cmd, topic=args.topic, group=group, log=log)
     client_log = log_clients_to(plan.out / CLIENT_LOG)
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(CLIENT_LOGGER.removeHandler, client_log)
@@ -781,6 +823,7 @@ def _campaign(args: argparse.Namespace, plan: Plan, cmd: list[str], faults: list
 
 def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, faults: list[nm.Fault],
                  kinds: Sequence[str], seed: int, log: Log) -> int:
+    members: GroupWorkload | None = None
     with network_backend(plan.network, plan, cluster.pids, seed) as net:
         if isinstance(net, nm.NetnsNetwork):
             cluster.wrap = net.wrap
@@ -791,28 +834,51 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
             with open(plan.out / HISTORY, "w") as sink:
                 recorder = Recorder(sink)
                 workload = Workload(plan, recorder, topic=args.topic, seed=seed, producers=args.producers,
-                                    consumers=args.consumers, op_timeout=args.op_timeout, log=log)
+                                    consumers=0 if cluster.group else args.consumers,
+                                    op_timeout=args.op_timeout, log=log)
+                if cluster.group:
+                    members = GroupWorkload(
+                        bootstrap=plan.bootstrap, recorder=recorder, topic=args.topic, group=cluster.group,
+                        partitions=plan.partitions, seed=seed, members=args.consumers, assignor=args.assignor,
+                        churn_interval=args.churn_interval, static=args.static_members,
+                        session_timeout_ms=args.session_timeout_ms, op_timeout=args.op_timeout, out=plan.out,
+                        next_process=workload.next_process, client_config=lambda **kw: client_config(plan, **kw),
+                        log=log)
                 nemesis = nm.Nemesis(cluster, net)
                 runner = nm.ScheduleRunner(faults, nemesis, recorder.nemesis, log=log)
                 workload.start()
+                if members:
+                    members.start()
                 runner.start()
                 time.sleep(args.time_limit)  # the workload's own duration
                 runner.abort()
                 runner.join()
                 nemesis.heal_all()
+                if members:
+                    members.stop_churn()
                 workload.join()
                 log(f"workload done: {len(recorder.ops)} ops; healed; final read")
                 for name in [n.name for n in cluster.nodes()]:
                     if cluster.node(name).process is None or cluster.node(name).process.poll() is not None:
                         cluster.restart(name)
                 wait_for_cluster(plan, cluster, args.startup_timeout, log)
+                if members:
+                    members.drain(args.drain_timeout)
+                    members.stop()
                 workload.final_read(args.final_read_timeout)
                 history = recorder.ops
         finally:
+            if members:
+                members.kill_all()
             cluster.stop_all()
     results = check(history, seed=seed, nemesis=list(kinds))
     results["details"]["network"] = plan.network
-    results["details"]["harness_errors"] = runner.errors + workload.errors
+    results["details"]["harness_errors"] = runner.errors + workload.errors + (members.errors if members else [])
+    if members:
+        results["details"].setdefault("group", {}).update(
+            group_id=cluster.group, assignor=args.assignor, static_members=args.static_members,
+            members_started=len(members.all), members_stopped=members.replacements["term"],
+            members_killed=members.replacements["kill"])
     write_report(history, results, plan.out)
     sys.stdout.write((plan.out / "summary.txt").read_text())
     return 0 if results["valid"] is True else 1

@@ -86,6 +86,16 @@ def test_schedule_uses_only_the_kinds_asked_for():
     assert nm.schedule(1, (), CONTROLLERS, BROKERS, 500) == []
 
 
+def test_group_schedules_add_the_coordinator_and_leave_others_as_they_were():
+    plain = nm.schedule(3, nm.KINDS, CONTROLLERS, BROKERS, 2000)
+    assert plain == nm.schedule(3, nm.KINDS, CONTROLLERS, BROKERS, 2000, group=False)
+    assert all(f.variant != "coordinator" for f in plain)
+    group = nm.schedule(3, ("kill", "pause"), CONTROLLERS, BROKERS, 2000, group=True)
+    coordinators = [f for f in group if f.variant == "coordinator"]
+    assert coordinators and {f.kind for f in coordinators} == {"kill", "pause"}
+    assert all(f.nodes[0] in BROKERS for f in coordinators)  # the fallback target is a broker
+
+
 def _sees(node, nodes, cut):
     return {n for n in nodes if n == node or tuple(sorted((node, n))) not in cut}
 
@@ -133,6 +143,7 @@ class FakeCluster:
             node.process = self._spawn()
         self.active: str | None = "c2"
         self.leaders = {0: "b3"}
+        self.coordinator: str | None = "b2"
         self.restarted: list[str] = []
 
     @staticmethod
@@ -152,6 +163,9 @@ class FakeCluster:
 
     def partition_leader(self, partition):
         return self.leaders.get(partition)
+
+    def group_coordinator(self):
+        return self.coordinator
 
     def restart(self, name):
         self.restarted.append(name)
@@ -215,6 +229,18 @@ def test_pause_leader_and_resume(cluster):
     nemesis.stop(fault)
     assert _state(cluster.node("b3").process) not in ("T", "t")
     assert cluster.restarted == []
+
+
+def test_kill_the_group_coordinator_or_the_scheduled_broker(cluster):
+    nemesis = nm.Nemesis(cluster)
+    fault = nm.Fault(0, "kill", "coordinator", 0, 1, nodes=("b1",))
+    assert nemesis.start(fault)["targets"] == ["b2"]
+    assert cluster.node("b2").process.returncode == -9 and cluster.node("b1").process.poll() is None
+    nemesis.stop(fault)
+    assert cluster.restarted == ["b2"]
+    cluster.coordinator = None  # no coordinator known (yet)
+    assert nemesis.start(nm.Fault(1, "pause", "coordinator", 0, 1, nodes=("b1",)))["targets"] == ["b1"]
+    nemesis.heal_all()
 
 
 def test_heal_all_resumes_paused_processes(cluster):
