@@ -70,10 +70,18 @@ test: $(STAMP) system-deps
 docs: $(STAMP)
 	$(VENV)/bin/kraftpy config docs > docs/configuration.md
 
-# A fault-injection campaign against a real cluster: make jepsen JEPSEN_ARGS="--time-limit 60 --nemesis all --out DIR"
+# Fault-injection campaigns against a real cluster, one per workload: the queue workload, then the
+# consumer-group workload (--workload group), each with JEPSEN_ARGS and its own output directory
+# JEPSEN_OUT/WORKLOAD: make jepsen JEPSEN_ARGS="--time-limit 60 --nemesis all --seed 7" JEPSEN_WORKLOADS=group
 JEPSEN_ARGS ?= --time-limit 60 --nemesis all
+JEPSEN_WORKLOADS ?= queue group
+JEPSEN_OUT ?= jepsen-runs/latest
 jepsen: $(STAMP) system-deps
-	$(PY) -m tests.jepsen.runner $(JEPSEN_ARGS)
+	@status=0; \
+	for workload in $(JEPSEN_WORKLOADS); do \
+	  $(PY) -m tests.jepsen.runner $(JEPSEN_ARGS) --workload $$workload --out $(JEPSEN_OUT)/$$workload; \
+	  code=$$?; [ $$code -gt $$status ] && status=$$code; \
+	done; exit $$status
 
 # Long runs: thousands of Raft simulation seeds and storage examples, a protocol fuzzing campaign of
 # FUZZ_FRAMES frames (report in fuzz-runs/), then campaigns over many seeds.

@@ -67,6 +67,19 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
         "anomalies: " + ", ".join(f"{k}={results[k]}" for k in (
             "lost", "unseen", "duplicated", "inconsistent_offsets", "nonmonotonic", "aborted_reads")),
     ]
+    if results.get("workload") == "group":
+        g = results.get("details", {}).get("group", {})
+        lines.append("group: " + ", ".join(f"{k}={results[k]}" for k in (
+            "group_lost", "committed_regressions", "redelivered_after_commit")))
+        lines.append(f"group: drained={g.get('drained')} acked_commits={g.get('acked_commits')} "
+                     f"committed_reads={g.get('committed_reads')} assignment_changes={g.get('assignment_changes')} "
+                     f"group_unseen={g.get('group_unseen_count')} "
+                     f"redelivered_after_racing_commit={g.get('redelivered_after_racing_commit_count')} "
+                     f"unassigned_reads={g.get('unassigned_reads_count')}")
+        if "members_started" in g:
+            lines.append(f"group: {g['group_id']} assignor={g['assignor']} static={g['static_members']} "
+                         f"members started={g['members_started']} stopped={g['members_stopped']} "
+                         f"killed={g['members_killed']}")
     unexpected = results.get("details", {}).get("unexpected_count", 0)
     if unexpected:
         lines.append(f"unexpected values read (never sent): {unexpected}")
@@ -89,6 +102,12 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
         if items:
             lines.append(f"{key} (first {min(len(items), 5)} of {results[key]}):")
             lines.extend(f"  {json.dumps(item, default=str)}" for item in items[:5])
+    group = details.get("group", {})
+    for key in ("group_lost", "committed_regressions", "redelivered_after_commit"):
+        items = group.get(key) or []
+        if items:
+            lines.append(f"{key} (first {min(len(items), 5)} of {results[key]}):")
+            lines.extend(f"  {json.dumps(item, default=str)}" for item in items[:5])
     return "\n".join(lines) + "\n"
 
 
@@ -101,7 +120,8 @@ def plot(history: list[Op], windows: list[dict[str, Any]], path: Path, title: st
     import matplotlib.pyplot as plt
 
     colors = {OK: "#1f77b4", FAIL: "#d62728", INFO: "#ff7f0e"}
-    markers = {"send": "o", "poll": "s", "final-read": "^"}
+    markers = {"send": "o", "poll": "s", "final-read": "^", "consume": "D", "commit": "P", "committed": "X",
+               "drain": "v"}
     points: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     throughput: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for inv, comp in pair_ops(history):

@@ -58,3 +58,24 @@ def test_report_main_rechecks_a_directory(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 0
     assert json.loads((tmp_path / report.RESULTS).read_text())["nemesis"] == ["link"]
     assert "valid: True" in capsys.readouterr().out
+
+
+def test_a_group_run_reports_the_group_checks(tmp_path):
+    b = Builder()
+    b.send(0, 10, 0, offset=0)
+    b.send(0, 11, 0, offset=1)
+    b.assign("m1", [0])
+    b.consume("m1", 1, [(0, 0, 10), (0, 1, 11)])
+    b.commit("m1", 1, [(0, 2)])
+    b.committed(2, [(0, 1)])  # went back
+    b.drain(3, [(0, 2)])
+    results = check(b.ops, seed=1, nemesis=["kill"])
+    report.write_report(b.ops, results, tmp_path)
+    saved = json.loads((tmp_path / report.RESULTS).read_text())
+    assert saved["workload"] == "group"
+    assert (saved["group_lost"], saved["committed_regressions"], saved["redelivered_after_commit"]) == (0, 1, 0)
+    summary = (tmp_path / report.SUMMARY).read_text()
+    assert "valid: False" in summary
+    assert "group: group_lost=0, committed_regressions=1, redelivered_after_commit=0" in summary
+    assert "group: drained=True acked_commits=1 committed_reads=1" in summary
+    assert "committed_regressions (first 1 of 1):" in summary
