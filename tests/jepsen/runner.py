@@ -98,6 +98,7 @@ class Plan:
     partitions: int
     replication_factor: int
     min_insync: int
+    offsets_partitions: int = 50
 
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
@@ -128,7 +129,7 @@ def cluster_id_for(seed: int) -> str:
 
 def plan_cluster(out: Path, *, seed: int, controllers: int = 3, brokers: int = 3, network: str = "netns",
                  base_port: int = 19000, partitions: int = 3, replication_factor: int = 3,
-                 min_insync: int = 2) -> Plan:
+                 min_insync: int = 2, offsets_partitions: int = 50) -> Plan:
     """Names, ids, addresses and files of every node. Controllers are c1..cN with node ids 1..N,
     brokers b1..bM with node ids 101..100+M.
 
@@ -159,7 +160,8 @@ def plan_cluster(out: Path, *, seed: int, controllers: int = 3, brokers: int = 3
     return Plan(out=out, network=network, cluster_id=cluster_id_for(seed),
                 controllers=tuple(s for s in specs if s.role == "controller"),
                 brokers=tuple(s for s in specs if s.role == "broker"),
-                partitions=partitions, replication_factor=replication_factor, min_insync=min_insync)
+                partitions=partitions, replication_factor=replication_factor, min_insync=min_insync,
+                offsets_partitions=offsets_partitions)
 
 
 def render_config(node: NodeSpec, plan: Plan) -> str:
@@ -185,6 +187,7 @@ def render_config(node: NodeSpec, plan: Plan) -> str:
         ("default.replication.factor", str(plan.replication_factor)),
         ("min.insync.replicas", str(plan.min_insync)),
         ("offsets.topic.replication.factor", str(plan.replication_factor)),
+        ("offsets.topic.num.partitions", str(plan.offsets_partitions)),
         ("unclean.leader.election.enable", "false"),
         ("auto.create.topics.enable", "false"),
         ("broker.heartbeat.interval.ms", "500"),
@@ -747,6 +750,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--static-members", action="store_true",
                     help="group: members keep their slot's group.instance.id across replacements")
     ap.add_argument("--session-timeout-ms", type=int, default=6000, help="group: the members' session.timeout.ms")
+    ap.add_argument("--offsets-partitions", type=int, default=50,
+                    help="offsets.topic.num.partitions of the cluster (default 50, Kafka's)")
     ap.add_argument("--drain-timeout", type=float, default=120.0,
                     help="group: seconds the healed group has to commit up to every high watermark")
     ap.add_argument("--op-timeout", type=float, default=10.0, help="seconds before a send is indeterminate")
@@ -784,7 +789,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         network = choose_network(args.network, kinds)
         plan = plan_cluster(out, seed=seed, controllers=args.nodes, brokers=args.brokers, network=network,
-                            base_port=args.base_port, partitions=args.partitions)
+                            base_port=args.base_port, partitions=args.partitions,
+                            offsets_partitions=args.offsets_partitions)
         write_configs(plan)
         faults = nm.schedule(seed, kinds, [c.name for c in plan.controllers], [b.name for b in plan.brokers],
                              args.time_limit, interval=args.interval, partitions=args.partitions,

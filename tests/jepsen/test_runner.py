@@ -66,6 +66,7 @@ def test_configs_are_valid_kraftpy_configs(tmp_path, network):
         assert config["min.insync.replicas"] == 2
         assert config["default.replication.factor"] == 3
         assert config["num.partitions"] == 3
+        assert config["offsets.topic.num.partitions"] == 50 and config["offsets.topic.replication.factor"] == 3
         assert config["unclean.leader.election.enable"] is False
         assert config.log_dirs == [node.data_dir]
         assert node.data_dir.is_dir()
