@@ -13,8 +13,9 @@ to stdout; librdkafka's log goes to stderr.
   Before an assignment changes (inside the rebalance callbacks), the operation in flight is completed
   first, so every record of an operation was delivered while the assignment that operation ends in
   was held.
-- After each `consume` that returned records, the member commits (synchronously) the offsets after
-  the last record it processed of each partition it read; on a revocation it commits what it
+- After each `consume`, the member commits (synchronously) the offsets after the last record it
+  processed of each partition whose processed offset it has not had acknowledged yet (so a refused
+  commit is tried again after the next batch); on a revocation it commits what it
   processed of the partitions it gives up, before they go. A lost assignment (the member was
   expelled) is recorded as a `revoke` with `error` `lost` and commits nothing.
 - SIGTERM stops it cleanly: it commits, closes the consumer (leaving the group), and exits 0. SIGKILL
@@ -188,9 +189,8 @@ class Member:
                     else:
                         self.records.append((msg.partition(), msg.offset(), decode_value(msg.value())))
                 if len(self.records) >= self.batch or time.monotonic_ns() - self.open_since >= self.batch_ns:
-                    read = self.finish_consume()
-                    if read:
-                        self.commit(read)
+                    self.finish_consume()
+                    self.commit(sorted(self.held))  # what was processed and not yet acknowledged
         except (KafkaException, RuntimeError) as e:
             self.emit("info", "consume", error=f"poll: {e}")
             self.open_since = None
