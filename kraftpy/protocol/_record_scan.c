@@ -24,11 +24,39 @@
  *
  * Pure: it reads the buffer and touches nothing else. tests/protocol/test_record_validation.py
  * checks that it agrees with the Python decoder on valid and damaged batches.
+ *
+ * The log cleaner (kraftpy.storage.cleaner, kraftpy.storage.offset_map) reads every record of a
+ * compacted log twice, and its per-record loops live here too, over the same record layout:
+ *
+ * map_records(table, key0, key1, entries, max_entries, buffer, start, count, base_offset, min_offset)
+ *     -> (entries, records taken, offset of the last record put or -1) or None
+ *
+ *     puts ``key hash -> offset`` for every record at or after ``min_offset`` that has a key into
+ *     ``table`` (a writable buffer of 24-byte slots, a power of two of them: hash 16 bytes, then
+ *     offset + 1 as a native int64, 0 for an empty slot), until the map holds ``max_entries`` keys
+ *     and a record brings a new one: it stops before that record.
+ *
+ * filter_records(table, key0, key1, buffer, start, count, base_offset, latest_offset, retain_tombstones)
+ *     -> (mask, kept, kept tombstones, smallest and largest kept timestamp delta, keyless) or None
+ *
+ *     decides which records a cleaned batch keeps (Kafka's Cleaner.shouldRetainRecord): every record
+ *     after ``latest_offset``; otherwise a record with a key whose offset is the map's for that key
+ *     (or the key is not in the map), a tombstone (null value) only with ``retain_tombstones``.
+ *     ``mask`` holds one byte per record, 1 to keep it.
+ *
+ * rewrite_records(buffer, start, count, mask, timestamp_shift) -> bytes
+ *
+ *     the records ``mask`` keeps, back to back, each with ``timestamp_shift`` added to its
+ *     timestamp delta (the batch's base timestamp moved); the other fields as they were.
+ *
+ * Key hashes are SipHash-2-4 with a 128-bit output, keyed by (key0, key1): a fresh random key per
+ * map, so nobody can choose keys that collide (a collision could drop a key's latest record).
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Read the zig-zag varint of ``bits`` (32 or 64) at *pos, not past ``end``. Returns 0 and moves
  * *pos past it, or -1 when the buffer ends inside it, it is longer than 5 (10) bytes, or its value
@@ -165,11 +193,405 @@ refused:
     Py_RETURN_NONE;
 }
 
+/* -- the log cleaner ---------------------------------------------------------------------- */
+
+/* One record's fields, as positions in the buffer. */
+typedef struct {
+    Py_ssize_t start, end;        /* the whole record, its length varint included */
+    Py_ssize_t attributes;        /* the attributes byte, after the length varint */
+    Py_ssize_t after_timestamp;   /* just after the timestamp delta */
+    int64_t timestamp_delta, offset_delta;
+    Py_ssize_t key, key_length;   /* key_length -1: null */
+    int64_t value_length;         /* -1: null */
+} record_t;
+
+/* Parse the record at *pos (not past ``end``) into *r and move *pos past it; -1 when it does not
+ * parse. Header keys are not checked for UTF-8 here: the records were checked when produced. */
+static int
+parse_record(const uint8_t *buf, Py_ssize_t end, Py_ssize_t *pos, record_t *r)
+{
+    int64_t length, n, header_count;
+    Py_ssize_t p = *pos;
+    r->start = p;
+    if (read_zigzag(buf, end, &p, 32, &length) != 0 || length < 1 || length > end - p)
+        return -1;
+    const Py_ssize_t record_end = p + (Py_ssize_t)length;
+    r->attributes = p;
+    p += 1;
+    if (read_zigzag(buf, record_end, &p, 64, &r->timestamp_delta) != 0)
+        return -1;
+    r->after_timestamp = p;
+    if (read_zigzag(buf, record_end, &p, 32, &r->offset_delta) != 0)
+        return -1;
+    if (read_zigzag(buf, record_end, &p, 32, &n) != 0 || n < -1 || n > record_end - p)
+        return -1;
+    r->key = p;
+    r->key_length = (Py_ssize_t)n;
+    if (n > 0)
+        p += (Py_ssize_t)n;
+    if (read_zigzag(buf, record_end, &p, 32, &n) != 0 || n < -1 || n > record_end - p)
+        return -1;
+    r->value_length = n;
+    if (n > 0)
+        p += (Py_ssize_t)n;
+    if (read_zigzag(buf, record_end, &p, 32, &header_count) != 0 || header_count < 0
+            || header_count > record_end - p)
+        return -1;
+    for (int64_t h = 0; h < header_count; h++) {
+        if (read_zigzag(buf, record_end, &p, 32, &n) != 0 || n < 0 || n > record_end - p)
+            return -1;
+        p += (Py_ssize_t)n;
+        if (read_zigzag(buf, record_end, &p, 32, &n) != 0 || n < -1 || n > record_end - p)
+            return -1;
+        if (n > 0)
+            p += (Py_ssize_t)n;
+    }
+    if (p != record_end)
+        return -1;
+    r->end = record_end;
+    *pos = record_end;
+    return 0;
+}
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND \
+    do { \
+        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32); \
+        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2; \
+        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0; \
+        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32); \
+    } while (0)
+
+static inline uint64_t
+load_le64(const uint8_t *p)
+{
+    return (uint64_t)p[0] | ((uint64_t)p[1] << 8) | ((uint64_t)p[2] << 16) | ((uint64_t)p[3] << 24)
+        | ((uint64_t)p[4] << 32) | ((uint64_t)p[5] << 40) | ((uint64_t)p[6] << 48) | ((uint64_t)p[7] << 56);
+}
+
+/* SipHash-2-4 with a 128-bit output (Aumasson and Bernstein's reference algorithm). */
+static void
+siphash128(const uint8_t *in, Py_ssize_t length, uint64_t k0, uint64_t k1, uint64_t out[2])
+{
+    uint64_t v0 = 0x736f6d6570736575ULL ^ k0;
+    uint64_t v1 = 0x646f72616e646f6dULL ^ k1;
+    uint64_t v2 = 0x6c7967656e657261ULL ^ k0;
+    uint64_t v3 = 0x7465646279746573ULL ^ k1;
+    v1 ^= 0xee;
+    const Py_ssize_t whole = length - (length % 8);
+    for (Py_ssize_t i = 0; i < whole; i += 8) {
+        uint64_t m = load_le64(in + i);
+        v3 ^= m;
+        SIPROUND;
+        SIPROUND;
+        v0 ^= m;
+    }
+    uint64_t b = ((uint64_t)length) << 56;
+    const uint8_t *tail = in + whole;
+    switch (length & 7) {
+    case 7: b |= ((uint64_t)tail[6]) << 48; /* fall through */
+    case 6: b |= ((uint64_t)tail[5]) << 40; /* fall through */
+    case 5: b |= ((uint64_t)tail[4]) << 32; /* fall through */
+    case 4: b |= ((uint64_t)tail[3]) << 24; /* fall through */
+    case 3: b |= ((uint64_t)tail[2]) << 16; /* fall through */
+    case 2: b |= ((uint64_t)tail[1]) << 8;  /* fall through */
+    case 1: b |= ((uint64_t)tail[0]); break;
+    case 0: break;
+    }
+    v3 ^= b;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xee;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    out[0] = v0 ^ v1 ^ v2 ^ v3;
+    v1 ^= 0xdd;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    out[1] = v0 ^ v1 ^ v2 ^ v3;
+}
+
+typedef struct {
+    uint64_t h0, h1;
+    int64_t offset_plus_one;  /* 0: empty */
+} slot_t;
+
+/* The slot holding hash (h0, h1), or the empty slot where it would go. Double hashing over a
+ * power of two of slots with an odd step visits every slot; the table is never full. */
+static inline slot_t *
+find_slot(slot_t *slots, uint64_t mask, const uint64_t h[2])
+{
+    uint64_t i = h[0] & mask;
+    const uint64_t step = (h[1] | 1) & mask;
+    for (;;) {
+        slot_t *slot = &slots[i];
+        if (slot->offset_plus_one == 0 || (slot->h0 == h[0] && slot->h1 == h[1]))
+            return slot;
+        i = (i + (step ? step : 1)) & mask;
+    }
+}
+
+/* The table argument: a writable buffer of a power of two of slots (at least 2). */
+static int
+get_table(PyObject *obj, Py_buffer *view, slot_t **slots, uint64_t *mask)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_SIMPLE) != 0)
+        return -1;
+    Py_ssize_t count = view->len / (Py_ssize_t)sizeof(slot_t);
+    if (view->len % (Py_ssize_t)sizeof(slot_t) || count < 2 || (count & (count - 1))) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "the table must hold a power of two (at least 2) of 24-byte slots");
+        return -1;
+    }
+    *slots = (slot_t *)view->buf;
+    *mask = (uint64_t)count - 1;
+    return 0;
+}
+
+static int
+check_section(Py_buffer *view, Py_ssize_t start, Py_ssize_t count)
+{
+    if (start < 0 || start > view->len || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "start must lie in the buffer and count must not be negative");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+map_records(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *table_obj;
+    Py_buffer table, view;
+    unsigned long long k0, k1;
+    Py_ssize_t entries, max_entries, start, count;
+    long long base_offset, min_offset;
+    if (!PyArg_ParseTuple(args, "OKKnny*nnLL:map_records", &table_obj, &k0, &k1, &entries, &max_entries,
+                          &view, &start, &count, &base_offset, &min_offset))
+        return NULL;
+    slot_t *slots;
+    uint64_t mask;
+    if (check_section(&view, start, count) != 0 || get_table(table_obj, &table, &slots, &mask) != 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    const Py_ssize_t end = view.len;
+    Py_ssize_t pos = start, taken = 0;
+    long long last_put = -1;
+    int malformed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (; taken < count; taken++) {
+        record_t r;
+        Py_ssize_t next = pos;
+        if (parse_record(buf, end, &next, &r) != 0) {
+            malformed = 1;
+            break;
+        }
+        const long long offset = base_offset + r.offset_delta;
+        if (r.key_length >= 0 && offset >= min_offset) {
+            uint64_t h[2];
+            siphash128(buf + r.key, r.key_length, k0, k1, h);
+            slot_t *slot = find_slot(slots, mask, h);
+            if (slot->offset_plus_one == 0) {
+                if (entries >= max_entries)
+                    break;  /* full: this record and the rest are past the map */
+                slot->h0 = h[0];
+                slot->h1 = h[1];
+                entries += 1;
+            }
+            slot->offset_plus_one = offset + 1;
+            last_put = offset;
+        }
+        pos = next;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&view);
+    if (malformed)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(nnL)", entries, taken, last_put);
+}
+
+static PyObject *
+filter_records(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *table_obj;
+    Py_buffer table, view;
+    unsigned long long k0, k1;
+    Py_ssize_t start, count;
+    long long base_offset, latest_offset;
+    int retain_tombstones;
+    if (!PyArg_ParseTuple(args, "OKKy*nnLLp:filter_records", &table_obj, &k0, &k1, &view, &start, &count,
+                          &base_offset, &latest_offset, &retain_tombstones))
+        return NULL;
+    slot_t *slots;
+    uint64_t mask;
+    if (check_section(&view, start, count) != 0 || get_table(table_obj, &table, &slots, &mask) != 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    PyObject *mask_obj = PyBytes_FromStringAndSize(NULL, count);
+    if (mask_obj == NULL) {
+        PyBuffer_Release(&table);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    uint8_t *keep = (uint8_t *)PyBytes_AS_STRING(mask_obj);
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    const Py_ssize_t end = view.len;
+    Py_ssize_t pos = start, kept = 0, tombstones = 0, keyless = 0;
+    int64_t min_ts = INT64_MAX, max_ts = INT64_MIN;
+    int malformed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++) {
+        record_t r;
+        if (parse_record(buf, end, &pos, &r) != 0) {
+            malformed = 1;
+            break;
+        }
+        const long long offset = base_offset + r.offset_delta;
+        int retain;
+        if (offset > latest_offset) {
+            retain = 1;
+        } else if (r.key_length < 0) {
+            retain = 0;
+            keyless += 1;
+        } else {
+            uint64_t h[2];
+            siphash128(buf + r.key, r.key_length, k0, k1, h);
+            const slot_t *slot = find_slot(slots, mask, h);
+            const int latest = slot->offset_plus_one == 0 || offset >= slot->offset_plus_one - 1;
+            retain = latest && (r.value_length >= 0 || retain_tombstones);
+        }
+        keep[i] = (uint8_t)retain;
+        if (retain) {
+            kept += 1;
+            if (r.value_length < 0)
+                tombstones += 1;
+            if (r.timestamp_delta < min_ts)
+                min_ts = r.timestamp_delta;
+            if (r.timestamp_delta > max_ts)
+                max_ts = r.timestamp_delta;
+        }
+    }
+    if (!malformed && pos != end)
+        malformed = 1;
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&view);
+    if (malformed) {
+        Py_DECREF(mask_obj);
+        Py_RETURN_NONE;
+    }
+    if (kept == 0)
+        min_ts = max_ts = 0;
+    return Py_BuildValue("(NnnLLn)", mask_obj, kept, tombstones, (long long)min_ts, (long long)max_ts, keyless);
+}
+
+/* Write the zig-zag varint of ``value`` at out; returns the bytes written (at most 10). */
+static inline Py_ssize_t
+write_zigzag(uint8_t *out, int64_t value)
+{
+    uint64_t raw = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    Py_ssize_t n = 0;
+    while (raw >= 0x80) {
+        out[n++] = (uint8_t)(raw | 0x80);
+        raw >>= 7;
+    }
+    out[n++] = (uint8_t)raw;
+    return n;
+}
+
+static PyObject *
+rewrite_records(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer view, mask;
+    Py_ssize_t start, count;
+    long long shift;
+    if (!PyArg_ParseTuple(args, "y*nny*L:rewrite_records", &view, &start, &count, &mask, &shift))
+        return NULL;
+    if (check_section(&view, start, count) != 0 || mask.len != count) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "the mask must hold one byte per record");
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&mask);
+        return NULL;
+    }
+    /* A record's length varint grows by at most 5 bytes and its timestamp delta by at most 10. */
+    const Py_ssize_t bound = (view.len - start) + 15 * count;
+    PyObject *out_obj = PyBytes_FromStringAndSize(NULL, bound);
+    if (out_obj == NULL) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&mask);
+        return NULL;
+    }
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(out_obj);
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    const uint8_t *keep = (const uint8_t *)mask.buf;
+    const Py_ssize_t end = view.len;
+    Py_ssize_t pos = start, written = 0;
+    int malformed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++) {
+        record_t r;
+        if (parse_record(buf, end, &pos, &r) != 0) {
+            malformed = 1;
+            break;
+        }
+        if (!keep[i])
+            continue;
+        if (shift == 0) {
+            memcpy(out + written, buf + r.start, (size_t)(r.end - r.start));
+            written += r.end - r.start;
+            continue;
+        }
+        uint8_t delta[10];
+        const Py_ssize_t delta_size = write_zigzag(delta, r.timestamp_delta + shift);
+        const Py_ssize_t rest = r.end - r.after_timestamp;
+        const Py_ssize_t body = 1 + delta_size + rest;  /* attributes, timestamp delta, the rest */
+        written += write_zigzag(out + written, (int64_t)body);
+        out[written++] = buf[r.attributes];
+        memcpy(out + written, delta, (size_t)delta_size);
+        written += delta_size;
+        memcpy(out + written, buf + r.after_timestamp, (size_t)rest);
+        written += rest;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&mask);
+    if (malformed) {
+        Py_DECREF(out_obj);
+        Py_RETURN_NONE;
+    }
+    if (_PyBytes_Resize(&out_obj, written) != 0)
+        return NULL;
+    return out_obj;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(buffer, start, count) -> (min_timestamp_delta, max_timestamp_delta, null_keys) or None\n\n"
      "Check the records section at buffer[start:] holds exactly ``count`` well-formed records with\n"
      "offset deltas 0, 1, 2, ...; None when it does not."},
+    {"map_records", map_records, METH_VARARGS,
+     "map_records(table, key0, key1, entries, max_entries, buffer, start, count, base_offset, min_offset)\n"
+     "-> (entries, records taken, last offset put) or None\n\nPut the keys of the records into the cleaner's offset map."},
+    {"filter_records", filter_records, METH_VARARGS,
+     "filter_records(table, key0, key1, buffer, start, count, base_offset, latest_offset, retain_tombstones)\n"
+     "-> (mask, kept, kept tombstones, min kept timestamp delta, max kept timestamp delta, keyless) or None\n\n"
+     "Which records a cleaned batch keeps."},
+    {"rewrite_records", rewrite_records, METH_VARARGS,
+     "rewrite_records(buffer, start, count, mask, timestamp_shift) -> bytes or None\n\n"
+     "The records the mask keeps, their timestamp deltas shifted."},
     {NULL, NULL, 0, NULL},
 };
 

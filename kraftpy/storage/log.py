@@ -51,6 +51,23 @@ Theory of operation.
   after ``log.segment.delete.delay.ms``), so that a reader still holding a region of one never
   sees its descriptor closed under it.
 
+* Compaction. The log cleaner (:mod:`kraftpy.storage.cleaner`) writes a cleaned copy of some
+  consecutive non-active segments as ``<base>.log.cleaned`` (and its indexes), fsynced, then
+  :meth:`replace_segments` swaps it in with Kafka's crash-safe protocol::
+
+      1. <base>.log.cleaned  → <base>.log.swap      the commit point (then its indexes, then fsync dir)
+      2. each old segment    → <old>.*.deleted      (then fsync dir)
+      3. <base>.*.swap       → <base>.*              indexes first, the log last (then fsync dir)
+
+  and takes the old segments out of the list as retention does (detached, removed later). On open,
+  ``.cleaned`` files are removed (the swap had not begun: the old segments stand), and each
+  ``<base>.log.swap`` is finished: the segments whose base offsets lie in ``[base, the swap's next
+  offset)`` are removed (``base`` alone for an empty swap) and the swap takes its final name. The
+  cleaner keeps that range exact: the last segment a cleaned segment replaces always contributes a
+  batch to it, unless it replaces one segment only. A crash therefore leaves each swap wholly done
+  or not begun, never a mix; a pass's swaps go in log order, so a crash between two leaves the
+  first ones done, which is itself a valid cleaned log.
+
 Threads. A Log is not thread-safe for writers: its owner serialises every call that changes it
 (appends, rolls, flushes, truncation, retention, close) and may run those in a worker thread.
 Reads (:meth:`read`, offsets, the epoch cache) may run on another thread *while* one such call
@@ -63,13 +80,14 @@ from __future__ import annotations
 import bisect
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import attrs
 import structlog
 
 from kraftpy.protocol.batch_header import (
+    HEADER_SIZE,
     MAGIC_OFFSET,
     BatchHeader,
     CorruptRecordError,
@@ -85,11 +103,15 @@ from kraftpy.storage.index import INDEX_SUFFIX, INT32_MAX, TIME_INDEX_SUFFIX
 from kraftpy.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from kraftpy.storage.log_config import LogConfig
 from kraftpy.storage.segment import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
     LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
     BatchInfo,
     LogSegment,
     parse_segment_file_name,
+    segment_file_name,
 )
 
 #: The header bytes a leader stamps: base_offset (0-7), batch_length, partition_leader_epoch (12-15).
@@ -127,6 +149,16 @@ class AppendInfo:
 
 
 @attrs.frozen
+class SegmentSwap:
+    """A cleaned segment, written beside the log as ``<base>.*.cleaned`` and fsynced, and the
+    consecutive non-active segments of the log it takes the place of (the first of which has its
+    base offset). See :meth:`Log.replace_segments`."""
+
+    cleaned: LogSegment
+    replaces: tuple[LogSegment, ...]
+
+
+@attrs.frozen
 class TimestampOffset:
     """The answer to ListOffsets by timestamp: the first record at or after the timestamp."""
 
@@ -137,6 +169,29 @@ class TimestampOffset:
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _no_crash(step: str) -> None:
+    pass
+
+
+def _next_offset_of(path: Path, base_offset: int) -> int:
+    """The offset after the last whole batch of a segment file (``base_offset`` when it has none)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        position, next_offset = 0, base_offset
+        while size - position >= HEADER_SIZE:
+            header = read_header(os.pread(fd, HEADER_SIZE, position))
+            if position + header.size > size:
+                break
+            next_offset = header.next_offset
+            position += header.size
+    except CorruptRecordError:
+        pass
+    finally:
+        os.close(fd)
+    return next_offset
 
 
 class Log:
@@ -189,6 +244,7 @@ class Log:
 
     def _load(self, checkpoint: LogOffsets, clean: bool) -> None:
         directory = self.directory
+        self._complete_interrupted_swaps()
         self._remove_leftovers()
         epoch_path = directory / LEADER_EPOCH_CHECKPOINT_FILE
         try:
@@ -248,6 +304,34 @@ class Log:
             fsync_dir(directory)
             self._directory_unsynced = False
         self._last_flush_ms = now
+
+    def _complete_interrupted_swaps(self) -> None:
+        """Finish the cleaner swaps a crash interrupted, or forget those not begun (see the module doc)."""
+        directory = self.directory
+        names = os.listdir(directory)
+        for name in names:
+            if name.endswith(CLEANED_SUFFIX):
+                (directory / name).unlink(missing_ok=True)
+        swaps = sorted(base for name in names
+                       if (base := parse_segment_file_name(name, LOG_SUFFIX + SWAP_SUFFIX)) is not None)
+        for base in swaps:
+            swap_path = directory / (segment_file_name(base) + SWAP_SUFFIX)
+            end = max(_next_offset_of(swap_path, base), base + 1)
+            for name in os.listdir(directory):
+                for suffix in SEGMENT_SUFFIXES:
+                    other = parse_segment_file_name(name, suffix)
+                    if other is not None and base <= other < end:
+                        (directory / name).unlink()
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):  # the log last, as the swap does
+                swapped = directory / (segment_file_name(base, suffix) + SWAP_SUFFIX)
+                if swapped.exists():
+                    os.replace(swapped, directory / segment_file_name(base, suffix))
+            self._log.warning("finished a cleaner swap a crash interrupted", segment=base, replaced_below=end)
+        strays = [name for name in os.listdir(directory) if name.endswith(SWAP_SUFFIX)]
+        for name in strays:  # an index's swap without its log's: the swap never makes one; indexes are rebuilt
+            (directory / name).unlink(missing_ok=True)
+        if swaps or strays or any(name.endswith(CLEANED_SUFFIX) for name in names):
+            fsync_dir(directory)
 
     def _remove_leftovers(self) -> None:
         """Delete ``.deleted`` files, half-written checkpoints and indexes without a log file."""
@@ -642,6 +726,8 @@ class Log:
         upper = segments[1].base_offset if len(segments) > 1 else self.log_end_offset
         if first.is_empty or self._high_watermark < upper:
             return False
+        if not self.config.delete:
+            return False  # cleanup.policy=compact: only the log start offset removes segments
         if self.config.retention_ms >= 0 and self.clock() - first.largest_timestamp > self.config.retention_ms:
             return True
         return self.config.retention_bytes >= 0 and self.size_in_bytes - first.size >= self.config.retention_bytes
@@ -649,15 +735,16 @@ class Log:
     def delete_old_segments(self) -> int:
         """Apply retention (time, then size, then log start offset); returns how many segments went.
 
-        The segments deleted are detached (see :meth:`delete_detached_segments`)."""
+        Time and size apply only when the cleanup policy holds ``delete``. The segments deleted are
+        detached (see :meth:`delete_detached_segments`)."""
         self._check_open()
         deleted = 0
-        if self.config.retention_ms >= 0:
+        if self.config.delete and self.config.retention_ms >= 0:
             now = self.clock()
             deleted += self._delete_matching(
                 lambda segment, following: now - segment.largest_timestamp > self.config.retention_ms
             )
-        if self.config.retention_bytes >= 0:
+        if self.config.delete and self.config.retention_bytes >= 0:
             excess = self.size_in_bytes - self.config.retention_bytes
 
             def over_size(segment: LogSegment, following: LogSegment | None) -> bool:
@@ -729,6 +816,64 @@ class Log:
             segment.rename_to_deleted()
             segment.delete()
         self._directory_unsynced = True
+
+    # -- compaction ------------------------------------------------------------------------------
+
+    def replace_segments(self, swaps: Sequence[SegmentSwap], crash_point: Callable[[str], None] | None = None) -> int:
+        """Swap each cleaned segment in for the segments it replaces, in order, with the crash-safe
+        protocol of the module doc; returns how many were swapped in.
+
+        A swap whose segments are no longer consecutive non-active segments of the log (retention or
+        a truncation ran meanwhile) is not made, nor any after it: their cleaned files are removed.
+        The old segments are detached (see :meth:`delete_detached_segments`): a reader holding a
+        region of one goes on reading it. ``crash_point(step)`` is called after each step (tests
+        stop there to check what a crash would leave)."""
+        self._check_open()
+        note = crash_point or _no_crash
+        for i, swap in enumerate(swaps):
+            position = self._position_of(swap.replaces)
+            if position is None:
+                self._log.info("cleaned segments dropped: the log changed under them", segment=swap.cleaned.base_offset)
+                for dropped in swaps[i:]:
+                    dropped.cleaned.delete()
+                return i
+            self._swap_in(swap, position, note)
+        return len(swaps)
+
+    def _position_of(self, replaced: tuple[LogSegment, ...]) -> int | None:
+        """Where ``replaced`` lies in the segment list, if it is there whole and before the active segment."""
+        segments = self._segments
+        i = next((i for i, segment in enumerate(segments) if segment is replaced[0]), None)
+        if i is None:
+            return None
+        if i + len(replaced) >= len(segments):
+            return None
+        if any(segments[i + j] is not old for j, old in enumerate(replaced)):
+            return None
+        return i
+
+    def _swap_in(self, swap: SegmentSwap, position: int, note: Callable[[str], None]) -> None:
+        cleaned = swap.cleaned
+        note("cleaned segment written")
+        cleaned.rename_files(SWAP_SUFFIX, indexes=False)
+        note("cleaned log renamed .swap")
+        cleaned.rename_files(SWAP_SUFFIX, log=False)
+        note("cleaned indexes renamed .swap")
+        fsync_dir(self.directory)
+        note("swap durable")
+        for old in swap.replaces:
+            old.rename_to_deleted()
+            note(f"segment {old.base_offset} renamed .deleted")
+        fsync_dir(self.directory)
+        note("old segments durable as .deleted")
+        cleaned.rename_files("", log=False)
+        note("cleaned indexes renamed to their final names")
+        cleaned.rename_files("", indexes=False)
+        note("cleaned log renamed to its final name")
+        fsync_dir(self.directory)
+        self._segments = [*self._segments[:position], cleaned, *self._segments[position + len(swap.replaces):]]
+        self._detached.extend(swap.replaces)
+        note("swapped")
 
     # -- durability ------------------------------------------------------------------------------
 

@@ -18,6 +18,11 @@ def _not_negative(instance: object, attribute: attrs.Attribute, value: int) -> N
         raise ValueError(f"{attribute.name} must not be negative, got {value}")
 
 
+def _ratio(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{attribute.name} must lie in [0, 1], got {value}")
+
+
 def _unlimited_or_not_negative(instance: object, attribute: attrs.Attribute, value: int) -> None:
     if value < -1:
         raise ValueError(f"{attribute.name} must be -1 (unlimited) or at least 0, got {value}")
@@ -44,3 +49,21 @@ class LogConfig:
     file_delete_delay_ms: int = attrs.field(default=60000, validator=_not_negative)
     #: ``message.max.bytes`` / ``max.message.bytes``: the largest batch accepted.
     max_message_bytes: int = attrs.field(default=1024 * 1024 + 12, validator=_positive)
+    #: ``cleanup.policy`` holds ``delete``: retention by time and size applies (without it, only the
+    #: log start offset removes segments).
+    delete: bool = True
+    #: ``cleanup.policy`` holds ``compact``: the log cleaner keeps the last record of each key
+    #: (kraftpy.storage.cleaner).
+    compact: bool = False
+    #: ``log.cleaner.delete.retention.ms`` / ``delete.retention.ms``: how long a tombstone stays after
+    #: the cleaning that first kept it (so a consumer reading from the start sees the delete).
+    delete_retention_ms: int = attrs.field(default=86_400_000, validator=_not_negative)
+    #: ``log.cleaner.min.compaction.lag.ms`` / ``min.compaction.lag.ms``: a record younger than this is
+    #: never compacted away.
+    min_compaction_lag_ms: int = attrs.field(default=0, validator=_not_negative)
+    #: ``log.cleaner.max.compaction.lag.ms`` / ``max.compaction.lag.ms``: a record older than this is
+    #: compacted whatever the dirty ratio.
+    max_compaction_lag_ms: int = attrs.field(default=LONG_MAX, validator=_positive)
+    #: ``log.cleaner.min.cleanable.ratio`` / ``min.cleanable.dirty.ratio``: the share of a log's bytes
+    #: that must be dirty (written since its last cleaning) before it is cleaned.
+    min_cleanable_ratio: float = attrs.field(default=0.5, validator=_ratio)

@@ -7,6 +7,8 @@ Files, named by the segment's base offset as 20 zero-padded decimal digits::
     00000000000000000000.index      see kraftpy.storage.index
     00000000000000000000.timeindex  see kraftpy.storage.index
     <any of the above>.deleted      a file being removed (retention, truncation); deleted on open
+    <any of the above>.cleaned      a segment the log cleaner is writing (not yet part of the log)
+    <any of the above>.swap         a cleaned segment being swapped in (see kraftpy.storage.log)
 
 Invariants, for the batches of one segment in file order: every batch's base offset is at
 least the base offset of the segment and at least the previous batch's next offset, and
@@ -50,6 +52,8 @@ from kraftpy.storage.index import (
 
 LOG_SUFFIX = ".log"
 DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 NO_TIMESTAMP = -1
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
@@ -85,14 +89,16 @@ class BatchInfo:
 class LogSegment:
     """A ``.log`` file and its indexes. Not thread-safe: the owning log serialises calls."""
 
-    def __init__(self, directory: Path, base_offset: int, fd: int, index_interval_bytes: int, now_ms: int):
+    def __init__(self, directory: Path, base_offset: int, fd: int, index_interval_bytes: int, now_ms: int,
+                 suffix: str = ""):
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self._fd = fd
-        self.path = directory / segment_file_name(base_offset)
-        self.index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX), base_offset)
-        self.time_index = TimeIndex(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset)
+        self.path = directory / (segment_file_name(base_offset) + suffix)
+        self.index = OffsetIndex(directory / (segment_file_name(base_offset, INDEX_SUFFIX) + suffix), base_offset)
+        self.time_index = TimeIndex(directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix),
+                                    base_offset)
         self.size = 0
         #: Offset after the last batch (base_offset when empty).
         self.next_offset = base_offset
@@ -109,11 +115,13 @@ class LogSegment:
     # -- opening ---------------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
-        """A new empty segment; any file left under its name is emptied."""
-        path = directory / segment_file_name(base_offset)
+    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int,
+               suffix: str = "") -> LogSegment:
+        """A new empty segment; any file left under its name is emptied. With a ``suffix``
+        (`CLEANED_SUFFIX`) its files are named ``<base>.log<suffix>``, ... until `rename_files`."""
+        path = directory / (segment_file_name(base_offset) + suffix)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        segment = cls(directory, base_offset, fd, index_interval_bytes, now_ms)
+        segment = cls(directory, base_offset, fd, index_interval_bytes, now_ms, suffix)
         segment.index.delete_file()
         segment.time_index.delete_file()
         segment._unsynced = True
@@ -455,6 +463,23 @@ class LogSegment:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+    def rename_files(self, suffix: str, *, log: bool = True, indexes: bool = True) -> None:
+        """Name the log file and/or the index files ``<base>.<kind><suffix>`` ("" for the final names);
+        the descriptor stays open. An index file not yet written is renamed when it is."""
+        if log:
+            new_path = self.directory / (segment_file_name(self.base_offset) + suffix)
+            os.replace(self.path, new_path)
+            self.path = new_path
+        if indexes:
+            self.index.rename(self.directory / (segment_file_name(self.base_offset, INDEX_SUFFIX) + suffix))
+            self.time_index.rename(self.directory / (segment_file_name(self.base_offset, TIME_INDEX_SUFFIX) + suffix))
+
+    def set_last_modified(self, ms: int) -> None:
+        """Set the data file's modification time (a cleaned segment keeps the one of what it replaces)."""
+        ns = ms * 1_000_000
+        os.utime(self._fd, ns=(ns, ns))
+        self.last_modified_ms = ms
 
     def rename_to_deleted(self) -> None:
         """Mark the files for deletion (the descriptor stays open); a crash leaves them for open to remove."""

@@ -1,0 +1,211 @@
+"""The log cleaner's offset map: for each key in the dirty part of a log, the offset of its last record.
+
+Kafka's ``SkimpyOffsetMap``: the map stores a 16-byte hash of each key, never the key, in a table
+of fixed-size slots, so its memory is bounded by ``log.cleaner.dedupe.buffer.size`` (divided
+among ``log.cleaner.threads``) whatever the keys are. Layout of the table (a bytearray)::
+
+    slot (24 bytes)   hash of the key   16 bytes   SipHash-2-4, 128-bit output, keyed per map
+                      offset + 1         8 bytes   native int64; 0 marks an empty slot
+
+A power of two of slots, at most what the memory holds; the table is made for the pass at hand
+(no more slots than the dirty part has offsets), so a small log does not take the whole buffer.
+It takes at most ``slots * log.cleaner.io.buffer.load.factor`` keys: a pass whose dirty part has
+more stops its map there (:attr:`OffsetMap.latest_offset`), cleans up to that point and leaves
+the rest dirty for the next pass, as in Kafka. Slots are probed by double hashing (odd step over a
+power of two), so a lookup never loops.
+
+A record is kept by :meth:`OffsetMap.filter_records` when it is past the map, or it has a key and
+its offset is the map's offset for that key (or the key is not in the map: a record of the clean
+part whose key has no newer record), and — for a tombstone — tombstones are still retained. A
+keyless record inside the map's range goes (it can only be there from before the topic was
+compacted). The hash is keyed with random bytes drawn for each map: keys chosen to collide (which
+would drop a key's latest record) cannot be computed in advance.
+
+The loops over records are in C (:mod:`kraftpy.protocol._record_scan`); without it, the same map is
+a Python dict from BLAKE2b hashes to offsets, with the same capacity and the same answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import struct
+
+import attrs
+
+from kraftpy.protocol.batch_header import CorruptRecordError
+from kraftpy.protocol.records import _encode_record, decode_records
+
+try:
+    from kraftpy.protocol._record_scan import filter_records as _c_filter
+    from kraftpy.protocol._record_scan import map_records as _c_map
+    from kraftpy.protocol._record_scan import rewrite_records as _c_rewrite
+except ImportError:  # not compiled: the Python versions below give the same answers
+    _c_map = _c_filter = _c_rewrite = None
+
+#: Whether the C loops are in use.
+ACCELERATED = _c_map is not None
+SLOT_SIZE = 24
+HASH_SIZE = 16
+_SIPHASH_KEY = struct.Struct("<QQ")
+
+
+@attrs.frozen
+class Filtered:
+    """What :meth:`OffsetMap.filter_records` decided for one batch's records."""
+
+    #: One byte per record: 1 keeps it.
+    mask: bytes
+    kept: int
+    #: Tombstones among the kept records.
+    tombstones: int
+    #: Smallest and largest timestamp delta of the kept records (0 when none is kept).
+    min_timestamp_delta: int
+    max_timestamp_delta: int
+    #: Records dropped because they have no key.
+    keyless: int
+
+
+class OffsetMap:
+    """Key hash → offset of the key's last record, in at most ``memory`` bytes (see the module doc).
+
+    Not thread-safe: one per cleaning at a time."""
+
+    def __init__(self, memory: int, load_factor: float = 0.9, *, accelerated: bool | None = None) -> None:
+        if not 0.0 < load_factor <= 1.0:
+            raise ValueError(f"load factor must lie in (0, 1], got {load_factor}")
+        slots = 1 << max(1, (memory // SLOT_SIZE).bit_length() - 1) if memory >= 2 * SLOT_SIZE else 0
+        if int(slots * load_factor) < 1:
+            raise ValueError(f"an offset map of {memory} bytes holds no key: log.cleaner.dedupe.buffer.size "
+                             f"(divided among log.cleaner.threads) must hold at least one {SLOT_SIZE}-byte slot")
+        self.max_slots = slots
+        self.load_factor = load_factor
+        self.accelerated = ACCELERATED if accelerated is None else accelerated and ACCELERATED
+        self._slots = 0
+        self._table = bytearray()
+        self._dict: dict[bytes, int] = {}
+        self._k0 = self._k1 = 0
+        self._seed = b""
+        self._max_entries = 0
+        #: Keys in the map.
+        self.size = 0
+        #: The last offset the map covers: records after it are past the map (kept).
+        self.latest_offset = -1
+
+    @property
+    def capacity(self) -> int:
+        """The most keys a map may hold with all of its memory."""
+        return int(self.max_slots * self.load_factor)
+
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    @property
+    def full(self) -> bool:
+        return self.size >= self._max_entries
+
+    @property
+    def utilization(self) -> float:
+        return self.size / self._slots if self._slots else 0.0
+
+    def reset(self, expected_keys: int) -> None:
+        """Empty the map for a pass over at most ``expected_keys`` keys (the dirty offsets), with a fresh hash key."""
+        wanted = math.ceil(max(expected_keys, 1) / self.load_factor) + 1
+        slots = min(self.max_slots, 1 << max(1, (wanted - 1).bit_length()))
+        self._slots = slots
+        self._max_entries = max(1, int(slots * self.load_factor))
+        self._seed = os.urandom(HASH_SIZE)
+        self._k0, self._k1 = _SIPHASH_KEY.unpack(self._seed)
+        self.size = 0
+        self.latest_offset = -1
+        if self.accelerated:
+            self._table = bytearray(slots * SLOT_SIZE)
+        else:
+            self._dict = {}
+
+    def _hash(self, key: bytes) -> bytes:
+        return hashlib.blake2b(key, digest_size=HASH_SIZE, key=self._seed).digest()
+
+    def put_records(self, section: bytes | bytearray | memoryview, start: int, count: int, base_offset: int,
+                    min_offset: int) -> tuple[int, int]:
+        """Put the keyed records of ``section[start:]`` (``count`` records of a batch at ``base_offset``)
+        whose offsets are at least ``min_offset``; returns ``(records taken, offset of the last put or -1)``.
+
+        Fewer than ``count`` are taken when the map is full and the next record brings a new key.
+        Raises CorruptRecordError when the records do not parse."""
+        if self.accelerated:
+            answer = _c_map(self._table, self._k0, self._k1, self.size, self._max_entries, section, start, count,
+                            base_offset, min_offset)
+            if answer is None:
+                raise CorruptRecordError(f"the records of the batch at offset {base_offset} do not parse")
+            self.size, taken, last_put = answer
+            return taken, last_put
+        records = _decode(section, start, count, base_offset)
+        last_put = -1
+        for taken, record in enumerate(records):
+            offset = base_offset + record.offset
+            if record.key is None or offset < min_offset:
+                continue
+            digest = self._hash(record.key)
+            if digest not in self._dict:
+                if self.size >= self._max_entries:
+                    return taken, last_put
+                self.size += 1
+            self._dict[digest] = offset
+            last_put = offset
+        return count, last_put
+
+    def filter_records(self, section: bytes | bytearray | memoryview, start: int, count: int, base_offset: int,
+                       retain_tombstones: bool) -> Filtered:
+        """Which records of a batch a cleaned log keeps (see the module doc)."""
+        if self.accelerated:
+            answer = _c_filter(self._table, self._k0, self._k1, section, start, count, base_offset,
+                               self.latest_offset, retain_tombstones)
+            if answer is None:
+                raise CorruptRecordError(f"the records of the batch at offset {base_offset} do not parse")
+            return Filtered(*answer)
+        records = _decode(section, start, count, base_offset)
+        mask = bytearray(count)
+        kept = tombstones = keyless = 0
+        low, high = None, None
+        for i, record in enumerate(records):
+            offset = base_offset + record.offset
+            if offset > self.latest_offset:
+                retain = True
+            elif record.key is None:
+                retain = False
+                keyless += 1
+            else:
+                found = self._dict.get(self._hash(record.key), -1)
+                retain = offset >= found and (record.value is not None or retain_tombstones)
+            if retain:
+                mask[i] = 1
+                kept += 1
+                tombstones += record.value is None
+                low = record.timestamp if low is None else min(low, record.timestamp)
+                high = record.timestamp if high is None else max(high, record.timestamp)
+        return Filtered(bytes(mask), kept, tombstones, low or 0, high or 0, keyless)
+
+    def rewrite_records(self, section: bytes | bytearray | memoryview, start: int, count: int, mask: bytes,
+                        timestamp_shift: int) -> bytes:
+        """The records ``mask`` keeps, back to back, ``timestamp_shift`` added to their timestamp deltas."""
+        if self.accelerated:
+            out = _c_rewrite(section, start, count, mask, timestamp_shift)
+            if out is None:
+                raise CorruptRecordError("the records of a batch do not parse")
+            return out
+        records = _decode(section, start, count, 0)
+        return b"".join(
+            _encode_record(record.offset, record.timestamp + timestamp_shift, record.key, record.value, record.headers)
+            for record, keep in zip(records, mask, strict=True) if keep
+        )
+
+
+def _decode(section: bytes | bytearray | memoryview, start: int, count: int, base_offset: int):
+    """The records with their offset deltas as offsets and timestamp deltas as timestamps."""
+    try:
+        return decode_records(bytes(memoryview(section)[start:]), count)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"the records of the batch at offset {base_offset} do not parse: {exc}") from None
