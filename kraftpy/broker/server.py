@@ -19,6 +19,10 @@ the `MetadataCache`, so a handler that sees a topic finds its partitions served.
 *fenced* until ``set_running(True)``: it follows (so it can catch up) but takes no leadership,
 and clients get NOT_LEADER_OR_FOLLOWER from it. ``run`` serves until it is cancelled, then closes
 every log cleanly (in a worker thread, shielded from the cancellation).
+
+After each update the group coordinator (kraftpy.coordinator) is told which ``__consumer_offsets``
+partitions this broker now leads and which it no longer does (`OffsetsLeadership`, in
+kraftpy.broker.group_support); it runs its timers and loads in the broker's nursery.
 """
 
 from __future__ import annotations
@@ -32,16 +36,19 @@ import trio
 from kraftpy.broker.apis import KafkaApis
 from kraftpy.broker.apis.configs import ConfigsApi
 from kraftpy.broker.apis.fetch import FetchApi
+from kraftpy.broker.apis.groups import GroupsApi
 from kraftpy.broker.apis.metadata import MetadataApi
 from kraftpy.broker.apis.offsets import OffsetsApi
 from kraftpy.broker.apis.produce import ProduceApi
 from kraftpy.broker.apis.topics import TopicsApi
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.fetcher import FetcherManager
+from kraftpy.broker.group_support import OffsetsLeadership, group_config
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.producer_ids import ProducerIdManager
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.broker.settings import BrokerSettings
+from kraftpy.coordinator.group_coordinator import GroupCoordinator
 from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.image import MetadataImage
 from kraftpy.metadata.messages import OfflineReplicaTopic
@@ -77,6 +84,11 @@ class BrokerServer:
         #: Set once the metadata cache holds this broker's registration (see `registered`).
         self.caught_up_with_registration = trio.Event()
         self._registered_epoch: int | None = None
+        #: The group coordinator of the __consumer_offsets partitions this broker leads (``leadership``
+        #: tells it which, after every metadata change and fence or unfence).
+        self.coordinator = GroupCoordinator(group_config(settings), clock=clock, node_id=node_id,
+                                            partition_exists=self._partition_exists)
+        self.leadership = OffsetsLeadership(self.replicas, self.coordinator, settings, clock)
         self.apis = KafkaApis(self.metadata, node_id=node_id, ready=self.caught_up_with_registration)
         for area in (
             ProduceApi(self.replicas, self.metadata, self.producer_ids, clock, node_id=node_id),
@@ -85,6 +97,7 @@ class BrokerServer:
             MetadataApi(self.metadata, channel, settings, self.replicas.is_offline),
             TopicsApi(self.metadata, channel, settings),
             ConfigsApi(self.metadata, channel, settings),
+            GroupsApi(self.coordinator, self.metadata, channel, settings),
         ):
             self.apis.register_all(area.handlers())
         self.kafka_server = KafkaServer(self.apis.handle, max_frame_bytes=settings.socket_request_max_bytes,
@@ -138,8 +151,13 @@ class BrokerServer:
                      for topic_id, partitions in self.replicas.offline_replicas().items())
 
     def _replicas_went_offline(self) -> None:
+        self.leadership.sync(self.replicas.image)  # an offline __consumer_offsets replica leads no more
         if self.on_offline_replicas is not None:
             self.on_offline_replicas()
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        topic_image = self.metadata.image.topics.get_by_name(topic)
+        return topic_image is not None and partition in topic_image.partitions
 
     def publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
         """Newly committed metadata, and the delta from the image published before it."""
@@ -163,6 +181,7 @@ class BrokerServer:
                 await self.replicas.apply_delta(image, delta)
                 self.metadata.set_image(image)
                 self._check_caught_up()
+            self.leadership.sync(self.replicas.image)
             self._applied += 1
             if self._applied == self._queued:
                 event, self._caught_up = self._caught_up, trio.Event()
@@ -175,6 +194,7 @@ class BrokerServer:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.replicas.run)
+                await nursery.start(self.coordinator.run)
                 nursery.start_soon(self._run_publisher)
                 self.port = await nursery.start(self.kafka_server.serve, self.settings.host, self.settings.port)
                 await nursery.start(self.fetchers.run)

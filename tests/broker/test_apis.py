@@ -63,7 +63,7 @@ async def test_api_versions_lists_served_apis_and_answers_unknown_versions_with_
     assert ranges[ApiKey.PRODUCE] == (0, 9)
     assert ranges[ApiKey.FETCH] == (4, 13)
     assert ranges[ApiKey.METADATA] == (0, 12)
-    assert ApiKey.JOIN_GROUP not in ranges  # not served by the data plane handlers
+    assert ranges[ApiKey.JOIN_GROUP] == (0, 9)  # the group coordinator's APIs (tests/broker/test_groups_apis.py)
     # ApiVersions v9, from a client newer than the broker: a v0 answer with UNSUPPORTED_VERSION.
     frame = bytearray(join_frame(encode_request(ApiKey.API_VERSIONS, 0, 77, "new", ApiVersionsRequest())))
     struct.pack_into(">h", frame, 6, 9)
