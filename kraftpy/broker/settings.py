@@ -73,6 +73,16 @@ class BrokerSettings:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
     group_max_size: int = 2**31 - 1
+    #: The log cleaner (compacted topics): log.cleaner.enable, log.cleaner.threads,
+    #: log.cleaner.io.max.bytes.per.second, log.cleaner.dedupe.buffer.size, log.cleaner.io.buffer.size,
+    #: log.cleaner.io.buffer.load.factor, log.cleaner.backoff.ms.
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308
+    log_cleaner_dedupe_buffer_size: int = 134217728
+    log_cleaner_io_buffer_size: int = 524288
+    log_cleaner_io_buffer_load_factor: float = 0.9
+    log_cleaner_backoff_ms: int = 15000
     #: Broker-level values of topic configs from the properties file (log.retention.ms, min.insync.replicas,
     #: message.max.bytes, ...): what topics inherit when neither they nor the cluster override a key.
     static_broker_configs: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen)
@@ -119,6 +129,13 @@ class BrokerSettings:
             group_min_session_timeout_ms=config["group.min.session.timeout.ms"],
             group_max_session_timeout_ms=config["group.max.session.timeout.ms"],
             group_max_size=config["group.max.size"],
+            log_cleaner_enable=config["log.cleaner.enable"],
+            log_cleaner_threads=config["log.cleaner.threads"],
+            log_cleaner_io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],
+            log_cleaner_dedupe_buffer_size=config["log.cleaner.dedupe.buffer.size"],
+            log_cleaner_io_buffer_size=config["log.cleaner.io.buffer.size"],
+            log_cleaner_io_buffer_load_factor=config["log.cleaner.io.buffer.load.factor"],
+            log_cleaner_backoff_ms=config["log.cleaner.backoff.ms"],
             static_broker_configs=static_broker_configs(config),
         )
         values.update(overrides)

@@ -113,6 +113,37 @@ KEYS: list[ConfigKey] = [
               at_least(0), nullable=True),
     ConfigKey("log.cleanup.policy", "list", "delete", "Default cleanup policy of topics.",
               one_of("delete", "compact")),
+    # --- the log cleaner (compacted topics)
+    ConfigKey("log.cleaner.enable", "boolean", True,
+              "Whether the log cleaner runs; without it, topics with cleanup.policy=compact are never compacted.",
+              roles=B),
+    ConfigKey("log.cleaner.threads", "int", 1,
+              "How many logs are cleaned at the same time, each with its share of the dedupe buffer; 0 "
+              "cleans none.", at_least(0), roles=B),
+    ConfigKey("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308,
+              "Bound on the bytes the cleaners read and write, together, per second.", at_least(1.0), roles=B),
+    ConfigKey("log.cleaner.dedupe.buffer.size", "long", 134217728,
+              "Memory of the cleaners' offset maps (key hash to offset, 24 bytes a key), shared among "
+              "log.cleaner.threads; a pass maps at most this many keys and leaves the rest for the next.",
+              at_least(48), roles=B),
+    ConfigKey("log.cleaner.io.buffer.size", "int", 524288,
+              "Read and write buffers of the cleaners, shared among log.cleaner.threads.", at_least(1024), roles=B),
+    ConfigKey("log.cleaner.io.buffer.load.factor", "double", 0.9,
+              "How full the offset map's slots may get.", between(0.01, 1.0), roles=B),
+    ConfigKey("log.cleaner.backoff.ms", "long", 15000,
+              "How long the cleaner waits before looking again when no log needs cleaning.", at_least(0), roles=B),
+    ConfigKey("log.cleaner.min.cleanable.ratio", "double", 0.5,
+              "Default min.cleanable.dirty.ratio of topics: the share of a log's bytes written since its last "
+              "cleaning above which it is cleaned.", between(0.0, 1.0)),
+    ConfigKey("log.cleaner.delete.retention.ms", "long", 86400000,
+              "Default delete.retention.ms of topics: how long a tombstone is kept after the cleaning that "
+              "first kept it, so that consumers reading from the start see the delete.", at_least(0)),
+    ConfigKey("log.cleaner.min.compaction.lag.ms", "long", 0,
+              "Default min.compaction.lag.ms of topics: a record younger than this is never compacted away.",
+              at_least(0)),
+    ConfigKey("log.cleaner.max.compaction.lag.ms", "long", INT64_MAX,
+              "Default max.compaction.lag.ms of topics: a record older than this is compacted whatever the "
+              "dirty ratio (and the active segment is rolled after this long).", at_least(1)),
     ConfigKey("log.message.timestamp.type", "string", "CreateTime",
               "Whether record timestamps are the producer's (CreateTime) or the broker's (LogAppendTime).",
               one_of("CreateTime", "LogAppendTime")),
