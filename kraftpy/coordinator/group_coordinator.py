@@ -365,11 +365,11 @@ class GroupCoordinator:
     @staticmethod
     def _fetched_topics(rows, version: int) -> list:
         if version >= 8:
-            topic_cls = OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics
-            partition_cls = topic_cls.OffsetFetchResponsePartitions
+            topic_cls = OffsetFetchResponse.OffsetFetchResponseTopics
+            partition_cls = OffsetFetchResponse.OffsetFetchResponsePartitions
         else:
             topic_cls = OffsetFetchResponse.OffsetFetchResponseTopic
-            partition_cls = topic_cls.OffsetFetchResponsePartition
+            partition_cls = OffsetFetchResponse.OffsetFetchResponsePartition
         topics: dict[str, object] = {}
         for (topic, partition), offset, leader_epoch, metadata, error in rows:
             entry = topics.get(topic)
@@ -448,7 +448,7 @@ class GroupCoordinator:
             described.append(cls(
                 error_code=ErrorCode.NONE, group_id=group_id, group_state=state, protocol_type=protocol_type,
                 protocol_data=protocol,
-                members=[cls.DescribedGroupMember(member_id=m, group_instance_id=i, client_id=c, client_host=h,
+                members=[DescribeGroupsResponse.DescribedGroupMember(member_id=m, group_instance_id=i, client_id=c, client_host=h,
                                                   member_metadata=md, member_assignment=a)
                          for m, i, c, h, md, a in members],
                 authorized_operations=GROUP_OPERATIONS if include_ops else AUTHORIZED_OPERATIONS_OMITTED))
