@@ -40,6 +40,12 @@ other change to the log meanwhile: appends wait (``_busy``), reads go on (the lo
 beside one writer). An append checks the producer state and appends with no await in between,
 and re-checks everything after any wait, so a request never acts on what it saw before it slept.
 
+The log cleaner (compacted topics) runs beside all this: `run_cleaning` copies old segments in a
+worker thread while appends and reads go on, then swaps the copies in as exclusive log work. Log
+work that removes or cuts old segments (retention, truncation, DeleteRecords, closing the log)
+first holds the cleaner off (`pause_cleaning`): a pass in progress is aborted and waited for, and
+none starts until that work is done — Kafka's abortAndPauseCleaning.
+
 An OSError from the log's files (appends, and the work of `run_exclusive`) reaches the caller;
 unless it is a full disk (ENOSPC, EDQUOT: that append fails, the next may succeed) the replica
 manager is told first (``on_storage_error``), and takes the replica offline.
@@ -48,6 +54,7 @@ manager is told first (``on_storage_error``), and takes the replica offline.
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -82,6 +89,46 @@ class TopicPartition:
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+@attrs.define
+class _Cleaning:
+    """A log cleaner pass in progress: set ``abort`` to stop it; ``done`` is set once it is over."""
+
+    abort: threading.Event = attrs.Factory(threading.Event)
+    done: trio.Event = attrs.Factory(trio.Event)
+
+
+async def _run_abortable(fn: Callable[[threading.Event], Any], abort: threading.Event) -> Any:
+    """``fn(abort)`` in a worker thread; a cancellation sets ``abort`` (the thread checks it) and still
+    waits for the thread to return, so nothing it does outlives the caller."""
+    finished = False
+
+    async def watch() -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            if not finished:
+                abort.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        try:
+            # Its error is raised below, outside the nursery (which would wrap it in a group).
+            ok, result = await trio.to_thread.run_sync(_capture, fn, abort)
+        finally:
+            finished = True
+            nursery.cancel_scope.cancel()
+    if not ok:
+        raise result
+    return result
+
+
+def _capture(fn: Callable[[threading.Event], Any], abort: threading.Event) -> tuple[bool, Any]:
+    try:
+        return True, fn(abort)
+    except Exception as exc:
+        return False, exc
 
 
 class PartitionChanged(Exception):
@@ -164,6 +211,10 @@ class Partition:
         self._deletion_pending = False
         #: Told (trio thread) when the log's files failed other than by a full disk (see the module doc).
         self.on_storage_error: Callable[[Partition, OSError], None] | None = None
+        #: The log cleaner's pass over this log, while one runs (see `run_cleaning`).
+        self._cleaning: _Cleaning | None = None
+        #: How many callers hold the cleaner off this log (`pause_cleaning`); no pass starts meanwhile.
+        self._cleaning_paused = 0
 
     def __repr__(self) -> str:
         return (f"Partition({self.tp}, {self.role.value}, leader={self.leader_id}, epoch={self.leader_epoch}, "
@@ -394,6 +445,63 @@ class Partition:
         if exc.errno not in NO_SPACE_ERRNOS and self.on_storage_error is not None:
             self.on_storage_error(self, exc)
 
+    # -- the log cleaner ---------------------------------------------------------------------------
+
+    async def run_cleaning(self, clean: Callable[[threading.Event], Any], swap: Callable[[Any], Any],
+                           discard: Callable[[Any], None]) -> Any:
+        """One log cleaner pass: ``clean(abort)`` in a worker thread beside appends and reads (it only
+        writes new files beside the log), then ``swap(result)`` as exclusive log work — or
+        ``discard(result)`` if the pass was aborted meanwhile. Returns what ``swap`` returned, or None
+        when no pass could start (one runs, the cleaner is held off, the log is closed) or it was
+        aborted. Errors of ``clean`` reach the caller (an OSError takes the replica offline first)."""
+        await self._idle()
+        if self._cleaning is not None or self._cleaning_paused or self.log.closed:
+            return None
+        cleaning = self._cleaning = _Cleaning()
+        try:
+            try:
+                result = await _run_abortable(clean, cleaning.abort)
+            except OSError as exc:
+                self._storage_failed(exc)
+                raise
+            if cleaning.abort.is_set() or self.log.closed:
+                await trio.to_thread.run_sync(discard, result)
+                return None
+            return await self.run_exclusive(swap, result)
+        finally:
+            self._cleaning = None
+            cleaning.done.set()
+
+    @property
+    def cleaning(self) -> bool:
+        """Whether a log cleaner pass runs over this log."""
+        return self._cleaning is not None
+
+    async def pause_cleaning(self) -> None:
+        """Hold the log cleaner off this log until `resume_cleaning`: a pass in progress is aborted and
+        waited for (Kafka's abortAndPauseCleaning)."""
+        self._cleaning_paused += 1
+        cleaning = self._cleaning
+        if cleaning is not None:
+            cleaning.abort.set()
+            await cleaning.done.wait()
+
+    def resume_cleaning(self) -> None:
+        self._cleaning_paused -= 1
+
+    async def _run_exclusive_paused(self, fn: Callable[..., Any], *args: Any, generation: int | None = None) -> Any:
+        """`run_exclusive` for work that removes or cuts old segments: the cleaner is held off meanwhile."""
+        try:
+            await self.pause_cleaning()
+            return await self.run_exclusive(fn, *args, generation=generation)
+        finally:
+            self.resume_cleaning()
+
+    def producer_last_offsets(self) -> dict[int, int]:
+        """Each producer in the producer state and the last offset of its last batch (the batches a
+        cleaned log keeps, empty if need be)."""
+        return {producer_id: entry.last_offset for producer_id, entry in self.producer_state.producers.items()}
+
     async def delete_detached_segments(self) -> None:
         """Remove the files of the segments the log detached (called once readers are done with them)."""
         self._deletion_pending = False
@@ -511,7 +619,7 @@ class Partition:
             self._log.warning("truncation clamped to the high watermark", asked=offset, high_watermark=target)
         if target < self.log.log_end_offset:
             self._log.info("truncating", offset=target, log_end_offset=self.log.log_end_offset)
-            await self.run_exclusive(self._truncate, target, generation=generation)
+            await self._run_exclusive_paused(self._truncate, target, generation=generation)
             self.append_watchers.notify()
         return self.log.log_end_offset
 
@@ -521,7 +629,7 @@ class Partition:
 
     async def truncate_fully_and_start_at(self, offset: int, *, generation: int | None = None) -> None:
         self._log.info("log restarts at the leader's start offset", offset=offset)
-        await self.run_exclusive(self._truncate_fully, offset, generation=generation)
+        await self._run_exclusive_paused(self._truncate_fully, offset, generation=generation)
         self.append_watchers.notify()
 
     def _truncate_fully(self, offset: int) -> None:
@@ -532,7 +640,7 @@ class Partition:
     async def delete_records_before(self, offset: int, *, generation: int | None = None) -> int:
         """Move the log start offset up to ``offset`` (DeleteRecords, or the leader's start on a
         follower); segments wholly below it are detached. Returns the log start offset."""
-        return await self.run_exclusive(self.log.delete_records_before, offset, generation=generation)
+        return await self._run_exclusive_paused(self.log.delete_records_before, offset, generation=generation)
 
     def housekeeping(self) -> int:
         """Blocking (`run_exclusive`): retention and a due flush; old producer snapshots go when the log
@@ -550,6 +658,12 @@ class Partition:
             if len(offsets) > 1:
                 ps.delete_snapshots_below(log.directory, min(offsets[-1], log.log_start_offset))
         return gone
+
+    async def run_housekeeping(self) -> int:
+        """`housekeeping` as exclusive log work, the cleaner held off when retention has segments to remove."""
+        if self.log.retention_due():
+            return await self._run_exclusive_paused(self.housekeeping)
+        return await self.run_exclusive(self.housekeeping)
 
     def housekeeping_due(self) -> bool:
         """Whether `housekeeping` has file work to do (memory only: asked of every partition)."""

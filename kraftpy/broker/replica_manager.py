@@ -32,7 +32,9 @@ The fetchers are told which partitions to fetch from which leader (``fetch_assig
 up to date partition by partition). ISR changes the leaders propose are queued and sent to the
 controller in batches (``_run_isr_changes``); the other background work of ``run``: lagging
 followers (``_run_isr_expiry``), retention and due flushes (``_run_housekeeping``), the log
-directories' offset checkpoints (``_run_checkpoints``), and deleting what was detached.
+directories' offset checkpoints (``_run_checkpoints``), deleting what was detached, and the log
+cleaner for compacted topics (:mod:`kraftpy.broker.log_cleaner`; a replica is held off the cleaner
+before its log is closed).
 
 Blocking file work never runs on the trio thread: opening and closing logs, checkpoints,
 retention and flushes go to worker threads, one hop per batch of partitions where they come in
@@ -56,6 +58,7 @@ import trio
 
 from kraftpy.broker import producer_state as ps
 from kraftpy.broker.controller_channel import ControllerChannel, ControllerUnavailable
+from kraftpy.broker.log_cleaner import LogCleaner
 from kraftpy.broker.partition import Partition, Role, TopicPartition
 from kraftpy.broker.settings import BrokerSettings
 from kraftpy.fatal import FatalError, describe_os_error
@@ -129,9 +132,16 @@ def log_settings_for(image: MetadataImage, static: dict | None, topic: str) -> T
     def number(name: str) -> int:
         return int(get(name).strip())
 
+    policies = {policy.strip() for policy in get("cleanup.policy").split(",")}
+    compact = "compact" in policies
+    max_compaction_lag_ms = number("max.compaction.lag.ms")
+    segment_ms = number("segment.ms")
+    if compact:
+        # Kafka's LogConfig.maxSegmentMs: the active segment is rolled in time to be compacted.
+        segment_ms = min(segment_ms, max_compaction_lag_ms)
     config = LogConfig(
         segment_bytes=number("segment.bytes"),
-        segment_ms=number("segment.ms"),
+        segment_ms=segment_ms,
         retention_ms=number("retention.ms"),
         retention_bytes=number("retention.bytes"),
         index_interval_bytes=number("index.interval.bytes"),
@@ -139,6 +149,12 @@ def log_settings_for(image: MetadataImage, static: dict | None, topic: str) -> T
         flush_interval_ms=number("flush.ms"),
         file_delete_delay_ms=number("file.delete.delay.ms"),
         max_message_bytes=max(1, number("max.message.bytes")),
+        delete="delete" in policies,
+        compact=compact,
+        delete_retention_ms=number("delete.retention.ms"),
+        min_compaction_lag_ms=number("min.compaction.lag.ms"),
+        max_compaction_lag_ms=max_compaction_lag_ms,
+        min_cleanable_ratio=float(get("min.cleanable.dirty.ratio").strip()),
     )
     log_append_time = get("message.timestamp.type").strip() == "LogAppendTime"
     rules = ProduceRules(
@@ -146,7 +162,7 @@ def log_settings_for(image: MetadataImage, static: dict | None, topic: str) -> T
         log_append_time=log_append_time,
         timestamp_before_max_ms=number("message.timestamp.before.max.ms"),
         timestamp_after_max_ms=number("message.timestamp.after.max.ms"),
-        compacted="compact" in (policy.strip() for policy in get("cleanup.policy").split(",")),
+        compacted=compact,
     )
     return TopicLogSettings(config, number("min.insync.replicas"), log_append_time, rules)
 
@@ -197,6 +213,8 @@ class ReplicaManager:
         self.offline: dict[TopicPartition, OfflineReplica] = {}
         #: Told (on the trio thread) when a replica went offline: the heartbeat says so at once.
         self.on_offline: Callable[[], None] | None = None
+        #: Compacts the replicas of compacted topics (a task of `run`).
+        self.log_cleaner = LogCleaner(settings, lambda: list(self.partitions.values()), clock)
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -229,6 +247,7 @@ class ReplicaManager:
                 nursery.start_soon(self._run_housekeeping)
                 nursery.start_soon(self._run_checkpoints)
                 nursery.start_soon(self._run_deletions)
+                await nursery.start(self.log_cleaner.run)
                 task_status.started()
         finally:
             self._nursery = None
@@ -302,6 +321,8 @@ class ReplicaManager:
             if offline is not None and offline.topic_id == local.topic_id:
                 del self.offline[tp]
         if closing:
+            for part in closing:
+                await part.pause_cleaning()  # for good: its log is closed next
             async with self._log_manager_lock:
                 renamed = await trio.to_thread.run_sync(self._delete_logs, closing)
             for doomed in renamed:
@@ -519,6 +540,7 @@ class ReplicaManager:
         self._signal_assignments()
 
         async def abandon() -> None:
+            await part.pause_cleaning()  # for good
             await part.wait_idle()
             await trio.to_thread.run_sync(part.log.abandon)
 
@@ -659,7 +681,7 @@ class ReplicaManager:
             if part.log.closed or not part.housekeeping_due():
                 continue
             try:
-                gone = await part.run_exclusive(part.housekeeping)
+                gone = await part.run_housekeeping()
             except (OSError, ValueError) as exc:
                 self._log.warning("retention failed", partition=str(part.tp), error=str(exc))
                 continue
