@@ -1,0 +1,194 @@
+"""Consumer groups as real clients use them: confluent-kafka (librdkafka), kafka-python and aiokafka
+consumers, each in its own process (tests.helpers.group_consumer), against real brokers.
+
+Each member prints what it is assigned, what it reads and what it commits; the tests wait on those
+lines (never on a clock) and check, across the members of a group: every record read exactly once,
+the group resuming at its commits after a restart, a member killed with -9 losing its partitions at
+its session timeout, a static member (group.instance.id) coming back without a rebalance, and
+cooperative-sticky moving only the partitions it must.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from contextlib import ExitStack
+
+import pytest
+import trio
+
+from tests.helpers.cluster import open_cluster
+from tests.helpers.group_members import Member, stable_assignment, wait_until
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+pytest.importorskip("kafka")
+pytest.importorskip("aiokafka")
+from confluent_kafka import Producer  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "events"
+PARTITIONS = 6
+#: No initial rebalance delay, sessions as short as the tests want, few offsets partitions.
+GROUP_SETTINGS = dict(offsets_topic_num_partitions=4, group_initial_rebalance_delay_ms=0,
+                      group_min_session_timeout_ms=500)
+
+
+def produce(bootstrap: str, values: list[str]) -> None:
+    """Send ``values`` round-robin over the partitions (value i to partition i % PARTITIONS), acks=all."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "log_level": 0})
+    failures = []
+    for i, value in enumerate(values):
+        producer.produce(TOPIC, value=value.encode(), partition=i % PARTITIONS,
+                         on_delivery=lambda err, msg: err and failures.append(err))
+    assert producer.flush(30) == 0 and not failures, failures
+
+
+def read(members: list[Member]) -> list[tuple[int, int, str]]:
+    return [record for m in members for record in m.records()]
+
+
+def committed(members: list[Member]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for m in members:
+        for partition, offset in m.committed().items():
+            out[partition] = max(out.get(partition, 0), offset)
+    return out
+
+
+def start_group(stack: ExitStack, client: str, bootstrap: str, group: str, count: int = 3, *, cond=None,
+                **options) -> list[Member]:
+    cond = cond or threading.Condition()
+    return [stack.enter_context(Member(client, bootstrap, TOPIC, group, cond=cond, name=f"{client}-{i}", **options))
+            for i in range(count)]
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    async with open_cluster(tmp_path, brokers=1, **GROUP_SETTINGS) as c:
+        await c.create_topic(TOPIC, partitions=PARTITIONS)
+        yield c
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
+async def test_a_group_of_three_reads_every_record_once_and_a_restarted_group_resumes_at_its_commits(
+        cluster, client):
+    bootstrap = cluster.bootstrap
+
+    def scenario() -> None:
+        first = [f"a{i}" for i in range(60)]
+        second = [f"b{i}" for i in range(30)]
+        with ExitStack() as stack:
+            members = start_group(stack, client, bootstrap, "readers")
+            wait_until(members, lambda: stable_assignment(members, PARTITIONS), "three members sharing the partitions")
+            produce(bootstrap, first)
+            wait_until(members, lambda: len(read(members)) >= len(first), "every record read")
+            got = read(members)
+            assert Counter(v for _, _, v in got) == Counter(first), "a record read twice, or missed"
+            for m in members:  # each read only what it was assigned
+                assert {p for p, _, _ in m.records()} <= m.partitions
+            wait_until(members, lambda: committed(members) == {p: 10 for p in range(PARTITIONS)}, "every commit")
+            for m in members:
+                assert m.stop() == 0, m.tail()
+
+        produce(bootstrap, second)
+        with ExitStack() as stack:
+            members = start_group(stack, client, bootstrap, "readers")
+            wait_until(members, lambda: committed(members) == {p: 15 for p in range(PARTITIONS)},
+                       "the new records read and committed")
+            got = read(members)
+            assert Counter(v for _, _, v in got) == Counter(second), "the restarted group re-read or skipped"
+            assert {p: min(o for q, o, _ in got if q == p) for p in range(PARTITIONS)} == {
+                p: 10 for p in range(PARTITIONS)}
+            for m in members:
+                m.stop()
+
+    await trio.to_thread.run_sync(scenario)
+
+
+async def test_a_member_killed_with_sigkill_loses_its_partitions_at_its_session_timeout(cluster):
+    session_ms = 3000
+    bootstrap = cluster.bootstrap
+
+    def scenario() -> None:
+        with ExitStack() as stack:
+            members = start_group(stack, "confluent", bootstrap, "crashers", session_timeout_ms=session_ms)
+            wait_until(members, lambda: stable_assignment(members, PARTITIONS), "three members sharing the partitions")
+            victim, survivors = members[0], members[1:]
+            orphaned = victim.partitions
+            killed_at = time.monotonic()
+            victim.kill()
+            wait_until(survivors, lambda: stable_assignment(survivors, PARTITIONS), "the survivors taking over")
+            # No LeaveGroup came: only the session's expiry (less at most one heartbeat interval, a
+            # fifth of it here) could tell the coordinator.
+            assert time.monotonic() - killed_at >= session_ms / 1000 * 0.8 - 0.2
+            values = [f"v{i}" for i in range(30)]
+            produce(bootstrap, values)
+            wait_until(survivors, lambda: len(read(survivors)) >= len(values), "the orphaned partitions read")
+            assert Counter(v for _, _, v in read(survivors)) == Counter(values)
+            assert orphaned <= {p for p, _, _ in read(survivors)}
+            for m in survivors:
+                m.stop()
+
+    await trio.to_thread.run_sync(scenario)
+
+
+async def test_a_static_member_restarts_without_a_rebalance(cluster):
+    bootstrap = cluster.bootstrap
+
+    def scenario() -> None:
+        cond = threading.Condition()
+        with ExitStack() as stack:
+            members = [stack.enter_context(Member("confluent", bootstrap, TOPIC, "statics", instance_id=f"id-{i}",
+                                                  session_timeout_ms=60_000, cond=cond, name=f"static-{i}"))
+                       for i in range(3)]
+            wait_until(members, lambda: stable_assignment(members, PARTITIONS), "three static members")
+            leaving, staying = members[0], members[1:]
+            held = leaving.partitions
+            rebalances = [m.rebalances for m in staying]
+            assert leaving.stop() == 0  # a static member's close sends no LeaveGroup
+            back = stack.enter_context(Member("confluent", bootstrap, TOPIC, "statics", instance_id="id-0",
+                                              session_timeout_ms=60_000, cond=cond, name="static-0-again"))
+            wait_until([back, *staying], lambda: back.partitions, "the static member back")
+            assert back.partitions == held
+            values = [f"s{i}" for i in range(30)]
+            produce(bootstrap, values)
+            group = [back, *staying]
+            wait_until(group, lambda: len(read(group)) >= len(values), "every record read")
+            assert Counter(v for _, _, v in read(group)) == Counter(values)
+            assert [m.rebalances for m in staying] == rebalances, "the other members went through a rebalance"
+            for m in group:
+                m.stop()
+
+    await trio.to_thread.run_sync(scenario)
+
+
+async def test_cooperative_sticky_moves_only_the_partitions_it_must(cluster):
+    bootstrap = cluster.bootstrap
+
+    def scenario() -> None:
+        cond = threading.Condition()
+        with ExitStack() as stack:
+            def member(i: int) -> Member:
+                return stack.enter_context(Member("confluent", bootstrap, TOPIC, "sticky", assignor="cooperative-sticky",
+                                                  cond=cond, name=f"sticky-{i}"))
+
+            pair = [member(0), member(1)]
+            wait_until(pair, lambda: stable_assignment(pair, PARTITIONS), "two members sharing the partitions")
+            before = {m.name: m.partitions for m in pair}
+            marks = {m.name: len(m.lines) for m in pair}
+            third = member(2)
+            trio_ = [*pair, third]
+            wait_until(trio_, lambda: stable_assignment(trio_, PARTITIONS), "three members sharing the partitions")
+            for m in pair:
+                assert m.partitions <= before[m.name], f"{m.name} was given a partition it did not have"
+                revoked = [set(line["removed"]) for line in m.lines[marks[m.name]:] if line["event"] == "revoked"]
+                # Incremental: only what moved to the newcomer is revoked, never the whole assignment.
+                assert set().union(*revoked) == before[m.name] - m.partitions
+                assert len(before[m.name] - m.partitions) == 1
+            assert len(third.partitions) == 2
+            for m in trio_:
+                m.stop()
+
+    await trio.to_thread.run_sync(scenario)
