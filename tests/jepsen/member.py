@@ -174,8 +174,8 @@ class Member:
 
     # the loop
 
-    def run(self) -> int:
-        self.consumer = Consumer(self.config)
+    def run(self, make_consumer: Any = Consumer) -> int:
+        self.consumer = make_consumer(self.config)
         self.consumer.subscribe([self.topic], on_assign=self.on_assign, on_revoke=self.on_revoke,
                                 on_lost=self.on_lost)
         try:
@@ -188,10 +188,13 @@ class Member:
                         self.errors.add(msg.error().name())
                     else:
                         self.records.append((msg.partition(), msg.offset(), decode_value(msg.value())))
+                if self.open_since is None:
+                    continue  # a callback inside poll() completed the batch, and nothing came after
                 if len(self.records) >= self.batch or time.monotonic_ns() - self.open_since >= self.batch_ns:
                     self.finish_consume()
                     self.commit(sorted(self.held))  # what was processed and not yet acknowledged
         except (KafkaException, RuntimeError) as e:
+            self.open_consume()
             self.emit("info", "consume", error=f"poll: {e}")
             self.open_since = None
             return 3

@@ -135,6 +135,81 @@ def test_member_completes_its_consume_before_an_assignment_changes_and_commits_o
     assert lines(out)[-1]["error"] == "lost" and m.held == set()
 
 
+class FakeMessage:
+    def __init__(self, partition, offset, value):
+        self._p, self._o, self._v = partition, offset, value
+
+    def error(self):
+        return None
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def value(self):
+        return str(self._v).encode()
+
+
+class ScriptedConsumer(FakeConsumer):
+    """poll() plays a script: rebalance callbacks run inside it, as librdkafka runs them."""
+
+    def __init__(self, member, script):
+        super().__init__([{}] * 10)
+        self.member = member
+        self.script = list(script)
+        self.closed = False
+
+    def subscribe(self, topics, on_assign, on_revoke, on_lost):
+        self.on_assign, self.on_revoke = on_assign, on_revoke
+
+    def poll(self, timeout):
+        step, *arg = self.script.pop(0)
+        if step == "assign":
+            self.on_assign(self, [FakeTopicPartition(p) for p in arg[0]])
+        elif step == "revoke":
+            self.on_revoke(self, [FakeTopicPartition(p) for p in arg[0]])
+        elif step == "msg":
+            return FakeMessage(*arg)
+        elif step == "stop":
+            self.member.stopping = True
+        return None
+
+    def close(self):
+        self.on_revoke(self, [FakeTopicPartition(p) for p in sorted(self.member.held)])
+        self.closed = True
+
+
+def test_member_loop_with_callbacks_inside_poll():
+    out = io.StringIO()
+    m = mem.Member({}, "t", batch=2, batch_ms=60_000, out=out)
+    script = [("assign", [0, 1]), ("msg", 0, 0, 10), ("msg", 0, 1, 11), ("msg", 1, 0, 20), ("revoke", [1]),
+              ("stop",)]
+    consumer = ScriptedConsumer(m, script)
+    assert m.run(make_consumer=lambda config: consumer) == 0
+    got = [(x["type"], x["f"], x.get("partitions") or x.get("offsets") or x.get("records") or None)
+           for x in lines(out)]
+    assert got == [
+        ("invoke", CONSUME, None),
+        ("ok", CONSUME, None),  # the assignment comes inside the first poll: the batch in flight ends first
+        ("info", ASSIGN, [0, 1]),
+        ("invoke", CONSUME, None),
+        ("ok", CONSUME, [[0, 0, 10], [0, 1, 11]]),  # two records: a full batch, then its commit
+        ("invoke", COMMIT, [[0, 2]]),
+        ("ok", COMMIT, [[0, 2]]),
+        ("invoke", CONSUME, None),
+        ("ok", CONSUME, [[1, 0, 20]]),  # the revocation completes the batch in flight, then commits
+        ("invoke", COMMIT, [[1, 1]]),
+        ("ok", COMMIT, [[1, 1]]),
+        ("info", REVOKE, [1]),
+        ("invoke", CONSUME, None),
+        ("ok", CONSUME, None),  # stopping: the last batch, empty
+        ("info", REVOKE, [0]),  # close() revokes what is left; nothing left to commit
+    ]
+    assert consumer.commits == [[(0, 2)], [(1, 1)]] and consumer.closed
+
+
 FAKE_MEMBER = textwrap.dedent("""
     import json, signal, sys, time
     name = sys.argv[sys.argv.index("--member") + 1]
