@@ -10,7 +10,9 @@ this broker starts or stops leading one. This module is the broker's side of tha
   thread, min.insync.replicas) and returns only once the high watermark has passed it, as an
   acks=all produce waits, bounded by offsets.commit.timeout.ms. ``read_committed`` replays the
   partition up to its high watermark, reading and decoding in a worker thread a buffer at a time
-  (offsets.load.buffer.size).
+  (offsets.load.buffer.size); on a new leader it first waits until the high watermark covers every
+  record of the earlier leader epochs (a new leader learns its high watermark from its followers'
+  fetches, so it may start below records that were acknowledged).
 * `OffsetsLeadership` compares, after every metadata change the replicas applied (and after the
   broker is fenced or unfenced), the `__consumer_offsets` partitions this broker leads with those the
   coordinator was last told of, and calls ``on_elected`` with a new writer for each partition newly
@@ -24,6 +26,7 @@ never has a write acknowledged by it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
@@ -130,9 +133,18 @@ class OffsetsPartitionWriter:
             await wait_for_change([part.hw_watchers], deadline)
 
     async def read_committed(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None]]:
-        """Every record from the log start to the high watermark as it is now, as (offset, key, value);
-        each buffer is read and decoded in a worker thread."""
+        """Every record from the log start to the high watermark, as (offset, key, value); each buffer
+        is read and decoded in a worker thread.
+
+        A new leader's high watermark may lag behind records that were committed, and acknowledged,
+        under the previous leader: it learns the true one only once its followers fetch from it in its
+        epoch. So the replay first waits until the high watermark reaches the offset this leader
+        epoch started at (every record the previous leaders committed lies below it), then reads up
+        to the high watermark as it is then."""
         part = self._leader_or_raise()
+        while part.high_watermark < part.leader_epoch_start_offset:
+            await wait_for_change([part.hw_watchers], math.inf)
+            self._leader_or_raise()
         log = part.log
         end = part.high_watermark
         offset = log.log_start_offset

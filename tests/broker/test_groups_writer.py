@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from kraftpy.broker.group_support import OffsetsLeadership, OffsetsPartitionWriter
 from kraftpy.coordinator.runtime import CoordinatorWriteError, NotLeaderError
@@ -181,3 +182,32 @@ async def test_leadership_tells_elections_and_resignations_once_each(tmp_path):
         assert sorted(recorder.calls) == [("elected", p, cluster.registration(OFFSETS, p).leader_epoch)
                                           for p in range(4)]
         assert all(cluster.registration(OFFSETS, p).leader_epoch > epochs.get(p, -1) for p in range(4))
+
+
+async def test_a_new_leader_replays_what_the_old_one_acknowledged_even_before_its_high_watermark_knows(tmp_path):
+    """A new leader's high watermark comes from its followers' fetches in its epoch; until then it may
+    sit below records the previous leader acknowledged. The replay waits for it rather than miss them."""
+    async with open_cluster(tmp_path, brokers=3, replica_lag_time_max_ms=60_000,
+                            replica_fetch_wait_max_ms=10_000) as cluster:  # followers learn the HW late
+        await cluster.create_topic(OFFSETS, partitions=1, replication_factor=3, configs=COMPACT)
+        old, _, writer = writer_for(cluster)
+        assert await writer.append([(b"group", b"committed under the old leader")]) == 0
+        followers = [b for b in cluster.brokers if b != old]
+        for b in followers:  # nobody fetches from the next leader yet
+            cluster.brokers[b].fetchers.pause()
+        await cluster.fence(old)
+        new = cluster.leader(OFFSETS)
+        other = next(b for b in followers if b != new)
+        _, part, new_writer = writer_for(cluster)
+        assert part.log_end_offset == 1 and part.high_watermark == 0  # acknowledged, and not yet known so
+        replayed: list = []
+
+        async def replay() -> None:
+            replayed.append([record async for record in new_writer.read_committed()])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(replay)
+            await trio.testing.wait_all_tasks_blocked()
+            assert replayed == []  # waiting, not answering "nothing"
+            cluster.brokers[other].fetchers.resume()
+        assert replayed == [[(0, b"group", b"committed under the old leader")]]
