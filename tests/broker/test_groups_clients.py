@@ -10,6 +10,8 @@ cooperative-sticky moving only the partitions it must.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -190,5 +192,23 @@ async def test_cooperative_sticky_moves_only_the_partitions_it_must(cluster):
             assert len(third.partitions) == 2
             for m in trio_:
                 m.stop()
+
+    await trio.to_thread.run_sync(scenario)
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+async def test_kcat_balanced_consumer_reads_in_a_group_and_commits(cluster):
+    bootstrap = cluster.bootstrap
+
+    def scenario() -> None:
+        values = [f"k{i}" for i in range(12)]
+        produce(bootstrap, values)
+        command = ["kcat", "-b", bootstrap, "-G", "kcat-readers", "-X", "auto.offset.reset=earliest", "-e", "-q",
+                   TOPIC]
+        first = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+        assert sorted(first.stdout.split()) == sorted(values)
+        produce(bootstrap, ["after"])
+        again = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+        assert again.stdout.split() == ["after"]  # the group's commits: only what is new
 
     await trio.to_thread.run_sync(scenario)
