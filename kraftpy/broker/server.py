@@ -181,6 +181,8 @@ class BrokerServer:
                 await self.replicas.apply_delta(image, delta)
                 self.metadata.set_image(image)
                 self._check_caught_up()
+            # Not while shutting down: the coordinator's nursery may already be closing.
+            await trio.lowlevel.checkpoint_if_cancelled()
             self.leadership.sync(self.replicas.image)
             self._applied += 1
             if self._applied == self._queued:
