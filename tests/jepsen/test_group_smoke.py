@@ -19,8 +19,8 @@ SEED = 11
 
 def test_group_kill_smoke_campaign_is_valid(tmp_path):
     out = tmp_path / "run"
-    code = runner.main(["--workload", "group", "--time-limit", "20", "--nemesis", "kill", "--interval", "6",
-                        "--churn-interval", "5", "--seed", str(SEED), "--out", str(out), "--network", "none",
+    code = runner.main(["--workload", "group", "--time-limit", "25", "--nemesis", "kill", "--interval", "9",
+                        "--churn-interval", "9", "--seed", str(SEED), "--out", str(out), "--network", "none",
                         "--offsets-partitions", "6", "--startup-timeout", "120", "--final-read-timeout", "60",
                         "--drain-timeout", "60"])
     log = (out / "runner.log").read_text() if (out / "runner.log").exists() else ""
