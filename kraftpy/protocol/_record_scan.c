@@ -29,12 +29,27 @@
  * compacted log twice, and its per-record loops live here too, over the same record layout:
  *
  * map_records(table, key0, key1, entries, max_entries, buffer, start, count, base_offset, min_offset)
- *     -> (entries, records taken, offset of the last record put or -1) or None
+ *     -> (entries, records taken, offset of the last record put or -1, where it stopped) or None
  *
  *     puts ``key hash -> offset`` for every record at or after ``min_offset`` that has a key into
  *     ``table`` (a writable buffer of 24-byte slots, a power of two of them: hash 16 bytes, then
  *     offset + 1 as a native int64, 0 for an empty slot), until the map holds ``max_entries`` keys
- *     and a record brings a new one: it stops before that record.
+ *     and a record brings a new one: it stops before that record (and says where it starts).
+ *
+ * map_batches(table, key0, key1, entries, max_entries, buffer, start, min_offset, latest)
+ *     -> (entries, position, latest, offset of the last record put or -1, state) or None
+ *
+ *     map_records over every whole batch of ``buffer`` from ``start`` (a read of a segment): the
+ *     records at or after ``min_offset`` of uncompressed data batches; ``latest`` grows to the last
+ *     offset of each batch reaching ``min_offset``. It stops at the end of the whole batches
+ *     (state 0: ``position`` is where the next read starts), before a compressed batch reaching
+ *     ``min_offset`` (state 1: the caller decompresses and maps it), or in a batch when the map
+ *     holds ``max_entries`` keys (state 2: ``position`` is that batch's start). None: a batch
+ *     header or record does not parse.
+ *
+ * grow_table(old, new)
+ *
+ *     puts every entry of the table ``old`` into the empty, larger table ``new``.
  *
  * filter_records(table, key0, key1, buffer, start, count, base_offset, latest_offset, retain_tombstones)
  *     -> (mask, kept, kept tombstones, smallest and largest kept timestamp delta, keyless) or None
@@ -49,8 +64,10 @@
  *     the records ``mask`` keeps, back to back, each with ``timestamp_shift`` added to its
  *     timestamp delta (the batch's base timestamp moved); the other fields as they were.
  *
- * Key hashes are SipHash-2-4 with a 128-bit output, keyed by (key0, key1): a fresh random key per
+ * Key hashes are SipHash-1-3 with a 128-bit output, keyed by (key0, key1): a fresh random key per
  * map, so nobody can choose keys that collide (a collision could drop a key's latest record).
+ * Records are taken GROUP at a time: first parsed and hashed, their slots' cache lines fetched
+ * ahead, then looked up, so that the table's cache misses overlap instead of adding up.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -269,7 +286,8 @@ load_le64(const uint8_t *p)
         | ((uint64_t)p[4] << 32) | ((uint64_t)p[5] << 40) | ((uint64_t)p[6] << 48) | ((uint64_t)p[7] << 56);
 }
 
-/* SipHash-2-4 with a 128-bit output (Aumasson and Bernstein's reference algorithm). */
+/* SipHash-1-3 with a 128-bit output (Aumasson and Bernstein's algorithm with the rounds CPython's
+ * str hash uses: one per 8 bytes, three to finish). */
 static void
 siphash128(const uint8_t *in, Py_ssize_t length, uint64_t k0, uint64_t k1, uint64_t out[2])
 {
@@ -282,7 +300,6 @@ siphash128(const uint8_t *in, Py_ssize_t length, uint64_t k0, uint64_t k1, uint6
     for (Py_ssize_t i = 0; i < whole; i += 8) {
         uint64_t m = load_le64(in + i);
         v3 ^= m;
-        SIPROUND;
         SIPROUND;
         v0 ^= m;
     }
@@ -300,16 +317,13 @@ siphash128(const uint8_t *in, Py_ssize_t length, uint64_t k0, uint64_t k1, uint6
     }
     v3 ^= b;
     SIPROUND;
-    SIPROUND;
     v0 ^= b;
     v2 ^= 0xee;
     SIPROUND;
     SIPROUND;
     SIPROUND;
-    SIPROUND;
     out[0] = v0 ^ v1 ^ v2 ^ v3;
     v1 ^= 0xdd;
-    SIPROUND;
     SIPROUND;
     SIPROUND;
     SIPROUND;
@@ -320,6 +334,14 @@ typedef struct {
     uint64_t h0, h1;
     int64_t offset_plus_one;  /* 0: empty */
 } slot_t;
+
+/* Records taken at a time by map_records and filter_records (see the module comment). */
+#define GROUP 32
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(address) __builtin_prefetch((address), 1, 0)
+#else
+#define PREFETCH(address) ((void)(address))
+#endif
 
 /* The slot holding hash (h0, h1), or the empty slot where it would go. Double hashing over a
  * power of two of slots with an odd step visits every slot; the table is never full. */
@@ -363,6 +385,66 @@ check_section(Py_buffer *view, Py_ssize_t start, Py_ssize_t count)
     return 0;
 }
 
+static inline uint64_t
+load_be(const uint8_t *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Put the records of one batch's uncompressed records section into the table; as map_records's loop.
+ * Returns the records taken; *stopped is set when the map filled before the last one. */
+static Py_ssize_t
+map_section(slot_t *slots, uint64_t mask, uint64_t k0, uint64_t k1, Py_ssize_t *entries, Py_ssize_t max_entries,
+            const uint8_t *buf, Py_ssize_t end, Py_ssize_t pos, Py_ssize_t count, long long base_offset,
+            long long min_offset, long long *last_put, int *stopped, Py_ssize_t *stopped_at, int *malformed)
+{
+    record_t group[GROUP];
+    uint64_t hashes[GROUP][2];
+    Py_ssize_t taken = 0;
+    while (taken < count) {
+        const Py_ssize_t n = count - taken < GROUP ? count - taken : GROUP;
+        Py_ssize_t parsed = 0;
+        for (; parsed < n; parsed++) {
+            if (parse_record(buf, end, &pos, &group[parsed]) != 0) {
+                *malformed = 1;
+                break;
+            }
+            if (group[parsed].key_length >= 0) {
+                siphash128(buf + group[parsed].key, group[parsed].key_length, k0, k1, hashes[parsed]);
+                PREFETCH(&slots[hashes[parsed][0] & mask]);
+            }
+        }
+        for (Py_ssize_t j = 0; j < parsed; j++) {
+            const record_t *r = &group[j];
+            const long long offset = base_offset + r->offset_delta;
+            if (r->key_length < 0 || offset < min_offset)
+                continue;
+            slot_t *slot = find_slot(slots, mask, hashes[j]);
+            if (slot->offset_plus_one == 0) {
+                if (*entries >= max_entries) {
+                    *stopped = 1;
+                    *stopped_at = r->start;
+                    return taken + j;
+                }
+                slot->h0 = hashes[j][0];
+                slot->h1 = hashes[j][1];
+                *entries += 1;
+            }
+            slot->offset_plus_one = offset + 1;
+            *last_put = offset;
+        }
+        taken += parsed;
+        if (*malformed)
+            return taken;
+    }
+    if (pos != end)
+        *malformed = 1;  /* bytes left after the batch's records */
+    return taken;
+}
+
 static PyObject *
 map_records(PyObject *self, PyObject *args)
 {
@@ -381,42 +463,126 @@ map_records(PyObject *self, PyObject *args)
         PyBuffer_Release(&view);
         return NULL;
     }
+    long long last_put = -1;
+    int stopped = 0, malformed = 0;
+    Py_ssize_t taken, stopped_at = view.len;
+    Py_BEGIN_ALLOW_THREADS
+    taken = map_section(slots, mask, k0, k1, &entries, max_entries, (const uint8_t *)view.buf, view.len, start,
+                        count, base_offset, min_offset, &last_put, &stopped, &stopped_at, &malformed);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&view);
+    if (malformed && !stopped)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(nnLn)", entries, taken, last_put, stopped_at);
+}
+
+/* Batch header fields (kraftpy/protocol/batch_header.py). */
+#define BATCH_HEADER_SIZE 61
+#define CONTROL_OR_TRANSACTIONAL 0x30
+
+static PyObject *
+map_batches(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *table_obj;
+    Py_buffer table, view;
+    unsigned long long k0, k1;
+    Py_ssize_t entries, max_entries, start;
+    long long min_offset, latest;
+    if (!PyArg_ParseTuple(args, "OKKnny*nLL:map_batches", &table_obj, &k0, &k1, &entries, &max_entries, &view,
+                          &start, &min_offset, &latest))
+        return NULL;
+    slot_t *slots;
+    uint64_t mask;
+    if (start < 0 || start > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start must lie in the buffer");
+        return NULL;
+    }
+    if (get_table(table_obj, &table, &slots, &mask) != 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     const uint8_t *buf = (const uint8_t *)view.buf;
     const Py_ssize_t end = view.len;
-    Py_ssize_t pos = start, taken = 0;
+    Py_ssize_t pos = start;
     long long last_put = -1;
-    int malformed = 0;
+    int state = 0, malformed = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (; taken < count; taken++) {
-        record_t r;
-        Py_ssize_t next = pos;
-        if (parse_record(buf, end, &next, &r) != 0) {
+    while (end - pos >= BATCH_HEADER_SIZE) {
+        const uint8_t *h = buf + pos;
+        const long long base_offset = (long long)load_be(h, 8);
+        const int32_t length = (int32_t)load_be(h + 8, 4);
+        const int attributes = (int)load_be(h + 21, 2);
+        const int32_t last_delta = (int32_t)load_be(h + 23, 4);
+        const int32_t count = (int32_t)load_be(h + 57, 4);
+        if (h[16] != 2 || length < BATCH_HEADER_SIZE - 12 || last_delta < 0 || count < 0) {
             malformed = 1;
             break;
         }
-        const long long offset = base_offset + r.offset_delta;
-        if (r.key_length >= 0 && offset >= min_offset) {
-            uint64_t h[2];
-            siphash128(buf + r.key, r.key_length, k0, k1, h);
-            slot_t *slot = find_slot(slots, mask, h);
-            if (slot->offset_plus_one == 0) {
-                if (entries >= max_entries)
-                    break;  /* full: this record and the rest are past the map */
-                slot->h0 = h[0];
-                slot->h1 = h[1];
-                entries += 1;
+        const Py_ssize_t size = (Py_ssize_t)length + 12;
+        if (size > end - pos)
+            break;  /* the rest of this batch is in the next read */
+        const long long last_offset = base_offset + last_delta;
+        if (last_offset >= min_offset) {
+            if ((attributes & 0x07) != 0) {
+                state = 1;  /* compressed: the caller maps it */
+                break;
             }
-            slot->offset_plus_one = offset + 1;
-            last_put = offset;
+            if (!(attributes & CONTROL_OR_TRANSACTIONAL) && count > 0) {
+                int stopped = 0;
+                Py_ssize_t stopped_at = 0;
+                map_section(slots, mask, k0, k1, &entries, max_entries, buf, pos + size, pos + BATCH_HEADER_SIZE,
+                            count, base_offset, min_offset, &last_put, &stopped, &stopped_at, &malformed);
+                if (stopped) {
+                    malformed = 0;
+                    state = 2;
+                    break;
+                }
+                if (malformed)
+                    break;
+            }
+            if (last_offset > latest)
+                latest = last_offset;
         }
-        pos = next;
+        pos += size;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&table);
     PyBuffer_Release(&view);
     if (malformed)
         Py_RETURN_NONE;
-    return Py_BuildValue("(nnL)", entries, taken, last_put);
+    return Py_BuildValue("(nnLLi)", entries, pos, latest, last_put, state);
+}
+
+static PyObject *
+grow_table(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *old_obj, *new_obj;
+    Py_buffer old_view, new_view;
+    if (!PyArg_ParseTuple(args, "OO:grow_table", &old_obj, &new_obj))
+        return NULL;
+    slot_t *old_slots, *new_slots;
+    uint64_t old_mask, new_mask;
+    if (get_table(old_obj, &old_view, &old_slots, &old_mask) != 0)
+        return NULL;
+    if (get_table(new_obj, &new_view, &new_slots, &new_mask) != 0) {
+        PyBuffer_Release(&old_view);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (uint64_t i = 0; i <= old_mask; i++) {
+        if (old_slots[i].offset_plus_one == 0)
+            continue;
+        const uint64_t h[2] = {old_slots[i].h0, old_slots[i].h1};
+        *find_slot(new_slots, new_mask, h) = old_slots[i];
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&old_view);
+    PyBuffer_Release(&new_view);
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -451,36 +617,48 @@ filter_records(PyObject *self, PyObject *args)
     int64_t min_ts = INT64_MAX, max_ts = INT64_MIN;
     int malformed = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < count; i++) {
-        record_t r;
-        if (parse_record(buf, end, &pos, &r) != 0) {
-            malformed = 1;
-            break;
+    record_t group[GROUP];
+    uint64_t hashes[GROUP][2];
+    for (Py_ssize_t done = 0; done < count && !malformed;) {
+        const Py_ssize_t n = count - done < GROUP ? count - done : GROUP;
+        Py_ssize_t parsed = 0;
+        for (; parsed < n; parsed++) {
+            record_t *r = &group[parsed];
+            if (parse_record(buf, end, &pos, r) != 0) {
+                malformed = 1;
+                break;
+            }
+            if (r->key_length >= 0 && base_offset + r->offset_delta <= latest_offset) {
+                siphash128(buf + r->key, r->key_length, k0, k1, hashes[parsed]);
+                PREFETCH(&slots[hashes[parsed][0] & mask]);
+            }
         }
-        const long long offset = base_offset + r.offset_delta;
-        int retain;
-        if (offset > latest_offset) {
-            retain = 1;
-        } else if (r.key_length < 0) {
-            retain = 0;
-            keyless += 1;
-        } else {
-            uint64_t h[2];
-            siphash128(buf + r.key, r.key_length, k0, k1, h);
-            const slot_t *slot = find_slot(slots, mask, h);
-            const int latest = slot->offset_plus_one == 0 || offset >= slot->offset_plus_one - 1;
-            retain = latest && (r.value_length >= 0 || retain_tombstones);
+        for (Py_ssize_t j = 0; j < parsed; j++) {
+            const record_t *r = &group[j];
+            const long long offset = base_offset + r->offset_delta;
+            int retain;
+            if (offset > latest_offset) {
+                retain = 1;
+            } else if (r->key_length < 0) {
+                retain = 0;
+                keyless += 1;
+            } else {
+                const slot_t *slot = find_slot(slots, mask, hashes[j]);
+                const int latest = slot->offset_plus_one == 0 || offset >= slot->offset_plus_one - 1;
+                retain = latest && (r->value_length >= 0 || retain_tombstones);
+            }
+            keep[done + j] = (uint8_t)retain;
+            if (retain) {
+                kept += 1;
+                if (r->value_length < 0)
+                    tombstones += 1;
+                if (r->timestamp_delta < min_ts)
+                    min_ts = r->timestamp_delta;
+                if (r->timestamp_delta > max_ts)
+                    max_ts = r->timestamp_delta;
+            }
         }
-        keep[i] = (uint8_t)retain;
-        if (retain) {
-            kept += 1;
-            if (r.value_length < 0)
-                tombstones += 1;
-            if (r.timestamp_delta < min_ts)
-                min_ts = r.timestamp_delta;
-            if (r.timestamp_delta > max_ts)
-                max_ts = r.timestamp_delta;
-        }
+        done += parsed;
     }
     if (!malformed && pos != end)
         malformed = 1;
@@ -584,7 +762,12 @@ static PyMethodDef methods[] = {
      "offset deltas 0, 1, 2, ...; None when it does not."},
     {"map_records", map_records, METH_VARARGS,
      "map_records(table, key0, key1, entries, max_entries, buffer, start, count, base_offset, min_offset)\n"
-     "-> (entries, records taken, last offset put) or None\n\nPut the keys of the records into the cleaner's offset map."},
+     "-> (entries, records taken, last offset put, where it stopped) or None\n\nPut the keys of the records into the cleaner's offset map."},
+    {"map_batches", map_batches, METH_VARARGS,
+     "map_batches(table, key0, key1, entries, max_entries, buffer, start, min_offset, latest)\n"
+     "-> (entries, position, latest, last offset put, state) or None\n\nmap_records over the batches of a read."},
+    {"grow_table", grow_table, METH_VARARGS,
+     "grow_table(old, new) -> None\n\nMove the entries of an offset map's table into a larger one."},
     {"filter_records", filter_records, METH_VARARGS,
      "filter_records(table, key0, key1, buffer, start, count, base_offset, latest_offset, retain_tombstones)\n"
      "-> (mask, kept, kept tombstones, min kept timestamp delta, max kept timestamp delta, keyless) or None\n\n"

@@ -81,7 +81,7 @@ from kraftpy.protocol.batch_header import (
     TRANSACTIONAL_BIT,
     BatchHeader,
     CorruptRecordError,
-    check_batch,
+    compute_crc,
     pack_batch,
     read_header,
 )
@@ -262,7 +262,6 @@ class CleanerStats:
     """What one pass did (for its log line and the benchmark)."""
 
     map_bytes_read: int = 0
-    map_records_read: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
     records_read: int = 0
@@ -374,6 +373,8 @@ class _Pass:
         self.writers: list[LogSegment] = []
         self.earliest_horizon: int | None = None
         self.copied_up_to = log.log_start_offset
+        #: The record count of the batch `clean_batch` last re-encoded.
+        self.last_kept = 0
 
     def check_abort(self) -> None:
         if self.abort is not None and self.abort.is_set():
@@ -387,8 +388,11 @@ class _Pass:
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def batches(self, segment: LogSegment, position: int = 0) -> Iterator[tuple[BatchHeader, memoryview]]:
-        """Each batch of ``segment`` from ``position``, CRC-checked, read ``io_buffer_size`` at a time."""
+    def batches(self, segment: LogSegment, position: int = 0, *, verify: bool = True
+                ) -> Iterator[tuple[BatchHeader, memoryview]]:
+        """Each batch of ``segment`` from ``position``, read ``io_buffer_size`` at a time; CRC-checked
+        with ``verify`` (the copy checks every batch it reads, so the map need not: a damaged batch
+        stops the pass before anything is swapped in)."""
         size = segment.size
         chunk_size = self.cleaner.config.io_buffer_size
         while position < size:
@@ -410,7 +414,8 @@ class _Pass:
                         continue
                     break
                 batch = view[cursor: cursor + header.size]
-                check_batch(batch)
+                if verify and compute_crc(batch, 0, header.size) != header.crc:
+                    raise CorruptRecordError(f"CRC mismatch in {segment.path.name}", position + cursor)
                 yield header, batch
                 cursor += header.size
             if cursor == 0:
@@ -441,24 +446,52 @@ class _Pass:
             found = segment.translate_offset(first_dirty) if segment.base_offset < first_dirty else None
             if found is not None:
                 start = found[0]
-            for header, batch in self.batches(segment, start):
-                self.stats.map_bytes_read += header.size
-                if header.last_offset < first_dirty:
-                    continue
-                if header.is_control or header.is_transactional or header.record_count == 0:
-                    latest = max(latest, header.last_offset)
-                    continue
-                section, records_start = self.records_of(header, batch)
-                taken, last_put = self.map.put_records(section, records_start, header.record_count,
-                                                       header.base_offset, first_dirty)
-                self.stats.map_records_read += taken
-                if taken < header.record_count:
-                    self.map.latest_offset = max(latest, last_put)
-                    return self.map.latest_offset + 1
-                latest = max(latest, header.last_offset)
+            latest, full = self.map_segment(segment, start, first_dirty, latest)
+            if full:
+                self.map.latest_offset = latest
+                return latest + 1
             latest = max(latest, min(following, first_uncleanable) - 1)
         self.map.latest_offset = latest
         return latest + 1
+
+    def map_segment(self, segment: LogSegment, position: int, first_dirty: int, latest: int) -> tuple[int, bool]:
+        """Map ``segment`` from ``position``, a read at a time (the record loops in one call a read);
+        returns the latest offset mapped and whether the map filled."""
+        size = segment.size
+        want = self.cleaner.config.io_buffer_size
+        while position < size:
+            self.check_abort()
+            data = os.pread(segment.fd, min(want, size - position), position)
+            self.throttler.maybe_throttle(len(data))
+            want = self.cleaner.config.io_buffer_size
+            cursor = 0
+            while True:
+                cursor, latest, last_put, state = self.map.put_batches(data, cursor, first_dirty, latest)
+                if state == 2:
+                    return max(latest, last_put), True
+                if state == 0:
+                    break
+                # A compressed batch reaching the dirty part: decompressed and mapped here.
+                header = read_header(data, cursor)
+                section, start = self.records_of(header, memoryview(data)[cursor: cursor + header.size])
+                taken, last_put = self.map.put_records(section, start, header.record_count, header.base_offset,
+                                                       first_dirty)
+                if taken < header.record_count:
+                    return max(latest, last_put), True
+                latest = max(latest, header.last_offset)
+                cursor += header.size
+            if cursor == 0:  # one batch larger than a read: read it whole next
+                if len(data) < HEADER_SIZE:
+                    raise CorruptRecordError(f"torn batch in {segment.path.name}", position)
+                header = read_header(data, 0)
+                if position + header.size > size:
+                    raise CorruptRecordError(f"batch of {header.size} bytes runs past the end of "
+                                             f"{segment.path.name}", position)
+                want = header.size
+                continue
+            position += cursor
+            self.stats.map_bytes_read += cursor
+        return latest, False
 
     # -- step 2: the copy -------------------------------------------------------------------------
 
@@ -511,10 +544,10 @@ class _Pass:
                 group.changed = True
             if out is None:
                 continue
-            out_header = header if out is batch else read_header(out, 0)
-            infos.append(BatchInfo(pending, len(out), out_header.base_offset, out_header.last_offset,
-                                   out_header.max_timestamp, out_header.partition_leader_epoch,
-                                   out_header.record_count))
+            # A batch keeps its offsets, max timestamp and leader epoch whatever records it loses.
+            count = header.record_count if out is batch else self.last_kept
+            infos.append(BatchInfo(pending, len(out), header.base_offset, header.last_offset, header.max_timestamp,
+                                   header.partition_leader_epoch, count))
             parts.append(out)
             pending += len(out)
             produced = True
@@ -550,14 +583,16 @@ class _Pass:
                 self.writers.remove(group.writer)
             return
         writer = group.writer if group.writer is not None else self.new_writer(group.head)
-        writer.save_indexes(fsync=True)
+        writer.save_indexes()  # a cache: an index a crash leaves short or stale is rebuilt on open
         writer.flush()
         writer.set_last_modified(replaced[-1].last_modified_ms)
         self.swaps.append(SegmentSwap(writer, tuple(replaced)))
 
     def clean_batch(self, header: BatchHeader, batch: memoryview) -> memoryview | bytes | None:
-        """The batch as the cleaned log holds it: ``batch`` itself, a re-encoded one, or None (dropped)."""
+        """The batch as the cleaned log holds it: ``batch`` itself, a re-encoded one (its record count
+        in ``last_kept``), or None (dropped)."""
         count = header.record_count
+        self.last_kept = 0
         self.stats.records_read += count
         if header.is_control or header.is_transactional:
             self.stats.records_kept += count
@@ -587,6 +622,7 @@ class _Pass:
             self.note_horizon(base_timestamp)
         if filtered.kept == count and not set_horizon:
             return batch
+        self.last_kept = filtered.kept
         kept = self.map.rewrite_records(section, start, count, filtered.mask, header.base_timestamp - base_timestamp)
         codec = header.attributes & CODEC_MASK
         if codec != Compression.NONE:

@@ -7,12 +7,14 @@ among ``log.cleaner.threads``) whatever the keys are. Layout of the table (a byt
     slot (24 bytes)   hash of the key   16 bytes   SipHash-2-4, 128-bit output, keyed per map
                       offset + 1         8 bytes   native int64; 0 marks an empty slot
 
-A power of two of slots, at most what the memory holds; the table is made for the pass at hand
-(no more slots than the dirty part has offsets), so a small log does not take the whole buffer.
-It takes at most ``slots * log.cleaner.io.buffer.load.factor`` keys: a pass whose dirty part has
-more stops its map there (:attr:`OffsetMap.latest_offset`), cleans up to that point and leaves
-the rest dirty for the next pass, as in Kafka. Slots are probed by double hashing (odd step over a
-power of two), so a lookup never loops.
+A power of two of slots, at most what the memory holds. The table starts small and doubles
+(its entries moved over) each time it is ``log.cleaner.io.buffer.load.factor`` full, up to the
+memory or to what the pass can need (no more slots than the dirty part has offsets): a small log
+does not take the whole buffer, and a map of few keys stays in the processor's caches. It takes
+at most ``slots * load factor`` keys: a pass whose dirty part has more stops its map there
+(:attr:`OffsetMap.latest_offset`), cleans up to that point and leaves the rest dirty for the next
+pass, as in Kafka. Slots are probed by double hashing (odd step over a power of two), so a
+lookup never loops.
 
 A record is kept by :meth:`OffsetMap.filter_records` when it is past the map, or it has a key and
 its offset is the map's offset for that key (or the key is not in the map: a record of the clean
@@ -34,20 +36,25 @@ import struct
 
 import attrs
 
-from kraftpy.protocol.batch_header import CorruptRecordError
+from kraftpy.protocol.batch_header import CODEC_MASK, HEADER_SIZE, CorruptRecordError, read_header
+from kraftpy.protocol.compression import decompress
 from kraftpy.protocol.records import _encode_record, decode_records
 
 try:
     from kraftpy.protocol._record_scan import filter_records as _c_filter
+    from kraftpy.protocol._record_scan import grow_table as _c_grow
+    from kraftpy.protocol._record_scan import map_batches as _c_map_batches
     from kraftpy.protocol._record_scan import map_records as _c_map
     from kraftpy.protocol._record_scan import rewrite_records as _c_rewrite
 except ImportError:  # not compiled: the Python versions below give the same answers
-    _c_map = _c_filter = _c_rewrite = None
+    _c_map = _c_map_batches = _c_filter = _c_rewrite = _c_grow = None
 
 #: Whether the C loops are in use.
 ACCELERATED = _c_map is not None
 SLOT_SIZE = 24
 HASH_SIZE = 16
+#: Slots of a new table (384 KiB), before it grows.
+INITIAL_SLOTS = 1 << 14
 _SIPHASH_KEY = struct.Struct("<QQ")
 
 
@@ -88,6 +95,8 @@ class OffsetMap:
         self._k0 = self._k1 = 0
         self._seed = b""
         self._max_entries = 0
+        #: Keys at which the table doubles.
+        self._grow_at = 0
         #: Keys in the map.
         self.size = 0
         #: The last offset the map covers: records after it are past the map (kept).
@@ -113,9 +122,11 @@ class OffsetMap:
     def reset(self, expected_keys: int) -> None:
         """Empty the map for a pass over at most ``expected_keys`` keys (the dirty offsets), with a fresh hash key."""
         wanted = math.ceil(max(expected_keys, 1) / self.load_factor) + 1
-        slots = min(self.max_slots, 1 << max(1, (wanted - 1).bit_length()))
+        limit = min(self.max_slots, 1 << max(1, (wanted - 1).bit_length()))
+        slots = min(limit, INITIAL_SLOTS)
         self._slots = slots
-        self._max_entries = max(1, int(slots * self.load_factor))
+        self._max_entries = max(1, int(limit * self.load_factor))
+        self._grow_at = max(1, int(slots * self.load_factor))
         self._seed = os.urandom(HASH_SIZE)
         self._k0, self._k1 = _SIPHASH_KEY.unpack(self._seed)
         self.size = 0
@@ -136,12 +147,20 @@ class OffsetMap:
         Fewer than ``count`` are taken when the map is full and the next record brings a new key.
         Raises CorruptRecordError when the records do not parse."""
         if self.accelerated:
-            answer = _c_map(self._table, self._k0, self._k1, self.size, self._max_entries, section, start, count,
-                            base_offset, min_offset)
-            if answer is None:
-                raise CorruptRecordError(f"the records of the batch at offset {base_offset} do not parse")
-            self.size, taken, last_put = answer
-            return taken, last_put
+            taken = 0
+            last_put = -1
+            while True:
+                answer = _c_map(self._table, self._k0, self._k1, self.size, min(self._grow_at, self._max_entries),
+                                section, start, count - taken, base_offset, min_offset)
+                if answer is None:
+                    raise CorruptRecordError(f"the records of the batch at offset {base_offset} do not parse")
+                self.size, taken_now, put, start = answer
+                taken += taken_now
+                if put >= 0:
+                    last_put = put
+                if taken == count or self.size >= self._max_entries:
+                    return taken, last_put
+                self._grow()
         records = _decode(section, start, count, base_offset)
         last_put = -1
         for taken, record in enumerate(records):
@@ -156,6 +175,61 @@ class OffsetMap:
             self._dict[digest] = offset
             last_put = offset
         return count, last_put
+
+    def put_batches(self, buffer: bytes | bytearray | memoryview, start: int, min_offset: int, latest: int
+                    ) -> tuple[int, int, int, int]:
+        """:meth:`put_records` over the whole batches of ``buffer`` (a read of a segment) from ``start``:
+        the records at or after ``min_offset`` of the data batches (control and transactional batches
+        are not mapped); ``latest`` grows to the last offset of each batch reaching ``min_offset``.
+
+        Returns ``(position, latest, offset of the last put or -1, state)``: state 0, every whole
+        batch is done (``position`` is where the next read starts); 1, ``position`` is a compressed
+        batch the caller maps itself; 2, the map filled inside the batch at ``position``."""
+        if not self.accelerated:
+            return self._put_batches_py(buffer, start, min_offset, latest)
+        while True:
+            answer = _c_map_batches(self._table, self._k0, self._k1, self.size, min(self._grow_at, self._max_entries),
+                                    buffer, start, min_offset, latest)
+            if answer is None:
+                raise CorruptRecordError("a batch of the segment does not parse", start)
+            self.size, position, latest, last_put, state = answer
+            if state == 2 and self.size < self._max_entries:
+                self._grow()  # and that batch again: its records already put are put again, alike
+                start = position
+                continue
+            return position, latest, last_put, state
+
+    def _put_batches_py(self, buffer, start: int, min_offset: int, latest: int) -> tuple[int, int, int, int]:
+        position = start
+        last_put = -1
+        while len(buffer) - position >= HEADER_SIZE:
+            header = read_header(buffer, position)
+            if header.size > len(buffer) - position:
+                break
+            if header.last_offset >= min_offset:
+                if not (header.is_control or header.is_transactional) and header.record_count:
+                    codec = header.attributes & CODEC_MASK
+                    section = memoryview(buffer)[position: position + header.size]
+                    records_start = HEADER_SIZE
+                    if codec:
+                        section, records_start = decompress(codec, bytes(section[HEADER_SIZE:])), 0
+                    taken, put = self.put_records(section, records_start, header.record_count, header.base_offset,
+                                                  min_offset)
+                    if put >= 0:
+                        last_put = put
+                    if taken < header.record_count:
+                        return position, latest, last_put, 2
+                latest = max(latest, header.last_offset)
+            position += header.size
+        return position, latest, last_put, 0
+
+    def _grow(self) -> None:
+        """Double the table (the C map only: the dict grows by itself)."""
+        slots = self._slots * 2
+        table = bytearray(slots * SLOT_SIZE)
+        _c_grow(self._table, table)
+        self._table, self._slots = table, slots
+        self._grow_at = max(1, int(slots * self.load_factor))
 
     def filter_records(self, section: bytes | bytearray | memoryview, start: int, count: int, base_offset: int,
                        retain_tombstones: bool) -> Filtered:

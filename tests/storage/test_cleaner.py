@@ -441,3 +441,45 @@ def test_an_offset_map_too_small_for_one_key_is_refused():
     with pytest.raises(ValueError, match="log.cleaner.dedupe.buffer.size"):
         OffsetMap(24)
     assert OffsetMap(1 << 20).capacity == int((1 << 15) * 0.9)
+
+
+@pytest.mark.skipif(not offset_map.ACCELERATED, reason="the C record loops are not compiled")
+def test_the_c_record_loops_answer_as_the_python_ones():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from kraftpy.protocol.batch_header import HEADER_SIZE
+    from kraftpy.protocol.records import decode_records
+
+    record = st.tuples(st.sampled_from([None, b"a", b"b", b"c", b"long-key-" * 3]),
+                       st.one_of(st.none(), st.binary(max_size=20)),
+                       st.integers(-10**6, 10**6),
+                       st.lists(st.tuples(st.sampled_from(["h", "ü"]), st.one_of(st.none(), st.binary(max_size=3))),
+                                max_size=2))
+
+    @settings(max_examples=200, deadline=None)
+    @given(batches=st.lists(st.lists(record, min_size=1, max_size=12), min_size=1, max_size=6),
+           latest_cut=st.integers(0, 80), retain_tombstones=st.booleans(), shift=st.integers(-10**9, 10**9))
+    def check(batches, latest_cut, retain_tombstones, shift):
+        encoded, offset = [], 0
+        for records in batches:
+            data = build_batch([SimpleRecord(k, v, headers=h, timestamp=1_700_000_000_000 + t) for k, v, t, h in records],
+                               base_offset=offset)
+            encoded.append((data, offset, len(records)))
+            offset += len(records)
+        maps = {}
+        for accelerated in (True, False):
+            m = OffsetMap(1 << 16, accelerated=accelerated)
+            m.reset(offset)
+            for data, base, count in encoded:
+                assert m.put_records(data, HEADER_SIZE, count, base, 0)[0] == count
+            m.latest_offset = min(latest_cut, offset - 1)
+            maps[accelerated] = m
+        for data, base, count in encoded:
+            c = maps[True].filter_records(data, HEADER_SIZE, count, base, retain_tombstones)
+            py = maps[False].filter_records(data, HEADER_SIZE, count, base, retain_tombstones)
+            assert c == py
+            rewritten = {a: maps[a].rewrite_records(data, HEADER_SIZE, count, c.mask, shift) for a in (True, False)}
+            assert decode_records(rewritten[True], c.kept) == decode_records(rewritten[False], c.kept)
+
+    check()
