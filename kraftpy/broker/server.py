@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import attrs
 import structlog
 import trio
 
@@ -52,6 +53,7 @@ from kraftpy.coordinator.group_coordinator import GroupCoordinator
 from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.image import MetadataImage
 from kraftpy.metadata.messages import OfflineReplicaTopic
+from kraftpy.metadata.topic_names import GROUP_METADATA_TOPIC_NAME
 from kraftpy.rpc.kafka_server import KafkaServer
 from kraftpy.storage.log import wall_clock_ms
 
@@ -155,6 +157,18 @@ class BrokerServer:
         if self.on_offline_replicas is not None:
             self.on_offline_replicas()
 
+    def _follow_offsets_topic(self, image: MetadataImage) -> None:
+        """Place groups by the partitions ``__consumer_offsets`` has, as Kafka does, when that differs
+        from offsets.topic.num.partitions (the topic was made under another setting): FindCoordinator
+        and the coordinator must agree on a group's partition."""
+        topic = image.topics.get_by_name(GROUP_METADATA_TOPIC_NAME)
+        config = self.coordinator.config
+        if topic is not None and topic.partitions and len(topic.partitions) != config.offsets_topic_num_partitions:
+            self._log.warning("__consumer_offsets has another partition count than offsets.topic.num.partitions: "
+                              "groups are placed by the topic's", partitions=len(topic.partitions),
+                              configured=self.settings.offsets_topic_num_partitions)
+            self.coordinator.config = attrs.evolve(config, offsets_topic_num_partitions=len(topic.partitions))
+
     def _partition_exists(self, topic: str, partition: int) -> bool:
         topic_image = self.metadata.image.topics.get_by_name(topic)
         return topic_image is not None and partition in topic_image.partitions
@@ -183,6 +197,7 @@ class BrokerServer:
                 self._check_caught_up()
             # Not while shutting down: the coordinator's nursery may already be closing.
             await trio.lowlevel.checkpoint_if_cancelled()
+            self._follow_offsets_topic(self.replicas.image)
             self.leadership.sync(self.replicas.image)
             self._applied += 1
             if self._applied == self._queued:

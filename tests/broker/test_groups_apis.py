@@ -382,3 +382,18 @@ async def test_a_commit_the_isr_does_not_take_in_time_fails_and_is_not_visible(t
             # Kafka 3.6 passes the write's timeout on to the client (which retries the commit).
             assert await commit(conn, "g", {("t", 0): 9}) == {("t", 0): ErrorCode.REQUEST_TIMED_OUT}
             assert await fetch_offsets(conn, "g", "t", [0]) == (ErrorCode.NONE, {0: -1})
+
+
+async def test_groups_are_placed_by_the_offsets_topics_own_partition_count(tmp_path):
+    """A topic made under another offsets.topic.num.partitions: FindCoordinator and the coordinator both
+    place groups by the partitions the topic has (Kafka's rule), so they agree."""
+    async with open_cluster(tmp_path, brokers=2, **GROUP_SETTINGS) as cluster:  # 4 configured
+        await cluster.create_topic(OFFSETS, partitions=3, replication_factor=2, configs={"cleanup.policy": "compact"})
+        await cluster.create_topic("t")
+        groups = [f"group-{i}" for i in range(8)]
+        assert any(java_partition(g, 3) != java_partition(g, 4) for g in groups)
+        for group in groups:
+            node = await coordinator_of(cluster, group)
+            assert node == cluster.leader(OFFSETS, java_partition(group, 3))
+            async with await connect(cluster, node) as conn:
+                assert await commit(conn, group, {("t", 0): 3}) == {("t", 0): ErrorCode.NONE}
