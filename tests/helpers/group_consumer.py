@@ -56,7 +56,7 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
     config = {
         "bootstrap.servers": args.bootstrap, "group.id": args.group, "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "session.timeout.ms": args.session_timeout_ms,
-        "heartbeat.interval.ms": max(args.session_timeout_ms // 5, 100), "partition.assignment.strategy": args.assignor
+        "heartbeat.interval.ms": heartbeat_ms(args), "partition.assignment.strategy": args.assignor
         or "range", "topic.metadata.refresh.interval.ms": 1000, **QUIET,
     }
     if args.instance_id:
@@ -104,7 +104,7 @@ def run_kafka_python(args: argparse.Namespace, stop: threading.Event) -> None:
 
     consumer = KafkaConsumer(bootstrap_servers=args.bootstrap, group_id=args.group, enable_auto_commit=False,
                              auto_offset_reset="earliest", session_timeout_ms=args.session_timeout_ms,
-                             heartbeat_interval_ms=max(args.session_timeout_ms // 5, 100),
+                             heartbeat_interval_ms=heartbeat_ms(args),
                              group_instance_id=args.instance_id or None, metadata_max_age_ms=1000)
     consumer.subscribe([args.topic], listener=Listener())
     try:
@@ -145,7 +145,7 @@ def run_aiokafka(args: argparse.Namespace, stop: threading.Event) -> None:
     async def main() -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=args.bootstrap, group_id=args.group, enable_auto_commit=False,
                                     auto_offset_reset="earliest", session_timeout_ms=args.session_timeout_ms,
-                                    heartbeat_interval_ms=max(args.session_timeout_ms // 5, 100),
+                                    heartbeat_interval_ms=heartbeat_ms(args),
                                     group_instance_id=args.instance_id or None, metadata_max_age_ms=1000)
         await consumer.start()
         consumer.subscribe([args.topic], listener=Listener())
@@ -167,6 +167,11 @@ def run_aiokafka(args: argparse.Namespace, stop: threading.Event) -> None:
             await consumer.stop()
 
     asyncio.run(main())
+
+
+def heartbeat_ms(args: argparse.Namespace) -> int:
+    """A fifth of the session, at most a second: rebalances are noticed at the next heartbeat."""
+    return max(min(args.session_timeout_ms // 5, 1000), 100)
 
 
 def next_offsets(records: list[list[Any]]) -> dict[int, int]:
