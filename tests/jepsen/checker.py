@@ -256,6 +256,8 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
             "unassigned_reads_count": group["unassigned_reads"].count,
             "drained": group["drained"],
             "acked_commits": group["acked_commits"],
+            "deliveries": group["deliveries"],
+            "redeliveries": group["redeliveries"],
             "committed_reads": group["committed_reads"],
             "assignment_changes": group["assignment_changes"],
             "read_values": group["group_read_values"],

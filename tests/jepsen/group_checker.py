@@ -112,10 +112,6 @@ class AckedCommits:
     def partitions(self) -> list[int]:
         return sorted(self._times)
 
-    @property
-    def count(self) -> int:
-        return sum(len(v) for v in self._raw.values())
-
 
 def check_group(pairs: Sequence[tuple[Op, Op | None]], history: Sequence[Op],
                 acked: dict[Any, tuple[int | None, int | None]], nonmonotonic: Capped,
@@ -164,6 +160,8 @@ def check_group(pairs: Sequence[tuple[Op, Op | None]], history: Sequence[Op],
     racing = Capped(detail_limit)
     unassigned = Capped(detail_limit)
     group_read: set[Any] = set()
+    delivered: set[tuple[int, int]] = set()
+    deliveries = redeliveries = 0
     max_group_offset: dict[int, int] = {}
     last: dict[tuple[str, int], tuple[int, int, int]] = {}  # (member, partition) -> (assignment, offset, op)
     for inv, comp in pairs:
@@ -172,6 +170,9 @@ def check_group(pairs: Sequence[tuple[Op, Op | None]], history: Sequence[Op],
         member = comp.member or str(comp.process)
         for p, offset, value in comp.records or ():
             group_read.add(value)
+            deliveries += 1
+            redeliveries += (p, offset) in delivered
+            delivered.add((p, offset))
             max_group_offset[p] = max(max_group_offset.get(p, -1), offset)
             held = assignments.holding(member, p, comp.time)
             if held is None:
@@ -214,7 +215,9 @@ def check_group(pairs: Sequence[tuple[Op, Op | None]], history: Sequence[Op],
         "redelivered_after_racing_commit": racing,
         "unassigned_reads": unassigned,
         "drained": drained,
-        "acked_commits": commits.count,
+        "acked_commits": len(acked_commits),
+        "deliveries": deliveries,
+        "redeliveries": redeliveries,
         "committed_reads": len(reads),
         "assignment_changes": assignments.changes,
         "group_read_values": len(group_read),

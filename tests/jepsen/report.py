@@ -21,6 +21,8 @@ RESULTS = "results.json"
 SUMMARY = "summary.txt"
 PLOT = "latency-throughput.png"
 HISTORY = "history.jsonl"
+#: what the runner adds to details.group (kept when a report is rewritten)
+RUN_FACTS = ("group_id", "assignor", "static_members", "members_started", "members_stopped", "members_killed")
 
 
 def fault_windows(history: list[Op]) -> list[dict[str, Any]]:
@@ -73,6 +75,7 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
             "group_lost", "committed_regressions", "redelivered_after_commit")))
         lines.append(f"group: drained={g.get('drained')} acked_commits={g.get('acked_commits')} "
                      f"committed_reads={g.get('committed_reads')} assignment_changes={g.get('assignment_changes')} "
+                     f"deliveries={g.get('deliveries')} redeliveries={g.get('redeliveries')} "
                      f"group_unseen={g.get('group_unseen_count')} "
                      f"redelivered_after_racing_commit={g.get('redelivered_after_racing_commit_count')} "
                      f"unassigned_reads={g.get('unassigned_reads_count')}")
@@ -189,11 +192,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     history = read_history(args.dir / HISTORY)
     seed = nemesis = None
+    prev: dict[str, Any] = {}
     old = args.dir / RESULTS
     if old.exists():
         prev = json.loads(old.read_text())
         seed, nemesis = prev.get("seed"), prev.get("nemesis")
     results = check(history, seed=seed, nemesis=nemesis)
+    # what the runner knew and the history does not say
+    prev_details = prev.get("details", {})
+    for key in ("network", "harness_errors"):
+        if key in prev_details:
+            results["details"][key] = prev_details[key]
+    if "group" in results["details"]:
+        results["details"]["group"].update({k: v for k, v in prev_details.get("group", {}).items()
+                                            if k in RUN_FACTS})
     write_report(history, results, args.dir)
     sys.stdout.write((args.dir / SUMMARY).read_text())
     return 0 if results["valid"] is True else 1

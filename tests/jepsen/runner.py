@@ -52,7 +52,7 @@ from tests.jepsen.checker import check
 from tests.jepsen.group import ASSIGNORS, GroupWorkload, offsets_partition_for
 from tests.jepsen.history import FINAL_READ, POLL, SEND, Recorder
 from tests.jepsen.proxy import Route, SocketOwners, ThreadedProxy
-from tests.jepsen.report import HISTORY, write_report
+from tests.jepsen.report import HISTORY, RUN_FACTS, write_report
 
 CONTROLLER_PORT = 9093
 CLIENT_LOG = "clients.log"
@@ -881,10 +881,9 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
     results["details"]["network"] = plan.network
     results["details"]["harness_errors"] = runner.errors + workload.errors + (members.errors if members else [])
     if members:
-        results["details"].setdefault("group", {}).update(
-            group_id=cluster.group, assignor=args.assignor, static_members=args.static_members,
-            members_started=len(members.all), members_stopped=members.replacements["term"],
-            members_killed=members.replacements["kill"])
+        facts = (cluster.group, args.assignor, args.static_members, len(members.all),
+                 members.replacements["term"], members.replacements["kill"])
+        results["details"].setdefault("group", {}).update(zip(RUN_FACTS, facts, strict=True))
     write_report(history, results, plan.out)
     sys.stdout.write((plan.out / "summary.txt").read_text())
     return 0 if results["valid"] is True else 1

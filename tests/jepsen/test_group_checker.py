@@ -57,6 +57,7 @@ def test_a_clean_group_run_with_a_rebalance_is_valid():
     assert r["valid"] is True
     g = r["details"]["group"]
     assert g["drained"] is True and g["acked_commits"] == 2 and g["committed_reads"] == 1
+    assert g["deliveries"] == 5 and g["redeliveries"] == 1  # offset 2, processed but not committed by m1
     assert g["assignment_changes"] == 3
     assert g["redelivered_after_racing_commit_count"] == 0
     assert r["details"]["ops"]["commit"]["ok"] == 2

@@ -77,5 +77,26 @@ def test_a_group_run_reports_the_group_checks(tmp_path):
     summary = (tmp_path / report.SUMMARY).read_text()
     assert "valid: False" in summary
     assert "group: group_lost=0, committed_regressions=1, redelivered_after_commit=0" in summary
-    assert "group: drained=True acked_commits=1 committed_reads=1" in summary
+    assert "group: drained=True acked_commits=1 committed_reads=1 assignment_changes=1 deliveries=2 redeliveries=0" in summary
     assert "committed_regressions (first 1 of 1):" in summary
+
+
+def test_report_main_keeps_what_the_runner_knew(tmp_path, capsys):
+    b = Builder()
+    b.send(0, 10, 0, offset=0)
+    b.assign("m1", [0])
+    b.consume("m1", 1, [(0, 0, 10)])
+    b.commit("m1", 1, [(0, 1)])
+    b.drain(3, [(0, 1)])
+    write_history(tmp_path / report.HISTORY, b.ops)
+    facts = dict(zip(report.RUN_FACTS, ("g", "range", False, 4, 1, 0), strict=True))
+    (tmp_path / report.RESULTS).write_text(json.dumps({"seed": 3, "nemesis": ["kill"], "details": {
+        "network": "proxy", "harness_errors": ["x"], "group": {**facts, "acked_commits": 99}}}))
+    assert report.main([str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / report.RESULTS).read_text())
+    assert saved["valid"] is True
+    assert saved["details"]["network"] == "proxy" and saved["details"]["harness_errors"] == ["x"]
+    group = saved["details"]["group"]
+    assert {k: group[k] for k in report.RUN_FACTS} == facts
+    assert group["acked_commits"] == 1  # checked again, not carried over
+    assert "group: g assignor=range static=False members started=4 stopped=1 killed=0" in capsys.readouterr().out
