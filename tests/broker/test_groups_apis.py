@@ -174,6 +174,22 @@ async def test_find_coordinator_creates_the_offsets_topic_then_names_the_leader_
             assert len([n for n, _ in cluster.controller.requests if n == "create_topics"]) == 1  # once
 
 
+async def test_concurrent_first_find_coordinators_create_the_offsets_topic_once(tmp_path):
+    async with open_cluster(tmp_path, brokers=1, **GROUP_SETTINGS) as cluster:
+        answers: list = []
+
+        async def ask(i: int) -> None:
+            async with await connect(cluster, 1) as conn:
+                answers.append((await find(conn, f"group-{i}")).coordinators[0].error_code)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(8):
+                nursery.start_soon(ask, i)
+        assert len(answers) == 8
+        assert set(answers) <= {ErrorCode.NONE, ErrorCode.COORDINATOR_NOT_AVAILABLE}
+        assert [name for name, _ in cluster.controller.requests].count("create_topics") == 1
+
+
 async def test_offsets_topic_replication_is_capped_by_live_brokers_with_a_warning(tmp_path):
     async with open_cluster(tmp_path, brokers=2, **GROUP_SETTINGS) as cluster:  # offsets RF 3 by default
         async with await connect(cluster, 1) as conn:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
+import trio
 
 from kraftpy.broker.apis.forwarding import await_propagation
 from kraftpy.broker.controller_channel import ControllerChannel, ControllerUnavailable
@@ -70,6 +71,8 @@ class GroupsApi:
         self.channel = channel
         self.settings = settings
         self._log = _logger.bind(node_id=settings.node_id)
+        #: Set while this broker asks the controller for __consumer_offsets.
+        self._creating: trio.Event | None = None
 
     def handlers(self) -> dict[ApiKey, Any]:
         c = self.coordinator
@@ -123,7 +126,16 @@ class GroupsApi:
         if not keys:
             return []
         if self.metadata.image.topics.get_by_name(GROUP_METADATA_TOPIC_NAME) is None:
-            await self.create_offsets_topic()
+            if self._creating is None:
+                # One creation at a time: the FindCoordinators of a starting fleet wait for it together.
+                self._creating = trio.Event()
+                try:
+                    await self.create_offsets_topic()
+                finally:
+                    self._creating.set()
+                    self._creating = None
+            else:
+                await self._creating.wait()
         image = self.metadata.image
         topic = image.topics.get_by_name(GROUP_METADATA_TOPIC_NAME)
         if topic is None or not topic.partitions:
