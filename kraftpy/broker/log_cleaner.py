@@ -156,9 +156,13 @@ class LogCleaner:
         log = part.log
         now = self.clock()
         producers = part.producer_last_offsets()
+        checkpointed, horizon = self._checkpointed(part), self.horizons.get(part.tp)
+        measured = [to_clean]
 
         def copy(abort) -> CleaningPass:
-            return cleaner.clean(log, to_clean, now, producers, abort)
+            # Measured again now that nothing can cut the log under the pass (it would abort it).
+            measured[0] = log_to_clean(log, checkpointed, now, earliest_horizon=horizon)
+            return cleaner.clean(log, measured[0], now, producers, abort)
 
         def swap(result: CleaningPass) -> CleaningPass:
             result.swap_in(log)
@@ -187,6 +191,7 @@ class LogCleaner:
         self.passes += 1
         event, self.cleaned = self.cleaned, trio.Event()
         event.set()
+        to_clean = measured[0]
         self._log.info(
             "log cleaned", partition=str(part.tp), first_dirty=to_clean.first_dirty_offset,
             next_dirty=result.next_dirty_offset, dirty_ratio=round(to_clean.cleanable_ratio, 3),

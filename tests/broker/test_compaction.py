@@ -330,3 +330,30 @@ async def test_delete_records_aborts_a_pass_and_holds_the_cleaner_off(tmp_path):
     assert await part.run_cleaning(copy, swap, CleaningPass.discard) is None
     part.resume_cleaning()
     assert await part.run_cleaning(copy, swap, CleaningPass.discard) >= 1
+
+
+async def test_a_damaged_batch_stops_the_cleaner_on_that_log_only(tmp_path):
+    import os
+
+    from kraftpy.broker.log_cleaner import LogCleaner
+    from kraftpy.broker.settings import BrokerSettings
+    from kraftpy.storage.cleaner import Cleaner
+
+    part = compacted_leader(tmp_path)
+    await append_keyed(part, 40)
+    settings = BrokerSettings(node_id=1, cluster_id="c", log_dirs=(tmp_path,))
+    cleaner = LogCleaner(settings, lambda: [part], part.clock)
+    first = part.log.segments[0]
+    with open(first.path, "r+b") as f:  # a byte of a record value: only the CRC can tell
+        f.seek(first.size - 3)
+        byte = f.read(1)
+        f.seek(first.size - 3)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    picked = cleaner.grab_filthiest_log()
+    assert picked is not None and picked[0] is part
+    assert await cleaner.clean(Cleaner(cleaner.config), *picked) is None
+    assert "CRC" in cleaner.uncleanable[part.tp]
+    assert not [n for n in os.listdir(part.log.directory) if n.endswith(".cleaned")]
+    cleaner.in_progress.clear()
+    assert cleaner.grab_filthiest_log() is None  # not tried again until a restart
+    await append_keyed(part, 4)  # the partition goes on
