@@ -483,3 +483,35 @@ def test_the_c_record_loops_answer_as_the_python_ones():
             assert decode_records(rewritten[True], c.kept) == decode_records(rewritten[False], c.kept)
 
     check()
+
+
+@pytest.mark.skipif(not offset_map.ACCELERATED, reason="the C record loops are not compiled")
+def test_the_offset_map_grows_as_keys_arrive_and_loses_none():
+    from kraftpy.protocol.batch_header import HEADER_SIZE
+
+    keys = 100 * (3 * offset_map.INITIAL_SLOTS // 100 + 1)  # the table has to double twice
+    batches = b"".join(
+        build_batch([SimpleRecord(b"key-%d" % (b * 100 + i), b"v", timestamp=0) for i in range(100)],
+                    base_offset=b * 100)
+        for b in range(keys // 100)
+    )
+    maps = {}
+    for accelerated in (True, False):
+        m = OffsetMap(1 << 24, accelerated=accelerated)
+        m.reset(keys)
+        position, latest, _, state = m.put_batches(batches, 0, 0, -1)
+        assert (position, latest, state) == (len(batches), keys - 1, 0)
+        assert m.size == keys
+        m.latest_offset = latest
+        maps[accelerated] = m
+    assert maps[True].slots >= 4 * offset_map.INITIAL_SLOTS
+    # Every key maps to its own offset: a batch's records all stay, in both.
+    again = build_batch([SimpleRecord(b"key-%d" % i, b"w", timestamp=0) for i in range(0, keys, 997)],
+                        base_offset=0)
+    for m in maps.values():
+        assert m.filter_records(again, HEADER_SIZE, len(range(0, keys, 997)), 0, True).kept == 1  # only offset 0
+    # A map that fills stops inside a batch and says where.
+    small = OffsetMap(64 * 24)
+    small.reset(keys)
+    position, latest, last_put, state = small.put_batches(batches, 0, 0, -1)
+    assert state == 2 and small.size == int(64 * 0.9) and last_put == small.size - 1 and position == 0

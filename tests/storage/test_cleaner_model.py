@@ -80,7 +80,7 @@ def make_machine(root: Path):
         @initialize(segment_bytes=st.sampled_from([300, 700, 2000]),
                     delete_retention_ms=st.sampled_from([0, 1000, 60_000]),
                     min_compaction_lag_ms=st.sampled_from([0, 0, 5000]),
-                    memory=st.sampled_from([48 * 24, 1 << 16]),
+                    memory=st.sampled_from([4 * 24, 48 * 24, 1 << 16]),
                     accelerated=st.booleans())
         def start(self, segment_bytes, delete_retention_ms, min_compaction_lag_ms, memory, accelerated):
             self.directory = root / f"log-{next(_counter)}"
