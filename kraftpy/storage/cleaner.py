@@ -388,11 +388,10 @@ class _Pass:
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def batches(self, segment: LogSegment, position: int = 0, *, verify: bool = True
-                ) -> Iterator[tuple[BatchHeader, memoryview]]:
-        """Each batch of ``segment`` from ``position``, read ``io_buffer_size`` at a time; CRC-checked
-        with ``verify`` (the copy checks every batch it reads, so the map need not: a damaged batch
-        stops the pass before anything is swapped in)."""
+    def batches(self, segment: LogSegment, position: int = 0) -> Iterator[tuple[BatchHeader, memoryview]]:
+        """Each batch of ``segment`` from ``position``, read ``io_buffer_size`` at a time, CRC-checked.
+        (Only the copy reads this way: it reads every batch the map read, so a damaged batch stops the
+        pass before anything is swapped in.)"""
         size = segment.size
         chunk_size = self.cleaner.config.io_buffer_size
         while position < size:
@@ -414,7 +413,7 @@ class _Pass:
                         continue
                     break
                 batch = view[cursor: cursor + header.size]
-                if verify and compute_crc(batch, 0, header.size) != header.crc:
+                if compute_crc(batch, 0, header.size) != header.crc:
                     raise CorruptRecordError(f"CRC mismatch in {segment.path.name}", position + cursor)
                 yield header, batch
                 cursor += header.size
