@@ -96,6 +96,7 @@ from kraftpy.storage.segment import CLEANED_SUFFIX, BatchInfo, LogSegment
 CLEANER_OFFSET_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 #: KIP-534: the batch's base timestamp is its delete horizon.
 DELETE_HORIZON_BIT = 0x40
+_CONTROL_OR_TRANSACTIONAL = CONTROL_BIT | TRANSACTIONAL_BIT
 #: Attributes an empty batch keeps (Kafka's writeEmptyHeader: no codec).
 _EMPTY_BATCH_ATTRIBUTES = TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT | CONTROL_BIT
 NO_TIMESTAMP = -1
@@ -536,8 +537,10 @@ class _Pass:
         parts: list[bytes | memoryview] = []
         infos: list[BatchInfo] = []
         pending = 0
+        flush_at = self.cleaner.config.io_buffer_size
+        stats = self.stats
         for header, batch in self.batches(segment):
-            self.stats.bytes_read += header.size
+            stats.bytes_read += header.size
             out = self.clean_batch(header, batch)
             if out is not batch:
                 group.changed = True
@@ -550,7 +553,7 @@ class _Pass:
             parts.append(out)
             pending += len(out)
             produced = True
-            if pending >= self.cleaner.config.io_buffer_size:
+            if pending >= flush_at:
                 self.write(group, parts, infos, pending)
                 parts, infos, pending = [], [], 0
         if parts:
@@ -592,23 +595,28 @@ class _Pass:
         in ``last_kept``), or None (dropped)."""
         count = header.record_count
         self.last_kept = 0
-        self.stats.records_read += count
-        if header.is_control or header.is_transactional:
-            self.stats.records_kept += count
+        stats = self.stats
+        stats.records_read += count
+        attributes = header.attributes
+        if attributes & _CONTROL_OR_TRANSACTIONAL:
+            stats.records_kept += count
             return batch
         producer_id = header.producer_id
         last_of_producer = (producer_id != NO_PRODUCER_ID
                             and self.producers.get(producer_id) == header.last_offset)
         if count == 0:
             return batch if last_of_producer else None
-        has_horizon = bool(header.attributes & DELETE_HORIZON_BIT)
+        has_horizon = bool(attributes & DELETE_HORIZON_BIT)
         retain_tombstones = not has_horizon or self.now < header.base_timestamp
-        section, start = self.records_of(header, batch)
+        if attributes & CODEC_MASK:
+            section, start = self.records_of(header, batch)
+        else:
+            section, start = batch, HEADER_SIZE
         filtered = self.map.filter_records(section, start, count, header.base_offset, retain_tombstones)
-        self.stats.keyless_dropped += filtered.keyless
-        self.stats.records_kept += filtered.kept
+        stats.keyless_dropped += filtered.keyless
+        stats.records_kept += filtered.kept
         if filtered.kept == 0:
-            self.stats.batches_emptied += 1
+            stats.batches_emptied += 1
             return empty_batch(header) if last_of_producer else None
         set_horizon = filtered.tombstones > 0 and not has_horizon
         if set_horizon:

@@ -33,8 +33,7 @@ import hashlib
 import math
 import os
 import struct
-
-import attrs
+from typing import NamedTuple
 
 from kraftpy.protocol.batch_header import CODEC_MASK, HEADER_SIZE, CorruptRecordError, read_header
 from kraftpy.protocol.compression import decompress
@@ -58,9 +57,9 @@ INITIAL_SLOTS = 1 << 14
 _SIPHASH_KEY = struct.Struct("<QQ")
 
 
-@attrs.frozen
-class Filtered:
-    """What :meth:`OffsetMap.filter_records` decided for one batch's records."""
+class Filtered(NamedTuple):
+    """What :meth:`OffsetMap.filter_records` decided for one batch's records (a tuple: one is made
+    for every batch a pass reads)."""
 
     #: One byte per record: 1 keeps it.
     mask: bytes
@@ -239,7 +238,7 @@ class OffsetMap:
                                self.latest_offset, retain_tombstones)
             if answer is None:
                 raise CorruptRecordError(f"the records of the batch at offset {base_offset} do not parse")
-            return Filtered(*answer)
+            return Filtered._make(answer)
         records = _decode(section, start, count, base_offset)
         mask = bytearray(count)
         kept = tombstones = keyless = 0
