@@ -169,9 +169,11 @@ def make_machine(root: Path):
                     out |= {r[0] for r in records if r[2] is None and header.base_offset <= r[0] <= header.last_offset}
                 return out
 
-            expired = tombstones_in(headers_before, before, horizon_passed=True)
+            # Records past the map's end (a full map) are kept whatever they are, as in Kafka.
+            expired = {o for o in tombstones_in(headers_before, before, horizon_passed=True)
+                       if o < result.next_dirty_offset}
             assert not expired & {r[0] for r in after}, "a tombstone kept past its delete horizon"
-            kept = tombstones_in(headers, after, horizon_passed=False)
+            kept = {o for o in tombstones_in(headers, after, horizon_passed=False) if o < result.next_dirty_offset}
             for header in headers:
                 if any(header.base_offset <= o <= header.last_offset for o in kept):
                     assert header.attributes & DELETE_HORIZON_BIT, "a kept tombstone without a delete horizon"
