@@ -103,7 +103,8 @@ class OffsetsPartitionWriter:
         batch = build_batch([SimpleRecord(key, value, timestamp=now) for key, value in records], base_timestamp=now)
         header = read_header(batch, 0)
         try:
-            appended = await part.append_as_leader(batch, header, acks=-1, now=now)
+            appended = await part.append_as_leader(batch, header, acks=-1, now=now,
+                                                    leader_epoch=self.leader_epoch)
         except OSError as exc:
             raise CoordinatorWriteError(ErrorCode.KAFKA_STORAGE_ERROR, f"{part.tp}: {exc}") from exc
         except RecordTooLargeError as exc:

@@ -511,14 +511,16 @@ class Partition:
     # -- appends ----------------------------------------------------------------------------------
 
     async def append_as_leader(self, records: bytes | bytearray | memoryview, header: BatchHeader, *,
-                               acks: int, now: int) -> LeaderAppend:
+                               acks: int, now: int, leader_epoch: int | None = None) -> LeaderAppend:
         """Append one batch the caller validated (`validate_produced_batch`), in the current leader
         epoch: min.insync.replicas for acks=all, the producer's sequence (a duplicate answers with the
-        offsets it got before), LogAppendTime, then one write. A due segment roll happens first, in a worker thread."""
+        offsets it got before), LogAppendTime, then one write. A due segment roll happens first, in a worker thread.
+        ``leader_epoch``: append only in that epoch (a writer bound to one term, as the group coordinator's
+        is: leadership that left and came back while the append waited is another term)."""
         while True:
             if await self._idle():
                 continue
-            if self.role is not Role.LEADER:
+            if self.role is not Role.LEADER or (leader_epoch is not None and self.leader_epoch != leader_epoch):
                 return LeaderAppend(ErrorCode.NOT_LEADER_OR_FOLLOWER)
             if acks == -1 and len(self.isr) < self.min_insync_replicas:
                 return LeaderAppend(ErrorCode.NOT_ENOUGH_REPLICAS,

@@ -237,3 +237,13 @@ async def test_a_role_change_waits_for_log_work_in_a_worker_thread(tmp_path):
         assert changed == []
         release.set()
     assert changed == [part.role]
+
+
+async def test_an_append_bound_to_a_leader_epoch_is_refused_in_any_other(tmp_path):
+    part, _ = leader(tmp_path)
+    epoch = part.leader_epoch
+    data = batch(b"a")
+    stale = await part.append_as_leader(data, read_header(data), acks=1, now=part.clock(), leader_epoch=epoch - 1)
+    assert stale.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and part.log_end_offset == 0
+    ok = await part.append_as_leader(data, read_header(data), acks=1, now=part.clock(), leader_epoch=epoch)
+    assert ok.error == ErrorCode.NONE and part.log_end_offset == 1
