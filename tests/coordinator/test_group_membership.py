@@ -14,8 +14,6 @@ from kraftpy.coordinator.group import COMPLETING_REBALANCE, EMPTY, PREPARING_REB
 from kraftpy.protocol.errors import ErrorCode
 from tests.helpers.offsets_log import GroupHarness, consumer_subscription
 
-pytestmark = pytest.mark.usefixtures("autojump_clock")
-
 
 async def start(nursery, **kw) -> GroupHarness:
     h = GroupHarness(**kw)
@@ -23,40 +21,8 @@ async def start(nursery, **kw) -> GroupHarness:
     return h
 
 
-async def join_all(h: GroupHarness, group: str, members: list[str], **kw) -> dict[str, object]:
-    """Join (or rejoin) every member id at once (``""`` for a new member); {member id: response}."""
-    results: dict[int, object] = {}
-
-    async def one(i: int, member_id: str) -> None:
-        results[i] = (await h.join_new(group, **kw) if member_id == "" else await h.join(group, member_id, **kw))
-
-    async with trio.open_nursery() as n:
-        for i, m in enumerate(members):
-            n.start_soon(one, i, m)
-    return {r.member_id: r for r in (results[i] for i in range(len(members)))}
-
-
-async def sync_all(h: GroupHarness, group: str, joined: dict[str, object], assign=None) -> dict[str, object]:
-    """Every member syncs; the leader hands out ``assign(member_id)`` (default: the id's bytes)."""
-    assign = assign or (lambda m: m.encode())
-    results = {}
-    leader = next(r.leader for r in joined.values())
-    generation = next(r.generation_id for r in joined.values())
-
-    async def one(member_id: str) -> None:
-        assignments = {m: assign(m) for m in joined} if member_id == leader else None
-        results[member_id] = await h.sync(group, generation, member_id, assignments)
-
-    async with trio.open_nursery() as n:
-        for m in joined:
-            n.start_soon(one, m)
-    return results
-
-
 async def stable(h: GroupHarness, group: str, n: int, **kw) -> dict[str, object]:
-    joined = await join_all(h, group, [""] * n, **kw)
-    synced = await sync_all(h, group, joined)
-    assert all(s.error_code == ErrorCode.NONE for s in synced.values())
+    joined = await h.stable(group, n, **kw)
     assert h.group(group).state is STABLE
     return joined
 
@@ -72,7 +38,7 @@ def group_records(h: GroupHarness, group: str) -> list:
     return out
 
 
-async def test_first_member_gets_an_id_then_leads_a_stable_generation(nursery):
+async def test_first_member_gets_an_id_then_leads_a_stable_generation(autojump_clock, nursery):
     h = await start(nursery)
     first = await h.join("g")
     assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
@@ -95,7 +61,7 @@ async def test_first_member_gets_an_id_then_leads_a_stable_generation(nursery):
     assert h.timer_failures() == 0
 
 
-async def test_a_second_member_starts_a_rebalance_the_first_must_join(nursery):
+async def test_a_second_member_starts_a_rebalance_the_first_must_join(autojump_clock, nursery):
     h = await start(nursery)
     [a] = await stable(h, "g", 1)
     b_join = None
@@ -117,14 +83,14 @@ async def test_a_second_member_starts_a_rebalance_the_first_must_join(nursery):
     assert a_join.leader == b_join.leader == a  # the old leader stays leader
     assert {m.member_id for m in a_join.members} == {a, b_join.member_id}
     assert b_join.members == []  # only the leader sees the members' metadata
-    synced = await sync_all(h, "g", {a: a_join, b_join.member_id: b_join})
+    synced = await h.sync_all("g", {a: a_join, b_join.member_id: b_join})
     assert synced[b_join.member_id].assignment == b_join.member_id.encode()
     assert h.group("g").state is STABLE
 
 
-async def test_a_follower_sync_waits_for_the_leaders_assignment(nursery):
+async def test_a_follower_sync_waits_for_the_leaders_assignment(autojump_clock, nursery):
     h = await start(nursery)
-    joined = await join_all(h, "g", ["", ""])
+    joined = await h.join_all("g", ["", ""])
     leader = next(iter(joined.values())).leader
     follower = next(m for m in joined if m != leader)
     got = []
@@ -140,7 +106,7 @@ async def test_a_follower_sync_waits_for_the_leaders_assignment(nursery):
     assert got[0].assignment == b"F"
 
 
-async def test_leave_rebalances_the_rest(nursery):
+async def test_leave_rebalances_the_rest(autojump_clock, nursery):
     h = await start(nursery)
     joined = await stable(h, "g", 2)
     a, b = list(joined)
@@ -152,7 +118,7 @@ async def test_leave_rebalances_the_rest(nursery):
     assert (rejoined.generation_id, [m.member_id for m in rejoined.members]) == (2, [a])
 
 
-async def test_last_member_leaving_leaves_an_empty_group_that_is_written(nursery):
+async def test_last_member_leaving_leaves_an_empty_group_that_is_written(autojump_clock, nursery):
     h = await start(nursery)
     [a] = await stable(h, "g", 1)
     await h.leave("g", (a, None))
@@ -163,14 +129,14 @@ async def test_last_member_leaving_leaves_an_empty_group_that_is_written(nursery
     assert (last.generation, last.members, last.protocol) == (2, [], None)
 
 
-async def test_leave_group_v0_names_one_member(nursery):
+async def test_leave_group_v0_names_one_member(autojump_clock, nursery):
     h = await start(nursery)
     [a] = await stable(h, "g", 1)
     assert (await h.leave("g", ("nobody", None), version=0)).error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert (await h.leave("g", (a, None), version=0)).error_code == ErrorCode.NONE
 
 
-async def test_session_timeout_removes_a_silent_member(nursery):
+async def test_session_timeout_removes_a_silent_member(autojump_clock, nursery):
     h = await start(nursery)
     joined = await stable(h, "g", 2, session_timeout_ms=10_000)
     a, b = list(joined)
@@ -185,7 +151,7 @@ async def test_session_timeout_removes_a_silent_member(nursery):
     assert [m.member_id for m in rejoined.members] == [a]
 
 
-async def test_heartbeats_keep_a_member_past_many_session_timeouts(nursery):
+async def test_heartbeats_keep_a_member_past_many_session_timeouts(autojump_clock, nursery):
     h = await start(nursery)
     [a] = await stable(h, "g", 1, session_timeout_ms=6000)
     for _ in range(20):
@@ -194,7 +160,7 @@ async def test_heartbeats_keep_a_member_past_many_session_timeouts(nursery):
     assert h.group("g").state is STABLE
 
 
-async def test_rebalance_timeout_drops_members_that_do_not_rejoin(nursery):
+async def test_rebalance_timeout_drops_members_that_do_not_rejoin(autojump_clock, nursery):
     h = await start(nursery)
     joined = await stable(h, "g", 2, session_timeout_ms=60_000, rebalance_timeout_ms=20_000)
     leader = next(iter(joined.values())).leader
@@ -207,9 +173,9 @@ async def test_rebalance_timeout_drops_members_that_do_not_rejoin(nursery):
     assert not h.group("g").has(follower)
 
 
-async def test_sync_timeout_drops_members_that_never_sync(nursery):
+async def test_sync_timeout_drops_members_that_never_sync(autojump_clock, nursery):
     h = await start(nursery)
-    joined = await join_all(h, "g", ["", ""], rebalance_timeout_ms=15_000, session_timeout_ms=60_000)
+    joined = await h.join_all("g", ["", ""], rebalance_timeout_ms=15_000, session_timeout_ms=60_000)
     leader = next(iter(joined.values())).leader
     other = next(m for m in joined if m != leader)
     await h.sync("g", 1, leader, {leader: b"x", other: b"y"})
@@ -218,7 +184,7 @@ async def test_sync_timeout_drops_members_that_never_sync(nursery):
     assert not group.has(other) and group.state is PREPARING_REBALANCE
 
 
-async def test_static_member_restart_takes_its_place_without_a_rebalance(nursery):
+async def test_static_member_restart_takes_its_place_without_a_rebalance(autojump_clock, nursery):
     h = await start(nursery)
     results = {}
 
@@ -230,7 +196,7 @@ async def test_static_member_restart_takes_its_place_without_a_rebalance(nursery
         n.start_soon(join, "dyn-1", None)
         n.start_soon(join, "dyn-2", None)
     everyone = {r.member_id: r for r in results.values()}
-    synced = await sync_all(h, "g", everyone, assign=lambda m: b"for-" + m.encode())
+    synced = await h.sync_all("g", everyone, assign=lambda m: b"for-" + m.encode())
     static = results["static"]
     generation = static.generation_id
     records_before = len(group_records(h, "g"))
@@ -249,7 +215,7 @@ async def test_static_member_restart_takes_its_place_without_a_rebalance(nursery
     assert restarted.member_id in {m.member_id for m in group_records(h, "g")[-1].members}
 
 
-async def test_static_restart_at_v9_tells_a_leader_to_skip_assignment(nursery):
+async def test_static_restart_at_v9_tells_a_leader_to_skip_assignment(autojump_clock, nursery):
     h = await start(nursery)
     leader = await h.join("g", instance_id="pod-1")
     await h.sync("g", leader.generation_id, leader.member_id, {leader.member_id: b"a"}, instance_id="pod-1")
@@ -259,7 +225,7 @@ async def test_static_restart_at_v9_tells_a_leader_to_skip_assignment(nursery):
     assert h.group("g").state is STABLE and h.group("g").generation_id == leader.generation_id
 
 
-async def test_the_old_incarnation_of_a_static_member_is_fenced(nursery):
+async def test_the_old_incarnation_of_a_static_member_is_fenced(autojump_clock, nursery):
     h = await start(nursery)
     old = await h.join("g", instance_id="pod-1")
     await h.sync("g", old.generation_id, old.member_id, {old.member_id: b"a"}, instance_id="pod-1")
@@ -272,7 +238,7 @@ async def test_the_old_incarnation_of_a_static_member_is_fenced(nursery):
     assert (await h.heartbeat("g", gen, new.member_id, instance_id="pod-1")).error_code == ErrorCode.NONE
 
 
-async def test_a_static_member_with_new_protocols_rebalances(nursery):
+async def test_a_static_member_with_new_protocols_rebalances(autojump_clock, nursery):
     h = await start(nursery)
     a = await h.join("g", instance_id="pod-1", protocols=[("range", b"1")])
     await h.sync("g", a.generation_id, a.member_id, {a.member_id: b"x"}, instance_id="pod-1")
@@ -281,7 +247,7 @@ async def test_a_static_member_with_new_protocols_rebalances(nursery):
     assert again.generation_id == a.generation_id + 1 and again.protocol_name == "roundrobin"
 
 
-async def test_initial_rebalance_delay_gathers_members(nursery):
+async def test_initial_rebalance_delay_gathers_members(autojump_clock, nursery):
     h = await start(nursery, group_initial_rebalance_delay_ms=3000)
     t0 = trio.current_time()
     results = []
@@ -298,7 +264,7 @@ async def test_initial_rebalance_delay_gathers_members(nursery):
     assert [round(t) for _, t in results] == [6, 6]
 
 
-async def test_group_max_size_turns_away_the_extra_member(nursery):
+async def test_group_max_size_turns_away_the_extra_member(autojump_clock, nursery):
     h = await start(nursery, group_max_size=2)
     await stable(h, "g", 2)
     extra = await h.join_new("g")
@@ -306,7 +272,7 @@ async def test_group_max_size_turns_away_the_extra_member(nursery):
     assert h.group("g").size() == 2 and h.group("g").state is STABLE
 
 
-async def test_an_unused_member_id_is_forgotten_after_the_session_timeout(nursery):
+async def test_an_unused_member_id_is_forgotten_after_the_session_timeout(autojump_clock, nursery):
     h = await start(nursery)
     first = await h.join("g", session_timeout_ms=5000)
     assert h.group("g").is_pending_member(first.member_id)
@@ -315,13 +281,13 @@ async def test_an_unused_member_id_is_forgotten_after_the_session_timeout(nurser
     assert (await h.join("g", first.member_id)).error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
-async def test_join_v3_adds_a_member_at_once(nursery):
+async def test_join_v3_adds_a_member_at_once(autojump_clock, nursery):
     h = await start(nursery)
     joined = await h.join("g", version=3)
     assert joined.error_code == ErrorCode.NONE and joined.leader == joined.member_id
 
 
-async def test_join_v0_uses_the_session_timeout_as_rebalance_timeout_and_empty_protocol_name(nursery):
+async def test_join_v0_uses_the_session_timeout_as_rebalance_timeout_and_empty_protocol_name(autojump_clock, nursery):
     h = await start(nursery)
     joined = await h.join("g", version=0, session_timeout_ms=7000, rebalance_timeout_ms=-1)
     assert joined.error_code == ErrorCode.NONE
@@ -330,15 +296,15 @@ async def test_join_v0_uses_the_session_timeout_as_rebalance_timeout_and_empty_p
     assert refused.protocol_name == ""  # not null before v7
 
 
-async def test_the_common_protocol_most_members_prefer_is_chosen(nursery):
+async def test_the_common_protocol_most_members_prefer_is_chosen(autojump_clock, nursery):
     h = await start(nursery, group_initial_rebalance_delay_ms=1000)
-    joined = await join_all(h, "g", ["", "", ""], protocols=[("cooperative-sticky", b"c"), ("range", b"r")])
+    joined = await h.join_all("g", ["", "", ""], protocols=[("cooperative-sticky", b"c"), ("range", b"r")])
     assert {r.protocol_name for r in joined.values()} == {"cooperative-sticky"}
     leader = next(r for r in joined.values() if r.members)
     assert {m.metadata for m in leader.members} == {b"c"}
 
 
-async def test_the_leader_rejoining_a_stable_group_rebalances_it(nursery):
+async def test_the_leader_rejoining_a_stable_group_rebalances_it(autojump_clock, nursery):
     h = await start(nursery)
     joined = await stable(h, "g", 2)
     leader = next(iter(joined.values())).leader
@@ -359,7 +325,7 @@ async def test_the_leader_rejoining_a_stable_group_rebalances_it(nursery):
     assert got[0].generation_id == 2
 
 
-async def test_describe_and_list(nursery):
+async def test_describe_and_list(autojump_clock, nursery):
     h = await start(nursery)
     joined = await stable(h, "g", 1, protocols=[("range", consumer_subscription("t"))])
     [m] = joined
@@ -377,7 +343,7 @@ async def test_describe_and_list(nursery):
     assert await h.list_groups("stable", version=3) == (ErrorCode.NONE, {"g": "Stable", "solo": "Empty"})
 
 
-async def test_a_duplicate_join_answers_the_first_request(nursery):
+async def test_a_duplicate_join_answers_the_first_request(autojump_clock, nursery):
     h = await start(nursery)
     joined = await stable(h, "g", 2)
     leader = next(iter(joined.values())).leader

@@ -51,6 +51,8 @@ class OffsetsLog:
         self.batches: list[int] = []
         #: Errors the next appends raise, first one first.
         self.fail_next: list[BaseException] = []
+        #: When set to an unset event, loading (read_committed) waits for it: a slow load.
+        self.read_gate: trio.Event | None = None
         #: The offset the next record gets (compaction leaves it; truncation lowers it).
         self.log_end_offset = 0
         self._changed = trio.Event()
@@ -138,6 +140,9 @@ class OffsetsWriter:
     async def read_committed(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None]]:
         self._check()
         end = self.log.high_watermark
+        if self.log.read_gate is not None:
+            await self.log.read_gate.wait()
+            self._check()
         for record in list(self.log.records):
             if record[0] >= end:
                 break
@@ -215,6 +220,46 @@ class GroupHarness:
     @staticmethod
     def ctx(version: int, client_id: str = "client"):
         return RequestContext(client_id=client_id, client_host="/127.0.0.1", api_version=version)
+
+    # -- whole flows ------------------------------------------------------------------------------
+
+    async def join_all(self, group: str, members: list[str], **kw) -> dict[str, object]:
+        """Join (or rejoin) every member id at once (``""``: a new member); {member id: JoinGroup response}."""
+        results: dict[int, object] = {}
+
+        async def one(i: int, member_id: str) -> None:
+            results[i] = await (self.join_new(group, **kw) if member_id == "" else self.join(group, member_id, **kw))
+
+        async with trio.open_nursery() as nursery:
+            for i, member_id in enumerate(members):
+                nursery.start_soon(one, i, member_id)
+        return {r.member_id: r for r in (results[i] for i in range(len(members)))}
+
+    async def sync_all(self, group: str, joined: dict[str, object], assign=None) -> dict[str, object]:
+        """Every joined member syncs; the leader hands out ``assign(member_id)`` (default: the id's bytes)."""
+        assign = assign or (lambda member_id: member_id.encode())
+        leader = next(r.leader for r in joined.values())
+        generation = next(r.generation_id for r in joined.values())
+        results = {}
+
+        async def one(member_id: str) -> None:
+            assignments = {m: assign(m) for m in joined} if member_id == leader else None
+            response = joined[member_id]
+            results[member_id] = await self.sync(group, generation, member_id, assignments,
+                                                 protocol_type=response.protocol_type,
+                                                 protocol_name=response.protocol_name)
+
+        async with trio.open_nursery() as nursery:
+            for member_id in joined:
+                nursery.start_soon(one, member_id)
+        return results
+
+    async def stable(self, group: str, n: int, **kw) -> dict[str, object]:
+        """A new group of ``n`` members, joined and synced; {member id: JoinGroup response}."""
+        joined = await self.join_all(group, [""] * n, **kw)
+        synced = await self.sync_all(group, joined)
+        assert all(s.error_code == ErrorCode.NONE for s in synced.values()), synced
+        return joined
 
     # -- requests ---------------------------------------------------------------------------------
 
