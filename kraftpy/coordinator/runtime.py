@@ -285,10 +285,17 @@ class CoordinatorShard:
             try:
                 if not await self._load():
                     return
-                self.status = ShardStatus.ACTIVE
-                self.loaded.set()
                 assert self.machine is not None
-                self.machine.on_loaded()
+                self.status = ShardStatus.ACTIVE
+                try:
+                    self.machine.on_loaded()
+                except Exception:
+                    # A bug, not a client's doing: this partition stays unserved (NOT_COORDINATOR),
+                    # the broker's other partitions go on.
+                    self.log.exception("coordinator failed to start serving its partition")
+                    self.machine = None
+                    return
+                self.loaded.set()
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self.timers.run)
                     nursery.start_soon(self._append_loop)
