@@ -320,6 +320,10 @@ class ClassicGroup:
         self.members[new_member_id] = member
         if self.is_leader(old_member_id):
             self.leader_id = new_member_id
+        if old_member_id in self.pending_sync_members:
+            # The new incarnation owes the SyncGroup the old one did not send.
+            self.pending_sync_members.discard(old_member_id)
+            self.pending_sync_members.add(new_member_id)
         self.static_members[instance_id] = new_member_id
         return member
 

@@ -362,3 +362,26 @@ async def test_a_duplicate_join_answers_the_first_request(autojump_clock, nurser
     await trio.testing.wait_all_tasks_blocked()
     assert [r.error_code for r in got] == [ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.NONE]
     h.group("g").check_invariants()
+
+
+async def test_a_static_member_restarting_before_its_sync_does_not_cost_a_rebalance(autojump_clock, nursery):
+    h = await start(nursery)
+    got = {}
+
+    async def join(name: str, instance_id: str | None) -> None:
+        got[name] = await h.join_new("g", instance_id=instance_id, rebalance_timeout_ms=20_000,
+                                     session_timeout_ms=60_000)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(join, "leader", None)
+        await trio.testing.wait_all_tasks_blocked()
+        n.start_soon(join, "static", "pod-1")
+    leader, static = got["leader"], got["static"]
+    assert leader.leader == leader.member_id
+    await h.sync("g", 1, leader.member_id, {leader.member_id: b"L", static.member_id: b"S"})
+    assert h.group("g").state is STABLE
+    # The static member restarts before it ever sent its SyncGroup.
+    restarted = await h.join("g", instance_id="pod-1", session_timeout_ms=60_000, rebalance_timeout_ms=20_000)
+    assert (await h.sync("g", 1, restarted.member_id, instance_id="pod-1")).assignment == b"S"
+    await trio.sleep(25)  # past the generation's sync deadline
+    assert h.group("g").state is STABLE and h.group("g").generation_id == 1
