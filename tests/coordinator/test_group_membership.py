@@ -385,3 +385,24 @@ async def test_a_static_member_restarting_before_its_sync_does_not_cost_a_rebala
     assert (await h.sync("g", 1, restarted.member_id, instance_id="pod-1")).assignment == b"S"
     await trio.sleep(25)  # past the generation's sync deadline
     assert h.group("g").state is STABLE and h.group("g").generation_id == 1
+
+
+async def test_leave_group_v3_removes_several_members_at_once(autojump_clock, nursery):
+    h = await start(nursery)
+    results = {}
+
+    async def join(name: str, instance_id: str | None) -> None:
+        results[name] = await h.join_new("g", instance_id=instance_id)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(join, "a", None)
+        n.start_soon(join, "b", "pod-b")
+        n.start_soon(join, "c", None)
+    await h.sync_all("g", {r.member_id: r for r in results.values()})
+    a, b, c = results["a"].member_id, results["b"].member_id, results["c"].member_id
+    # One member by id, one static member by instance id only (an administrator's removal), one stranger.
+    response = await h.leave("g", (a, None), ("", "pod-b"), ("stranger", None))
+    assert [(m.member_id, m.group_instance_id, m.error_code) for m in response.members] == [
+        (a, None, ErrorCode.NONE), ("", "pod-b", ErrorCode.NONE), ("stranger", None, ErrorCode.UNKNOWN_MEMBER_ID)]
+    assert set(h.group("g").members) == {c} and b not in h.group("g").members
+    assert h.group("g").state is PREPARING_REBALANCE
