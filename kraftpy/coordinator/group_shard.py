@@ -122,7 +122,6 @@ class GroupShard:
         # Loading state: the last record per key wins, as compaction would keep it.
         self._loaded_offsets: dict[tuple[str, str, int], CommittedOffset] = {}
         self._loaded_groups: dict[str, tuple[int, object]] = {}
-        self._removed_groups: set[str] = set()
         self.skipped_records = 0
 
     # -- loading ---------------------------------------------------------------------------------
@@ -147,10 +146,8 @@ class GroupShard:
             elif isinstance(decoded, records.GroupKey):
                 if value is None:
                     self._loaded_groups.pop(decoded.group, None)
-                    self._removed_groups.add(decoded.group)
                 else:
                     self._loaded_groups[decoded.group] = records.decode_group_value(value)
-                    self._removed_groups.discard(decoded.group)
             else:
                 self.skipped_records += 1
                 self.log.warning("__consumer_offsets record of an unknown key version skipped", offset=offset,
@@ -174,7 +171,6 @@ class GroupShard:
             self.groups[group_id] = group
         self._loaded_offsets.clear()
         self._loaded_groups.clear()
-        self._removed_groups.clear()
         for group in list(self.groups.values()):
             self._on_group_loaded(group)
         self.log.info("groups loaded", groups=len(self.groups),
