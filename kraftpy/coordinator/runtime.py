@@ -89,8 +89,11 @@ class PartitionWriter(Protocol):
         ...
 
     def read_committed(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None]]:
-        """Every record of the partition from its log start offset up to its high watermark at the
-        time of the call, as (offset, key, value): what loading replays. File work off the event loop."""
+        """Every committed record of the partition from its log start offset, as (offset, key, value):
+        what loading replays. A new leader learns its high watermark from its followers' fetches, so it
+        may start below records the previous leader acknowledged: the replay first waits until the high
+        watermark reaches the start of the writer's leader epoch (everything the old term committed),
+        then reads up to the high watermark at that time. File work off the event loop."""
         ...
 
 
