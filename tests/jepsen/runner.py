@@ -466,12 +466,19 @@ def create_topic(plan: Plan, topic: str, timeout: float, log: Callable[[str], An
     new = NewTopic(topic, num_partitions=plan.partitions, replication_factor=plan.replication_factor,
                    config={"min.insync.replicas": str(plan.min_insync)})
     deadline = time.monotonic() + timeout
-    futures = admin.create_topics([new], request_timeout=10)
-    try:
-        futures[topic].result(timeout=timeout)
-    except Exception as e:
-        if "TOPIC_ALREADY_EXISTS" not in str(e):
-            raise HarnessError(f"creating topic {topic} failed: {e}") from e
+    while True:
+        # Right after start, a broker whose metadata does not show the others unfenced yet names no
+        # controller, and librdkafka's admin client then waits out its request timeout: ask again.
+        futures = admin.create_topics([new], request_timeout=10)
+        try:
+            futures[topic].result(timeout=timeout)
+            break
+        except Exception as e:
+            if "TOPIC_ALREADY_EXISTS" in str(e):
+                break
+            if "_TIMED_OUT" not in str(e) or time.monotonic() >= deadline:
+                raise HarnessError(f"creating topic {topic} failed: {e}") from e
+            log(f"creating topic {topic} timed out ({e}); trying again")
     while time.monotonic() < deadline:
         t = admin.list_topics(topic, timeout=3).topics.get(topic)
         if t is not None and t.error is None and len(t.partitions) == plan.partitions \
