@@ -26,17 +26,22 @@
  * checks that it agrees with the Python decoder on valid and damaged batches.
  *
  * The log cleaner (kraftpy.storage.cleaner, kraftpy.storage.offset_map) reads every record of a
- * compacted log twice, and its per-record loops live here too, over the same record layout:
+ * compacted log twice, and its per-record loops live here too, over the same record layout. Its
+ * map is two buffers: ``table``, a writable buffer of 24-byte slots, a power of two of them (hash
+ * 16 bytes, then offset + 1 as a native int64, 0 for an empty slot), and ``superseded``, a
+ * writable bitmap whose bit i stands for offset ``superseded_base + i`` (see below).
  *
- * map_records(table, key0, key1, entries, max_entries, buffer, start, count, base_offset, min_offset)
+ * map_records(table, superseded, superseded_base, key0, key1, entries, max_entries, buffer, start, count,
+ *             base_offset, min_offset)
  *     -> (entries, records taken, offset of the last record put or -1, where it stopped) or None
  *
  *     puts ``key hash -> offset`` for every record at or after ``min_offset`` that has a key into
- *     ``table`` (a writable buffer of 24-byte slots, a power of two of them: hash 16 bytes, then
- *     offset + 1 as a native int64, 0 for an empty slot), until the map holds ``max_entries`` keys
- *     and a record brings a new one: it stops before that record (and says where it starts).
+ *     the table, until the map holds ``max_entries`` keys and a record brings a new one: it stops
+ *     before that record (and says where it starts). A slot keeps the largest offset put for its
+ *     hash; the smaller one of the two is set in ``superseded``.
  *
- * map_batches(table, key0, key1, entries, max_entries, buffer, start, min_offset, latest)
+ * map_batches(table, superseded, superseded_base, key0, key1, entries, max_entries, buffer, start,
+ *             min_offset, latest)
  *     -> (entries, position, latest, offset of the last record put or -1, state) or None
  *
  *     map_records over every whole batch of ``buffer`` from ``start`` (a read of a segment): the
@@ -51,23 +56,54 @@
  *
  *     puts every entry of the table ``old`` into the empty, larger table ``new``.
  *
- * filter_records(table, key0, key1, buffer, start, count, base_offset, latest_offset, retain_tombstones)
+ * filter_records(table, superseded, superseded_base, key0, key1, buffer, start, count, base_offset,
+ *                latest_offset, retain_tombstones)
  *     -> (mask, kept, kept tombstones, smallest and largest kept timestamp delta, keyless) or None
  *
  *     decides which records a cleaned batch keeps (Kafka's Cleaner.shouldRetainRecord): every record
  *     after ``latest_offset``; otherwise a record with a key whose offset is the map's for that key
  *     (or the key is not in the map), a tombstone (null value) only with ``retain_tombstones``.
- *     ``mask`` holds one byte per record, 1 to keep it.
+ *     ``mask`` holds one byte per record, 1 to keep it. For a record whose offset the bitmap
+ *     covers, "the map's offset for its key" is "its bit is clear": no hash, no lookup.
  *
  * rewrite_records(buffer, start, count, mask, timestamp_shift) -> bytes
  *
  *     the records ``mask`` keeps, back to back, each with ``timestamp_shift`` added to its
  *     timestamp delta (the batch's base timestamp moved); the other fields as they were.
  *
+ * clean_batches(table, superseded, superseded_base, key0, key1, latest_offset, buffer, start, now,
+ *               delete_retention_ms, producers, out, infos, counters)
+ *     -> (state, position, bytes written to out, batches written, whether any batch changed)
+ *
+ *     the cleaner's copy step (Cleaner.clean_batch in kraftpy/storage/cleaner.py, whose rules it
+ *     follows to the byte) over every whole batch of ``buffer`` from ``start``: each batch's CRC is
+ *     checked, then the batch is dropped, kept as it is, written as an empty batch (the last batch
+ *     of a producer in ``producers``, sorted int64 pairs of producer id and last offset), or
+ *     rewritten with the records filter_records keeps (new record count, base timestamp, delete
+ *     horizon bit and CRC). Output batches go to ``out`` back to back, seven int64 per batch to
+ *     ``infos`` (position in out, size, base offset, last offset, max timestamp, leader epoch,
+ *     record count), and counts are added to ``counters`` (bytes read, records read, records kept,
+ *     keyless records dropped, batches emptied, whether a tombstone was kept, the earliest delete
+ *     horizon of the kept tombstones). It stops at the end of the whole batches (state 0), before a
+ *     batch it leaves to the caller (state 1: compressed, a bad CRC, a header or record that does
+ *     not parse, a timestamp past int64: the Python code cleans it or says what is wrong), or
+ *     before a batch that may not fit ``out`` or ``infos`` (state 2).
+ *
+ * crc32c(buffer, software=False) -> int
+ *
+ *     the CRC-32C of ``buffer`` as a batch header holds it (the checks and the new batches of
+ *     clean_batches use it); with ``software``, without the processor's CRC instruction.
+ *
  * Key hashes are SipHash-1-3 with a 128-bit output, keyed by (key0, key1): a fresh random key per
  * map, so nobody can choose keys that collide (a collision could drop a key's latest record).
  * Records are taken GROUP at a time: first parsed and hashed, their slots' cache lines fetched
  * ahead, then looked up, so that the table's cache misses overlap instead of adding up.
+ *
+ * The superseded bitmap spares the copy step a second hash and lookup for the records of the dirty
+ * part (those the map pass put): a record there is its key's last exactly when no later record of
+ * the same hash was put, which is what the map pass marks as it goes. It holds only for the records
+ * the map pass read, at the offsets it read them: the cleaner filters the same segments it mapped,
+ * which nothing rewrites while a pass runs. Records below it (the clean part) are looked up.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -375,6 +411,70 @@ get_table(PyObject *obj, Py_buffer *view, slot_t **slots, uint64_t *mask)
     return 0;
 }
 
+/* The superseded bitmap: bit i set when offset base + i was put into the map and a later record
+ * of the same key hash was put too (see the module comment). */
+typedef struct {
+    uint8_t *bits;
+    long long base, count;
+} superseded_t;
+
+static int
+get_superseded(PyObject *obj, long long base, Py_buffer *view, superseded_t *s)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_SIMPLE) != 0)
+        return -1;
+    s->bits = (uint8_t *)view->buf;
+    s->base = base;
+    s->count = (long long)view->len * 8;
+    return 0;
+}
+
+static inline int
+covers(const superseded_t *s, long long offset)
+{
+    return offset >= s->base && offset - s->base < s->count;
+}
+
+static inline void
+mark_superseded(superseded_t *s, long long offset)
+{
+    if (covers(s, offset))
+        s->bits[(offset - s->base) >> 3] |= (uint8_t)(1u << ((offset - s->base) & 7));
+}
+
+static inline int
+is_superseded(const superseded_t *s, long long offset)
+{
+    return (s->bits[(offset - s->base) >> 3] >> ((offset - s->base) & 7)) & 1;
+}
+
+/* The map arguments of the functions below: the table and the superseded bitmap with its base offset. */
+typedef struct {
+    Py_buffer table_view, bits_view;
+    slot_t *slots;
+    uint64_t mask;
+    superseded_t superseded;
+} map_t;
+
+static int
+get_map(PyObject *table, PyObject *bits, long long bits_base, map_t *m)
+{
+    if (get_table(table, &m->table_view, &m->slots, &m->mask) != 0)
+        return -1;
+    if (get_superseded(bits, bits_base, &m->bits_view, &m->superseded) != 0) {
+        PyBuffer_Release(&m->table_view);
+        return -1;
+    }
+    return 0;
+}
+
+static void
+release_map(map_t *m)
+{
+    PyBuffer_Release(&m->table_view);
+    PyBuffer_Release(&m->bits_view);
+}
+
 static int
 check_section(Py_buffer *view, Py_ssize_t start, Py_ssize_t count)
 {
@@ -397,8 +497,8 @@ load_be(const uint8_t *p, int bytes)
 /* Put the records of one batch's uncompressed records section into the table; as map_records's loop.
  * Returns the records taken; *stopped is set when the map filled before the last one. */
 static Py_ssize_t
-map_section(slot_t *slots, uint64_t mask, uint64_t k0, uint64_t k1, Py_ssize_t *entries, Py_ssize_t max_entries,
-            const uint8_t *buf, Py_ssize_t end, Py_ssize_t pos, Py_ssize_t count, long long base_offset,
+map_section(slot_t *slots, uint64_t mask, uint64_t k0, uint64_t k1, superseded_t *superseded, Py_ssize_t *entries,
+            Py_ssize_t max_entries, const uint8_t *buf, Py_ssize_t end, Py_ssize_t pos, Py_ssize_t count, long long base_offset,
             long long min_offset, long long *last_put, int *stopped, Py_ssize_t *stopped_at, int *malformed)
 {
     record_t group[GROUP];
@@ -412,7 +512,7 @@ map_section(slot_t *slots, uint64_t mask, uint64_t k0, uint64_t k1, Py_ssize_t *
                 *malformed = 1;
                 break;
             }
-            if (group[parsed].key_length >= 0) {
+            if (group[parsed].key_length >= 0 && base_offset + group[parsed].offset_delta >= min_offset) {
                 siphash128(buf + group[parsed].key, group[parsed].key_length, k0, k1, hashes[parsed]);
                 PREFETCH(&slots[hashes[parsed][0] & mask]);
             }
@@ -431,9 +531,14 @@ map_section(slot_t *slots, uint64_t mask, uint64_t k0, uint64_t k1, Py_ssize_t *
                 }
                 slot->h0 = hashes[j][0];
                 slot->h1 = hashes[j][1];
+                slot->offset_plus_one = offset + 1;
                 *entries += 1;
+            } else if (slot->offset_plus_one - 1 < offset) {
+                mark_superseded(superseded, slot->offset_plus_one - 1);
+                slot->offset_plus_one = offset + 1;
+            } else if (slot->offset_plus_one - 1 > offset) {
+                mark_superseded(superseded, offset);  /* a batch put again after the table grew */
             }
-            slot->offset_plus_one = offset + 1;
             *last_put = offset;
         }
         taken += parsed;
@@ -449,17 +554,16 @@ static PyObject *
 map_records(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *table_obj;
-    Py_buffer table, view;
+    PyObject *table_obj, *bits_obj;
+    Py_buffer view;
     unsigned long long k0, k1;
     Py_ssize_t entries, max_entries, start, count;
-    long long base_offset, min_offset;
-    if (!PyArg_ParseTuple(args, "OKKnny*nnLL:map_records", &table_obj, &k0, &k1, &entries, &max_entries,
-                          &view, &start, &count, &base_offset, &min_offset))
+    long long bits_base, base_offset, min_offset;
+    if (!PyArg_ParseTuple(args, "OOLKKnny*nnLL:map_records", &table_obj, &bits_obj, &bits_base, &k0, &k1, &entries,
+                          &max_entries, &view, &start, &count, &base_offset, &min_offset))
         return NULL;
-    slot_t *slots;
-    uint64_t mask;
-    if (check_section(&view, start, count) != 0 || get_table(table_obj, &table, &slots, &mask) != 0) {
+    map_t m;
+    if (check_section(&view, start, count) != 0 || get_map(table_obj, bits_obj, bits_base, &m) != 0) {
         PyBuffer_Release(&view);
         return NULL;
     }
@@ -467,10 +571,11 @@ map_records(PyObject *self, PyObject *args)
     int stopped = 0, malformed = 0;
     Py_ssize_t taken, stopped_at = view.len;
     Py_BEGIN_ALLOW_THREADS
-    taken = map_section(slots, mask, k0, k1, &entries, max_entries, (const uint8_t *)view.buf, view.len, start,
-                        count, base_offset, min_offset, &last_put, &stopped, &stopped_at, &malformed);
+    taken = map_section(m.slots, m.mask, k0, k1, &m.superseded, &entries, max_entries, (const uint8_t *)view.buf,
+                        view.len, start, count, base_offset, min_offset, &last_put, &stopped, &stopped_at,
+                        &malformed);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&table);
+    release_map(&m);
     PyBuffer_Release(&view);
     if (malformed && !stopped)
         Py_RETURN_NONE;
@@ -485,22 +590,21 @@ static PyObject *
 map_batches(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *table_obj;
-    Py_buffer table, view;
+    PyObject *table_obj, *bits_obj;
+    Py_buffer view;
     unsigned long long k0, k1;
     Py_ssize_t entries, max_entries, start;
-    long long min_offset, latest;
-    if (!PyArg_ParseTuple(args, "OKKnny*nLL:map_batches", &table_obj, &k0, &k1, &entries, &max_entries, &view,
-                          &start, &min_offset, &latest))
+    long long bits_base, min_offset, latest;
+    if (!PyArg_ParseTuple(args, "OOLKKnny*nLL:map_batches", &table_obj, &bits_obj, &bits_base, &k0, &k1, &entries,
+                          &max_entries, &view, &start, &min_offset, &latest))
         return NULL;
-    slot_t *slots;
-    uint64_t mask;
+    map_t m;
     if (start < 0 || start > view.len) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "start must lie in the buffer");
         return NULL;
     }
-    if (get_table(table_obj, &table, &slots, &mask) != 0) {
+    if (get_map(table_obj, bits_obj, bits_base, &m) != 0) {
         PyBuffer_Release(&view);
         return NULL;
     }
@@ -533,7 +637,8 @@ map_batches(PyObject *self, PyObject *args)
             if (!(attributes & CONTROL_OR_TRANSACTIONAL) && count > 0) {
                 int stopped = 0;
                 Py_ssize_t stopped_at = 0;
-                map_section(slots, mask, k0, k1, &entries, max_entries, buf, pos + size, pos + BATCH_HEADER_SIZE,
+                map_section(m.slots, m.mask, k0, k1, &m.superseded, &entries, max_entries, buf, pos + size,
+                            pos + BATCH_HEADER_SIZE,
                             count, base_offset, min_offset, &last_put, &stopped, &stopped_at, &malformed);
                 if (stopped) {
                     malformed = 0;
@@ -549,7 +654,7 @@ map_batches(PyObject *self, PyObject *args)
         pos += size;
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&table);
+    release_map(&m);
     PyBuffer_Release(&view);
     if (malformed)
         Py_RETURN_NONE;
@@ -585,55 +690,40 @@ grow_table(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *
-filter_records(PyObject *self, PyObject *args)
+/* What filter_section decided for one batch's records. */
+typedef struct {
+    Py_ssize_t kept, tombstones, keyless;
+    int64_t min_ts, max_ts;  /* of the kept records; 0 and 0 when none is kept */
+} filtered_t;
+
+/* filter_records's loop over the ``count`` records of buf[pos:end): keep[i] = 1 for each record
+ * kept, and (unless ``kept_records`` is NULL) the kept records' fields, in order, in kept_records.
+ * Returns -1 when the records do not parse or do not end exactly at ``end``. */
+static int
+filter_section(const map_t *m, uint64_t k0, uint64_t k1, const uint8_t *buf, Py_ssize_t end, Py_ssize_t pos,
+               Py_ssize_t count, long long base_offset, long long latest_offset, int retain_tombstones,
+               uint8_t *keep, record_t *kept_records, filtered_t *out)
 {
-    (void)self;
-    PyObject *table_obj;
-    Py_buffer table, view;
-    unsigned long long k0, k1;
-    Py_ssize_t start, count;
-    long long base_offset, latest_offset;
-    int retain_tombstones;
-    if (!PyArg_ParseTuple(args, "OKKy*nnLLp:filter_records", &table_obj, &k0, &k1, &view, &start, &count,
-                          &base_offset, &latest_offset, &retain_tombstones))
-        return NULL;
-    slot_t *slots;
-    uint64_t mask;
-    if (check_section(&view, start, count) != 0 || get_table(table_obj, &table, &slots, &mask) != 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    PyObject *mask_obj = PyBytes_FromStringAndSize(NULL, count);
-    if (mask_obj == NULL) {
-        PyBuffer_Release(&table);
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    uint8_t *keep = (uint8_t *)PyBytes_AS_STRING(mask_obj);
-    const uint8_t *buf = (const uint8_t *)view.buf;
-    const Py_ssize_t end = view.len;
-    Py_ssize_t pos = start, kept = 0, tombstones = 0, keyless = 0;
-    int64_t min_ts = INT64_MAX, max_ts = INT64_MIN;
-    int malformed = 0;
-    Py_BEGIN_ALLOW_THREADS
+    slot_t *const slots = m->slots;
+    const uint64_t mask = m->mask;
+    const superseded_t *const superseded = &m->superseded;
     record_t group[GROUP];
     uint64_t hashes[GROUP][2];
-    for (Py_ssize_t done = 0; done < count && !malformed;) {
+    Py_ssize_t kept = 0, tombstones = 0, keyless = 0;
+    int64_t min_ts = INT64_MAX, max_ts = INT64_MIN;
+    for (Py_ssize_t done = 0; done < count;) {
         const Py_ssize_t n = count - done < GROUP ? count - done : GROUP;
-        Py_ssize_t parsed = 0;
-        for (; parsed < n; parsed++) {
+        for (Py_ssize_t parsed = 0; parsed < n; parsed++) {
             record_t *r = &group[parsed];
-            if (parse_record(buf, end, &pos, r) != 0) {
-                malformed = 1;
-                break;
-            }
-            if (r->key_length >= 0 && base_offset + r->offset_delta <= latest_offset) {
+            if (parse_record(buf, end, &pos, r) != 0)
+                return -1;
+            const long long offset = base_offset + r->offset_delta;
+            if (r->key_length >= 0 && offset <= latest_offset && !covers(superseded, offset)) {
                 siphash128(buf + r->key, r->key_length, k0, k1, hashes[parsed]);
                 PREFETCH(&slots[hashes[parsed][0] & mask]);
             }
         }
-        for (Py_ssize_t j = 0; j < parsed; j++) {
+        for (Py_ssize_t j = 0; j < n; j++) {
             const record_t *r = &group[j];
             const long long offset = base_offset + r->offset_delta;
             int retain;
@@ -642,6 +732,8 @@ filter_records(PyObject *self, PyObject *args)
             } else if (r->key_length < 0) {
                 retain = 0;
                 keyless += 1;
+            } else if (covers(superseded, offset)) {
+                retain = !is_superseded(superseded, offset) && (r->value_length >= 0 || retain_tombstones);
             } else {
                 const slot_t *slot = find_slot(slots, mask, hashes[j]);
                 const int latest = slot->offset_plus_one == 0 || offset >= slot->offset_plus_one - 1;
@@ -649,6 +741,8 @@ filter_records(PyObject *self, PyObject *args)
             }
             keep[done + j] = (uint8_t)retain;
             if (retain) {
+                if (kept_records != NULL)
+                    kept_records[kept] = *r;
                 kept += 1;
                 if (r->value_length < 0)
                     tombstones += 1;
@@ -658,20 +752,57 @@ filter_records(PyObject *self, PyObject *args)
                     max_ts = r->timestamp_delta;
             }
         }
-        done += parsed;
+        done += n;
     }
-    if (!malformed && pos != end)
-        malformed = 1;
+    if (pos != end)
+        return -1;
+    out->kept = kept;
+    out->tombstones = tombstones;
+    out->keyless = keyless;
+    out->min_ts = kept ? min_ts : 0;
+    out->max_ts = kept ? max_ts : 0;
+    return 0;
+}
+
+static PyObject *
+filter_records(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *table_obj, *bits_obj;
+    Py_buffer view;
+    unsigned long long k0, k1;
+    Py_ssize_t start, count;
+    long long bits_base, base_offset, latest_offset;
+    int retain_tombstones;
+    if (!PyArg_ParseTuple(args, "OOLKKy*nnLLp:filter_records", &table_obj, &bits_obj, &bits_base, &k0, &k1, &view,
+                          &start, &count, &base_offset, &latest_offset, &retain_tombstones))
+        return NULL;
+    map_t m;
+    if (check_section(&view, start, count) != 0 || get_map(table_obj, bits_obj, bits_base, &m) != 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    PyObject *mask_obj = PyBytes_FromStringAndSize(NULL, count);
+    if (mask_obj == NULL) {
+        release_map(&m);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    uint8_t *keep = (uint8_t *)PyBytes_AS_STRING(mask_obj);
+    filtered_t f;
+    int malformed;
+    Py_BEGIN_ALLOW_THREADS
+    malformed = filter_section(&m, k0, k1, (const uint8_t *)view.buf, view.len, start, count, base_offset,
+                               latest_offset, retain_tombstones, keep, NULL, &f);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&table);
+    release_map(&m);
     PyBuffer_Release(&view);
     if (malformed) {
         Py_DECREF(mask_obj);
         Py_RETURN_NONE;
     }
-    if (kept == 0)
-        min_ts = max_ts = 0;
-    return Py_BuildValue("(NnnLLn)", mask_obj, kept, tombstones, (long long)min_ts, (long long)max_ts, keyless);
+    return Py_BuildValue("(NnnLLn)", mask_obj, f.kept, f.tombstones, (long long)f.min_ts, (long long)f.max_ts,
+                         f.keyless);
 }
 
 /* Write the zig-zag varint of ``value`` at out; returns the bytes written (at most 10). */
@@ -686,6 +817,47 @@ write_zigzag(uint8_t *out, int64_t value)
     }
     out[n++] = (uint8_t)raw;
     return n;
+}
+
+/* A record's length varint grows by at most 5 bytes and its timestamp delta by at most 10. */
+#define REWRITE_GROWTH 15
+
+/* rewrite_records's loop: the kept records of buf[pos:end) written to ``out`` (room for
+ * (end - pos) + REWRITE_GROWTH * count bytes); returns the bytes written, or -1 when a record does
+ * not parse. */
+/* Write record r of buf to out, ``shift`` added to its timestamp delta; returns the bytes written. */
+static inline Py_ssize_t
+rewrite_record(const uint8_t *buf, const record_t *r, int64_t shift, uint8_t *out)
+{
+    if (shift == 0) {
+        memcpy(out, buf + r->start, (size_t)(r->end - r->start));
+        return r->end - r->start;
+    }
+    uint8_t delta[10];
+    const Py_ssize_t delta_size = write_zigzag(delta, r->timestamp_delta + shift);
+    const Py_ssize_t rest = r->end - r->after_timestamp;
+    const Py_ssize_t body = 1 + delta_size + rest;  /* attributes, timestamp delta, the rest */
+    Py_ssize_t written = write_zigzag(out, (int64_t)body);
+    out[written++] = buf[r->attributes];
+    memcpy(out + written, delta, (size_t)delta_size);
+    written += delta_size;
+    memcpy(out + written, buf + r->after_timestamp, (size_t)rest);
+    return written + rest;
+}
+
+static Py_ssize_t
+rewrite_section(const uint8_t *buf, Py_ssize_t end, Py_ssize_t pos, Py_ssize_t count, const uint8_t *keep,
+                int64_t shift, uint8_t *out)
+{
+    Py_ssize_t written = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        record_t r;
+        if (parse_record(buf, end, &pos, &r) != 0)
+            return -1;
+        if (keep[i])
+            written += rewrite_record(buf, &r, shift, out + written);
+    }
+    return written;
 }
 
 static PyObject *
@@ -704,55 +876,459 @@ rewrite_records(PyObject *self, PyObject *args)
         PyBuffer_Release(&mask);
         return NULL;
     }
-    /* A record's length varint grows by at most 5 bytes and its timestamp delta by at most 10. */
-    const Py_ssize_t bound = (view.len - start) + 15 * count;
+    const Py_ssize_t bound = (view.len - start) + REWRITE_GROWTH * count;
     PyObject *out_obj = PyBytes_FromStringAndSize(NULL, bound);
     if (out_obj == NULL) {
         PyBuffer_Release(&view);
         PyBuffer_Release(&mask);
         return NULL;
     }
-    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(out_obj);
-    const uint8_t *buf = (const uint8_t *)view.buf;
-    const uint8_t *keep = (const uint8_t *)mask.buf;
-    const Py_ssize_t end = view.len;
-    Py_ssize_t pos = start, written = 0;
-    int malformed = 0;
+    Py_ssize_t written;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < count; i++) {
-        record_t r;
-        if (parse_record(buf, end, &pos, &r) != 0) {
-            malformed = 1;
-            break;
-        }
-        if (!keep[i])
-            continue;
-        if (shift == 0) {
-            memcpy(out + written, buf + r.start, (size_t)(r.end - r.start));
-            written += r.end - r.start;
-            continue;
-        }
-        uint8_t delta[10];
-        const Py_ssize_t delta_size = write_zigzag(delta, r.timestamp_delta + shift);
-        const Py_ssize_t rest = r.end - r.after_timestamp;
-        const Py_ssize_t body = 1 + delta_size + rest;  /* attributes, timestamp delta, the rest */
-        written += write_zigzag(out + written, (int64_t)body);
-        out[written++] = buf[r.attributes];
-        memcpy(out + written, delta, (size_t)delta_size);
-        written += delta_size;
-        memcpy(out + written, buf + r.after_timestamp, (size_t)rest);
-        written += rest;
-    }
+    written = rewrite_section((const uint8_t *)view.buf, view.len, start, count, (const uint8_t *)mask.buf, shift,
+                              (uint8_t *)PyBytes_AS_STRING(out_obj));
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     PyBuffer_Release(&mask);
-    if (malformed) {
+    if (written < 0) {
         Py_DECREF(out_obj);
         Py_RETURN_NONE;
     }
     if (_PyBytes_Resize(&out_obj, written) != 0)
         return NULL;
     return out_obj;
+}
+
+/* -- CRC-32C ------------------------------------------------------------------------------ */
+
+/* The batch CRC (Castagnoli, reflected polynomial 0x82F63B78) of the copy step, so that a whole read
+ * is cleaned in one call. The functions below work on the raw register (no inversion before or
+ * after; crc32c() adds it). The x86-64 SSE4.2 instruction runs three independent streams of a
+ * block each and joins them: the register of A then B is shift(register after A, |B|) ^ (register
+ * of B from 0), where shift, appending |B| zero bytes, is linear in the register and is therefore
+ * a lookup of its four bytes in tables made at import. Without SSE4.2 (or off x86-64) the tables
+ * of slicing-by-8 do the same work more slowly. */
+
+#define CRC32C_POLY 0x82F63B78u
+#define CRC_LONG 8192
+#define CRC_SHORT 256
+
+static uint32_t crc_table[8][256];
+static uint32_t crc_shift_long[4][256];
+static uint32_t crc_shift_short[4][256];
+static int crc_hardware;
+
+static uint32_t
+crc_software(uint32_t crc, const uint8_t *p, size_t n)
+{
+    while (n >= 8) {
+        const uint64_t w = load_le64(p) ^ crc;
+        crc = crc_table[7][w & 0xFF] ^ crc_table[6][(w >> 8) & 0xFF] ^ crc_table[5][(w >> 16) & 0xFF]
+            ^ crc_table[4][(w >> 24) & 0xFF] ^ crc_table[3][(w >> 32) & 0xFF] ^ crc_table[2][(w >> 40) & 0xFF]
+            ^ crc_table[1][(w >> 48) & 0xFF] ^ crc_table[0][w >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return crc;
+}
+
+static inline uint32_t
+crc_shift(const uint32_t table[4][256], uint32_t crc)
+{
+    return table[0][crc & 0xFF] ^ table[1][(crc >> 8) & 0xFF] ^ table[2][(crc >> 16) & 0xFF] ^ table[3][crc >> 24];
+}
+
+/* table[k][b] = the register ``b << 8k`` after ``zeros`` zero bytes. */
+static void
+crc_make_shift(uint32_t table[4][256], const uint8_t *zeros, size_t length)
+{
+    uint32_t basis[32];
+    for (int i = 0; i < 32; i++)
+        basis[i] = crc_software((uint32_t)1 << i, zeros, length);
+    for (int k = 0; k < 4; k++) {
+        for (int b = 0; b < 256; b++) {
+            uint32_t v = 0;
+            for (int i = 0; i < 8; i++)
+                if (b & (1 << i))
+                    v ^= basis[8 * k + i];
+            table[k][b] = v;
+        }
+    }
+}
+
+static int
+crc_init(void)
+{
+    for (uint32_t b = 0; b < 256; b++) {
+        uint32_t c = b;
+        for (int i = 0; i < 8; i++)
+            c = (c & 1) ? (c >> 1) ^ CRC32C_POLY : c >> 1;
+        crc_table[0][b] = c;
+    }
+    for (int k = 1; k < 8; k++)
+        for (int b = 0; b < 256; b++)
+            crc_table[k][b] = (crc_table[k - 1][b] >> 8) ^ crc_table[0][crc_table[k - 1][b] & 0xFF];
+    uint8_t *zeros = calloc(CRC_LONG, 1);
+    if (zeros == NULL)
+        return -1;
+    crc_make_shift(crc_shift_long, zeros, CRC_LONG);
+    crc_make_shift(crc_shift_short, zeros, CRC_SHORT);
+    free(zeros);
+    return 0;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define HAVE_CRC_HARDWARE 1
+
+static inline uint64_t
+load_u64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+__attribute__((target("sse4.2"))) static uint32_t
+crc_sse42(uint32_t crc, const uint8_t *p, size_t n)
+{
+    uint64_t c0 = crc;
+    while (n >= 3 * CRC_LONG) {
+        uint64_t c1 = 0, c2 = 0;
+        for (const uint8_t *end = p + CRC_LONG; p < end; p += 8) {
+            c0 = _mm_crc32_u64(c0, load_u64(p));
+            c1 = _mm_crc32_u64(c1, load_u64(p + CRC_LONG));
+            c2 = _mm_crc32_u64(c2, load_u64(p + 2 * CRC_LONG));
+        }
+        c0 = crc_shift(crc_shift_long, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = crc_shift(crc_shift_long, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 2 * CRC_LONG;
+        n -= 3 * CRC_LONG;
+    }
+    while (n >= 3 * CRC_SHORT) {
+        uint64_t c1 = 0, c2 = 0;
+        for (const uint8_t *end = p + CRC_SHORT; p < end; p += 8) {
+            c0 = _mm_crc32_u64(c0, load_u64(p));
+            c1 = _mm_crc32_u64(c1, load_u64(p + CRC_SHORT));
+            c2 = _mm_crc32_u64(c2, load_u64(p + 2 * CRC_SHORT));
+        }
+        c0 = crc_shift(crc_shift_short, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = crc_shift(crc_shift_short, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 2 * CRC_SHORT;
+        n -= 3 * CRC_SHORT;
+    }
+    for (; n >= 8; p += 8, n -= 8)
+        c0 = _mm_crc32_u64(c0, load_u64(p));
+    uint32_t c = (uint32_t)c0;
+    while (n--)
+        c = _mm_crc32_u8(c, *p++);
+    return c;
+}
+#endif
+
+/* The CRC-32C of p[0:n), as the batch header stores it. */
+static uint32_t
+crc32c_of(const uint8_t *p, size_t n)
+{
+#ifdef HAVE_CRC_HARDWARE
+    if (crc_hardware)
+        return ~crc_sse42(0xFFFFFFFFu, p, n);
+#endif
+    return ~crc_software(0xFFFFFFFFu, p, n);
+}
+
+static PyObject *
+crc32c(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer view;
+    int software = 0;
+    if (!PyArg_ParseTuple(args, "y*|p:crc32c", &view, &software))
+        return NULL;
+    const uint8_t *p = (const uint8_t *)view.buf;
+    const size_t n = (size_t)view.len;
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = software ? ~crc_software(0xFFFFFFFFu, p, n) : crc32c_of(p, n);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+/* -- the copy step, a read at a time ----------------------------------------------------- */
+
+/* Batch header fields used below (offsets as in kraftpy/protocol/batch_header.py). */
+#define H_LENGTH 8
+#define H_LEADER_EPOCH 12
+#define H_MAGIC 16
+#define H_CRC 17
+#define H_ATTRIBUTES 21
+#define H_LAST_OFFSET_DELTA 23
+#define H_BASE_TIMESTAMP 27
+#define H_MAX_TIMESTAMP 35
+#define H_PRODUCER_ID 43
+#define H_RECORD_COUNT 57
+#define CODEC_MASK 0x07
+#define DELETE_HORIZON_BIT 0x40
+#define EMPTY_BATCH_ATTRIBUTES 0x38  /* Kafka's writeEmptyHeader keeps timestamp type, transactional, control */
+
+/* The fields of an output batch in ``infos`` (native int64 each), as kraftpy.storage.segment.BatchInfo. */
+enum { INFO_POSITION, INFO_SIZE, INFO_BASE_OFFSET, INFO_LAST_OFFSET, INFO_MAX_TIMESTAMP, INFO_LEADER_EPOCH,
+       INFO_RECORD_COUNT, INFO_FIELDS };
+/* The counters of ``stats`` (native int64 each), added to. */
+enum { STAT_BYTES_READ, STAT_RECORDS_READ, STAT_RECORDS_KEPT, STAT_KEYLESS_DROPPED, STAT_BATCHES_EMPTIED,
+       STAT_HORIZON_SEEN, STAT_EARLIEST_HORIZON, STAT_FIELDS };
+
+static inline void
+store_be(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
+}
+
+/* *result = a + b, or 1 when that is past int64 (*result untouched). */
+static inline int
+add_overflows(int64_t a, int64_t b, int64_t *result)
+{
+    if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b))
+        return 1;
+    *result = a + b;
+    return 0;
+}
+
+/* The last offset of producer ``id`` in ``producers`` (pairs of int64, sorted by id), or -1 (none). */
+static long long
+producer_last_offset(const int64_t *producers, Py_ssize_t count, int64_t id)
+{
+    Py_ssize_t low = 0, high = count;
+    while (low < high) {
+        const Py_ssize_t mid = low + (high - low) / 2;
+        if (producers[2 * mid] < id)
+            low = mid + 1;
+        else
+            high = mid;
+    }
+    return low < count && producers[2 * low] == id ? producers[2 * low + 1] : -1;
+}
+
+/* Finish the batch written at out (header copied from the input, records section of
+ * ``records_size`` bytes after it): length, attributes, base timestamp, record count and CRC. */
+static void
+seal_batch(uint8_t *out, Py_ssize_t records_size, int attributes, int64_t base_timestamp, int32_t record_count)
+{
+    store_be(out + H_LENGTH, (uint64_t)(BATCH_HEADER_SIZE - 12 + records_size), 4);
+    store_be(out + H_ATTRIBUTES, (uint64_t)attributes, 2);
+    store_be(out + H_BASE_TIMESTAMP, (uint64_t)base_timestamp, 8);
+    store_be(out + H_RECORD_COUNT, (uint64_t)(uint32_t)record_count, 4);
+    store_be(out + H_CRC, crc32c_of(out + H_ATTRIBUTES, (size_t)(BATCH_HEADER_SIZE - H_ATTRIBUTES + records_size)), 4);
+}
+
+enum { CLEAN_DONE = 0, CLEAN_FOR_PYTHON = 1, CLEAN_OUT_FULL = 2 };
+
+static PyObject *
+clean_batches(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *table_obj, *bits_obj;
+    Py_buffer view, producers, out_view, infos_view, stats_view;
+    unsigned long long k0, k1;
+    long long bits_base, latest_offset, now, delete_retention_ms;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "OOLKKLy*nLLy*w*w*w*:clean_batches", &table_obj, &bits_obj, &bits_base, &k0, &k1,
+                          &latest_offset, &view, &start, &now, &delete_retention_ms, &producers, &out_view,
+                          &infos_view, &stats_view))
+        return NULL;
+    map_t m;
+    int have_table = 0;
+    const char *problem = NULL;
+    if (start < 0 || start > view.len)
+        problem = "start must lie in the buffer";
+    else if (producers.len % 16)
+        problem = "producers must hold pairs of int64";
+    else if (stats_view.len < STAT_FIELDS * 8)
+        problem = "stats must hold the counters";
+    if (problem == NULL) {
+        if (get_map(table_obj, bits_obj, bits_base, &m) == 0)
+            have_table = 1;
+    } else {
+        PyErr_SetString(PyExc_ValueError, problem);
+    }
+    if (!have_table) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&producers);
+        PyBuffer_Release(&out_view);
+        PyBuffer_Release(&infos_view);
+        PyBuffer_Release(&stats_view);
+        return NULL;
+    }
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    const Py_ssize_t end = view.len;
+    const int64_t *pids = (const int64_t *)producers.buf;
+    const Py_ssize_t pid_count = producers.len / 16;
+    uint8_t *out = (uint8_t *)out_view.buf;
+    const Py_ssize_t out_capacity = out_view.len;
+    int64_t *infos = (int64_t *)infos_view.buf;
+    const Py_ssize_t info_capacity = infos_view.len / (INFO_FIELDS * 8);
+    int64_t stats[STAT_FIELDS];
+    memcpy(stats, stats_view.buf, sizeof(stats));
+    Py_ssize_t pos = start, written = 0, batches = 0;
+    int state = CLEAN_DONE, changed = 0, no_memory = 0;
+    uint8_t *keep = NULL;
+    record_t *kept_records = NULL;
+    Py_ssize_t keep_size = 0;
+
+    Py_BEGIN_ALLOW_THREADS
+    while (end - pos >= BATCH_HEADER_SIZE) {
+        const uint8_t *h = buf + pos;
+        const int32_t length = (int32_t)load_be(h + H_LENGTH, 4);
+        if (h[H_MAGIC] != 2 || length < BATCH_HEADER_SIZE - 12) {
+            state = CLEAN_FOR_PYTHON;  /* it says what is wrong */
+            break;
+        }
+        const Py_ssize_t size = (Py_ssize_t)length + 12;
+        if (size > end - pos)
+            break;  /* the rest of this batch is in the next read */
+        const int32_t count = (int32_t)load_be(h + H_RECORD_COUNT, 4);
+        const int32_t last_delta = (int32_t)load_be(h + H_LAST_OFFSET_DELTA, 4);
+        if (count < 0 || last_delta < 0) {
+            state = CLEAN_FOR_PYTHON;
+            break;
+        }
+        if (batches == info_capacity || out_capacity - written < size + (Py_ssize_t)REWRITE_GROWTH * count) {
+            state = CLEAN_OUT_FULL;
+            break;
+        }
+        if ((uint32_t)load_be(h + H_CRC, 4) != crc32c_of(h + H_ATTRIBUTES, (size_t)(size - H_ATTRIBUTES))) {
+            state = CLEAN_FOR_PYTHON;  /* it raises the CRC mismatch */
+            break;
+        }
+        const int attributes = (int)load_be(h + H_ATTRIBUTES, 2);
+        const long long base_offset = (long long)load_be(h, 8);
+        const long long last_offset = base_offset + last_delta;
+        const int64_t base_timestamp = (int64_t)load_be(h + H_BASE_TIMESTAMP, 8);
+        const int64_t producer_id = (int64_t)load_be(h + H_PRODUCER_ID, 8);
+        /* What the batch becomes (as Cleaner.clean_batch decides). */
+        enum { DROPPED, AS_IT_IS, EMPTY_BATCH, REENCODED } fate;
+        filtered_t f = {0, 0, 0, 0, 0};
+        int64_t new_base = base_timestamp, shift = 0;
+        int new_attributes = attributes;
+        if (attributes & CONTROL_OR_TRANSACTIONAL) {
+            f.kept = count;
+            fate = AS_IT_IS;
+        } else {
+            const int last_of_producer = producer_id != -1
+                && producer_last_offset(pids, pid_count, producer_id) == last_offset;
+            if (count == 0) {
+                fate = last_of_producer ? AS_IT_IS : DROPPED;
+            } else {
+                if (attributes & CODEC_MASK) {
+                    state = CLEAN_FOR_PYTHON;  /* compressed: decompressed and cleaned there */
+                    break;
+                }
+                if (keep_size < count) {
+                    uint8_t *larger = realloc(keep, (size_t)count);
+                    if (larger != NULL)
+                        keep = larger;
+                    record_t *more = realloc(kept_records, (size_t)count * sizeof(record_t));
+                    if (more != NULL)
+                        kept_records = more;
+                    if (larger == NULL || more == NULL) {
+                        no_memory = 1;
+                        break;
+                    }
+                    keep_size = count;
+                }
+                const int has_horizon = (attributes & DELETE_HORIZON_BIT) != 0;
+                const int retain_tombstones = !has_horizon || now < base_timestamp;
+                if (filter_section(&m, k0, k1, buf, pos + size, pos + BATCH_HEADER_SIZE, count, base_offset,
+                                   latest_offset, retain_tombstones, keep, kept_records, &f) != 0) {
+                    state = CLEAN_FOR_PYTHON;  /* it says which batch does not parse */
+                    break;
+                }
+                if (f.kept == 0) {
+                    fate = last_of_producer ? EMPTY_BATCH : DROPPED;
+                } else {
+                    const int set_horizon = f.tombstones > 0 && !has_horizon;
+                    int overflow = 0;
+                    if (set_horizon)
+                        overflow = add_overflows(now, delete_retention_ms, &new_base);
+                    else if (!has_horizon)
+                        overflow = add_overflows(base_timestamp, f.min_ts, &new_base);
+                    if (overflow || new_base == INT64_MIN || add_overflows(base_timestamp, -new_base, &shift)) {
+                        state = CLEAN_FOR_PYTHON;  /* timestamps past int64: as the Python path does */
+                        break;
+                    }
+                    if (set_horizon || has_horizon)
+                        new_attributes |= DELETE_HORIZON_BIT;
+                    fate = f.kept == count && !set_horizon ? AS_IT_IS : REENCODED;
+                }
+            }
+        }
+        Py_ssize_t out_size = 0;
+        int32_t out_count = 0;
+        uint8_t *o = out + written;
+        if (fate == AS_IT_IS) {
+            memcpy(o, h, (size_t)size);
+            out_size = size;
+            out_count = count;
+        } else if (fate == EMPTY_BATCH) {
+            memcpy(o, h, BATCH_HEADER_SIZE);
+            seal_batch(o, 0, attributes & EMPTY_BATCH_ATTRIBUTES, -1, 0);
+            out_size = BATCH_HEADER_SIZE;
+        } else if (fate == REENCODED) {
+            Py_ssize_t records_size = 0;
+            for (Py_ssize_t i = 0; i < f.kept; i++)
+                records_size += rewrite_record(buf, &kept_records[i], shift, o + BATCH_HEADER_SIZE + records_size);
+            memcpy(o, h, BATCH_HEADER_SIZE);
+            seal_batch(o, records_size, new_attributes, new_base, (int32_t)f.kept);
+            out_size = BATCH_HEADER_SIZE + records_size;
+            out_count = (int32_t)f.kept;
+        }
+        stats[STAT_BYTES_READ] += size;
+        stats[STAT_RECORDS_READ] += count;
+        stats[STAT_RECORDS_KEPT] += f.kept;
+        stats[STAT_KEYLESS_DROPPED] += f.keyless;
+        if (count > 0 && f.kept == 0 && !(attributes & CONTROL_OR_TRANSACTIONAL))
+            stats[STAT_BATCHES_EMPTIED] += 1;
+        if (f.tombstones) {
+            if (!stats[STAT_HORIZON_SEEN] || new_base < stats[STAT_EARLIEST_HORIZON])
+                stats[STAT_EARLIEST_HORIZON] = new_base;
+            stats[STAT_HORIZON_SEEN] = 1;
+        }
+        if (fate != AS_IT_IS)
+            changed = 1;
+        if (fate != DROPPED) {
+            int64_t *info = infos + batches * INFO_FIELDS;
+            info[INFO_POSITION] = written;
+            info[INFO_SIZE] = out_size;
+            info[INFO_BASE_OFFSET] = base_offset;
+            info[INFO_LAST_OFFSET] = last_offset;
+            info[INFO_MAX_TIMESTAMP] = (int64_t)load_be(h + H_MAX_TIMESTAMP, 8);
+            info[INFO_LEADER_EPOCH] = (int32_t)load_be(h + H_LEADER_EPOCH, 4);
+            info[INFO_RECORD_COUNT] = out_count;
+            written += out_size;
+            batches += 1;
+        }
+        pos += size;
+    }
+    Py_END_ALLOW_THREADS
+
+    free(keep);
+    free(kept_records);
+    memcpy(stats_view.buf, stats, sizeof(stats));
+    release_map(&m);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&producers);
+    PyBuffer_Release(&out_view);
+    PyBuffer_Release(&infos_view);
+    PyBuffer_Release(&stats_view);
+    if (no_memory)
+        return PyErr_NoMemory();
+    return Py_BuildValue("(innni)", state, pos, written, batches, changed);
 }
 
 static PyMethodDef methods[] = {
@@ -775,6 +1351,12 @@ static PyMethodDef methods[] = {
     {"rewrite_records", rewrite_records, METH_VARARGS,
      "rewrite_records(buffer, start, count, mask, timestamp_shift) -> bytes or None\n\n"
      "The records the mask keeps, their timestamp deltas shifted."},
+    {"clean_batches", clean_batches, METH_VARARGS,
+     "clean_batches(table, key0, key1, latest_offset, buffer, start, now, delete_retention_ms, producers, out,\n"
+     "              infos, stats) -> (state, position, out length, output batches, changed)\n\n"
+     "The log cleaner's copy step over the whole batches of a read."},
+    {"crc32c", crc32c, METH_VARARGS,
+     "crc32c(buffer, software=False) -> int\n\nThe CRC-32C of the buffer (software: without the processor's instruction)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -787,5 +1369,16 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__record_scan(void)
 {
-    return PyModule_Create(&module);
+    if (crc_init() != 0)
+        return PyErr_NoMemory();
+#ifdef HAVE_CRC_HARDWARE
+    __builtin_cpu_init();
+    crc_hardware = __builtin_cpu_supports("sse4.2") != 0;
+#endif
+    PyObject *module_obj = PyModule_Create(&module);
+    if (module_obj != NULL && PyModule_AddIntConstant(module_obj, "CRC32C_HARDWARE", crc_hardware) != 0) {
+        Py_DECREF(module_obj);
+        return NULL;
+    }
+    return module_obj;
 }

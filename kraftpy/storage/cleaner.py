@@ -47,6 +47,12 @@ A pass (:meth:`Cleaner.clean`, blocking, in a worker thread, beside appends) run
      a later cleaning after that time drops them. A consumer that reads from the start and keeps
      up within ``delete.retention.ms`` therefore sees every delete.
 
+   With the C record loops the copy of a whole read is one call (:meth:`OffsetMap.clean_batches`),
+   which makes these decisions for every uncompressed batch, checks CRCs and writes the new batches
+   (CRC-32C included); compressed batches, and any batch it finds damaged, come back to
+   :meth:`_Pass.clean_batch`, which makes them for every batch when C is missing. Both write the
+   same bytes (a test runs passes both ways and compares the files).
+
    The group's output is fsynced, then (in the owner's exclusive section) swapped in by
    :meth:`kraftpy.storage.log.Log.replace_segments` with the crash-safe protocol described there.
    Grouping keeps that protocol's range exact: a group ends with a segment that produced output,
@@ -54,7 +60,8 @@ A pass (:meth:`Cleaner.clean`, blocking, in a worker thread, beside appends) run
    at the end, become empty segments of their own). A group whose output is its input unchanged
    is not swapped.
 
-The next pass's first dirty offset is where this one's map ended. I/O (reads and writes) goes
+The next pass's first dirty offset is where this one's map ended. Reads take
+:attr:`CleanerConfig.io_buffer_size` at a time, into one buffer of the pass. I/O (reads and writes) goes
 through a :class:`Throttler` (``log.cleaner.io.max.bytes.per.second``), which sleeps the worker
 thread. A pass checks its ``abort`` event between batches: whoever must change the log's old
 segments (retention, truncation) sets it and waits for the pass to end; its cleaned files are removed.
@@ -66,7 +73,9 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from array import array
+from collections.abc import Callable, Mapping
+from itertools import chain
 from pathlib import Path
 
 import attrs
@@ -90,7 +99,21 @@ from kraftpy.storage.checkpoint import encode_offsets, read_offsets
 from kraftpy.storage.fsutil import fsync_dir, write_atomic
 from kraftpy.storage.index import INT32_MAX
 from kraftpy.storage.log import Log, SegmentSwap
-from kraftpy.storage.offset_map import OffsetMap
+from kraftpy.storage.offset_map import (
+    CLEAN_DONE,
+    CLEAN_OUT_FULL,
+    COUNT_BATCHES_EMPTIED,
+    COUNT_BYTES_READ,
+    COUNT_EARLIEST_HORIZON,
+    COUNT_HORIZON_SEEN,
+    COUNT_KEYLESS_DROPPED,
+    COUNT_RECORDS_KEPT,
+    COUNT_RECORDS_READ,
+    COUNTERS,
+    INFO_FIELDS,
+    OffsetMap,
+    copy_room,
+)
 from kraftpy.storage.segment import CLEANED_SUFFIX, BatchInfo, LogSegment
 
 CLEANER_OFFSET_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
@@ -102,6 +125,9 @@ _EMPTY_BATCH_ATTRIBUTES = TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT | CONTROL_BIT
 NO_TIMESTAMP = -1
 #: Kafka's log.cleaner.io.buffer.size: how much of a segment one read takes.
 DEFAULT_IO_BUFFER_SIZE = 512 * 1024
+
+#: Output batches one C call of the copy may leave before they are written.
+_OUT_BATCHES = 4096
 
 _logger = structlog.get_logger(__name__)
 
@@ -376,6 +402,19 @@ class _Pass:
         self.copied_up_to = log.log_start_offset
         #: The record count of the batch `clean_batch` last re-encoded.
         self.last_kept = 0
+        #: One buffer for every read of the pass (a read's batches are done with before the next read).
+        self._read_buffer = bytearray(max(cleaner.config.io_buffer_size, HEADER_SIZE))
+        #: Batches cleaned in Python, not yet written (they may be views of the read buffer).
+        self._parts: list[bytes | memoryview] = []
+        self._infos: list[BatchInfo] = []
+        self._pending = 0
+        #: With the C loops: the copy's output buffer, its batches' fields, its counters, the producers.
+        self._c_copy = self.map.accelerated
+        if self._c_copy:
+            self._out = bytearray(2 * cleaner.config.io_buffer_size)
+            self._out_infos = array("q", bytes(8 * INFO_FIELDS * _OUT_BATCHES))
+            self._counters = array("q", bytes(8 * COUNTERS))
+            self._producer_offsets = array("q", chain.from_iterable(sorted(producers.items())))
 
     def check_abort(self) -> None:
         if self.abort is not None and self.abort.is_set():
@@ -389,38 +428,15 @@ class _Pass:
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def batches(self, segment: LogSegment, position: int = 0) -> Iterator[tuple[BatchHeader, memoryview]]:
-        """Each batch of ``segment`` from ``position``, read ``io_buffer_size`` at a time, CRC-checked.
-        (Only the copy reads this way: it reads every batch the map read, so a damaged batch stops the
-        pass before anything is swapped in.)"""
-        size = segment.size
-        chunk_size = self.cleaner.config.io_buffer_size
-        while position < size:
-            self.check_abort()
-            data = os.pread(segment.fd, min(max(chunk_size, HEADER_SIZE), size - position), position)
-            self.throttler.maybe_throttle(len(data))
-            view = memoryview(data)
-            cursor = 0
-            while len(view) - cursor >= HEADER_SIZE:
-                header = read_header(view, cursor)
-                if position + cursor + header.size > size:
-                    raise CorruptRecordError(f"batch of {header.size} bytes runs past the end of {segment.path.name}",
-                                             position + cursor)
-                if header.size > len(view) - cursor:
-                    if cursor == 0:  # one batch larger than a chunk: read it whole
-                        data = os.pread(segment.fd, header.size, position)
-                        self.throttler.maybe_throttle(len(data))
-                        view = memoryview(data)
-                        continue
-                    break
-                batch = view[cursor: cursor + header.size]
-                if compute_crc(batch, 0, header.size) != header.crc:
-                    raise CorruptRecordError(f"CRC mismatch in {segment.path.name}", position + cursor)
-                yield header, batch
-                cursor += header.size
-            if cursor == 0:
-                raise CorruptRecordError(f"torn batch in {segment.path.name}", position)
-            position += cursor
+    def read(self, segment: LogSegment, position: int, size: int) -> memoryview:
+        """``size`` bytes of ``segment`` from ``position``, into the pass's read buffer (grown for a batch
+        larger than a read), throttled. The view is valid until the next read."""
+        if size > len(self._read_buffer):
+            self._read_buffer = bytearray(size)
+        view = memoryview(self._read_buffer)[:size]
+        got = os.preadv(segment.fd, [view], position)
+        self.throttler.maybe_throttle(got)
+        return view[:got]
 
     def records_of(self, header: BatchHeader, batch: memoryview) -> tuple[bytes | memoryview, int]:
         """The batch's records section (decompressed) and where its records start in it."""
@@ -434,7 +450,7 @@ class _Pass:
     def build_map(self, first_dirty: int, first_uncleanable: int) -> int:
         """Map the keys of ``[first_dirty, first_uncleanable)``; returns where the map ends (exclusive)."""
         segments = self.segments
-        self.map.reset(first_uncleanable - first_dirty)
+        self.map.reset(first_uncleanable - first_dirty, first_dirty)
         latest = first_dirty - 1
         for i, segment in enumerate(segments[:-1]):
             following = segments[i + 1].base_offset
@@ -461,8 +477,7 @@ class _Pass:
         want = self.cleaner.config.io_buffer_size
         while position < size:
             self.check_abort()
-            data = os.pread(segment.fd, min(want, size - position), position)
-            self.throttler.maybe_throttle(len(data))
+            data = self.read(segment, position, min(want, size - position))
             want = self.cleaner.config.io_buffer_size
             cursor = 0
             while True:
@@ -473,7 +488,7 @@ class _Pass:
                     break
                 # A compressed batch reaching the dirty part: decompressed and mapped here.
                 header = read_header(data, cursor)
-                section, start = self.records_of(header, memoryview(data)[cursor: cursor + header.size])
+                section, start = self.records_of(header, data[cursor: cursor + header.size])
                 taken, last_put = self.map.put_records(section, start, header.record_count, header.base_offset,
                                                        first_dirty)
                 if taken < header.record_count:
@@ -528,37 +543,117 @@ class _Pass:
         self.close(current, len(current.members) - len(carried))
         for alone in carried:
             self.close(_Group([alone], changed=alone.size > 0), 1)
+        if self._c_copy:
+            self.add_counters()
         if self.swaps:
             fsync_dir(self.log.directory)
 
     def clean_segment(self, segment: LogSegment, group: _Group) -> bool:
-        """Filter ``segment``'s batches into ``group``'s output; whether it produced any batch."""
+        """Filter ``segment``'s batches into ``group``'s output; whether it produced any batch.
+
+        A read at a time, every batch CRC-checked (the copy reads every batch the map read, so a
+        damaged batch stops the pass before anything is swapped in). With the C loops one call cleans
+        the whole batches of a read (:meth:`clean_read`) and leaves to :meth:`clean_one` only those it
+        does not clean itself (compressed or damaged ones); without them every batch goes there."""
+        size = segment.size
+        position = 0
+        want = self.cleaner.config.io_buffer_size
         produced = False
-        parts: list[bytes | memoryview] = []
-        infos: list[BatchInfo] = []
-        pending = 0
-        flush_at = self.cleaner.config.io_buffer_size
-        stats = self.stats
-        for header, batch in self.batches(segment):
-            stats.bytes_read += header.size
-            out = self.clean_batch(header, batch)
-            if out is not batch:
-                group.changed = True
-            if out is None:
+        while position < size:
+            self.check_abort()
+            asked = min(max(want, HEADER_SIZE), size - position)
+            view = self.read(segment, position, asked)
+            want = self.cleaner.config.io_buffer_size
+            cursor = 0
+            while True:
+                if self._c_copy:
+                    cursor, done, produced_now = self.clean_read(view, cursor, group)
+                    produced |= produced_now
+                    if done:
+                        break
+                if len(view) - cursor < HEADER_SIZE:
+                    break
+                header = read_header(view, cursor)
+                if position + cursor + header.size > size:
+                    raise CorruptRecordError(f"batch of {header.size} bytes runs past the end of {segment.path.name}",
+                                             position + cursor)
+                if header.size > len(view) - cursor:
+                    break
+                batch = view[cursor: cursor + header.size]
+                if compute_crc(batch, 0, header.size) != header.crc:
+                    raise CorruptRecordError(f"CRC mismatch in {segment.path.name}", position + cursor)
+                produced |= self.clean_one(header, batch, group)
+                cursor += header.size
+            self.flush(group)  # before the next read: the batches kept as they are are views of this one
+            if cursor == 0:  # one batch larger than a read: read it whole next
+                if len(view) < HEADER_SIZE or len(view) < asked:  # (a read cut short: the file is shorter)
+                    raise CorruptRecordError(f"torn batch in {segment.path.name}", position)
+                header = read_header(view, 0)
+                if position + header.size > size:
+                    raise CorruptRecordError(f"batch of {header.size} bytes runs past the end of "
+                                             f"{segment.path.name}", position)
+                want = header.size
                 continue
-            # A batch keeps its offsets, max timestamp and leader epoch whatever records it loses.
-            count = header.record_count if out is batch else self.last_kept
-            infos.append(BatchInfo(pending, len(out), header.base_offset, header.last_offset, header.max_timestamp,
-                                   header.partition_leader_epoch, count))
-            parts.append(out)
-            pending += len(out)
-            produced = True
-            if pending >= flush_at:
-                self.write(group, parts, infos, pending)
-                parts, infos, pending = [], [], 0
-        if parts:
-            self.write(group, parts, infos, pending)
+            position += cursor
         return produced
+
+    def clean_one(self, header: BatchHeader, batch: memoryview, group: _Group) -> bool:
+        """Clean one CRC-checked batch in Python into the pending output; whether it left a batch."""
+        self.stats.bytes_read += header.size
+        out = self.clean_batch(header, batch)
+        if out is not batch:
+            group.changed = True
+        if out is None:
+            return False
+        # A batch keeps its offsets, max timestamp and leader epoch whatever records it loses.
+        count = header.record_count if out is batch else self.last_kept
+        self._infos.append(BatchInfo(self._pending, len(out), header.base_offset, header.last_offset,
+                                     header.max_timestamp, header.partition_leader_epoch, count))
+        self._parts.append(out)
+        self._pending += len(out)
+        return True
+
+    def clean_read(self, view: memoryview, cursor: int, group: _Group) -> tuple[int, bool, bool]:
+        """Clean the whole batches of a read from ``cursor`` in C (:meth:`OffsetMap.clean_batches`) and
+        write their output; returns where it stopped, whether that is the end of the read's whole
+        batches (else :meth:`clean_one` takes the batch there) and whether it left any batch."""
+        produced = False
+        while True:
+            state, cursor, length, batches, changed = self.map.clean_batches(
+                view, cursor, self.now, self.config.delete_retention_ms, self._producer_offsets, self._out,
+                self._out_infos, self._counters)
+            if changed:
+                group.changed = True
+            if batches:
+                self.flush(group)  # the batches cleaned in Python before these
+                fields = self._out_infos
+                infos = [BatchInfo(*fields[i: i + INFO_FIELDS]) for i in range(0, batches * INFO_FIELDS, INFO_FIELDS)]
+                self.write(group, [memoryview(self._out)[:length]], infos, length)
+                produced = True
+            if state != CLEAN_OUT_FULL:
+                return cursor, state == CLEAN_DONE, produced
+            if not batches:  # one batch larger than the output buffer
+                header = read_header(view, cursor)
+                self._out = bytearray(copy_room(header.size, header.record_count))
+
+    def add_counters(self) -> None:
+        """Add what the C copy counted to the pass's stats."""
+        counters, stats = self._counters, self.stats
+        stats.bytes_read += counters[COUNT_BYTES_READ]
+        stats.records_read += counters[COUNT_RECORDS_READ]
+        stats.records_kept += counters[COUNT_RECORDS_KEPT]
+        stats.keyless_dropped += counters[COUNT_KEYLESS_DROPPED]
+        stats.batches_emptied += counters[COUNT_BATCHES_EMPTIED]
+        if counters[COUNT_HORIZON_SEEN]:
+            self.note_horizon(counters[COUNT_EARLIEST_HORIZON])
+        for i in range(COUNTERS):
+            counters[i] = 0
+
+    def flush(self, group: _Group) -> None:
+        """Write the batches cleaned in Python."""
+        if self._parts:
+            self.write(group, self._parts, self._infos, self._pending)
+            self._parts, self._infos, self._pending = [], [], 0
 
     def write(self, group: _Group, parts: list, infos: list[BatchInfo], size: int) -> None:
         if group.writer is None:

@@ -4,7 +4,7 @@ Kafka's ``SkimpyOffsetMap``: the map stores a 16-byte hash of each key, never th
 of fixed-size slots, so its memory is bounded by ``log.cleaner.dedupe.buffer.size`` (divided
 among ``log.cleaner.threads``) whatever the keys are. Layout of the table (a bytearray)::
 
-    slot (24 bytes)   hash of the key   16 bytes   SipHash-2-4, 128-bit output, keyed per map
+    slot (24 bytes)   hash of the key   16 bytes   SipHash-1-3, 128-bit output, keyed per map
                       offset + 1         8 bytes   native int64; 0 marks an empty slot
 
 A power of two of slots, at most what the memory holds. The table starts small and doubles
@@ -23,8 +23,27 @@ keyless record inside the map's range goes (it can only be there from before the
 compacted). The hash is keyed with random bytes drawn for each map: keys chosen to collide (which
 would drop a key's latest record) cannot be computed in advance.
 
-The loops over records are in C (:mod:`kraftpy.protocol._record_scan`); without it, the same map is
-a Python dict from BLAKE2b hashes to offsets, with the same capacity and the same answers.
+Why 16 bytes of hash. Kafka's map keeps the MD5 digest of each key and compares digests, never
+keys: two keys with one digest count as one key, and the older one's latest record is dropped. The
+risk is a collision among the keys of one pass, about n²/2^129 for n keys: 2·10^-26 for the 3.8
+million keys of a full map of the default 128 MiB. An 8-byte hash (16-byte slots: half again as
+many keys a megabyte) would make that n²/2^65, 4·10^-7 for every full pass — over the passes of a
+cluster's life, a real chance of a silent loss — so kraftpy keeps Kafka's 16 bytes. Unlike MD5, whose collisions
+can be made at will (a producer could write a key that erases another's), SipHash is keyed afresh
+for every map.
+
+The superseded bitmap (C map only). Beside the table the map keeps one bit per offset of the
+dirty part, from the first offset given to :meth:`OffsetMap.reset` (at most ``memory / 8`` bytes
+of them; offsets past that are looked up as before): when the map pass puts a record whose key's
+slot holds an older offset, that offset's bit is set. The copy then decides a record of the dirty
+part by its bit alone — set: a later record of its key exists — without hashing its key a second
+time or reading the table; only records of the clean part are looked up. It answers as the table
+would, by construction, for the records the map pass read at those offsets, which are those the
+copy reads (nothing rewrites a log's old segments while a pass runs).
+
+The loops over records are in C (:mod:`kraftpy.protocol._record_scan`), and so is the copy's
+walk over the batches of a read (:meth:`OffsetMap.clean_batches`); without it, the same map is a
+Python dict from BLAKE2b hashes to offsets, with the same capacity and the same answers.
 """
 
 from __future__ import annotations
@@ -33,6 +52,7 @@ import hashlib
 import math
 import os
 import struct
+from array import array
 from typing import NamedTuple
 
 from kraftpy.protocol.batch_header import CODEC_MASK, HEADER_SIZE, CorruptRecordError, read_header
@@ -40,13 +60,14 @@ from kraftpy.protocol.compression import decompress
 from kraftpy.protocol.records import _encode_record, decode_records
 
 try:
+    from kraftpy.protocol._record_scan import clean_batches as _c_clean
     from kraftpy.protocol._record_scan import filter_records as _c_filter
     from kraftpy.protocol._record_scan import grow_table as _c_grow
     from kraftpy.protocol._record_scan import map_batches as _c_map_batches
     from kraftpy.protocol._record_scan import map_records as _c_map
     from kraftpy.protocol._record_scan import rewrite_records as _c_rewrite
 except ImportError:  # not compiled: the Python versions below give the same answers
-    _c_map = _c_map_batches = _c_filter = _c_rewrite = _c_grow = None
+    _c_map = _c_map_batches = _c_filter = _c_rewrite = _c_grow = _c_clean = None
 
 #: Whether the C loops are in use.
 ACCELERATED = _c_map is not None
@@ -54,6 +75,22 @@ SLOT_SIZE = 24
 HASH_SIZE = 16
 #: Slots of a new table (384 KiB), before it grows.
 INITIAL_SLOTS = 1 << 14
+#: The states of :meth:`OffsetMap.clean_batches`.
+CLEAN_DONE, CLEAN_FOR_PYTHON, CLEAN_OUT_FULL = 0, 1, 2
+#: int64 fields per output batch of :meth:`OffsetMap.clean_batches`.
+INFO_FIELDS = 7
+#: Its counters: bytes read, records read, records kept, keyless records dropped, batches emptied,
+#: whether a kept tombstone was seen, and the earliest delete horizon of the kept tombstones.
+(COUNT_BYTES_READ, COUNT_RECORDS_READ, COUNT_RECORDS_KEPT, COUNT_KEYLESS_DROPPED, COUNT_BATCHES_EMPTIED,
+ COUNT_HORIZON_SEEN, COUNT_EARLIEST_HORIZON) = range(7)
+COUNTERS = 7
+#: A record's length and timestamp delta varints may grow by this many bytes when it is rewritten.
+REWRITE_GROWTH = 15
+
+
+def copy_room(batch_size: int, record_count: int) -> int:
+    """The most bytes a batch may take once cleaned (its records' timestamp deltas moved)."""
+    return batch_size + REWRITE_GROWTH * record_count
 _SIPHASH_KEY = struct.Struct("<QQ")
 
 
@@ -90,6 +127,11 @@ class OffsetMap:
         self.accelerated = ACCELERATED if accelerated is None else accelerated and ACCELERATED
         self._slots = 0
         self._table = bytearray()
+        #: The superseded bitmap (C map only): bit i is set once offset ``_superseded_base + i`` is
+        #: known not to be its key's last (see the module doc); at most an eighth of ``memory``.
+        self._superseded = bytearray()
+        self._superseded_base = 0
+        self._superseded_limit = memory // 8
         self._dict: dict[bytes, int] = {}
         self._k0 = self._k1 = 0
         self._seed = b""
@@ -118,8 +160,9 @@ class OffsetMap:
     def utilization(self) -> float:
         return self.size / self._slots if self._slots else 0.0
 
-    def reset(self, expected_keys: int) -> None:
-        """Empty the map for a pass over at most ``expected_keys`` keys (the dirty offsets), with a fresh hash key."""
+    def reset(self, expected_keys: int, first_offset: int = 0) -> None:
+        """Empty the map for a pass over at most ``expected_keys`` keys (the dirty offsets), from ``first_offset``
+        on (the first dirty offset), with a fresh hash key."""
         wanted = math.ceil(max(expected_keys, 1) / self.load_factor) + 1
         limit = min(self.max_slots, 1 << max(1, (wanted - 1).bit_length()))
         slots = min(limit, INITIAL_SLOTS)
@@ -132,8 +175,18 @@ class OffsetMap:
         self.latest_offset = -1
         if self.accelerated:
             self._table = bytearray(slots * SLOT_SIZE)
+            self._superseded = bytearray(min(math.ceil(max(expected_keys, 0) / 8), self._superseded_limit))
+            self._superseded_base = first_offset
         else:
             self._dict = {}
+
+    def _bitmap(self, min_offset: int) -> tuple[bytearray, int]:
+        """The superseded bitmap for puts from ``min_offset`` on. It tells which records are their key's
+        last only where every keyed record was put: puts from another offset than the one the map was
+        reset with drop it (the map's hashes then answer for every record)."""
+        if min_offset != self._superseded_base and self._superseded:
+            self._superseded = bytearray()
+        return self._superseded, self._superseded_base
 
     def _hash(self, key: bytes) -> bytes:
         return hashlib.blake2b(key, digest_size=HASH_SIZE, key=self._seed).digest()
@@ -149,7 +202,8 @@ class OffsetMap:
             taken = 0
             last_put = -1
             while True:
-                answer = _c_map(self._table, self._k0, self._k1, self.size, min(self._grow_at, self._max_entries),
+                answer = _c_map(self._table, *self._bitmap(min_offset), self._k0, self._k1, self.size,
+                                min(self._grow_at, self._max_entries),
                                 section, start, count - taken, base_offset, min_offset)
                 if answer is None:
                     raise CorruptRecordError(f"the records of the batch at offset {base_offset} do not parse")
@@ -187,7 +241,8 @@ class OffsetMap:
         if not self.accelerated:
             return self._put_batches_py(buffer, start, min_offset, latest)
         while True:
-            answer = _c_map_batches(self._table, self._k0, self._k1, self.size, min(self._grow_at, self._max_entries),
+            answer = _c_map_batches(self._table, *self._bitmap(min_offset), self._k0, self._k1, self.size,
+                                    min(self._grow_at, self._max_entries),
                                     buffer, start, min_offset, latest)
             if answer is None:
                 raise CorruptRecordError("a batch of the segment does not parse", start)
@@ -234,7 +289,8 @@ class OffsetMap:
                        retain_tombstones: bool) -> Filtered:
         """Which records of a batch a cleaned log keeps (see the module doc)."""
         if self.accelerated:
-            answer = _c_filter(self._table, self._k0, self._k1, section, start, count, base_offset,
+            answer = _c_filter(self._table, self._superseded, self._superseded_base, self._k0, self._k1, section,
+                               start, count, base_offset,
                                self.latest_offset, retain_tombstones)
             if answer is None:
                 raise CorruptRecordError(f"the records of the batch at offset {base_offset} do not parse")
@@ -261,6 +317,29 @@ class OffsetMap:
                 high = record.timestamp if high is None else max(high, record.timestamp)
         return Filtered(bytes(mask), kept, tombstones, low or 0, high or 0, keyless)
 
+    def clean_batches(self, buffer: bytes | bytearray | memoryview, start: int, now: int, delete_retention_ms: int,
+                      producers: bytes | array, out: bytearray, infos: array, counters: array
+                      ) -> tuple[int, int, int, int, bool]:
+        """The copy step of the cleaner over the whole batches of ``buffer`` (a read of a segment) from
+        ``start``, in one C call (the C map only; see :meth:`kraftpy.storage.cleaner._Pass.clean_batch`,
+        whose decisions it makes): each batch's CRC checked, then dropped, kept as it is, or rewritten
+        with the records :meth:`filter_records` keeps, into ``out``.
+
+        ``producers`` holds ``(producer id, last offset of its last batch)`` int64 pairs sorted by id;
+        ``infos`` receives :data:`INFO_FIELDS` int64 per output batch (its position in ``out``, size,
+        base offset, last offset, max timestamp, leader epoch, record count); ``counters`` (int64,
+        :data:`COUNTERS` long) is added to. Returns ``(state, position, bytes in out, output batches,
+        whether any batch changed)``: state :data:`CLEAN_DONE`, every whole batch is done (``position``
+        is where the next read starts); :data:`CLEAN_FOR_PYTHON`, the batch at ``position`` is left to
+        the caller (compressed, damaged, or timestamps past int64); :data:`CLEAN_OUT_FULL`, ``out`` or
+        ``infos`` has no room for the batch at ``position`` (write them out and call again; with no
+        output batch, ``out`` must grow to :func:`copy_room` of that batch)."""
+        state, position, length, batches, changed = _c_clean(
+            self._table, self._superseded, self._superseded_base, self._k0, self._k1, self.latest_offset, buffer,
+            start, now, delete_retention_ms, producers,
+            out, infos, counters)
+        return state, position, length, batches, bool(changed)
+
     def rewrite_records(self, section: bytes | bytearray | memoryview, start: int, count: int, mask: bytes,
                         timestamp_shift: int) -> bytes:
         """The records ``mask`` keeps, back to back, ``timestamp_shift`` added to their timestamp deltas."""
@@ -282,3 +361,4 @@ def _decode(section: bytes | bytearray | memoryview, start: int, count: int, bas
         return decode_records(bytes(memoryview(section)[start:]), count)
     except CorruptRecordError as exc:
         raise CorruptRecordError(f"the records of the batch at offset {base_offset} do not parse: {exc}") from None
+

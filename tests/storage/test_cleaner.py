@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
+import attrs
 import pytest
 
 from kraftpy.broker import producer_state as ps
@@ -459,8 +460,9 @@ def test_the_c_record_loops_answer_as_the_python_ones():
 
     @settings(max_examples=200, deadline=None)
     @given(batches=st.lists(st.lists(record, min_size=1, max_size=12), min_size=1, max_size=6),
-           latest_cut=st.integers(0, 80), retain_tombstones=st.booleans(), shift=st.integers(-10**9, 10**9))
-    def check(batches, latest_cut, retain_tombstones, shift):
+           latest_cut=st.integers(0, 80), first_dirty=st.integers(0, 80), retain_tombstones=st.booleans(),
+           shift=st.integers(-10**9, 10**9))
+    def check(batches, latest_cut, first_dirty, retain_tombstones, shift):
         encoded, offset = [], 0
         for records in batches:
             data = build_batch([SimpleRecord(k, v, headers=h, timestamp=1_700_000_000_000 + t) for k, v, t, h in records],
@@ -470,9 +472,12 @@ def test_the_c_record_loops_answer_as_the_python_ones():
         maps = {}
         for accelerated in (True, False):
             m = OffsetMap(1 << 16, accelerated=accelerated)
-            m.reset(offset)
+            # Records below the first dirty offset are looked up by their keys' hashes, the others (in C)
+            # in the bitmap of superseded offsets.
+            first = min(first_dirty, offset)
+            m.reset(offset - first, first)
             for data, base, count in encoded:
-                assert m.put_records(data, HEADER_SIZE, count, base, 0)[0] == count
+                assert m.put_records(data, HEADER_SIZE, count, base, first)[0] == count
             m.latest_offset = min(latest_cut, offset - 1)
             maps[accelerated] = m
         for data, base, count in encoded:
@@ -490,28 +495,99 @@ def test_the_offset_map_grows_as_keys_arrive_and_loses_none():
     from kraftpy.protocol.batch_header import HEADER_SIZE
 
     keys = 100 * (3 * offset_map.INITIAL_SLOTS // 100 + 1)  # the table has to double twice
-    batches = b"".join(
-        build_batch([SimpleRecord(b"key-%d" % (b * 100 + i), b"v", timestamp=0) for i in range(100)],
-                    base_offset=b * 100)
-        for b in range(keys // 100)
-    )
+
+    def every_key_once(first: int) -> list[tuple[bytes, int]]:
+        """(batch, base offset): key-i at offset first + i, 100 records a batch."""
+        return [(build_batch([SimpleRecord(b"key-%d" % (b * 100 + i), b"v", timestamp=0) for i in range(100)],
+                             base_offset=first + b * 100), first + b * 100) for b in range(keys // 100)]
+
+    clean_part, dirty_part = every_key_once(0), every_key_once(keys)
+    dirty = b"".join(data for data, _ in dirty_part)
     maps = {}
     for accelerated in (True, False):
         m = OffsetMap(1 << 24, accelerated=accelerated)
-        m.reset(keys)
-        position, latest, _, state = m.put_batches(batches, 0, 0, -1)
-        assert (position, latest, state) == (len(batches), keys - 1, 0)
+        m.reset(keys, keys)
+        position, latest, _, state = m.put_batches(dirty, 0, keys, -1)
+        assert (position, latest, state) == (len(dirty), 2 * keys - 1, 0)
         assert m.size == keys
         m.latest_offset = latest
         maps[accelerated] = m
     assert maps[True].slots >= 4 * offset_map.INITIAL_SLOTS
-    # Every key maps to its own offset: a batch's records all stay, in both.
-    again = build_batch([SimpleRecord(b"key-%d" % i, b"w", timestamp=0) for i in range(0, keys, 997)],
-                        base_offset=0)
     for m in maps.values():
-        assert m.filter_records(again, HEADER_SIZE, len(range(0, keys, 997)), 0, True).kept == 1  # only offset 0
+        # Below the dirty part a record is looked up by its key: every key has a later record, found.
+        assert {m.filter_records(data, HEADER_SIZE, 100, base, True).kept for data, base in clean_part} == {0}
+        # In the dirty part every record is its key's last.
+        assert {m.filter_records(data, HEADER_SIZE, 100, base, True).kept for data, base in dirty_part} == {100}
     # A map that fills stops inside a batch and says where.
     small = OffsetMap(64 * 24)
     small.reset(keys)
-    position, latest, last_put, state = small.put_batches(batches, 0, 0, -1)
+    position, latest, last_put, state = small.put_batches(b"".join(data for data, _ in clean_part), 0, 0, -1)
     assert state == 2 and small.size == int(64 * 0.9) and last_put == small.size - 1 and position == 0
+
+
+@pytest.mark.skipif(not offset_map.ACCELERATED, reason="the C record loops are not compiled")
+def test_the_c_copy_writes_the_bytes_the_python_copy_writes(tmp_path):
+    """The copy in one C call per read and the copy batch by batch in Python decide alike and write the
+    same bytes: two passes over the same log (the second at a time before, at or after the delete
+    horizons the first set), with keyless records, tombstones, a producer's batches, compressed,
+    transactional and control batches, maps that fill, and reads smaller than a batch."""
+    import itertools
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    record = st.tuples(st.sampled_from([None, b"a", b"b", b"c", b"d", b"e"]),
+                       st.one_of(st.none(), st.binary(max_size=6)), st.integers(-1000, 1000))
+    kinds = ["plain", "plain", "producer", "producer", "gzip", "transactional", "control"]
+    runs = itertools.count()
+
+    def build(directory, batches) -> tuple[Log, ManualClock, dict[int, int]]:
+        clock = ManualClock()
+        log = Log.open(directory, compacted(segment_bytes=500, delete_retention_ms=DAY), clock=clock)
+        producers, sequence = {}, 0
+        for pairs, kind in batches:
+            fields = {"compression": Compression.GZIP} if kind == "gzip" else {}
+            if kind in ("producer", "transactional", "control"):
+                fields.update(producer_id=5, producer_epoch=0, base_sequence=sequence,
+                              is_transactional=kind != "producer", is_control=kind == "control")
+                sequence += len(pairs)
+            data = build_batch([SimpleRecord(k, v, timestamp=clock() + t) for k, v, t in pairs], **fields)
+            info = log.append_as_leader(data, 2)
+            if "producer_id" in fields:
+                producers[5] = info.last_offset
+            clock.advance(7)
+        log.roll()
+        log.append_as_leader(keyed((b"z", b"1"), timestamp=clock()), 2)
+        log.update_high_watermark(log.log_end_offset)
+        return log, clock, producers
+
+    def files(log: Log) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(log.directory.iterdir()) if p.suffix == ".log"}
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(batches=st.lists(st.tuples(st.lists(record, min_size=1, max_size=6), st.sampled_from(kinds)),
+                            min_size=1, max_size=25),
+           later=st.sampled_from([0, DAY - 1, DAY, 3 * DAY]), live=st.booleans(),
+           memory=st.sampled_from([3 * 24, 1 << 16]), io_buffer=st.sampled_from([100, 4096]))
+    def check(batches, later, live, memory, io_buffer):
+        run = next(runs)
+        outcomes = {}
+        for accelerated in (True, False):
+            log, clock, producers = build(tmp_path / f"{run}-{accelerated}", batches)
+            producers = producers if live else {}
+            cleaner = Cleaner(CleanerConfig(dedupe_buffer_size=memory, io_buffer_size=io_buffer),
+                              accelerated=accelerated)
+            seen, checkpoint, horizon = [], None, None
+            for advance in (0, later):
+                clock.advance(advance)
+                to_clean = log_to_clean(log, checkpoint, clock(), earliest_horizon=horizon)
+                result = cleaner.clean(log, to_clean, clock(), producers)
+                result.swap_in(log)
+                checkpoint, horizon = result.next_dirty_offset, result.earliest_horizon
+                seen.append((attrs.evolve(result.stats, elapsed_s=0.0, map_utilization=0.0), checkpoint, horizon,
+                             result.copied_up_to, files(log)))
+            outcomes[accelerated] = seen
+            log.close()
+        assert outcomes[True] == outcomes[False]
+
+    check()
