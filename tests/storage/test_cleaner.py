@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from kraftpy.broker import producer_state as ps
-from kraftpy.protocol.batch_header import iter_batches, read_header
+from kraftpy.protocol.batch_header import CorruptRecordError, iter_batches, read_header
 from kraftpy.protocol.compression import Compression
 from kraftpy.protocol.records import SimpleRecord, build_batch, iter_decoded
 from kraftpy.storage import offset_map
@@ -344,6 +344,37 @@ def test_an_aborted_pass_leaves_no_file(tmp_path, accelerated):
     with pytest.raises(CleaningAborted):
         cleaner.clean(log, log_to_clean(log, None, clock()), clock(), {}, abort)
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".cleaned")]
+
+
+def test_a_damaged_batch_stops_the_pass_before_anything_is_swapped(tmp_path, accelerated):
+    clock = ManualClock()
+    log = Log.open(tmp_path, compacted(), clock=clock)
+    fill(log, clock, 200, 5)
+    first = log.segments[0]
+    second = first.read_header_at(0).size  # where the second batch starts
+    with open(first.path, "r+b") as f:  # the last byte of its value: the map reads it, only the CRC can tell
+        f.seek(second + first.read_header_at(second).size - 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    cleaner = Cleaner(CleanerConfig(dedupe_buffer_size=1 << 16), accelerated=accelerated)
+    with pytest.raises(CorruptRecordError, match=rf"CRC mismatch in {first.path.name} \(at byte {second}\)"):
+        cleaner.clean(log, log_to_clean(log, None, clock()), clock(), {})
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".cleaned")]
+
+
+@pytest.mark.skipif(not offset_map.ACCELERATED, reason="the C record loops are not compiled")
+def test_the_copys_crc32c_is_kafkas_with_and_without_the_processor_instruction():
+    import crc32c
+
+    from kraftpy.protocol import _record_scan
+
+    data = os.urandom(3 * 8192 * 2 + 777)
+    # Lengths around the blocks of three streams (768 and 24,576 bytes), from every alignment.
+    for length in [*range(0, 80), 767, 768, 769, 2400, 24575, 24576, 24577, 50000]:
+        for start in range(8):
+            view = memoryview(data)[start: start + length]
+            assert _record_scan.crc32c(view) == crc32c.crc32c(view) == _record_scan.crc32c(view, True)
 
 
 def test_segments_that_changed_meanwhile_are_not_swapped_and_their_files_go(tmp_path, accelerated):
