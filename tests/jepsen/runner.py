@@ -468,7 +468,8 @@ def create_topic(plan: Plan, topic: str, timeout: float, log: Callable[[str], An
     deadline = time.monotonic() + timeout
     while True:
         # Right after start, a broker whose metadata does not show the others unfenced yet names no
-        # controller, and librdkafka's admin client then waits out its request timeout: ask again.
+        # controller or fewer brokers, and librdkafka's admin client waits out its request timeout or
+        # drops the broker it asked (a local error, code < 0): ask again.
         futures = admin.create_topics([new], request_timeout=10)
         try:
             futures[topic].result(timeout=timeout)
@@ -476,9 +477,10 @@ def create_topic(plan: Plan, topic: str, timeout: float, log: Callable[[str], An
         except Exception as e:
             if "TOPIC_ALREADY_EXISTS" in str(e):
                 break
-            if "_TIMED_OUT" not in str(e) or time.monotonic() >= deadline:
+            local = bool(e.args) and hasattr(e.args[0], "code") and e.args[0].code() < 0
+            if not local or time.monotonic() >= deadline:
                 raise HarnessError(f"creating topic {topic} failed: {e}") from e
-            log(f"creating topic {topic} timed out ({e}); trying again")
+            log(f"creating topic {topic} failed locally ({e}); trying again")
     while time.monotonic() < deadline:
         t = admin.list_topics(topic, timeout=3).topics.get(topic)
         if t is not None and t.error is None and len(t.partitions) == plan.partitions \
