@@ -69,8 +69,8 @@ JoinCallback = Callable[[JoinResult], None]
 SyncCallback = Callable[[SyncResult], None]
 
 
-def write_error_for_commit(error: BaseException) -> ErrorCode:
-    """The OffsetCommit error for a failed append (Kafka's GroupMetadataManager.storeOffsets)."""
+def _write_error(error: BaseException) -> ErrorCode:
+    """What Kafka's storeOffsets and storeGroup both make of a failed append; the rest is theirs."""
     if isinstance(error, NotLeaderError):
         return ErrorCode.NOT_COORDINATOR
     code = error.error_code if isinstance(error, CoordinatorWriteError) else ErrorCode.UNKNOWN_SERVER_ERROR
@@ -79,26 +79,24 @@ def write_error_for_commit(error: BaseException) -> ErrorCode:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
         return ErrorCode.NOT_COORDINATOR
-    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
-        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
     return code
+
+
+_TOO_LARGE = (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE)
+
+
+def write_error_for_commit(error: BaseException) -> ErrorCode:
+    """The OffsetCommit error for a failed append (Kafka's GroupMetadataManager.storeOffsets)."""
+    code = _write_error(error)
+    return ErrorCode.INVALID_COMMIT_OFFSET_SIZE if code in _TOO_LARGE else code
 
 
 def write_error_for_group(error: BaseException) -> ErrorCode:
     """The SyncGroup/JoinGroup error for a failed group metadata append (Kafka's storeGroup)."""
-    if isinstance(error, NotLeaderError):
-        return ErrorCode.NOT_COORDINATOR
-    code = error.error_code if isinstance(error, CoordinatorWriteError) else ErrorCode.UNKNOWN_SERVER_ERROR
-    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
-                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-        return ErrorCode.NOT_COORDINATOR
+    code = _write_error(error)
     if code == ErrorCode.REQUEST_TIMED_OUT:
         return ErrorCode.REBALANCE_IN_PROGRESS
-    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
-        return ErrorCode.UNKNOWN_SERVER_ERROR
-    return code
+    return ErrorCode.UNKNOWN_SERVER_ERROR if code in _TOO_LARGE else code
 
 
 def java_string_length(s: str | None) -> int:
