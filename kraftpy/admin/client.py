@@ -1,0 +1,292 @@
+"""An asynchronous Kafka admin client on trio, speaking the protocol with kraftpy's own codec.
+
+`AdminClient` is what every `kraftpy` admin command uses (``topics``, ``configs``, ``cluster``,
+``groups``, ``reassign``, ``leaders``): it connects to one of the ``--bootstrap-server`` addresses,
+learns each broker's API versions (ApiVersions) and the cluster's brokers (Metadata), and sends each
+request at the highest version both sides speak, to any broker, to a given broker, or to a group's
+coordinator. A broker forwards what the controller decides (CreateTopics, IncrementalAlterConfigs,
+ElectLeaders, reassignments) to the active controller itself, so the client never needs the
+controller's address for those.
+
+Errors: a broker that cannot be reached, or does not answer within ``request.timeout.ms``, raises
+`AdminConnectionError`; an error code in a response is the caller's to report (`KafkaError` carries
+the code, Kafka's name for it and the broker's message).
+
+Client settings come from ``--command-config FILE`` (a ``.properties`` file of Kafka client keys,
+see `CLIENT_CONFIG_KEYS`): ``client.id``, ``request.timeout.ms`` and ``default.api.timeout.ms``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from kraftpy.broker.client import ConnectionClosed, KafkaConnection
+from kraftpy.protocol.api_keys import ApiKey
+from kraftpy.protocol.errors import ErrorCode, ProtocolError
+from kraftpy.protocol.messages import (
+    REQUESTS,
+    ApiVersionsRequest,
+    FindCoordinatorRequest,
+    MetadataRequest,
+)
+
+#: The client keys ``--command-config`` accepts, with their defaults (Kafka's names and meanings).
+CLIENT_CONFIG_KEYS: dict[str, str] = {
+    "client.id": "kraftpy-admin",
+    "request.timeout.ms": "30000",
+    "default.api.timeout.ms": "60000",
+}
+
+
+class AdminError(Exception):
+    """Something an admin command reports in one line and exits non-zero for."""
+
+    exit_code = 1
+
+
+class AdminConnectionError(AdminError):
+    """No broker (or no controller) could be reached or answered in time."""
+
+    exit_code = 3
+
+
+class KafkaError(AdminError):
+    """An error code a broker answered with, named as Kafka names it."""
+
+    def __init__(self, code: int, message: str | None = None, *, subject: str | None = None) -> None:
+        self.code = ErrorCode.for_code(code)
+        self.broker_message = message
+        self.subject = subject
+        text = self.code.name
+        if message:
+            text += f": {message}"
+        if subject:
+            text = f"{subject}: {text}"
+        super().__init__(text)
+
+
+def check(code: int, message: str | None = None, *, subject: str | None = None) -> None:
+    """Raise `KafkaError` unless ``code`` is NONE."""
+    if code != ErrorCode.NONE:
+        raise KafkaError(code, message, subject=subject)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``host:port`` (an ``id@`` prefix, as in controller.quorum.voters, is accepted)."""
+    item = text.strip().split("@", 1)[-1]
+    host, sep, port = item.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def parse_addresses(text: str) -> list[tuple[str, int]]:
+    """A comma-separated list of ``host:port``; at least one."""
+    out = [parse_address(item) for item in text.split(",") if item.strip()]
+    if not out:
+        raise ValueError("no address given")
+    return out
+
+
+@attrs.define
+class ClientConfig:
+    client_id: str = "kraftpy-admin"
+    request_timeout_s: float = 30.0
+    api_timeout_s: float = 60.0
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> ClientConfig:
+        """Validate the keys of a ``--command-config`` file; ValueError names the bad key and value."""
+        values = dict(CLIENT_CONFIG_KEYS)
+        values.update(props)
+        for key in ("request.timeout.ms", "default.api.timeout.ms"):
+            text = values[key]
+            if not text.strip().isdigit() or int(text) <= 0:
+                raise ValueError(f"{key}={text}: not a positive number of milliseconds")
+        return cls(client_id=values["client.id"], request_timeout_s=int(values["request.timeout.ms"]) / 1000,
+                   api_timeout_s=int(values["default.api.timeout.ms"]) / 1000)
+
+
+@attrs.define
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class AdminClient:
+    """One admin session: connections to brokers by node id, each used one request at a time.
+
+    Use as ``async with AdminClient(addresses, config) as admin:``; every method may raise
+    `AdminConnectionError`. Methods return decoded response bodies; the error codes inside are the
+    caller's to check (`check`).
+    """
+
+    def __init__(self, bootstrap: list[tuple[str, int]], config: ClientConfig | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.config = config or ClientConfig()
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.controller_id: int = -1
+        self.cluster_id: str | None = None
+        self._connections: dict[Any, KafkaConnection] = {}
+        self._locks: dict[Any, trio.Lock] = {}
+        self._versions: dict[Any, dict[int, tuple[int, int]]] = {}
+        self._any: Any = None
+
+    async def __aenter__(self) -> AdminClient:
+        await self._connect_bootstrap()
+        await self.refresh_metadata()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for conn in self._connections.values():
+            await conn.aclose()
+        self._connections.clear()
+
+    # -- connections ---------------------------------------------------------------------------
+
+    async def _open(self, key: Any, host: str, port: int) -> KafkaConnection:
+        with trio.move_on_after(self.config.request_timeout_s) as scope:
+            conn = await KafkaConnection.connect(host, port, client_id=self.config.client_id)
+        if scope.cancelled_caught:
+            raise AdminConnectionError(f"cannot connect to {host}:{port}: timed out")
+        try:
+            versions = await self._call(conn, ApiKey.API_VERSIONS, 3, ApiVersionsRequest(
+                client_software_name="kraftpy-admin", client_software_version="1"), f"{host}:{port}")
+        except BaseException:
+            await conn.aclose()
+            raise
+        check(versions.error_code, subject=f"{host}:{port}")
+        self._connections[key] = conn
+        self._locks.setdefault(key, trio.Lock())
+        self._versions[key] = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+        return conn
+
+    async def _connect_bootstrap(self) -> None:
+        errors = []
+        for host, port in self.bootstrap:
+            key = ("bootstrap", host, port)
+            try:
+                await self._open(key, host, port)
+            except (AdminConnectionError, ConnectionClosed) as exc:
+                errors.append(str(exc))
+                continue
+            self._any = key
+            return
+        raise AdminConnectionError("no broker answered: " + "; ".join(errors))
+
+    async def _call(self, conn: KafkaConnection, api_key: int, version: int, body: Any, where: str) -> Any:
+        with trio.move_on_after(self.config.request_timeout_s) as scope:
+            try:
+                return await conn.request(api_key, version, body)
+            except ConnectionClosed as exc:
+                raise AdminConnectionError(f"{where}: {exc}") from exc
+            except ProtocolError as exc:
+                raise AdminConnectionError(f"{where}: {exc}") from exc
+        assert scope.cancelled_caught
+        raise AdminConnectionError(f"{where}: no answer within request.timeout.ms="
+                                   f"{int(self.config.request_timeout_s * 1000)}")
+
+    async def _connection_for(self, node_id: int | None) -> Any:
+        if node_id is None:
+            if self._any is None or self._any not in self._connections:
+                await self._connect_bootstrap()
+            return self._any
+        if node_id not in self._connections:
+            broker = self.brokers.get(node_id)
+            if broker is None:
+                await self.refresh_metadata()
+                broker = self.brokers.get(node_id)
+            if broker is None:
+                raise AdminConnectionError(f"broker {node_id} is not in the cluster's metadata")
+            await self._open(node_id, broker.host, broker.port)
+        return node_id
+
+    def version_for(self, api_key: int, node_id: int | None = None) -> int:
+        """The highest version of ``api_key`` both this client and the broker speak."""
+        key = self._any if node_id is None else node_id
+        ours = REQUESTS[api_key].SCHEMA.versions
+        theirs = self._versions.get(key, {}).get(int(api_key))
+        if theirs is None:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"the broker does not serve {ApiKey(api_key).name}")
+        lo, hi = max(ours.lo, theirs[0]), min(ours.hi, theirs[1])
+        if lo > hi:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                             f"no common version of {ApiKey(api_key).name} (broker {theirs[0]}-{theirs[1]})")
+        return hi
+
+    async def request(self, api_key: int, body: Any, *, node_id: int | None = None,
+                      version: int | None = None) -> Any:
+        """Send ``body`` to ``node_id`` (any broker when None) at ``version`` (the highest common one
+        when None) and return the decoded response; a broken connection is dropped and opened again
+        on the next call."""
+        key = await self._connection_for(node_id)
+        if version is None:
+            version = self.version_for(api_key, node_id)
+        conn = self._connections[key]
+        async with self._locks[key]:
+            try:
+                return await self._call(conn, api_key, version, body, self._describe(key))
+            except AdminConnectionError:
+                self._connections.pop(key, None)
+                await conn.aclose()
+                raise
+
+    def _describe(self, key: Any) -> str:
+        if isinstance(key, tuple):
+            return f"{key[1]}:{key[2]}"
+        broker = self.brokers.get(key)
+        return f"broker {key} ({broker.host}:{broker.port})" if broker else f"broker {key}"
+
+    # -- the cluster -------------------------------------------------------------------------------
+
+    async def metadata(self, topics: list[str] | None = None, *, node_id: int | None = None) -> Any:
+        """Metadata for ``topics`` (all topics when None), without creating any."""
+        request = MetadataRequest(
+            topics=None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=False)
+        response = await self.request(ApiKey.METADATA, request, node_id=node_id)
+        self.brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
+        self.controller_id = response.controller_id
+        self.cluster_id = response.cluster_id
+        return response
+
+    async def refresh_metadata(self) -> None:
+        await self.metadata([])
+
+    async def find_coordinator(self, group: str) -> int:
+        """The node id of ``group``'s coordinator (FindCoordinator, retried while it loads)."""
+        with trio.move_on_after(self.config.api_timeout_s):
+            while True:
+                version = self.version_for(ApiKey.FIND_COORDINATOR)
+                if version >= 4:
+                    request = FindCoordinatorRequest(key_type=0, coordinator_keys=[group])
+                else:
+                    request = FindCoordinatorRequest(key=group, key_type=0)
+                response = await self.request(ApiKey.FIND_COORDINATOR, request, version=version)
+                if version >= 4:
+                    entry = response.coordinators[0]
+                    code, message, node_id = entry.error_code, entry.error_message, entry.node_id
+                else:
+                    code, message, node_id = response.error_code, response.error_message, response.node_id
+                if code == ErrorCode.NONE:
+                    if node_id not in self.brokers:
+                        await self.refresh_metadata()
+                    return node_id
+                if not ErrorCode.for_code(code).retriable:
+                    raise KafkaError(code, message, subject=f"group {group}")
+                await trio.sleep(0.1)
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator found within "
+                         f"default.api.timeout.ms={int(self.config.api_timeout_s * 1000)}", subject=f"group {group}")
+
+    async def coordinator_request(self, group: str, api_key: int, body: Any, *, version: int | None = None) -> Any:
+        node_id = await self.find_coordinator(group)
+        return await self.request(api_key, body, node_id=node_id, version=version)

@@ -1,0 +1,132 @@
+"""What every admin command shares: one flag style, one output style, exit codes scripts can trust.
+
+Flags: ``--bootstrap-server host:port[,host:port]`` (the Kafka protocol, any broker),
+``--bootstrap-controller host:port[,...]`` where a command reads the controllers' own view,
+``--command-config FILE`` (client settings, `kraftpy.admin.client.CLIENT_CONFIG_KEYS`) and ``--json``.
+
+Output: a rich table on a terminal; tab-separated columns with a header line when piped (``cut``,
+``awk`` and ``column -t`` read it); with ``--json``, one JSON document on stdout.
+
+Exit codes (`EXIT_*`): 0 everything asked for was done; 1 a request failed (the message names
+Kafka's error code and the resource); 2 the command line itself was wrong; 3 no broker or
+controller could be reached. Messages go to stderr as one line each: ``kraftpy: <what failed>``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import trio
+import typer
+
+from kraftpy.admin.client import AdminClient, AdminError, ClientConfig, parse_addresses
+from kraftpy.config.properties import load_properties
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+T = TypeVar("T")
+
+BootstrapServerOption = Annotated[
+    str | None, typer.Option("--bootstrap-server", help="Brokers to connect to, host:port[,host:port...].",
+                             show_default=False)]
+BootstrapControllerOption = Annotated[
+    str | None, typer.Option("--bootstrap-controller", help="Controllers to ask, host:port[,host:port...].",
+                             show_default=False)]
+CommandConfigOption = Annotated[
+    Path | None, typer.Option("--command-config", help="A .properties file of client settings "
+                              "(client.id, request.timeout.ms, default.api.timeout.ms).", show_default=False)]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a table.")]
+
+
+def die(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    typer.echo(f"kraftpy: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def client_config(path: Path | None) -> ClientConfig:
+    if path is None:
+        return ClientConfig()
+    try:
+        entries = load_properties(path)
+    except OSError as exc:
+        die(f"--command-config={path}: {exc.strerror or exc}", EXIT_USAGE)
+    except ValueError as exc:
+        die(f"--command-config={path}: {exc}", EXIT_USAGE)
+    props = {e.key: e.value for e in entries}
+    try:
+        return ClientConfig.from_properties(props)
+    except ValueError as exc:
+        die(f"--command-config={path}: {exc}", EXIT_USAGE)
+
+
+def bootstrap_or_exit(bootstrap_server: str | None) -> list[tuple[str, int]]:
+    if not bootstrap_server:
+        die("--bootstrap-server is required (host:port of any broker)", EXIT_USAGE)
+    try:
+        return parse_addresses(bootstrap_server)
+    except ValueError as exc:
+        die(f"--bootstrap-server={bootstrap_server}: {exc}", EXIT_USAGE)
+
+
+def run_admin(bootstrap_server: str | None, command_config: Path | None,
+              body: Callable[[AdminClient], Awaitable[T]]) -> T:
+    """Connect, run ``body(admin)`` under trio, close; an `AdminError` ends the process with its one
+    line and its exit code."""
+    addresses = bootstrap_or_exit(bootstrap_server)
+    config = client_config(command_config)
+
+    async def main() -> T:
+        async with AdminClient(addresses, config) as admin:
+            return await body(admin)
+
+    try:
+        return trio.run(main)
+    except AdminError as exc:
+        die(str(exc), exc.exit_code)
+
+
+def is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def emit_json(document: Any) -> None:
+    typer.echo(json.dumps(document, indent=2, sort_keys=False, default=str))
+
+
+def emit_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
+    """A rich table on a terminal, else a header line and tab-separated rows."""
+    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    if is_terminal():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title, show_lines=False)
+        for name in columns:
+            table.add_column(name)
+        for row in cells:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    if title:
+        typer.echo(f"# {title}")
+    typer.echo("\t".join(columns))
+    for row in cells:
+        typer.echo("\t".join(row))
+
+
+def parse_key_values(items: Sequence[str] | None, flag: str) -> dict[str, str]:
+    """Repeated ``k=v`` items to a dict (the value may itself hold ``=`` and ``,``)."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            die(f"{flag} {item}: expected key=value", EXIT_USAGE)
+        out[key.strip()] = value.strip()
+    return out
