@@ -122,12 +122,14 @@ class TopicLogSettings:
     produce_rules: ProduceRules = ProduceRules()
 
 
-def log_settings_for(image: MetadataImage, static: dict | None, topic: str) -> TopicLogSettings:
-    """The topic's LogConfig, min.insync.replicas and whether it stamps LogAppendTime."""
+def log_settings_for(image: MetadataImage, static: dict | None, topic: str,
+                     broker: int | None = None) -> TopicLogSettings:
+    """The topic's LogConfig, min.insync.replicas and whether it stamps LogAppendTime, on broker
+    ``broker`` (whose own dynamic overrides count) when given."""
     static = static or {}
 
     def get(name: str) -> str:
-        return config_defs.effective_topic_config(image, static, topic, name)[0]
+        return config_defs.effective_topic_config(image, static, topic, name, broker)[0]
 
     def number(name: str) -> int:
         return int(get(name).strip())
@@ -418,7 +420,7 @@ class ReplicaManager:
         static = dict(self.settings.static_broker_configs)
         for part in self.partitions.values():
             if every_topic or part.tp.topic in topics:
-                self._configure(part, log_settings_for(image, static, part.tp.topic))
+                self._configure(part, log_settings_for(image, static, part.tp.topic, self.settings.node_id))
 
     @staticmethod
     def _configure(part: Partition, settings: TopicLogSettings) -> None:
@@ -438,7 +440,8 @@ class ReplicaManager:
         for local in new:
             topic_settings = settings_of.get(local.topic_name)
             if topic_settings is None:
-                topic_settings = settings_of[local.topic_name] = log_settings_for(image, static, local.topic_name)
+                topic_settings = settings_of[local.topic_name] = log_settings_for(image, static, local.topic_name,
+                                                                                   self.settings.node_id)
             requests.append(_OpenRequest(TopicPartition(local.topic_name, local.partition), local.topic_id,
                                          topic_settings))
         counts = Counter(part.log.directory.parent for part in self.partitions.values())

@@ -212,6 +212,21 @@ KEYS: list[ConfigKey] = [
     ConfigKey("group.max.size", "int", 2**31 - 1,
               "Most members one consumer group may have; a member joining past it is refused with "
               "GROUP_MAX_SIZE_REACHED.", at_least(1), roles=B),
+    ConfigKey("group.consumer.session.timeout.ms", "int", 45000,
+              "Session timeout of members of groups using the consumer protocol (KIP-848), unless the group "
+              "sets consumer.session.timeout.ms; classic-protocol members use the timeout their client sends.",
+              at_least(1)),
+    ConfigKey("group.consumer.min.session.timeout.ms", "int", 45000,
+              "Smallest consumer.session.timeout.ms a consumer-protocol group may be given.", at_least(1)),
+    ConfigKey("group.consumer.max.session.timeout.ms", "int", 60000,
+              "Largest consumer.session.timeout.ms a consumer-protocol group may be given.", at_least(1)),
+    ConfigKey("group.consumer.heartbeat.interval.ms", "int", 5000,
+              "Heartbeat interval of members of groups using the consumer protocol (KIP-848), unless the "
+              "group sets consumer.heartbeat.interval.ms.", at_least(1)),
+    ConfigKey("group.consumer.min.heartbeat.interval.ms", "int", 5000,
+              "Smallest consumer.heartbeat.interval.ms a consumer-protocol group may be given.", at_least(1)),
+    ConfigKey("group.consumer.max.heartbeat.interval.ms", "int", 15000,
+              "Largest consumer.heartbeat.interval.ms a consumer-protocol group may be given.", at_least(1)),
     ConfigKey("offsets.topic.num.partitions", "int", 50,
               "Partitions of the internal __consumer_offsets topic (fixed once the topic exists: a group's "
               "coordinator is the leader of partition abs(hash(group.id)) % this).", at_least(1), roles=B),

@@ -1,10 +1,12 @@
-"""DescribeConfigs and IncrementalAlterConfigs for topics and brokers.
+"""DescribeConfigs and IncrementalAlterConfigs for topics, brokers and consumer groups.
 
 Overrides live in ConfigRecords. IncrementalAlterConfigs applies SET, DELETE, APPEND and SUBTRACT
 (the last two only to list-typed keys, starting from the key's current effective value), validates
 every resulting value, and writes one ConfigRecord per key that actually changes. A resource with any
 refused operation changes nothing; other resources in the request are unaffected. A BROKER resource is
-named by broker id, or ``""`` for the default of every broker.
+named by broker id, or ``""`` for the default of every broker. A GROUP resource (type 32, KIP-848) is
+named by group id and need not exist yet; its values are validated together, against the
+``group.consumer.min/max.*`` bounds of the controller's properties file.
 """
 
 from __future__ import annotations
@@ -41,14 +43,20 @@ def _resource(image: MetadataImage, resource_type: int, name: str) -> tuple[Conf
         if name != "" and not (name.isdigit() and name.isascii()):
             raise ControllerError(Errors.INVALID_REQUEST, f"Illegal broker name {name!r}: not a broker id.")
         return ConfigResource.broker(name), dict(config_defs.BROKER_CONFIGS)
+    if resource_type == ConfigResourceType.GROUP:
+        if not name:
+            raise ControllerError(Errors.INVALID_REQUEST, "Group name must not be empty.")
+        return ConfigResource(ConfigResourceType.GROUP, name), dict(config_defs.GROUP_CONFIGS)
     raise ControllerError(Errors.INVALID_REQUEST, f"Unsupported resource type {resource_type}.")
 
 
 def _effective(
-    image: MetadataImage, config: ControllerConfig, resource: ConfigResource, key: str
+    image: MetadataImage, config: ControllerConfig, resource: ConfigResource, key: str, broker: int | None = None
 ) -> tuple[str, ConfigSource]:
     if resource.type is ConfigResourceType.TOPIC:
-        return config_defs.effective_topic_config(image, config.static_broker_configs, resource.name, key)
+        return config_defs.effective_topic_config(image, config.static_broker_configs, resource.name, key, broker)
+    if resource.type is ConfigResourceType.GROUP:
+        return config_defs.effective_group_config(image, config.static_broker_configs, resource.name, key)
     return config_defs.effective_broker_config(image, config.static_broker_configs, resource.name, key)
 
 
@@ -61,6 +69,8 @@ def _alter_resource(
         raise ControllerError(Errors.INVALID_REQUEST, f"Error due to duplicate config keys: {', '.join(duplicates)}")
     current = image.configs.config(resource)
     records: list[MetadataRecord] = []
+    #: The resource's values once this request applies (None: back to the default).
+    altered: dict[str, str | None] = {}
     for op in entry.configs:
         key = schema.get(op.name)
         if key is None:
@@ -94,8 +104,17 @@ def _alter_resource(
             reason = config_defs.validate(key, new_value)
             if reason is not None:
                 raise ControllerError(Errors.INVALID_CONFIG, reason)
+        altered[op.name] = new_value
         if current.get(op.name) != new_value:
             records.append(ConfigRecord(resource.type, resource.name, op.name, new_value))
+    if resource.type is ConfigResourceType.GROUP and records:
+        values = {}
+        for name, key in schema.items():
+            value = altered[name] if name in altered else current.get(name)
+            values[name] = config.static_broker_configs.get(key.broker_synonym, key.default) if value is None else value
+        reason = config_defs.group_config_problem(values, config.static_broker_configs)
+        if reason is not None:
+            raise ControllerError(Errors.INVALID_CONFIG, reason)
     return records
 
 
@@ -119,10 +138,10 @@ def incremental_alter_configs(
 
 
 def describe_configs(
-    image: MetadataImage, request: DescribeConfigsRequest, config: ControllerConfig
+    image: MetadataImage, request: DescribeConfigsRequest, config: ControllerConfig, broker: int | None = None
 ) -> DescribeConfigsResponse:
-    """Effective values and their sources. The cluster-default broker resource (``""``) lists only the
-    keys set on it, as Kafka does."""
+    """Effective values and their sources; a topic's as broker ``broker`` runs it, when given. The
+    cluster-default broker resource (``""``) lists only the keys set on it, as Kafka does."""
     results = []
     for entry in request.resources:
         try:
@@ -140,7 +159,7 @@ def describe_configs(
             names = [n for n in names if n in wanted]
         entries = []
         for name in names:
-            value, source = _effective(image, config, resource, name)
+            value, source = _effective(image, config, resource, name, broker)
             entries.append(DescribeConfigsResourceResult(name, value, read_only=False, config_source=source))
         results.append(DescribeConfigsResult(Errors.NONE, None, entry.resource_type, entry.resource_name, tuple(entries)))
     return DescribeConfigsResponse(tuple(results))

@@ -3,7 +3,13 @@
 A topic's effective value for a key comes from the first of: the topic's own override (TOPIC_CONFIG),
 the cluster-wide dynamic broker default for the key's broker synonym (the BROKER resource named ``""``,
 DYNAMIC_DEFAULT_BROKER_CONFIG), the controller's properties file (STATIC_BROKER_CONFIG), and Kafka's
-default (DEFAULT_CONFIG). A broker's adds its own per-broker override (DYNAMIC_BROKER_CONFIG) first.
+default (DEFAULT_CONFIG). A broker's adds its own per-broker override (DYNAMIC_BROKER_CONFIG) first,
+and so does a topic's as a broker runs it: ``log.retention.ms`` set on broker 4 alone is the retention
+of every topic without its own ``retention.ms`` on broker 4's replicas.
+
+A consumer group's (the GROUP resource, KIP-848) comes from the group's override (GROUP_CONFIG), the
+``group.consumer.*`` key of the properties file (STATIC_BROKER_CONFIG), or Kafka's default, and must lie
+within the ``group.consumer.min/max.*`` bounds.
 
 Values are validated as Kafka's ``ConfigDef`` does, with its messages: ``Invalid value X for
 configuration K: reason``.
@@ -19,6 +25,7 @@ import attrs
 
 from kraftpy.metadata.image import ConfigResource, MetadataImage
 from kraftpy.metadata.messages import ConfigSource
+from kraftpy.metadata.records import ConfigResourceType
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -135,6 +142,31 @@ BROKER_CONFIGS: Mapping[str, ConfigKey] = {
 
 _TOPIC_BY_SYNONYM = {k.broker_synonym: k for k in TOPIC_CONFIGS.values()}
 
+#: A consumer group's dynamic configs (ConfigResource type GROUP, Kafka 3.8+), each defaulting to the
+#: broker key named as its synonym. They apply to groups using the consumer protocol (KIP-848); a
+#: classic-protocol member's timeouts are the ones its client sends, as in Kafka.
+GROUP_CONFIGS: Mapping[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        _key("consumer.heartbeat.interval.ms", _T.INT, "5000", "group.consumer.heartbeat.interval.ms", at_least(1)),
+        _key("consumer.session.timeout.ms", _T.INT, "45000", "group.consumer.session.timeout.ms", at_least(1)),
+    ]
+}
+
+#: The broker keys bounding each group config (lowest, highest), with Kafka's defaults.
+GROUP_CONFIG_BOUNDS: Mapping[str, tuple[tuple[str, int], tuple[str, int]]] = {
+    "consumer.heartbeat.interval.ms": (("group.consumer.min.heartbeat.interval.ms", 5000),
+                                       ("group.consumer.max.heartbeat.interval.ms", 15000)),
+    "consumer.session.timeout.ms": (("group.consumer.min.session.timeout.ms", 45000),
+                                    ("group.consumer.max.session.timeout.ms", 60000)),
+}
+
+#: Broker keys of the properties file that group configs read (their defaults and bounds).
+GROUP_BROKER_KEYS = (
+    *(k.broker_synonym for k in GROUP_CONFIGS.values()),
+    *(name for bounds in GROUP_CONFIG_BOUNDS.values() for name, _ in bounds),
+)
+
 
 def parse(key: ConfigKey, value: str) -> Parsed:
     """The typed value of ``value`` for ``key``; raises ``ValueError`` with Kafka's wording."""
@@ -180,14 +212,57 @@ CLUSTER_DEFAULT = ConfigResource.broker("")
 
 
 def effective_topic_config(
-    image: MetadataImage, static_broker_configs: Mapping[str, str], topic: str, name: str
+    image: MetadataImage, static_broker_configs: Mapping[str, str], topic: str, name: str,
+    broker: int | str | None = None,
 ) -> tuple[str, ConfigSource]:
-    """The value a topic has for ``name`` (a key of TOPIC_CONFIGS) and where it comes from."""
+    """The value a topic has for ``name`` (a key of TOPIC_CONFIGS) and where it comes from; on broker
+    ``broker`` (an id) when given, whose own dynamic override of the key's synonym then counts."""
     key = TOPIC_CONFIGS[name]
     override = image.configs.config(ConfigResource.topic(topic)).get(name)
     if override is not None:
         return override, ConfigSource.TOPIC_CONFIG
-    return _broker_level_value(image, static_broker_configs, None, key.broker_synonym)
+    return _broker_level_value(image, static_broker_configs, None if broker is None else str(broker),
+                               key.broker_synonym)
+
+
+def effective_group_config(
+    image: MetadataImage, static_broker_configs: Mapping[str, str], group: str, name: str
+) -> tuple[str, ConfigSource]:
+    """The value group ``group`` has for ``name`` (a key of GROUP_CONFIGS) and where it comes from."""
+    key = GROUP_CONFIGS[name]
+    override = image.configs.config(ConfigResource(ConfigResourceType.GROUP, group)).get(name)
+    if override is not None:
+        return override, ConfigSource.GROUP_CONFIG
+    value = static_broker_configs.get(key.broker_synonym)
+    if value is not None:
+        return value, ConfigSource.STATIC_BROKER_CONFIG
+    return key.default, ConfigSource.DEFAULT_CONFIG
+
+
+def group_config_problem(values: Mapping[str, str], static_broker_configs: Mapping[str, str]) -> str | None:
+    """Why a group's effective configs ``values`` (every key of GROUP_CONFIGS) are refused, or None:
+    each within its broker bounds, and the heartbeat interval below the session timeout (Kafka's
+    ``GroupConfig.validateValues``)."""
+    parsed: dict[str, int] = {}
+    for name, key in GROUP_CONFIGS.items():
+        reason = validate(key, values[name])
+        if reason is not None:
+            return reason
+        number = parse(key, values[name])
+        assert isinstance(number, int)
+        parsed[name] = number
+        (low_key, low_default), (high_key, high_default) = GROUP_CONFIG_BOUNDS[name]
+        low = int(static_broker_configs.get(low_key, low_default))
+        high = int(static_broker_configs.get(high_key, high_default))
+        if number < low:
+            return f"Invalid value {values[name]} for configuration {name}: must be at least {low_key}={low}"
+        if number > high:
+            return f"Invalid value {values[name]} for configuration {name}: must be at most {high_key}={high}"
+    heartbeat, session = parsed["consumer.heartbeat.interval.ms"], parsed["consumer.session.timeout.ms"]
+    if heartbeat >= session:
+        return (f"consumer.heartbeat.interval.ms={heartbeat} must be less than "
+                f"consumer.session.timeout.ms={session}")
+    return None
 
 
 def effective_broker_config(
@@ -214,9 +289,10 @@ def _broker_level_value(
 
 
 def static_broker_configs(config: Any) -> dict[str, str]:
-    """The broker-level defaults of topic configs a node's properties file sets (STATIC_BROKER_CONFIG),
-    by broker key name, as written in the file: every key of BROKER_CONFIGS it sets, and
-    ``log.retention.ms`` / ``log.roll.ms`` when only their hours or minutes forms are set.
+    """The broker-level defaults of topic and group configs a node's properties file sets
+    (STATIC_BROKER_CONFIG), by broker key name, as written in the file: every key of BROKER_CONFIGS and
+    GROUP_BROKER_KEYS it sets, and ``log.retention.ms`` / ``log.roll.ms`` when only their hours or
+    minutes forms are set.
 
     The one derivation for controllers (the defaults topics they create inherit, and what
     DescribeConfigs reports) and brokers (the configs their logs run with), so the two never disagree.
@@ -229,6 +305,9 @@ def static_broker_configs(config: Any) -> dict[str, str]:
         out["log.retention.ms"] = str(config.log_retention_ms)
     if "log.roll.ms" not in out and config.is_set("log.roll.hours"):
         out["log.roll.ms"] = str(config.log_roll_ms)
+    for name in GROUP_BROKER_KEYS:
+        if name in config.raw:
+            out[name] = config.raw[name].strip()
     return out
 
 

@@ -304,6 +304,8 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    #: A consumer group's own override (KIP-848).
+    GROUP_CONFIG = 8
 
 
 @attrs.frozen
@@ -435,3 +437,77 @@ class UpdateFeaturesResponse:
     error_code: Int16
     error_message: str | None = None
     results: tuple[UpdatableFeatureResult, ...] = _seq()
+
+
+# -- partition reassignments (KIP-455) --------------------------------------------------------------
+
+
+@attrs.frozen
+class ReassignablePartition:
+    partition_index: Int32
+    #: The target replicas, or None to cancel the partition's reassignment.
+    replicas: tuple[Int32, ...] | None = None
+
+
+@attrs.frozen
+class ReassignableTopic:
+    name: str
+    partitions: tuple[ReassignablePartition, ...] = _seq()
+
+
+@attrs.frozen
+class AlterPartitionReassignmentsRequest:
+    topics: tuple[ReassignableTopic, ...] = _seq()
+
+
+@attrs.frozen
+class ReassignablePartitionResponse:
+    partition_index: Int32
+    error_code: Int16
+    error_message: str | None = None
+
+
+@attrs.frozen
+class ReassignableTopicResponse:
+    name: str
+    partitions: tuple[ReassignablePartitionResponse, ...] = _seq()
+
+
+@attrs.frozen
+class AlterPartitionReassignmentsResponse:
+    error_code: Int16
+    error_message: str | None = None
+    responses: tuple[ReassignableTopicResponse, ...] = _seq()
+
+
+@attrs.frozen
+class ListPartitionReassignmentsTopics:
+    name: str
+    partition_indexes: tuple[Int32, ...] = _seq()
+
+
+@attrs.frozen
+class ListPartitionReassignmentsRequest:
+    #: None lists every reassignment in progress.
+    topics: tuple[ListPartitionReassignmentsTopics, ...] | None = None
+
+
+@attrs.frozen
+class OngoingPartitionReassignment:
+    partition_index: Int32
+    replicas: tuple[Int32, ...] = _seq()
+    adding_replicas: tuple[Int32, ...] = _seq()
+    removing_replicas: tuple[Int32, ...] = _seq()
+
+
+@attrs.frozen
+class OngoingTopicReassignment:
+    name: str
+    partitions: tuple[OngoingPartitionReassignment, ...] = _seq()
+
+
+@attrs.frozen
+class ListPartitionReassignmentsResponse:
+    error_code: Int16
+    error_message: str | None = None
+    topics: tuple[OngoingTopicReassignment, ...] = _seq()

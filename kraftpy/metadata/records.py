@@ -54,6 +54,8 @@ class ConfigResourceType(enum.IntEnum):
     TOPIC = 2
     BROKER = 4
     BROKER_LOGGER = 8
+    #: A consumer group's dynamic configs (KIP-848, Kafka 3.8+).
+    GROUP = 32
 
 
 class FencingChange(enum.IntEnum):

@@ -1,5 +1,8 @@
 """DescribeConfigs (answered from the metadata cache) and IncrementalAlterConfigs (forwarded).
 
+A topic is described as this broker runs it: its own dynamic override of a broker key (say
+``log.retention.ms`` set for this broker id) is the topic's value here, with source DYNAMIC_BROKER_CONFIG.
+
 DescribeConfigs describes each distinct resource once (a resource named twice gets the same answer
 twice) and in turns of `RESOURCES_PER_TURN` (kraftpy.broker.apis.pacing): a request naming a million
 topics does not hold up other connections. Every resource is described from the same image.
@@ -61,7 +64,7 @@ class ConfigsApi:
         for start in range(0, len(distinct), RESOURCES_PER_TURN):
             chunk = distinct[start:start + RESOURCES_PER_TURN]
             mresp = config_control.describe_configs(image, m.DescribeConfigsRequest(tuple(chunk)),
-                                                    self._describe_config)
+                                                    self._describe_config, self.settings.node_id)
             for resource, r in zip(chunk, mresp.results, strict=True):
                 answers[resource] = Result(
                     error_code=r.error_code, error_message=r.error_message, resource_type=r.resource_type,
