@@ -15,7 +15,8 @@ ConfigOption = Annotated[
 ]
 OverrideOption = Annotated[
     list[str] | None,
-    typer.Option("--override", help="key=value that wins over the file; may be repeated.",
+    typer.Option("--override", metavar="KEY=VALUE",
+                 help="A configuration key=value that wins over the file, validated like it; may be repeated.",
                  show_default=False),
 ]
 LogLevelOption = Annotated[str, typer.Option("--log-level", help=f"One of {', '.join(LEVELS)}.")]

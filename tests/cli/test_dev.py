@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import confluent_kafka
@@ -19,10 +21,10 @@ from tests.helpers.processes import free_ports
 pytestmark = pytest.mark.slow
 
 
-async def start_dev(directory: Path, port: int) -> tuple[trio.Process, list[str]]:
+async def start_dev(directory: Path, port: int, *args: str) -> tuple[trio.Process, list[str]]:
     process = await trio.lowlevel.open_process(
         [sys.executable, "-m", "kraftpy", "dev", "--dir", str(directory), "--port", str(port),
-         "--log-format", "json"],
+         "--log-format", "json", *args],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     lines: list[str] = []
     buf = b""
@@ -83,3 +85,63 @@ async def test_dev_serves_stops_cleanly_and_keeps_data(tmp_path: Path) -> None:
     finally:
         assert await stop(process) == 0
     assert (tmp_path / "dev" / "server.properties").exists()
+
+
+def test_bad_override_stops_with_one_line_naming_key_and_value(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "kraftpy", "dev", "--dir", str(tmp_path / "dev"),
+                           "--override", "num.partitions=zero"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "--override" in lines[0] and "num.partitions=zero" in lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def metrics_status(port: int) -> int | None:
+    """The status of GET /metrics on 127.0.0.1:port, or None when nothing listens there."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            return response.status
+    except urllib.error.URLError:
+        return None
+
+
+def partitions_of_new_topic(bootstrap: str, topic: str) -> int:
+    """Produce to a topic that does not exist yet (auto-created with num.partitions) and count its partitions."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, b"x")
+    assert producer.flush(60) == 0
+    return len(producer.list_topics(topic, timeout=30).topics[topic].partitions)
+
+
+async def test_user_keys_survive_restarts_and_override_wins(tmp_path: Path) -> None:
+    port, file_metrics, override_metrics = free_ports(3)
+    bootstrap = f"127.0.0.1:{port}"
+    directory = tmp_path / "dev"
+    process, _ = await start_dev(directory, port)
+    assert await stop(process) == 0
+    config = directory / "server.properties"
+    # The user changes one of dev's keys, adds two of their own and a comment.
+    text = config.read_text().replace("num.partitions=1\n", "num.partitions=3\n")
+    text += f"# mine\nmetrics.port={file_metrics}\nlog.retention.hours=1\n"
+    config.write_text(text)
+
+    process, _ = await start_dev(directory, port, "--override", f"metrics.port={override_metrics}")
+    try:
+        assert config.read_text() == text  # nothing the user wrote is rewritten
+        assert await trio.to_thread.run_sync(partitions_of_new_topic, bootstrap, "auto-created") == 3
+        assert await trio.to_thread.run_sync(metrics_status, override_metrics) == 200
+        assert await trio.to_thread.run_sync(metrics_status, file_metrics) is None
+    finally:
+        assert await stop(process) == 0
+
+    # A key dev needs that the user deleted is put back; the user's lines stay as they were.
+    config.write_text(text.replace("group.initial.rebalance.delay.ms=0\n", ""))
+    process, _ = await start_dev(directory, port)
+    try:
+        assert await trio.to_thread.run_sync(metrics_status, file_metrics) == 200
+    finally:
+        assert await stop(process) == 0
+    now = config.read_text()
+    assert now.startswith(text.replace("group.initial.rebalance.delay.ms=0\n", ""))
+    assert now.rstrip().endswith("group.initial.rebalance.delay.ms=0")
