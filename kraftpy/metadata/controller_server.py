@@ -24,6 +24,7 @@ import trio
 
 from kraftpy.config import KraftConfig
 from kraftpy.logs import get_logger
+from kraftpy.metadata.cluster_describe import describe_cluster
 from kraftpy.metadata.configs import static_broker_configs
 from kraftpy.metadata.controller import QuorumController
 from kraftpy.metadata.controller_config import ControllerConfig
@@ -31,7 +32,15 @@ from kraftpy.metadata.loader import MetadataLoader, write_metadata_snapshots
 from kraftpy.metadata.records import encode_record
 from kraftpy.metadata.replication_control import unclean_elections
 from kraftpy.metadata.result import ControllerResult
-from kraftpy.metadata.rpc import CONTROLLER_APIS, QUORUM_STATUS_API, WIRE, decode_request, not_controller
+from kraftpy.metadata.rpc import (
+    CLUSTER_DESCRIBE_API,
+    CONTROLLER_APIS,
+    NOT_CONTROLLER,
+    QUORUM_STATUS_API,
+    WIRE,
+    decode_request,
+    not_controller,
+)
 from kraftpy.metadata.validation import oversized_response
 from kraftpy.metrics import ACTIVE_CONTROLLER, RAFT_EPOCH, RAFT_HIGH_WATERMARK, UNCLEAN_LEADER_ELECTIONS
 from kraftpy.raft.driver import RAFT_API, RaftDriver, RaftListener
@@ -181,6 +190,8 @@ class ControllerServer:
             return await self.driver.handle_request(body)
         if api == QUORUM_STATUS_API:
             return await self.quorum_status()
+        if api == CLUSTER_DESCRIBE_API:
+            return self.describe_cluster()
         if api not in CONTROLLER_APIS:
             raise RpcError("UNSUPPORTED_VERSION", f"unknown controller API {api}")
         request = decode_request(api, body)
@@ -245,6 +256,17 @@ class ControllerServer:
             "voters": [replica(v) for v in described.current_voters],
             "observers": [replica(o) for o in described.observers],
         }
+
+    def describe_cluster(self) -> dict[str, Any]:
+        """The cluster in the active controller's image; elsewhere NOT_CONTROLLER naming the leader and
+        its address (``id@host:port``) when known."""
+        if self.active is None:
+            leader = self.loader.leader_id
+            address = self.raft.voters.get(leader) if leader is not None and leader != self.node_id else None
+            raise RpcError(NOT_CONTROLLER, "" if address is None else f"{leader}@{address[0]}:{address[1]}")
+        return describe_cluster(self.active.image, cluster_id=self.cluster_id, controller_id=self.node_id,
+                                epoch=self.loader.leader_epoch, voters=self.raft.voters,
+                                supported_features=self.controller_config.supported_features)
 
     def _active_or_raise(self) -> QuorumController:
         if self.active is None:

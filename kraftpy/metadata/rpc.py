@@ -71,6 +71,8 @@ API_OF: dict[type, str] = {req: name for name, (req, _) in CONTROLLER_APIS.items
 NOT_CONTROLLER = "NOT_CONTROLLER"
 #: The quorum's state as `kraftpy quorum status` prints it, answered by the Raft leader.
 QUORUM_STATUS_API = "QuorumStatus"
+#: The cluster as the active controller's image shows it (kraftpy.metadata.cluster_describe).
+CLUSTER_DESCRIBE_API = "DescribeClusterState"
 
 
 class ControllerUnavailable(Exception):

@@ -85,6 +85,6 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.DELETE_GROUPS:             VersionRange(0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
     ApiKey.OFFSET_DELETE:             VersionRange(0, 0),
-    ApiKey.DESCRIBE_CLUSTER:          VersionRange(0, 1),
+    ApiKey.DESCRIBE_CLUSTER:          VersionRange(0, 2),
 }
 # fmt: on

@@ -25,6 +25,13 @@ pytestmark = pytest.mark.skipif(not REFERENCE.is_dir(), reason="reference messag
 
 ALL_MESSAGES = [*REQUESTS.values(), *RESPONSES.values(), RequestHeader, ResponseHeader]
 
+#: Versions newer than the reference definitions: (highest version, the fields they add, by name at any
+#: depth). Each such version must be the reference's last one plus exactly these fields.
+NEWER_THAN_REFERENCE: dict[str, tuple[int, set[str]]] = {
+    "DescribeClusterRequest": (2, {"include_fenced_brokers"}),  # Kafka 4.0, KIP-1073
+    "DescribeClusterResponse": (2, {"is_fenced"}),  # Kafka 4.0, KIP-1073
+}
+
 
 def snake_case(name: str) -> str:
     out = []
@@ -106,14 +113,25 @@ def test_declaration_matches_reference(cls):
     assert ref["name"] == schema.name
     assert ref.get("apiKey") == schema.api_key
     valid = Versions.parse(ref["validVersions"])
-    assert valid.lo <= schema.versions.lo and schema.versions.hi <= valid.hi
+    newer = NEWER_THAN_REFERENCE.get(schema.name)
+    assert valid.lo <= schema.versions.lo and schema.versions.hi <= (valid.hi if newer is None else newer[0])
     ref_flexible = Versions.parse(ref["flexibleVersions"])
     for version in schema.versions:
+        if version > valid.hi:
+            assert newer is not None
+            assert schema.is_flexible(version) == (valid.hi in ref_flexible), f"v{version} flexibility"
+            added = _names(dsl_view(schema.fields, version, True)) - _names(dsl_view(schema.fields, valid.hi, True))
+            assert added == newer[1], f"{schema.name} v{version} adds {added}"
+            continue
         flexible = version in ref_flexible
         assert schema.is_flexible(version) == flexible, f"v{version} flexibility"
         assert dsl_view(schema.fields, version, flexible) == json_view(ref["fields"], version, flexible), (
             f"{schema.name} v{version} differs from the reference"
         )
+
+
+def _names(view: list[tuple]) -> set[str]:
+    return {name for entry in view for name in (entry[0], *_names(entry[5]))}
 
 
 def test_tags_only_in_flexible_versions():

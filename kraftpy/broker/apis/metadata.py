@@ -1,5 +1,10 @@
 """Metadata and DescribeCluster, answered from the broker's metadata cache; topic auto-creation.
 
+DescribeCluster lists the unfenced brokers; from version 2 (KIP-1073) a request may ask for the fenced
+ones too, each marked ``is_fenced``. Like Kafka's brokers, the controller id it names is a live broker's
+(clients send controller requests there to be forwarded); the active controller itself is what
+``kraftpy cluster describe --bootstrap-controller`` asks for.
+
 A Metadata request for topics that do not exist creates them when ``auto.create.topics.enable``
 and the request allow it, with *this broker's* ``num.partitions`` and
 ``default.replication.factor`` (as Kafka's AutoTopicCreationManager sends them: a broker
@@ -181,11 +186,23 @@ class MetadataApi:
                                            error_message="only broker endpoints are described",
                                            endpoint_type=request.endpoint_type, cluster_id=self.settings.cluster_id)
         brokers = self.metadata.alive_brokers(conn.listener)
+        controller_id = brokers[0][0] if brokers else -1
+        Broker = DescribeClusterResponse.DescribeClusterBroker
+        if header.request_api_version >= 2 and request.include_fenced_brokers:
+            # KIP-1073: fenced brokers too, each saying whether it is.
+            described = []
+            for broker_id, reg in sorted(self.metadata.image.cluster.brokers.items()):
+                for endpoint in reg.listeners:
+                    if endpoint.name == conn.listener:
+                        described.append(Broker(broker_id=broker_id, host=endpoint.host, port=endpoint.port,
+                                                rack=reg.rack, is_fenced=reg.fenced))
+                        break
+        else:
+            described = [Broker(broker_id=b, host=h, port=p, rack=r) for b, h, p, r in brokers]
         return DescribeClusterResponse(
             throttle_time_ms=0,
             error_code=ErrorCode.NONE,
             cluster_id=self.settings.cluster_id,
-            controller_id=brokers[0][0] if brokers else -1,
-            brokers=[DescribeClusterResponse.DescribeClusterBroker(broker_id=b, host=h, port=p, rack=r)
-                     for b, h, p, r in brokers],
+            controller_id=controller_id,
+            brokers=described,
         )
