@@ -34,6 +34,7 @@ import trio
 from kraftpy.broker.apis.forwarding import error_response
 from kraftpy.broker.controller_channel import ControllerUnavailable
 from kraftpy.broker.metadata_cache import MetadataCache
+from kraftpy.metadata.controller_config import DEFAULT_SUPPORTED_FEATURES
 from kraftpy.protocol.api_keys import API_VERSIONS, ApiKey, VersionRange
 from kraftpy.protocol.errors import ErrorCode, InvalidRequestError, UnsupportedVersionError
 from kraftpy.protocol.frames import encode_response, parse_request
@@ -157,6 +158,11 @@ class KafkaApis:
 
     async def handle_api_versions(self, header: Any, request: Any, conn: Connection) -> ApiVersionsResponse:
         response = ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=self._api_version_list())
+        # The feature ranges this broker declared when it registered (Kafka's SupportedFeatures).
+        response.supported_features = [
+            ApiVersionsResponse.SupportedFeatureKey(name=name, min_version=low, max_version=high)
+            for name, (low, high) in sorted(DEFAULT_SUPPORTED_FEATURES.items())
+        ]
         image = self.metadata.image
         levels = image.features.levels
         if levels:
