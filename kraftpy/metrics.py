@@ -1,11 +1,22 @@
 """Prometheus metrics: the names kraftpy exports, and a small trio HTTP endpoint that serves them.
 
-With ``metrics.port`` set, a process serves ``GET /metrics`` (Prometheus text format) on 127.0.0.1
-at that port. Metrics live in one registry per process (`REGISTRY`); a process running both roles
-(`kraftpy dev`) reports both sets under the same names, told apart by their labels.
+With ``metrics.port`` set, a process serves on 127.0.0.1 at that port:
+
+* ``GET /metrics``: every metric in Prometheus text format;
+* ``GET /ready``: 200 ``ready`` when the node is ready, 503 with the reason otherwise (what a
+  readiness probe or a rolling restart waits for; see kraftpy.node.metrics);
+* ``GET /healthz``: 200 while the process answers (liveness).
+
+Metrics live in one registry per process (`REGISTRY`); a process running both roles (`kraftpy dev`)
+reports both sets under the same names, told apart by their labels. This module holds the metrics
+counted as things happen (one increment per request or per partition of a request, never per
+record); what is read off existing state at scrape time is in kraftpy.node.metrics. The mapping to
+Kafka's JMX names is in docs/operations.md.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import trio
 from prometheus_client import (
@@ -46,6 +57,38 @@ EVENT_LOOP_LAG = Histogram(
     buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     registry=REGISTRY)
 
+REQUEST_TIME = Histogram(
+    "kraftpy_request_duration_seconds", "Time from a Kafka-protocol request's last byte read to its answer's "
+    "last byte written, by request (Kafka's RequestMetrics TotalTimeMs; the count is RequestsPerSec).",
+    ["request"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+    registry=REGISTRY)
+
+TOPIC_BYTES_IN = Counter("kraftpy_topic_bytes_in", "Record bytes produced to a topic's partitions this broker "
+                         "leads (Kafka's BrokerTopicMetrics BytesInPerSec).", ["node_id", "topic"], registry=REGISTRY)
+TOPIC_BYTES_OUT = Counter("kraftpy_topic_bytes_out", "Record bytes consumers fetched from a topic on this broker "
+                          "(Kafka's BytesOutPerSec; replication fetches not counted).", ["node_id", "topic"],
+                          registry=REGISTRY)
+TOPIC_MESSAGES_IN = Counter("kraftpy_topic_messages_in", "Records appended to a topic's partitions this broker "
+                            "leads (Kafka's MessagesInPerSec).", ["node_id", "topic"], registry=REGISTRY)
+ISR_SHRINKS = Counter("kraftpy_isr_shrinks", "ISR shrinks of partitions this broker leads (Kafka's "
+                      "IsrShrinksPerSec).", ["node_id"], registry=REGISTRY)
+ISR_EXPANDS = Counter("kraftpy_isr_expands", "ISR expansions of partitions this broker leads (Kafka's "
+                      "IsrExpandsPerSec).", ["node_id"], registry=REGISTRY)
+
+
+def count_produced(node_id: int, topic: str, size: int, records: int) -> None:
+    """One appended batch set of one partition (produce path)."""
+    node = str(node_id)
+    TOPIC_BYTES_IN.labels(node, topic).inc(size)
+    TOPIC_MESSAGES_IN.labels(node, topic).inc(records)
+
+
+def count_fetched(node_id: int, topic: str, size: int) -> None:
+    """Record bytes one consumer fetch returns of one partition."""
+    TOPIC_BYTES_OUT.labels(str(node_id), topic).inc(size)
+
+
 #: How often the event-loop lag is sampled.
 LAG_SAMPLE_INTERVAL = 0.05
 
@@ -62,8 +105,14 @@ async def watch_event_loop_lag(interval: float = LAG_SAMPLE_INTERVAL, *, histogr
         histogram.observe(max(trio.current_time() - deadline, 0.0))
 
 
-async def serve_metrics(port: int, host: str = "127.0.0.1", *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Answer ``GET /metrics`` with the registry in Prometheus text format, until cancelled."""
+def _not_ready() -> tuple[bool, str]:
+    return False, "starting"
+
+
+async def serve_metrics(port: int, host: str = "127.0.0.1", *, ready: Callable[[], tuple[bool, str]] = _not_ready,
+                        task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Answer ``GET /metrics`` with the registry in Prometheus text format, ``GET /ready`` with
+    ``ready()`` (200 when ready, 503 with the reason) and ``GET /healthz``, until cancelled."""
     log = get_logger("metrics")
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
@@ -79,11 +128,19 @@ async def serve_metrics(port: int, host: str = "127.0.0.1", *, task_status=trio.
                         break
                     request += chunk
             line = request.split(b"\r\n", 1)[0].split()
-            if len(line) >= 2 and line[0] == b"GET" and line[1].split(b"?")[0] == b"/metrics":
+            path = line[1].split(b"?")[0] if len(line) >= 2 and line[0] == b"GET" else None
+            content_type = b"text/plain; charset=utf-8"
+            if path == b"/metrics":
                 body, status = generate_latest(REGISTRY), b"200 OK"
                 content_type = CONTENT_TYPE_LATEST.encode()
+            elif path == b"/ready":
+                is_ready, reason = ready()
+                body = reason.encode() + b"\n"
+                status = b"200 OK" if is_ready else b"503 Service Unavailable"
+            elif path == b"/healthz":
+                body, status = b"ok\n", b"200 OK"
             else:
-                body, status, content_type = b"not found\n", b"404 Not Found", b"text/plain"
+                body, status = b"not found\n", b"404 Not Found"
             head = (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + content_type + b"\r\nContent-Length: "
                     + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n")
             await stream.send_all(head + body)

@@ -70,6 +70,8 @@ class MetadataLoader:
         self.next_offset = 0
         self.leader_id: int | None = None
         self.leader_epoch = 0
+        #: When the leader appended the last batch applied (-1: none yet); kraftpy.node.metrics reports it.
+        self.last_applied_timestamp_ms = -1
         #: Bytes of record values committed since the image was last loaded from or saved to a snapshot.
         self.bytes_since_snapshot = 0
 
@@ -83,6 +85,7 @@ class MetadataLoader:
                 delta.replay(record, batch.base_offset + i, batch.epoch)
             self.bytes_since_snapshot += sum(len(v) for v in batch.records)
             self.next_offset = batch.next_offset
+            self.last_applied_timestamp_ms = batch.timestamp_ms
             delta.set_provenance(MetadataProvenance(batch.last_offset, batch.epoch))
         self.image = delta.apply()
         for publish in self.subscribers:

@@ -6,7 +6,7 @@ Process composition, the one place that knows every part::
                │                                         └─ listener: MetadataLoader (broker only)
                ├─ ControllerServer (controller role)
                ├─ BrokerServer + BrokerLifecycle (broker role), fed by a MetadataLoader
-               └─ metrics endpoint and the event-loop lag watcher
+               └─ metrics endpoint (metrics, readiness) and the event-loop lag watcher
 
 A controller's `RaftNode` is a voter and its `ControllerServer` listens to it. A broker needs a
 metadata follower: in a broker-only process its own `RaftNode`, an observer that fetches
@@ -20,6 +20,7 @@ does a metadata log that cannot be opened.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import trio
@@ -33,6 +34,7 @@ from kraftpy.metadata.controller_server import ControllerServer
 from kraftpy.metadata.loader import MetadataLoader, write_metadata_snapshots
 from kraftpy.metadata.rpc import ControllerClient
 from kraftpy.metrics import METADATA_OFFSET, serve_metrics, watch_event_loop_lag
+from kraftpy.node.metrics import Readiness, broker_ready, controller_ready, track_broker, track_controller
 from kraftpy.node.raft_node import RaftNode, voter_addresses
 
 #: The interpreter's thread switch interval in a server process (Python's default is 5 ms).
@@ -51,33 +53,49 @@ class KraftNode:
         self.loader: MetadataLoader | None = None
         self.ready = trio.Event()
         self.metrics_port: int | None = None
+        #: What ``GET /ready`` answers: the checks of this node's roles.
+        self.readiness = Readiness()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        config = self.config
         # A worker thread doing Python work (opening logs, checkpoints) holds the GIL for up to the
         # switch interval at a time: 1 ms instead of 5 keeps the event loop's lag low beside it.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(watch_event_loop_lag)
-            if config["metrics.port"] is not None:
-                port = config["metrics.port"]
-                with binding("127.0.0.1", port, f"metrics.port={port}"):
-                    self.metrics_port = await nursery.start(serve_metrics, port)
-            self.raft = await RaftNode.open(config, self.cluster_id)
-            if config.is_controller:
-                self.controller = ControllerServer(config, self.cluster_id, self.raft)
-                self.loader = self.controller.loader
-                listener = config.controller_listener
-                assert listener is not None
-                with binding(listener.host, listener.port, self._listeners_setting()):
-                    await nursery.start(self.controller.run)
-            else:
-                await nursery.start(self._observe_metadata, self.raft)
-            if config.is_broker:
-                await self._run_broker(nursery)
-            else:
-                self.ready.set()
-            task_status.started()
+        untrack: list = []
+        try:
+            async with trio.open_nursery() as nursery:
+                await self._run(nursery, untrack)
+                task_status.started()
+        finally:
+            for stop_reporting in untrack:
+                stop_reporting()
+
+    async def _run(self, nursery: trio.Nursery, untrack: list) -> None:
+        config = self.config
+        await nursery.start(watch_event_loop_lag)
+        if config["metrics.port"] is not None:
+            port = config["metrics.port"]
+            with binding("127.0.0.1", port, f"metrics.port={port}"):
+                self.metrics_port = await nursery.start(
+                    functools.partial(serve_metrics, port, ready=self.readiness))
+        self.raft = await RaftNode.open(config, self.cluster_id)
+        if config.is_controller:
+            self.controller = ControllerServer(config, self.cluster_id, self.raft)
+            self.loader = self.controller.loader
+            listener = config.controller_listener
+            assert listener is not None
+            tracked, stop = track_controller(config.node_id, self.controller)
+            untrack.append(stop)
+            self.readiness.add(lambda: controller_ready(tracked))
+            with binding(listener.host, listener.port, self._listeners_setting()):
+                await nursery.start(self.controller.run)
+        else:
+            await nursery.start(self._observe_metadata, self.raft)
+        if config.is_broker:
+            await self._run_broker(nursery)
+            assert self.lifecycle is not None and self.broker is not None and self.loader is not None
+            untrack.append(track_broker(config.node_id, self.broker, self.lifecycle, self.loader))
+        else:
+            self.ready.set()
 
     def _listeners_setting(self) -> str:
         return "listeners=" + ",".join(str(listener) for listener in self.config.listeners)
@@ -105,6 +123,7 @@ class KraftNode:
         loader.subscribe(lambda image, _delta: METADATA_OFFSET.labels(node_id).set(image.provenance.last_offset))
         lifecycle = self.lifecycle = BrokerLifecycle(config, self.cluster_id, self.broker, client,
                                                      metadata_offset=lambda: loader.image.provenance.last_offset)
+        self.readiness.add(lambda: broker_ready(node_id, lifecycle))
         loader.subscribe(lambda _image, _delta: lifecycle.metadata_advanced())
         await nursery.start(lifecycle.run)
         nursery.start_soon(self._ready_when_running)

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
 
 from kraftpy.logs import get_logger
-from kraftpy.metrics import BYTES_IN, CONNECTIONS, REQUESTS
+from kraftpy.metrics import BYTES_IN, CONNECTIONS, REQUEST_TIME, REQUESTS
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.types import FileRegion
 from kraftpy.rpc.framing import FramedStream, FrameError, IdleConnection, RequestBudget
@@ -112,6 +113,20 @@ def _api_label(frame: Any) -> str:
     return str(key) if key in _KNOWN_API_KEYS else "unknown"
 
 
+def _request_name(key: ApiKey) -> str:
+    """Kafka's name of a request (``ApiVersions``), as its RequestMetrics label it."""
+    return "".join(word.capitalize() for word in key.name.split("_"))
+
+
+#: The latency histogram of each request, by api key; made-up keys share one.
+_REQUEST_TIMERS = {int(key): REQUEST_TIME.labels(_request_name(key)) for key in ApiKey}
+_UNKNOWN_TIMER = REQUEST_TIME.labels("unknown")
+
+
+def _request_timer(frame: Any) -> Any:
+    return _REQUEST_TIMERS.get(int.from_bytes(frame[:2], "big", signed=True), _UNKNOWN_TIMER)
+
+
 class KafkaServer:
     def __init__(self, handler: Handler, *, max_frame_bytes: int, listener: str = "PLAINTEXT",
                  log: Any = None, queued_max_request_bytes: int = -1, connections_max_idle_ms: int = -1) -> None:
@@ -146,12 +161,15 @@ class KafkaServer:
                 if frame is None:
                     return
                 BYTES_IN.inc(len(frame) + 4)
+                started = time.perf_counter()
+                timer = _request_timer(frame) if len(frame) >= 2 else _UNKNOWN_TIMER
                 if len(frame) >= 2:
                     REQUESTS.labels(_api_label(frame)).inc()
                 try:
                     parts = await self.handler(frame, conn)
                     if parts:
                         await send_parts(stream, parts)
+                    timer.observe(time.perf_counter() - started)
                 finally:
                     conn.release()
                     framed.release(frame)

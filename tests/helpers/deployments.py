@@ -270,7 +270,8 @@ class ProcessCluster(Deployment):
 
     ``settings`` go into every node's properties file; the controllers read the topic defaults
     (min.insync.replicas, unclean.leader.election.enable, ...) and broker.session.timeout.ms from it,
-    the brokers their own keys. ``metrics=True`` gives each controller a metrics.port.
+    the brokers their own keys. ``metrics=True`` gives each node a metrics.port (`metrics_ports` for
+    the controllers, `broker_metrics_ports` for the brokers).
     """
 
     name = "cluster"
@@ -281,10 +282,12 @@ class ProcessCluster(Deployment):
                  log_level: str = "debug") -> None:
         super().__init__()
         self.root = root
-        ports = free_ports(6 + (3 if metrics else 0))
+        ports = free_ports(6 + (6 if metrics else 0))
         self.voters = {i: ("127.0.0.1", ports[i - 1]) for i in (1, 2, 3)}
         self.broker_ports = {b: ports[b - 1] for b in self.BROKER_IDS}
         self.metrics_ports = {i: ports[5 + i] for i in (1, 2, 3)} if metrics else {}
+        #: The brokers' metrics.port (with ``metrics=True``): /metrics and /ready.
+        self.broker_metrics_ports = {b: ports[5 + b] for b in self.BROKER_IDS} if metrics else {}
         quorum = ",".join(f"{i}@{h}:{p}" for i, (h, p) in self.voters.items())
         common = {
             "controller.quorum.voters": quorum,
@@ -314,6 +317,8 @@ class ProcessCluster(Deployment):
                      "listeners": f"PLAINTEXT://127.0.0.1:{port}",
                      "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
                      "inter.broker.listener.name": "PLAINTEXT", "log.dirs": self.data_dir(broker_id), **common}
+            if metrics:
+                props["metrics.port"] = self.broker_metrics_ports[broker_id]
             configs.append(self._write(f"broker-{broker_id}", props))
             self.brokers[broker_id] = Proc(f"broker-{broker_id}", ["broker", "-c", str(configs[-1])],
                                          cond=self.cond, log_level=log_level)

@@ -24,6 +24,7 @@ from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.partition import Partition
 from kraftpy.broker.purgatory import wait_for_change
 from kraftpy.broker.replica_manager import ReplicaManager
+from kraftpy.metrics import count_fetched
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import FetchResponse
@@ -124,8 +125,10 @@ class FetchApi:
         for data in datas:
             if isinstance(data.records, FileRegion):
                 data.records = conn.hold(data.records.detach())
-        for (topic_response, _, _, _), data in zip(items, datas, strict=True):
+        for (topic_response, _, part, _), data in zip(items, datas, strict=True):
             topic_response.partitions.append(data)
+            if not is_replica and part is not None and isinstance(data.records, FileRegion):
+                count_fetched(part.node_id, part.tp.topic, data.records.length)
         responses = [r for r in responses if r.partitions]  # a topic named again with nothing new
         return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses)
 

@@ -32,6 +32,7 @@ from kraftpy.broker.producer_ids import ProducerIdManager
 from kraftpy.broker.purgatory import wait_for_change
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.metadata.topic_names import is_internal_topic
+from kraftpy.metrics import count_produced
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import InitProducerIdResponse, ProduceResponse
@@ -132,6 +133,9 @@ class ProduceApi:
                     result.error_code, result.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(exc)
                     continue
                 result.error_code, result.error_message = appended.error, appended.message
+                if appended.error == ErrorCode.NONE:
+                    count_produced(part.node_id, topic.name, len(data.records),
+                                   appended.next_offset - appended.base_offset)
                 result.base_offset = appended.base_offset
                 result.log_append_time_ms = appended.log_append_time_ms
                 result.log_start_offset = part.log_start_offset
