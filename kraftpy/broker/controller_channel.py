@@ -1,7 +1,7 @@
 """The broker's way to the active controller: every metadata write a Kafka API needs.
 
 The broker never changes metadata itself. CreateTopics, DeleteTopics, CreatePartitions,
-IncrementalAlterConfigs and ElectLeaders from clients, the leader's ISR changes (AlterPartition)
+IncrementalAlterConfigs, ElectLeaders and the partition reassignments from clients, the leader's ISR changes (AlterPartition)
 and producer-id blocks (AllocateProducerIds) all go through a `ControllerChannel`. Each method
 returns once the controller's records for the request are committed to the metadata log (the
 broker learns the new state a little later, when the committed records reach it through
@@ -19,6 +19,8 @@ from typing import Protocol, runtime_checkable
 from kraftpy.metadata.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     CreatePartitionsRequest,
@@ -31,6 +33,8 @@ from kraftpy.metadata.messages import (
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
 )
 from kraftpy.metadata.rpc import ControllerUnavailable
 
@@ -52,6 +56,14 @@ class ControllerChannel(Protocol):
     async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse: ...
 
     async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse: ...
+
+    async def alter_partition_reassignments(
+        self, request: AlterPartitionReassignmentsRequest
+    ) -> AlterPartitionReassignmentsResponse: ...
+
+    async def list_partition_reassignments(
+        self, request: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse: ...
 
 
 __all__ = ["ControllerChannel", "ControllerUnavailable"]

@@ -41,6 +41,7 @@ from kraftpy.broker.apis.groups import GroupsApi
 from kraftpy.broker.apis.metadata import MetadataApi
 from kraftpy.broker.apis.offsets import OffsetsApi
 from kraftpy.broker.apis.produce import ProduceApi
+from kraftpy.broker.apis.reassignments import ReassignmentsApi
 from kraftpy.broker.apis.topics import TopicsApi
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.fetcher import FetcherManager
@@ -98,6 +99,7 @@ class BrokerServer:
             OffsetsApi(self.replicas, self.metadata),
             MetadataApi(self.metadata, channel, settings, self.replicas.is_offline),
             TopicsApi(self.metadata, channel, settings),
+            ReassignmentsApi(self.metadata, channel),
             ConfigsApi(self.metadata, channel, settings),
             GroupsApi(self.coordinator, self.metadata, channel, settings),
         ):

@@ -29,6 +29,7 @@ from kraftpy.metadata import (
     config_control,
     feature_control,
     producer_id_control,
+    reassignment,
     replication_control,
 )
 from kraftpy.metadata.cluster_control import BrokerHeartbeatManager
@@ -39,6 +40,8 @@ from kraftpy.metadata.image import EMPTY_IMAGE, METADATA_VERSION, MetadataImage
 from kraftpy.metadata.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
@@ -57,6 +60,8 @@ from kraftpy.metadata.messages import (
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
     UpdateFeaturesRequest,
@@ -191,6 +196,17 @@ class QuorumController:
 
     def handle_elect_leaders(self, request: ElectLeadersRequest) -> ControllerResult[ElectLeadersResponse]:
         return replication_control.elect_leaders(self.image, request, self.config)
+
+    def handle_alter_partition_reassignments(
+        self, request: AlterPartitionReassignmentsRequest
+    ) -> ControllerResult[AlterPartitionReassignmentsResponse]:
+        return reassignment.alter_partition_reassignments(self.image, request, self.config)
+
+    def list_partition_reassignments(
+        self, request: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse:
+        """A read: answered from the image, no records."""
+        return reassignment.list_partition_reassignments(self.image, request)
 
     # -- configs, producer ids, features ----------------------------------------------------------
 

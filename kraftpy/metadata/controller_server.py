@@ -201,6 +201,8 @@ class ControllerServer:
     async def _serve(self, api: str, request: Any) -> Any:
         if api == "DescribeConfigs":
             return self._active_or_raise().describe_configs(request)
+        if api == "ListPartitionReassignments":
+            return self._active_or_raise().list_partition_reassignments(request)
         if api == "BrokerRegistration":
             return await self.write(lambda c, now, next_offset: c.handle_broker_registration(
                 request, now, next_offset))
@@ -214,6 +216,7 @@ class ControllerServer:
             "IncrementalAlterConfigs": lambda c, now: c.handle_incremental_alter_configs(request),
             "AllocateProducerIds": lambda c, now: c.handle_allocate_producer_ids(request),
             "ElectLeaders": lambda c, now: c.handle_elect_leaders(request),
+            "AlterPartitionReassignments": lambda c, now: c.handle_alter_partition_reassignments(request),
             "UpdateFeatures": lambda c, now: c.handle_update_features(request),
         }
         handler = handlers[api]

@@ -13,6 +13,13 @@ that gets there, or None when nothing would change. The rules (Kafka's ``Partiti
   RECOVERING. Without it, the partition has no leader (-1) and keeps its ISR, so that the last ISR member
   can lead again when it returns (KIP-841: the ISR never becomes empty).
 * A PREFERRED election makes the first replica the leader when it is an active ISR member.
+
+Reassignments (KIP-455, Kafka's ``PartitionReassignmentReplicas``): a builder may also set target replicas
+and the adding and removing sets. While a partition has adding or removing replicas, every ``build()``
+tries to complete the move first: once every adding replica is in the target ISR (and some member of
+the ISR stays), the replicas become the target (the current ones minus the removing ones), the removing
+replicas leave the ISR, both sets are cleared, and the leader is elected again among what is left — so
+a leader being removed hands over to a target replica in the same record.
 """
 
 from __future__ import annotations
@@ -55,6 +62,9 @@ class PartitionChangeBuilder:
         self.cluster = cluster
         self.unclean_allowed = unclean_allowed
         self.target_isr: tuple[int, ...] = partition.isr
+        self.target_replicas: tuple[int, ...] = partition.replicas
+        self.target_adding: tuple[int, ...] = partition.adding_replicas
+        self.target_removing: tuple[int, ...] = partition.removing_replicas
         self.target_leader_recovery_state = partition.leader_recovery_state
         self.election = Election.ONLY_IF_NEEDED
 
@@ -62,6 +72,18 @@ class PartitionChangeBuilder:
         if not isr:
             raise ValueError("the ISR of a partition is never empty")
         self.target_isr = tuple(isr)
+        return self
+
+    def set_target_replicas(self, replicas: tuple[int, ...]) -> PartitionChangeBuilder:
+        self.target_replicas = tuple(replicas)
+        return self
+
+    def set_target_adding(self, adding: tuple[int, ...]) -> PartitionChangeBuilder:
+        self.target_adding = tuple(adding)
+        return self
+
+    def set_target_removing(self, removing: tuple[int, ...]) -> PartitionChangeBuilder:
+        self.target_removing = tuple(removing)
         return self
 
     def set_target_leader_recovery_state(self, state: LeaderRecoveryState) -> PartitionChangeBuilder:
@@ -76,22 +98,38 @@ class PartitionChangeBuilder:
         reg = self.cluster.broker(broker_id)
         return reg is not None and not reg.fenced
 
+    def _maybe_complete_reassignment(self) -> None:
+        """Finish a move whose adding replicas are all in the target ISR (see the module doc)."""
+        if not self.target_adding and not self.target_removing:
+            return
+        if not set(self.target_adding) <= set(self.target_isr):
+            return
+        removing = set(self.target_removing)
+        isr = tuple(r for r in self.target_isr if r not in removing)
+        if not isr:
+            return
+        self.target_replicas = tuple(r for r in self.target_replicas if r not in removing)
+        self.target_isr = isr
+        self.target_adding = ()
+        self.target_removing = ()
+
     def _elect(self) -> tuple[int, tuple[int, ...], LeaderRecoveryState]:
         part, isr, active = self.partition, self.target_isr, self.cluster.is_active
-        current = part.leader
+        replicas = self.target_replicas
+        current = part.leader if part.leader in replicas else NO_LEADER
         if self.election is Election.PREFERRED:
-            preferred = part.preferred_leader
+            preferred = replicas[0]
             if preferred != current and preferred in isr and active(preferred):
                 return preferred, isr, self.target_leader_recovery_state
         if current != NO_LEADER and current in isr and active(current):
             return current, isr, self.target_leader_recovery_state
-        for replica in part.replicas:
+        for replica in replicas:
             if replica in isr and active(replica):
                 return replica, isr, self.target_leader_recovery_state
         if current != NO_LEADER and current in isr and self._can_keep_leading(current):
             return current, isr, self.target_leader_recovery_state
         if self.unclean_allowed or self.election is Election.UNCLEAN:
-            for replica in part.replicas:
+            for replica in replicas:
                 if active(replica):
                     return replica, (replica,), LeaderRecoveryState.RECOVERING
         return NO_LEADER, isr, self.target_leader_recovery_state
@@ -99,14 +137,21 @@ class PartitionChangeBuilder:
     def build(self) -> PartitionChangeRecord | None:
         """The record that takes the partition to its target, or None when it is already there."""
         part = self.partition
+        self._maybe_complete_reassignment()
         leader, isr, recovery = self._elect()
-        if leader == part.leader and isr == part.isr and recovery == part.leader_recovery_state:
+        replicas, adding, removing = self.target_replicas, self.target_adding, self.target_removing
+        if (leader == part.leader and isr == part.isr and recovery == part.leader_recovery_state
+                and replicas == part.replicas and adding == part.adding_replicas
+                and removing == part.removing_replicas):
             return None
         return PartitionChangeRecord(
             partition_id=self.partition_id,
             topic_id=self.topic_id,
             isr=None if isr == part.isr else isr,
             leader=leader if leader != part.leader else NO_LEADER_CHANGE,
+            replicas=None if replicas == part.replicas else replicas,
+            removing_replicas=None if removing == part.removing_replicas else removing,
+            adding_replicas=None if adding == part.adding_replicas else adding,
             leader_recovery_state=(
                 int(recovery) if recovery != part.leader_recovery_state else NO_LEADER_RECOVERY_STATE_CHANGE
             ),

@@ -19,6 +19,8 @@ from kraftpy.metadata import messages, records
 from kraftpy.metadata.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
@@ -37,6 +39,8 @@ from kraftpy.metadata.messages import (
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
     UpdateFeaturesRequest,
@@ -65,6 +69,8 @@ CONTROLLER_APIS: dict[str, tuple[type, type]] = {
     "AllocateProducerIds": (AllocateProducerIdsRequest, AllocateProducerIdsResponse),
     "ElectLeaders": (ElectLeadersRequest, ElectLeadersResponse),
     "UpdateFeatures": (UpdateFeaturesRequest, UpdateFeaturesResponse),
+    "AlterPartitionReassignments": (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse),
+    "ListPartitionReassignments": (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse),
 }
 API_OF: dict[type, str] = {req: name for name, (req, _) in CONTROLLER_APIS.items()}
 
@@ -178,4 +184,14 @@ class ControllerClient:
         return await self.call(request)
 
     async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
+        return await self.call(request)
+
+    async def alter_partition_reassignments(
+        self, request: AlterPartitionReassignmentsRequest
+    ) -> AlterPartitionReassignmentsResponse:
+        return await self.call(request)
+
+    async def list_partition_reassignments(
+        self, request: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse:
         return await self.call(request)

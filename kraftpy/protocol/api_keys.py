@@ -38,7 +38,10 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
@@ -83,7 +86,10 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.DESCRIBE_CONFIGS:          VersionRange(1, 4),
     ApiKey.CREATE_PARTITIONS:         VersionRange(0, 3),
     ApiKey.DELETE_GROUPS:             VersionRange(0, 2),
+    ApiKey.ELECT_LEADERS:             VersionRange(0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: VersionRange(0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: VersionRange(0, 0),
     ApiKey.OFFSET_DELETE:             VersionRange(0, 0),
     ApiKey.DESCRIBE_CLUSTER:          VersionRange(0, 2),
 }

@@ -37,6 +37,8 @@ from kraftpy.metadata.image import EMPTY_IMAGE, MetadataImage, PartitionRegistra
 from kraftpy.metadata.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
@@ -53,6 +55,8 @@ from kraftpy.metadata.messages import (
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
 )
 from kraftpy.metadata.records import BrokerEndpoint, BrokerFeature
 from kraftpy.metadata.result import ControllerResult
@@ -121,6 +125,21 @@ class InProcessController:
 
     async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
         return await self._call("elect_leaders", request, self.controller.handle_elect_leaders)
+
+    async def alter_partition_reassignments(
+        self, request: AlterPartitionReassignmentsRequest
+    ) -> AlterPartitionReassignmentsResponse:
+        return await self._call("alter_partition_reassignments", request,
+                                self.controller.handle_alter_partition_reassignments)
+
+    async def list_partition_reassignments(
+        self, request: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse:
+        self.requests.append(("list_partition_reassignments", request))
+        await trio.lowlevel.checkpoint()
+        if not self.available:
+            raise ControllerUnavailable("the in-process controller is switched off")
+        return self.controller.list_partition_reassignments(request)
 
     # -- broker lifecycle, as the control plane would drive it -----------------------------------
 

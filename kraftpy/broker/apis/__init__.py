@@ -10,6 +10,7 @@ module             APIs
 ``metadata``       Metadata (and topic auto-creation), DescribeCluster
 ``topics``         CreateTopics, DeleteTopics, CreatePartitions
 ``configs``        DescribeConfigs, IncrementalAlterConfigs
+``reassignments``  ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments
 ``forwarding``     what every request forwarded to the controller shares
 ``common``         topic ids on the wire, finding the partition a request acts on
 =================  ===============================================================

@@ -1,7 +1,7 @@
 """Requests the broker forwards to the active controller, and what it answers when none answers.
 
 A broker never changes metadata itself: CreateTopics, DeleteTopics, CreatePartitions,
-IncrementalAlterConfigs (and InitProducerId, for a block of producer ids) go to the controller
+IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments (and InitProducerId, for a block of producer ids) go to the controller
 through the `ControllerChannel`, which raises `ControllerUnavailable` when no controller answers in
 time. Handlers do not catch it: the dispatcher does, and answers with `error_response` — the
 request's own shape with every item failed (REQUEST_TIMED_OUT, or COORDINATOR_NOT_AVAILABLE for
@@ -23,11 +23,14 @@ from kraftpy.metadata.image import MetadataImage
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import (
+    AlterPartitionReassignmentsResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
+    ElectLeadersResponse,
     IncrementalAlterConfigsResponse,
     InitProducerIdResponse,
+    ListPartitionReassignmentsResponse,
 )
 
 #: How long an admin request waits for its committed change to reach this broker's metadata.
@@ -76,12 +79,35 @@ def _init_producer_id(request: Any, version: int, message: str) -> InitProducerI
                                   producer_id=-1, producer_epoch=-1)
 
 
+def _elect_leaders(request: Any, version: int, message: str) -> ElectLeadersResponse:
+    Result = ElectLeadersResponse.ReplicaElectionResult
+    Partition = ElectLeadersResponse.PartitionResult
+    return ElectLeadersResponse(throttle_time_ms=0, error_code=ErrorCode.REQUEST_TIMED_OUT, replica_election_results=[
+        Result(topic=tp.topic, partition_result=[
+            Partition(partition_id=p, error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=message)
+            for p in tp.partitions])
+        for tp in request.topic_partitions or ()])
+
+
+def _alter_partition_reassignments(request: Any, version: int, message: str) -> AlterPartitionReassignmentsResponse:
+    return AlterPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.REQUEST_TIMED_OUT,
+                                               error_message=message)
+
+
+def _list_partition_reassignments(request: Any, version: int, message: str) -> ListPartitionReassignmentsResponse:
+    return ListPartitionReassignmentsResponse(throttle_time_ms=0, error_code=ErrorCode.REQUEST_TIMED_OUT,
+                                              error_message=message)
+
+
 _ERROR_RESPONSES: dict[int, Callable[[Any, int, str], Any]] = {
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.DELETE_TOPICS: _delete_topics,
     ApiKey.CREATE_PARTITIONS: _create_partitions,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _incremental_alter_configs,
     ApiKey.INIT_PRODUCER_ID: _init_producer_id,
+    ApiKey.ELECT_LEADERS: _elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _list_partition_reassignments,
 }
 
 

@@ -4,6 +4,10 @@
 ``cls.SCHEMA`` holds the versions and the compiled codecs.
 """
 
+from kraftpy.protocol.messages.alter_partition_reassignments import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+)
 from kraftpy.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kraftpy.protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from kraftpy.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
@@ -13,6 +17,7 @@ from kraftpy.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteT
 from kraftpy.protocol.messages.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
 from kraftpy.protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kraftpy.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from kraftpy.protocol.messages.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
 from kraftpy.protocol.messages.fetch import FetchRequest, FetchResponse
 from kraftpy.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kraftpy.protocol.messages.headers import RequestHeader, ResponseHeader
@@ -26,6 +31,10 @@ from kraftpy.protocol.messages.join_group import JoinGroupRequest, JoinGroupResp
 from kraftpy.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse
 from kraftpy.protocol.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 from kraftpy.protocol.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
+from kraftpy.protocol.messages.list_partition_reassignments import (
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+)
 from kraftpy.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from kraftpy.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 from kraftpy.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
@@ -60,7 +69,10 @@ _PAIRS = [
     (DescribeConfigsRequest, DescribeConfigsResponse),
     (CreatePartitionsRequest, CreatePartitionsResponse),
     (DeleteGroupsRequest, DeleteGroupsResponse),
+    (ElectLeadersRequest, ElectLeadersResponse),
     (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse),
+    (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse),
     (OffsetDeleteRequest, OffsetDeleteResponse),
     (DescribeClusterRequest, DescribeClusterResponse),
 ]
