@@ -5,7 +5,10 @@ from __future__ import annotations
 import typer
 
 from kraftpy.cli import config_cmd, dev, metadata_cmd, perf, quorum, servers, storage
+from kraftpy.cli.console import app as console_app
 from kraftpy.cli.dump_log import dump_log
+from kraftpy.cli.groups import app as groups_app
+from kraftpy.cli.topics import app as topics_app
 
 app = typer.Typer(
     name="kraftpy",
@@ -20,6 +23,9 @@ app.add_typer(config_cmd.app, name="config")
 app.add_typer(quorum.app, name="quorum")
 app.add_typer(metadata_cmd.app, name="metadata")
 app.add_typer(perf.app, name="perf")
+app.add_typer(topics_app, name="topics")
+app.add_typer(groups_app, name="groups")
+app.add_typer(console_app, name="console")
 servers.register(app)
 app.command("dev")(dev.dev)
 app.command("dump-log")(dump_log)
