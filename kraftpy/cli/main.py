@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from kraftpy.cli import config_cmd, dev, metadata_cmd, perf, quorum, servers, storage
+from kraftpy.cli.configs import app as configs_app
 from kraftpy.cli.console import app as console_app
 from kraftpy.cli.dump_log import dump_log
 from kraftpy.cli.groups import app as groups_app
@@ -24,6 +25,7 @@ app.add_typer(quorum.app, name="quorum")
 app.add_typer(metadata_cmd.app, name="metadata")
 app.add_typer(perf.app, name="perf")
 app.add_typer(topics_app, name="topics")
+app.add_typer(configs_app, name="configs")
 app.add_typer(groups_app, name="groups")
 app.add_typer(console_app, name="console")
 servers.register(app)
