@@ -5,9 +5,11 @@ from __future__ import annotations
 import typer
 
 from kraftpy.cli import config_cmd, dev, metadata_cmd, perf, quorum, servers, storage
+from kraftpy.cli.cluster import app as cluster_app
 from kraftpy.cli.configs import app as configs_app
 from kraftpy.cli.console import app as console_app
 from kraftpy.cli.dump_log import dump_log
+from kraftpy.cli.features import app as features_app
 from kraftpy.cli.groups import app as groups_app
 from kraftpy.cli.topics import app as topics_app
 
@@ -26,6 +28,8 @@ app.add_typer(metadata_cmd.app, name="metadata")
 app.add_typer(perf.app, name="perf")
 app.add_typer(topics_app, name="topics")
 app.add_typer(configs_app, name="configs")
+app.add_typer(cluster_app, name="cluster")
+app.add_typer(features_app, name="features")
 app.add_typer(groups_app, name="groups")
 app.add_typer(console_app, name="console")
 servers.register(app)
