@@ -1,0 +1,138 @@
+"""`kraftpy cluster describe`: the cluster id, the controller and every broker with its state.
+
+With ``--bootstrap-server`` it asks a broker (DescribeCluster v2, fenced brokers included): brokers are
+Running or Fenced as that broker's metadata shows them. With ``--bootstrap-controller`` it asks the
+active controller (the control-plane request kraftpy.metadata.rpc.CLUSTER_DESCRIBE_API), whose image
+also knows the brokers in controlled shutdown (Stopping) and each broker's epoch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+import typer
+
+from kraftpy.admin.client import AdminClient, AdminConnectionError, AdminError, check, parse_addresses
+from kraftpy.cli.admin_common import (
+    EXIT_USAGE,
+    BootstrapControllerOption,
+    BootstrapServerOption,
+    CommandConfigOption,
+    JsonOption,
+    client_config,
+    die,
+    emit_json,
+    emit_table,
+    run_admin,
+)
+from kraftpy.metadata.rpc import CLUSTER_DESCRIBE_API, NOT_CONTROLLER
+from kraftpy.protocol.api_keys import ApiKey
+from kraftpy.protocol.messages import DescribeClusterRequest
+from kraftpy.rpc.control import ControlClient, RpcError
+
+app = typer.Typer(help="Describe the cluster: its id, controller and brokers.", no_args_is_help=True)
+
+
+async def ask_active_controller(addresses: list[tuple[str, int]], timeout: float) -> dict[str, Any]:
+    """The active controller's DescribeClusterState answer. Controllers that are not active point at
+    the leader (``id@host:port``); while none is active yet (an election), ask again until ``timeout``."""
+    errors: list[str] = []
+    async with trio.open_nursery() as nursery:
+        clients: dict[tuple[str, int], ControlClient] = {}
+
+        def client(address: tuple[str, int]) -> ControlClient:
+            if address not in clients:
+                clients[address] = ControlClient(nursery, *address, request_timeout=timeout,
+                                                 connect_timeout=timeout)
+            return clients[address]
+
+        try:
+            with trio.move_on_after(timeout):
+                while True:
+                    queue = list(addresses)
+                    seen: set[tuple[str, int]] = set()
+                    while queue:
+                        address = queue.pop(0)
+                        if address in seen:
+                            continue
+                        seen.add(address)
+                        try:
+                            return await client(address).request(CLUSTER_DESCRIBE_API, {})
+                        except RpcError as exc:
+                            errors.append(f"{address[0]}:{address[1]}: {exc}")
+                            if exc.code == NOT_CONTROLLER and "@" in exc.message:
+                                queue.insert(0, parse_addresses(exc.message)[0])
+                    await trio.sleep(0.1)
+        finally:
+            for c in clients.values():
+                await c.aclose()
+            nursery.cancel_scope.cancel()
+    raise AdminConnectionError("no active controller answered: " + "; ".join(dict.fromkeys(errors)))
+
+
+def controller_state(bootstrap_controller: str, command_config: Path | None) -> dict[str, Any]:
+    """Run `ask_active_controller` for a command; its failure ends the process with one line."""
+    try:
+        addresses = parse_addresses(bootstrap_controller)
+    except ValueError as exc:
+        die(f"--bootstrap-controller={bootstrap_controller}: {exc}", EXIT_USAGE)
+    config = client_config(command_config)
+    try:
+        return trio.run(ask_active_controller, addresses, config.request_timeout_s)
+    except AdminError as exc:
+        die(str(exc), exc.exit_code)
+
+
+def one_source(bootstrap_server: str | None, bootstrap_controller: str | None) -> None:
+    if bool(bootstrap_server) == bool(bootstrap_controller):
+        die("give exactly one of --bootstrap-server and --bootstrap-controller", EXIT_USAGE)
+
+
+async def _from_broker(admin: AdminClient) -> dict[str, Any]:
+    version = admin.version_for(ApiKey.DESCRIBE_CLUSTER)
+    response = await admin.request(ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest(
+        include_cluster_authorized_operations=False, include_fenced_brokers=True), version=version)
+    check(response.error_code, response.error_message, subject="cluster")
+    return {
+        "cluster_id": response.cluster_id,
+        "controller_id": response.controller_id,
+        "brokers": [{"id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack,
+                     "state": "Fenced" if b.is_fenced else "Running", "epoch": None}
+                    for b in sorted(response.brokers, key=lambda b: b.broker_id)],
+    }
+
+
+def _from_controller(state: dict[str, Any]) -> dict[str, Any]:
+    brokers = []
+    for b in state["brokers"]:
+        first = b["listeners"][0] if b["listeners"] else {"host": "", "port": -1}
+        brokers.append({"id": b["id"], "host": first["host"], "port": first["port"], "rack": b["rack"],
+                        "state": b["state"], "epoch": b["epoch"], "listeners": b["listeners"]})
+    return {"cluster_id": state["cluster_id"], "controller_id": state["controller_id"],
+            "controller_epoch": state["controller_epoch"], "metadata_offset": state["metadata_offset"],
+            "controllers": state["controllers"], "brokers": brokers}
+
+
+@app.command("describe")
+def describe(
+    bootstrap_server: BootstrapServerOption = None,
+    bootstrap_controller: BootstrapControllerOption = None,
+    command_config: CommandConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print the cluster id, the controller and every broker: id, host:port, rack, state (Running, Fenced,
+    and with --bootstrap-controller Stopping) and, with --bootstrap-controller, its epoch."""
+    one_source(bootstrap_server, bootstrap_controller)
+    if bootstrap_controller:
+        cluster = _from_controller(controller_state(bootstrap_controller, command_config))
+    else:
+        cluster = run_admin(bootstrap_server, command_config, _from_broker)
+    if as_json:
+        emit_json(cluster)
+        return
+    emit_table(["BrokerId", "Address", "Rack", "State", "Epoch"],
+               [[b["id"], f"{b['host']}:{b['port']}", b["rack"] or "", b["state"],
+                 "" if b["epoch"] is None else b["epoch"]] for b in cluster["brokers"]],
+               title=f"ClusterId: {cluster['cluster_id']}  ControllerId: {cluster['controller_id']}")
