@@ -38,6 +38,7 @@ import trio
 from kraftpy.broker.client import ConnectionClosed, KafkaConnection
 from kraftpy.broker.partition import Partition, PartitionChanged, Role, TopicPartition
 from kraftpy.broker.replica_manager import ReplicaManager
+from kraftpy.broker.replication_quota import SAMPLE_SECONDS
 from kraftpy.fatal import describe_os_error
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode, InvalidResponseError
@@ -150,6 +151,19 @@ class ReplicaFetcher:
 
     async def fetch_once(self, conn: KafkaConnection) -> None:
         parts = self._fetchable()
+        # Replication throttles (see replication_quota): throttled partitions this broker is not in the
+        # ISR of are left out while the follower's quota is exceeded.
+        throttles = self.replicas.throttles
+        throttled = {part.tp for part in parts if self.node_id not in part.isr
+                     and throttles.follower_throttles(part.tp.topic, part.tp.partition)}
+        if throttled and throttles.follower.is_exceeded():
+            parts = [part for part in parts if part.tp not in throttled]
+            throttles.follower.held_back += len(throttled)
+            self._log.debug("replication throttled: partitions not fetched", partitions=sorted(map(str, throttled)),
+                            rate=int(throttles.follower.rate()), bound=throttles.follower.bound)
+            if not parts:
+                await trio.sleep(SAMPLE_SECONDS)
+                return
         if not parts:
             changed = self.replicas.assignments_changed
             delay = min(self._retry_at.values(), default=None)
@@ -197,6 +211,8 @@ class ReplicaFetcher:
                 if entry is None:
                     continue
                 part, generation, fetch_offset = entry
+                if part.tp in throttled and data.records is not None:
+                    throttles.follower.record(len(data.records))
                 if part.generation != generation or part.role is not Role.FOLLOWER or part.log_end_offset != fetch_offset:
                     continue  # the partition changed while the fetch was out
                 try:

@@ -60,6 +60,7 @@ from kraftpy.broker import producer_state as ps
 from kraftpy.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from kraftpy.broker.log_cleaner import LogCleaner
 from kraftpy.broker.partition import Partition, Role, TopicPartition
+from kraftpy.broker.replication_quota import ReplicationThrottles
 from kraftpy.broker.settings import BrokerSettings
 from kraftpy.fatal import FatalError, describe_os_error
 from kraftpy.ids import Uuid
@@ -215,6 +216,8 @@ class ReplicaManager:
         self.offline: dict[TopicPartition, OfflineReplica] = {}
         #: Told (on the trio thread) when a replica went offline: the heartbeat says so at once.
         self.on_offline: Callable[[], None] | None = None
+        #: The replication throttles (bounds on moving replicas' fetch traffic), from the metadata.
+        self.throttles = ReplicationThrottles(self.node_id, trio.current_time)
         #: Compacts the replicas of compacted topics (a task of `run`).
         self.log_cleaner = LogCleaner(settings, lambda: list(self.partitions.values()), clock)
 
@@ -343,6 +346,9 @@ class ReplicaManager:
                                leader=reg.leader, isr=list(reg.isr))
         if self._configs_changed(delta):
             self._apply_topic_configs(image, delta)
+            every_topic = any(r.type is ConfigResourceType.BROKER for r in delta.changed_configs)
+            self.throttles.update(image, self.settings.static_broker_configs,
+                                  None if every_topic else set(delta.changed_topic_configs))
         if wanted or closing:
             self._signal_assignments()
         if len(new) >= _FREEZE_AFTER:

@@ -11,6 +11,8 @@ from kraftpy.cli.console import app as console_app
 from kraftpy.cli.dump_log import dump_log
 from kraftpy.cli.features import app as features_app
 from kraftpy.cli.groups import app as groups_app
+from kraftpy.cli.leaders import app as leaders_app
+from kraftpy.cli.reassign import app as reassign_app
 from kraftpy.cli.topics import app as topics_app
 
 app = typer.Typer(
@@ -32,6 +34,8 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(features_app, name="features")
 app.add_typer(groups_app, name="groups")
 app.add_typer(console_app, name="console")
+app.add_typer(reassign_app, name="reassign")
+app.add_typer(leaders_app, name="leaders")
 servers.register(app)
 app.command("dev")(dev.dev)
 app.command("dump-log")(dump_log)

@@ -11,7 +11,7 @@ GROUPS = [
     ("Listeners", ("listener", "advertised.", "inter.broker", "socket.", "queued.", "connections.")),
     ("Logs", ("log.", "metadata.log", "metadata.max", "message.max", "compression.")),
     ("Topics and replication", ("num.partitions", "default.replication", "min.insync", "unclean.",
-                                "auto.", "leader.", "delete.topic", "replica.", "num.replica",
+                                "auto.", "leader.", "follower.", "delete.topic", "replica.", "num.replica",
                                 "producer.id")),
     ("Broker lifecycle", ("broker.session", "broker.heartbeat")),
     ("Consumer groups", ("group.", "offsets.", "offset.metadata")),

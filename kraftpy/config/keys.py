@@ -177,6 +177,12 @@ KEYS: list[ConfigKey] = [
     ConfigKey("replica.lag.time.max.ms", "long", 30000,
               "A follower that has not caught up for this long is removed from the ISR.", at_least(1),
               roles=B),
+    ConfigKey("leader.replication.throttled.rate", "long", INT64_MAX,
+              "Bytes per second a leader sends to the followers of throttled replicas (a topic's "
+              "leader.replication.throttled.replicas); also a dynamic broker config.", at_least(0), roles=B),
+    ConfigKey("follower.replication.throttled.rate", "long", INT64_MAX,
+              "Bytes per second a follower fetches for throttled replicas (a topic's "
+              "follower.replication.throttled.replicas); also a dynamic broker config.", at_least(0), roles=B),
     ConfigKey("replica.fetch.max.bytes", "int", 1048576,
               "Bytes a follower asks for per partition in one fetch.", at_least(0), roles=B),
     ConfigKey("replica.fetch.response.max.bytes", "int", 10485760,

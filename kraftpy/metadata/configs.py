@@ -96,6 +96,18 @@ def list_of(*allowed: str) -> Callable[[Parsed], str | None]:
     return check
 
 
+def throttled_replicas(value: Parsed) -> str | None:
+    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker`` entries."""
+    items = value if isinstance(value, list) else [str(value)]
+    if items == ["*"]:
+        return None
+    for item in items:
+        partition, sep, broker = item.partition(":")
+        if not (sep and partition.strip().isdigit() and broker.strip().isdigit()):
+            return "must be the literal '*' or a list of replicas in the format [PartitionId]:[BrokerId],..."
+    return None
+
+
 def _key(name: str, type_: ConfigType, default: str, synonym: str, check: Callable[[Parsed], str | None] | None = None) -> ConfigKey:
     return ConfigKey(name, type_, default, synonym, check)
 
@@ -132,12 +144,20 @@ TOPIC_CONFIGS: Mapping[str, ConfigKey] = {
         _key("segment.jitter.ms", _T.LONG, "0", "log.roll.jitter.ms", at_least(0)),
         _key("segment.ms", _T.LONG, "604800000", "log.roll.ms", at_least(1)),
         _key("unclean.leader.election.enable", _T.BOOLEAN, "false", "unclean.leader.election.enable"),
+        # Replication throttles (Kafka's QuotaConfigs): no broker-level default.
+        _key("leader.replication.throttled.replicas", _T.LIST, "", "", throttled_replicas),
+        _key("follower.replication.throttled.replicas", _T.LIST, "", "", throttled_replicas),
     ]
 }
 
 #: Broker configs that can be changed at run time (per broker, or for all brokers with the name "").
 BROKER_CONFIGS: Mapping[str, ConfigKey] = {
-    k.broker_synonym: attrs.evolve(k, name=k.broker_synonym) for k in TOPIC_CONFIGS.values()
+    **{k.broker_synonym: attrs.evolve(k, name=k.broker_synonym) for k in TOPIC_CONFIGS.values() if k.broker_synonym},
+    # The replication throttles' rates, in bytes per second (Kafka's QuotaConfigs), broker keys only.
+    **{k.name: k for k in [
+        _key("leader.replication.throttled.rate", _T.LONG, str(LONG_MAX), "", at_least(0)),
+        _key("follower.replication.throttled.rate", _T.LONG, str(LONG_MAX), "", at_least(0)),
+    ]},
 }
 
 _TOPIC_BY_SYNONYM = {k.broker_synonym: k for k in TOPIC_CONFIGS.values()}
@@ -221,6 +241,8 @@ def effective_topic_config(
     override = image.configs.config(ConfigResource.topic(topic)).get(name)
     if override is not None:
         return override, ConfigSource.TOPIC_CONFIG
+    if not key.broker_synonym:
+        return key.default, ConfigSource.DEFAULT_CONFIG
     return _broker_level_value(image, static_broker_configs, None if broker is None else str(broker),
                                key.broker_synonym)
 
@@ -285,7 +307,7 @@ def _broker_level_value(
     value = static_broker_configs.get(name)
     if value is not None:
         return value, ConfigSource.STATIC_BROKER_CONFIG
-    return _TOPIC_BY_SYNONYM[name].default, ConfigSource.DEFAULT_CONFIG
+    return BROKER_CONFIGS[name].default, ConfigSource.DEFAULT_CONFIG
 
 
 def static_broker_configs(config: Any) -> dict[str, str]:

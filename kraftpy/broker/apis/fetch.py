@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import structlog
 import trio
 
 from kraftpy.broker.apis.common import from_wire_uuid, leader_partition
@@ -28,7 +29,7 @@ from kraftpy.metrics import count_fetched
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import FetchResponse
-from kraftpy.protocol.types import FileRegion
+from kraftpy.protocol.types import FileRegion, part_length
 from kraftpy.rpc.kafka_server import Connection
 from kraftpy.storage.log import OffsetOutOfRangeError
 
@@ -50,6 +51,7 @@ class FetchApi:
     def __init__(self, replicas: ReplicaManager, metadata: MetadataCache) -> None:
         self.replicas = replicas
         self.metadata = metadata
+        self._log = structlog.get_logger(__name__).bind(node_id=replicas.node_id)
 
     def handlers(self) -> dict[ApiKey, Any]:
         return {ApiKey.FETCH: self.handle_fetch}
@@ -106,9 +108,19 @@ class FetchApi:
                     if part.update_follower_fetch(replica_id, fp.fetch_offset) is not None:
                         self.replicas.maybe_expand_isr(part, replica_id)
 
+        # Replication throttles (see replication_quota): a throttled partition the follower is not in the
+        # ISR of is left out of the answer while the leader's quota is exceeded.
+        throttles = self.replicas.throttles
+        throttled: set[int] = set()
+        if is_replica:
+            throttled = {i for i, (_, fp, part, error) in enumerate(items)
+                         if part is not None and error == ErrorCode.NONE and replica_id not in part.isr
+                         and throttles.leader_throttles(part.tp.topic, part.tp.partition)}
+        held: set[int] = set()
         deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
         while True:
-            total, datas, answer_now = self._read(items, request.max_bytes, is_replica, diverging)
+            held = throttled if throttled and throttles.leader.is_exceeded() else set()
+            total, datas, answer_now = self._read(items, request.max_bytes, is_replica, diverging, held)
             if (
                 total >= request.min_bytes
                 or answer_now
@@ -121,6 +133,14 @@ class FetchApi:
                 break
             watchers = [p.append_watchers if is_replica else p.hw_watchers for p in parts]
             await wait_for_change(watchers, deadline)
+        if held:
+            throttles.leader.held_back += 1
+            self._log.debug("replication throttled: partitions held back", replica=replica_id,
+                            partitions=[str(items[i][2].tp) for i in sorted(held)],
+                            rate=int(throttles.leader.rate()), bound=throttles.leader.bound)
+        for i in throttled - held:
+            records = datas[i].records
+            throttles.leader.record(part_length(records) if records is not None else 0)
         # Descriptors of their own for what is sent: no await since the read above.
         for data in datas:
             if isinstance(data.records, FileRegion):
@@ -133,9 +153,11 @@ class FetchApi:
         return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses)
 
     @staticmethod
-    def _read(items: list, max_bytes: int, is_replica: bool, diverging: dict[int, tuple[int, int]]):
+    def _read(items: list, max_bytes: int, is_replica: bool, diverging: dict[int, tuple[int, int]],
+              held: set[int] | frozenset[int] = frozenset()):
         """Read every partition as it stands; returns (bytes readable, partition data, answer at once).
-        The regions borrow the segments' descriptors."""
+        The partitions in ``held`` (throttled) answer no records. The regions borrow the segments'
+        descriptors."""
         total = 0
         answer_now = False
         datas = []
@@ -168,7 +190,7 @@ class FetchApi:
                 data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 answer_now = True
                 continue
-            if not is_replica and offset >= high_watermark:
+            if (not is_replica and offset >= high_watermark) or i in held:
                 continue
             budget = min(fp.partition_max_bytes, max_bytes - total)
             if budget <= 0 and total > 0:
