@@ -1,0 +1,190 @@
+"""`kraftpy topics create | list | describe | alter | delete` against a real `kraftpy dev`.
+
+One `kraftpy dev` serves the module; each test uses its own topics. The commands run as subprocesses;
+their output (tab-separated when piped, or --json), exit codes and the cluster's resulting state are
+checked. Placement across several brokers and the partition filters are in test_admin_cluster.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+from typer.testing import CliRunner
+
+from kraftpy.cli.main import app
+from kraftpy.cli.topics import parse_replica_assignment
+from tests.helpers.deployments import DevDeployment
+from tests.helpers.processes import free_ports
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory):
+    with DevDeployment(tmp_path_factory.mktemp("topics") / "dev") as deployment:
+        yield deployment
+
+
+def name(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def kraftpy(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kraftpy", *(str(a) for a in args)], capture_output=True,
+                          text=True, timeout=90, stdin=subprocess.DEVNULL)
+
+
+def topics(dev, *args: object) -> subprocess.CompletedProcess:
+    return kraftpy("topics", *args, "--bootstrap-server", dev.bootstrap)
+
+
+def tables(stdout: str) -> dict[str, list[dict[str, str]]]:
+    """Piped output: ``# Title`` lines, each followed by a tab-separated header and rows."""
+    out: dict[str, list[dict[str, str]]] = {}
+    title, header = None, None
+    for line in stdout.splitlines():
+        if line.startswith("# "):
+            title, header = line[2:], None
+            out[title] = []
+        elif header is None:
+            header = line.split("\t")
+        else:
+            out[title].append(dict(zip(header, line.split("\t"), strict=True)))
+    return out
+
+
+def describe_json(dev, topic: str) -> dict:
+    result = topics(dev, "describe", "--topic", topic, "--json")
+    assert result.returncode == 0, result.stderr
+    [doc] = json.loads(result.stdout)["topics"]
+    return doc
+
+
+def test_create_list_describe_alter_delete(dev):
+    topic = name()
+    result = topics(dev, "create", "--topic", topic, "--partitions", 3, "--config", "retention.ms=60000",
+                    "--config", "cleanup.policy=compact,delete")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"Created topic {topic}."
+
+    assert topic in topics(dev, "list").stdout.splitlines()
+
+    piped = tables(topics(dev, "describe", "--topic", topic).stdout)
+    [summary] = piped["Topics"]
+    assert summary["Topic"] == topic and summary["PartitionCount"] == "3" and summary["ReplicationFactor"] == "1"
+    assert "retention.ms=60000" in summary["Configs"] and "cleanup.policy=compact,delete" in summary["Configs"]
+    assert len(summary["TopicId"]) == 22
+    assert [(p["Partition"], p["Leader"], p["Replicas"], p["Isr"], p["Offline"]) for p in piped["Partitions"]] == [
+        (str(i), "1", "1", "1", "") for i in range(3)]
+
+    doc = describe_json(dev, topic)
+    assert doc["id"] == summary["TopicId"]
+    assert doc["configs"]["retention.ms"] == "60000"
+    assert [p["leader"] for p in doc["partitions"]] == [1, 1, 1]
+
+    result = topics(dev, "alter", "--topic", topic, "--partitions", 5)
+    assert result.returncode == 0, result.stderr
+    assert describe_json(dev, topic)["partition_count"] == 5
+
+    result = topics(dev, "delete", "--topic", topic)
+    assert result.returncode == 0, result.stderr
+    assert topic not in topics(dev, "list").stdout.splitlines()
+
+
+def test_create_with_a_replica_assignment(dev):
+    topic = name()
+    assert topics(dev, "create", "--topic", topic, "--replica-assignment", "1,1").returncode == 0
+    doc = describe_json(dev, topic)
+    assert [p["replicas"] for p in doc["partitions"]] == [[1], [1]]
+    # alter: either only the new partitions, or all of them with the existing ones first.
+    assert topics(dev, "alter", "--topic", topic, "--partitions", 3, "--replica-assignment", "1").returncode == 0
+    assert topics(dev, "alter", "--topic", topic, "--partitions", 4,
+                  "--replica-assignment", "1,1,1,1").returncode == 0
+    assert describe_json(dev, topic)["partition_count"] == 4
+    result = topics(dev, "alter", "--topic", topic, "--partitions", 6, "--replica-assignment", "1")
+    assert result.returncode == 1
+    assert "INVALID_REPLICA_ASSIGNMENT" in result.stderr
+    result = topics(dev, "create", "--topic", name(), "--replica-assignment", "1:7")
+    assert result.returncode == 1
+    assert result.stderr.startswith("kraftpy: topic ") and "INVALID_REPLICA_ASSIGNMENT" in result.stderr
+    assert "broker 7" in result.stderr
+
+
+def test_errors_name_kafkas_code_in_one_line(dev):
+    topic = name()
+    assert topics(dev, "create", "--topic", topic).returncode == 0
+
+    exists = topics(dev, "create", "--topic", topic)
+    assert exists.returncode == 1
+    assert exists.stderr.splitlines() == [exists.stderr.strip()]
+    assert f"topic {topic}: TOPIC_ALREADY_EXISTS" in exists.stderr
+    assert topics(dev, "create", "--topic", topic, "--if-not-exists").returncode == 0
+
+    bad = topics(dev, "create", "--topic", name(), "--config", "retention.ms=soon")
+    assert bad.returncode == 1
+    assert bad.stderr.strip().endswith(
+        "INVALID_CONFIG: Invalid value soon for configuration retention.ms: Not a number of type LONG")
+    unknown_key = topics(dev, "create", "--topic", name(), "--config", "retention.hours=1")
+    assert unknown_key.returncode == 1 and "INVALID_CONFIG" in unknown_key.stderr
+
+    rf = topics(dev, "create", "--topic", name(), "--replication-factor", 3)
+    assert rf.returncode == 1 and "INVALID_REPLICATION_FACTOR" in rf.stderr
+
+    shrink = topics(dev, "alter", "--topic", topic, "--partitions", 1)
+    assert shrink.returncode == 1 and "INVALID_PARTITIONS" in shrink.stderr
+
+    missing = name("missing")
+    for result in (topics(dev, "describe", "--topic", missing), topics(dev, "delete", "--topic", missing),
+                   topics(dev, "alter", "--topic", missing, "--partitions", 2)):
+        assert result.returncode == 1, result
+        assert f"topic {missing}: UNKNOWN_TOPIC_OR_PARTITION" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert topics(dev, "delete", "--topic", missing, "--if-exists").returncode == 0
+
+    internal = topics(dev, "delete", "--topic", "__consumer_offsets")
+    assert internal.returncode == 1 and "__consumer_offsets" in internal.stderr
+
+
+def test_usage_errors_exit_2_and_unreachable_exit_3(dev):
+    for args in (["create", "--topic", "x", "--replica-assignment", "1:x"],
+                 ["create", "--topic", "x", "--replica-assignment", "1:1"],
+                 ["create", "--topic", "x", "--replica-assignment", "1,1:1"],
+                 ["create", "--topic", "x", "--partitions", 2, "--replica-assignment", "1"],
+                 ["create", "--topic", "x", "--config", "novalue"],
+                 ["create", "--topic", "x", "--partitions", 0]):
+        result = topics(dev, *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.startswith("kraftpy: ")
+    [port] = free_ports(1)
+    result = kraftpy("topics", "list", "--bootstrap-server", f"127.0.0.1:{port}")
+    assert result.returncode == 3
+    assert "Traceback" not in result.stderr
+
+
+def test_list_excludes_internal_topics_on_request(dev):
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = name()
+    assert topics(dev, "create", "--topic", topic).returncode == 0
+    # A group's first commit makes the coordinator's topic, __consumer_offsets.
+    consumer = Consumer({"bootstrap.servers": dev.bootstrap, "group.id": name("g"), "log_level": 0})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+    names = json.loads(topics(dev, "list", "--json").stdout)
+    assert "__consumer_offsets" in names and topic in names
+    assert names == sorted(names)
+    without = json.loads(topics(dev, "list", "--json", "--exclude-internal").stdout)
+    assert "__consumer_offsets" not in without and topic in without
+
+
+def test_replica_assignment_parsing():
+    assert parse_replica_assignment("4:5,5:6, 6:4") == [[4, 5], [5, 6], [6, 4]]
+    assert parse_replica_assignment("1") == [[1]]
+    runner = CliRunner()
+    result = runner.invoke(app, ["topics", "create", "--topic", "x", "--replica-assignment", "1:2,3",
+                                 "--bootstrap-server", "127.0.0.1:1"])
+    assert result.exit_code == 2
