@@ -1,5 +1,8 @@
 """DescribeConfigs (answered from the metadata cache) and IncrementalAlterConfigs (forwarded).
 
+IncrementalAlterConfigs answers once this broker's metadata shows what the controller accepted (as
+CreateTopics does), so a client's next request to the same broker already runs with it.
+
 A topic is described as this broker runs it: its own dynamic override of a broker key (say
 ``log.retention.ms`` set for this broker id) is the topic's value here, with source DYNAMIC_BROKER_CONFIG.
 
@@ -14,6 +17,7 @@ from typing import Any
 
 import trio
 
+from kraftpy.broker.apis.forwarding import await_propagation
 from kraftpy.broker.apis.pacing import Pacer, first_seen
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.metadata_cache import MetadataCache
@@ -21,6 +25,7 @@ from kraftpy.broker.settings import BrokerSettings
 from kraftpy.metadata import config_control
 from kraftpy.metadata import messages as m
 from kraftpy.metadata.controller_config import ControllerConfig
+from kraftpy.metadata.image import ConfigResource
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.messages import DescribeConfigsResponse, IncrementalAlterConfigsResponse
 from kraftpy.rpc.kafka_server import Connection
@@ -75,6 +80,26 @@ class ConfigsApi:
             await trio.lowlevel.checkpoint()
         return DescribeConfigsResponse(throttle_time_ms=0, results=[answers[resource] for resource in named])
 
+    async def _await_applied(self, request: Any, mresp: m.IncrementalAlterConfigsResponse) -> None:
+        """Wait (bounded, like topic creation) until this broker runs with what the controller accepted,
+        so that the client's next request here sees it: each SET or DELETE of a resource that succeeded is
+        in this broker's image, and so in its logs' settings (applied before the image is published)."""
+        expected: list[tuple[ConfigResource, str, str | None]] = []
+        for r, answer in zip(request.resources, mresp.responses, strict=True):
+            if answer.error_code != 0:
+                continue
+            try:
+                resource = ConfigResource(r.resource_type, r.resource_name)
+            except ValueError:
+                continue
+            for c in r.configs:
+                if c.config_operation in (int(m.AlterConfigOp.SET), int(m.AlterConfigOp.DELETE)):
+                    value = c.value if c.config_operation == int(m.AlterConfigOp.SET) else None
+                    expected.append((resource, c.name, value))
+        if expected:
+            await await_propagation(self.metadata, lambda image: all(
+                image.configs.config(resource).get(name) == value for resource, name, value in expected))
+
     async def handle_incremental_alter_configs(self, header: Any, request: Any,
                                                conn: Connection) -> IncrementalAlterConfigsResponse:
         mreq = m.IncrementalAlterConfigsRequest(
@@ -88,6 +113,8 @@ class ConfigsApi:
             validate_only=request.validate_only,
         )
         mresp = await self.channel.incremental_alter_configs(mreq)
+        if not request.validate_only:
+            await self._await_applied(request, mresp)
         Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
         return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
             Result(error_code=r.error_code, error_message=r.error_message, resource_type=r.resource_type,
