@@ -20,6 +20,7 @@ property; 3 no broker answered.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import uuid
 from collections.abc import Iterator
@@ -142,6 +143,7 @@ def _topic_metadata(client: Any, topic: str, bootstrap: str, errors: _ClientErro
             break
         except KafkaException as exc:
             waited += 0.5
+            client.poll(0)  # serves the error callback (no record can be due yet)
             if errors.all_brokers_down or waited >= CONNECT_TIMEOUT_S:
                 why = errors.first if errors.first is not None else exc.args[0]
                 raise ConsoleError(f"no broker answered at {bootstrap}: {why.str()}", EXIT_UNREACHABLE) from None
@@ -265,26 +267,29 @@ def run_produce(bootstrap: str, topic: str, stream: IO[bytes], reader: LineReade
 
     number = read = 0
     with _byte_progress(_input_size(stream)) as progress:
-        for raw in stream:
-            number += 1
-            read += len(raw)
-            line = raw[:-1] if raw.endswith(b"\n") else raw
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            key, value, headers = reader.parse(line, number)
-            while True:
-                try:
-                    producer.produce(topic, value=value, key=key, headers=headers or None, on_delivery=report)
+        try:
+            for raw in stream:
+                number += 1
+                read += len(raw)
+                line = raw[:-1] if raw.endswith(b"\n") else raw
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                key, value, headers = reader.parse(line, number)
+                while True:
+                    try:
+                        producer.produce(topic, value=value, key=key, headers=headers or None, on_delivery=report)
+                        break
+                    except BufferError:  # the local queue is full: serve delivery reports until there is room
+                        producer.poll(0.05)
+                producer.poll(0)
+                if failed:
                     break
-                except BufferError:  # the local queue is full: serve delivery reports until there is room
-                    producer.poll(0.05)
-            producer.poll(0)
-            if failed:
-                break
-            if progress is not None and number % 1000 == 0:
-                progress(read)
-        while producer.flush(0.5) > 0 and not failed:
-            pass
+                if progress is not None and number % 1000 == 0:
+                    progress(read)
+        finally:
+            # What was read before a bad line (or Ctrl-C) is still sent, as Kafka's producer does on close.
+            while producer.flush(0.5) > 0 and not failed:
+                pass
     if failed:
         err = failed[0]
         raise ConsoleError(f"topic {topic}: {err.name()}: {err.str()} ({len(failed)} records not delivered)")
@@ -390,10 +395,22 @@ def _start_offset(text: str | None, from_beginning: bool) -> int:
     die(f"--offset={text}: expected earliest, latest or a non-negative number", EXIT_USAGE)
 
 
+class ConsumeRun:
+    """How many records were printed, and whether a signal asked the loop to stop (set from a signal
+    handler: the loop ends after the record it is writing, so the count is exact)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.stop_requested = False
+
+    def request_stop(self, _signum: int, _frame: Any) -> None:
+        self.stop_requested = True
+
+
 def run_consume(bootstrap: str, topic: str, group: str | None, partition: int | None, start: int,
                 from_beginning: bool, max_messages: int | None, timeout_ms: int | None, formatter: Formatter,
-                config: dict[str, str], out: IO[bytes]) -> int:
-    """Print records until one of the ends; returns how many were printed."""
+                config: dict[str, str], out: IO[bytes], run: ConsumeRun) -> None:
+    """Print records until one of the ends, counting them in ``run``."""
     ck = _confluent()
     errors = _ClientErrors()
     settings: dict[str, Any] = {
@@ -411,7 +428,6 @@ def run_consume(bootstrap: str, topic: str, group: str | None, partition: int | 
         consumer = ck.Consumer(settings)
     except ck.KafkaException as exc:
         raise ConsoleError(f"consumer configuration: {exc}", EXIT_USAGE) from None
-    count = 0
     try:
         metadata = _topic_metadata(consumer, topic, bootstrap, errors)
         if partition is not None:
@@ -424,8 +440,8 @@ def run_consume(bootstrap: str, topic: str, group: str | None, partition: int | 
         else:
             consumer.assign([ck.TopicPartition(topic, p, start) for p in sorted(metadata.partitions)])
         idle_s = 0.0
-        while max_messages is None or count < max_messages:
-            wanted = 500 if max_messages is None else min(500, max_messages - count)
+        while (max_messages is None or run.count < max_messages) and not run.stop_requested:
+            wanted = 500 if max_messages is None else min(500, max_messages - run.count)
             batch = consumer.consume(num_messages=wanted, timeout=0.1)
             if not batch:
                 idle_s += 0.1
@@ -443,7 +459,7 @@ def run_consume(bootstrap: str, topic: str, group: str | None, partition: int | 
                         raise ConsoleError(f"topic {topic}: {err.name()}: {err.str()}")
                     continue
                 out.write(formatter.format(msg))
-                count += 1
+                run.count += 1
                 if group is not None:
                     consumer.store_offsets(message=msg)
             out.flush()
@@ -452,7 +468,6 @@ def run_consume(bootstrap: str, topic: str, group: str | None, partition: int | 
             consumer.close()  # commits the stored offsets when in a group
         except ck.KafkaException:
             pass
-    return count
 
 
 @app.command("consume")
@@ -502,33 +517,22 @@ def consume_command(
     config = {"isolation.level": isolation_level,
               **_client_config(consumer_config, consumer_property, "--consumer-property")}
     start = _start_offset(offset, from_beginning)
-    counted = [0]
+    run = ConsumeRun()
+    # Ctrl-C (and SIGTERM) end the loop after the record being printed; the group's offsets are
+    # committed on the way out.
+    previous = {signum: signal.signal(signum, run.request_stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        counted[0] = run_consume(bootstrap_server, topic, group, partition, start, from_beginning, max_messages,
-                                 timeout_ms, formatter, config, _CountingOut(sys.stdout.buffer, counted))
+        run_consume(bootstrap_server, topic, group, partition, start, from_beginning, max_messages, timeout_ms,
+                    formatter, config, sys.stdout.buffer, run)
     except ConsoleError as exc:
-        _processed(counted[0])
+        _processed(run.count)
         die(str(exc), exc.code)
-    except KeyboardInterrupt:
-        pass
     except BrokenPipeError:
         _quiet_stdout()
-    _processed(counted[0])
-
-
-class _CountingOut:
-    """stdout that counts the records written, so that Ctrl-C can say how many were printed."""
-
-    def __init__(self, stream: IO[bytes], counted: list[int]) -> None:
-        self.stream = stream
-        self.counted = counted
-
-    def write(self, data: bytes) -> None:
-        self.stream.write(data)
-        self.counted[0] += 1
-
-    def flush(self) -> None:
-        self.stream.flush()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    _processed(run.count)
 
 
 def _processed(count: int) -> None:
