@@ -84,9 +84,9 @@ async def _retrying(admin: AdminClient, what: str, attempt: Callable[[], Any]) -
                     raise
                 last = exc
             await trio.sleep(0.1)
-    assert last is not None
-    raise KafkaError(last.code, f"{what}: still failing after default.api.timeout.ms="
-                     f"{int(admin.config.api_timeout_s * 1000)}", subject=last.subject)
+    code = last.code if last is not None else ErrorCode.REQUEST_TIMED_OUT
+    raise KafkaError(code, f"{what}: no answer within default.api.timeout.ms="
+                     f"{int(admin.config.api_timeout_s * 1000)}", subject=last.subject if last else None)
 
 
 async def list_groups(admin: AdminClient, states: list[str]) -> list[tuple[str, str, str]]:
@@ -225,8 +225,9 @@ async def list_offsets(admin: AdminClient, specs: dict[TopicPartition, int], *, 
         if not strict:
             out.update(dict.fromkeys(pending))
             return out
-        assert last is not None
-        raise KafkaError(last.code, "offsets not listed within default.api.timeout.ms", subject=last.subject)
+        raise KafkaError(last.code if last is not None else ErrorCode.REQUEST_TIMED_OUT,
+                         "offsets not listed within default.api.timeout.ms",
+                         subject=last.subject if last is not None else None)
     return out
 
 
