@@ -12,12 +12,14 @@ import fcntl
 import json
 import os
 import pty
+import re
 import struct
 import subprocess
 import sys
 import termios
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import trio
@@ -27,9 +29,15 @@ from kraftpy.admin.client import AdminClient, parse_addresses
 from kraftpy.cli.groups import parse_datetime, parse_topic_spec
 from kraftpy.cli.main import app
 from kraftpy.protocol.api_keys import ApiKey
-from kraftpy.protocol.consumer_protocol import AssignmentError, decode_assignment, encode_assignment
+from kraftpy.protocol.consumer_protocol import (
+    AssignmentError,
+    ConsumerProtocolAssignment,
+    decode_assignment,
+    encode_assignment,
+)
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import OffsetCommitRequest
+from kraftpy.protocol.schema import Versions
 from tests.helpers.deployments import DevDeployment, create_topics
 from tests.helpers.processes import free_ports
 
@@ -130,6 +138,21 @@ def test_assignment_bytes_round_trip_and_reject_garbage():
     assert decode_assignment(b"") == {}
     with pytest.raises(AssignmentError):
         decode_assignment(b"\x00\x01\x00\x00\x00\x05")
+
+
+MESSAGES = Path(__file__).resolve().parents[3] / "shared" / "reference" / "kafka-protocol" / "messages"
+
+
+@pytest.mark.skipif(not MESSAGES.is_dir(), reason="reference message definitions not present")
+def test_assignment_declaration_matches_kafka():
+    from tests.coordinator.test_records import _dsl_fields, _json_fields, _normalize_defaults
+
+    ref = json.loads(re.sub(r"^\s*//.*$", "", (MESSAGES / "ConsumerProtocolAssignment.json").read_text(), flags=re.M))
+    schema = ConsumerProtocolAssignment.SCHEMA
+    assert Versions.parse(ref["validVersions"]) == schema.versions
+    assert Versions.parse(ref["flexibleVersions"]) == schema.flexible
+    for version in schema.versions:
+        assert _dsl_fields(schema.fields, version) == _normalize_defaults(_json_fields(ref["fields"], {}, version))
 
 
 def test_datetime_and_topic_specs():
