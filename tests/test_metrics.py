@@ -1,12 +1,23 @@
-"""The process metrics: the event-loop lag watcher sees a blocked trio thread."""
+"""The process metrics: the event-loop lag watcher sees a blocked trio thread; readiness (GET /ready)
+and the scrape-time metrics of in-process nodes; what the metrics mean on a real 3+3 cluster."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import trio
+import trio.testing
 
+from kraftpy.cli.dev import dev_properties
+from kraftpy.config import load_config
+from kraftpy.config.properties import format_properties
 from kraftpy.metrics import EVENT_LOOP_LAG, REGISTRY, watch_event_loop_lag
+from kraftpy.node import KraftNode
+from kraftpy.storage.formatter import format_dirs
+from tests.helpers.processes import free_ports
+from tests.helpers.scrape import scrape, value
+from tests.node.test_kraft_node import api_versions, http_get
 
 
 class Samples:
@@ -53,3 +64,83 @@ def test_made_up_api_keys_share_one_requests_label():
     assert _api_label(b"\x00\x00rest") == "0"  # Produce
     assert _api_label(b"\x00\x12rest") == "18"  # ApiVersions
     assert {_api_label(key.to_bytes(2, "big", signed=True)) for key in (-1, 999, 32767, -32768)} == {"unknown"}
+
+
+# -- readiness and scrape-time metrics of in-process nodes -----------------------------------------
+
+async def _start_node(tmp_path: Path, values: dict[str, str], nursery: trio.Nursery) -> KraftNode:
+    (tmp_path / "server.properties").write_text(format_properties(values))
+    config = load_config(tmp_path / "server.properties")
+    format_dirs(config.all_dirs, "Z3oy_rMHTPiWbnpDv0jArQ", config.node_id)
+    node = KraftNode(config, "Z3oy_rMHTPiWbnpDv0jArQ")
+    await nursery.start(node.run)
+    return node
+
+
+async def test_a_running_combined_node_is_ready_and_reports_both_roles(tmp_path: Path) -> None:
+    port, controller_port, metrics_port = free_ports(3)
+    values = {**dev_properties(tmp_path, port, controller_port), "metrics.port": str(metrics_port)}
+    async with trio.open_nursery() as nursery:
+        node = await _start_node(tmp_path, values, nursery)
+        with trio.fail_after(60):  # bounds a failure only
+            await node.ready.wait()
+        assert await http_get(metrics_port, "/ready") == ("HTTP/1.1 200 OK", "ready\n")
+        assert await http_get(metrics_port, "/healthz") == ("HTTP/1.1 200 OK", "ok\n")
+        await api_versions(port)
+        samples = await trio.to_thread.run_sync(scrape, metrics_port)
+        assert value(samples, "kraftpy_broker_state", node_id="1") == 3  # Kafka's RUNNING
+        assert value(samples, "kraftpy_controller_ready", node_id="1") == 1
+        assert value(samples, "kraftpy_active_brokers", node_id="1") == 1
+        assert value(samples, "kraftpy_fenced_brokers", node_id="1") == 0
+        assert value(samples, "kraftpy_metadata_leader", node_id="1") == 1
+        assert value(samples, "kraftpy_last_applied_record_offset", node_id="1") >= 1
+        assert value(samples, "kraftpy_last_applied_record_lag_seconds", node_id="1") >= 0
+        assert value(samples, "kraftpy_request_duration_seconds_count", request="ApiVersions") >= 1
+        nursery.cancel_scope.cancel()
+    # Stopped nodes leave the collector.
+    assert not any(n == "kraftpy_broker_state" for n, _ in scrape_registry())
+
+
+async def test_a_controller_without_a_quorum_leader_is_not_ready(tmp_path: Path) -> None:
+    """Voters 2 and 3 never start: no leader can be elected, so the controller is not ready."""
+    p1, p2, p3, metrics_port = free_ports(4)
+    values = {"process.roles": "controller", "node.id": "1", "listeners": f"CONTROLLER://127.0.0.1:{p1}",
+              "controller.listener.names": "CONTROLLER", "log.dirs": str(tmp_path / "data"),
+              "controller.quorum.voters": f"1@127.0.0.1:{p1},2@127.0.0.1:{p2},3@127.0.0.1:{p3}",
+              "metrics.port": str(metrics_port)}
+    async with trio.open_nursery() as nursery:
+        await _start_node(tmp_path, values, nursery)
+        status, body = await http_get(metrics_port, "/ready")
+        assert status == "HTTP/1.1 503 Service Unavailable"
+        assert body == "controller 1: no known quorum leader\n"
+        assert (await http_get(metrics_port, "/healthz"))[0] == "HTTP/1.1 200 OK"
+        samples = await trio.to_thread.run_sync(scrape, metrics_port)
+        assert value(samples, "kraftpy_controller_ready", node_id="1") == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_broker_that_is_not_running_is_not_ready(tmp_path: Path) -> None:
+    """No controller answers: the broker cannot register, so it never runs and is not ready."""
+    broker_port, voter_port, metrics_port = free_ports(3)
+    values = {"process.roles": "broker", "node.id": "4", "listeners": f"PLAINTEXT://127.0.0.1:{broker_port}",
+              "controller.listener.names": "CONTROLLER", "log.dirs": str(tmp_path / "data"),
+              "controller.quorum.voters": f"1@127.0.0.1:{voter_port}", "metrics.port": str(metrics_port)}
+    (tmp_path / "server.properties").write_text(format_properties(values))
+    config = load_config(tmp_path / "server.properties")
+    format_dirs(config.all_dirs, "Z3oy_rMHTPiWbnpDv0jArQ", config.node_id)
+    node = KraftNode(config, "Z3oy_rMHTPiWbnpDv0jArQ")
+    with trio.fail_after(30):  # bounds a failure only
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(node.run)  # its start only ends once the broker has registered
+            while node.lifecycle is None:  # the broker's parts are built (on the event loop, then threads)
+                await trio.testing.wait_all_tasks_blocked(cushion=0.01)
+            status, body = await http_get(metrics_port, "/ready")
+            assert status == "HTTP/1.1 503 Service Unavailable"
+            assert body == "broker 4: offline\n"
+            samples = await trio.to_thread.run_sync(scrape, metrics_port)
+            assert value(samples, "kraftpy_broker_state", node_id="4") == 0
+            nursery.cancel_scope.cancel()
+
+
+def scrape_registry() -> set[tuple[str, frozenset]]:
+    return {(s.name, frozenset(s.labels.items())) for m in REGISTRY.collect() for s in m.samples}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Callable
 
 import trio
 
@@ -55,21 +56,22 @@ class KraftNode:
         self.metrics_port: int | None = None
         #: What ``GET /ready`` answers: the checks of this node's roles.
         self.readiness = Readiness()
+        #: Called when the node stops: its metrics leave the process's collector.
+        self._untrack: list[Callable[[], None]] = []
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         # A worker thread doing Python work (opening logs, checkpoints) holds the GIL for up to the
         # switch interval at a time: 1 ms instead of 5 keeps the event loop's lag low beside it.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        untrack: list = []
         try:
             async with trio.open_nursery() as nursery:
-                await self._run(nursery, untrack)
+                await self._run(nursery)
                 task_status.started()
         finally:
-            for stop_reporting in untrack:
+            for stop_reporting in self._untrack:
                 stop_reporting()
 
-    async def _run(self, nursery: trio.Nursery, untrack: list) -> None:
+    async def _run(self, nursery: trio.Nursery) -> None:
         config = self.config
         await nursery.start(watch_event_loop_lag)
         if config["metrics.port"] is not None:
@@ -84,7 +86,7 @@ class KraftNode:
             listener = config.controller_listener
             assert listener is not None
             tracked, stop = track_controller(config.node_id, self.controller)
-            untrack.append(stop)
+            self._untrack.append(stop)
             self.readiness.add(lambda: controller_ready(tracked))
             with binding(listener.host, listener.port, self._listeners_setting()):
                 await nursery.start(self.controller.run)
@@ -92,8 +94,6 @@ class KraftNode:
             await nursery.start(self._observe_metadata, self.raft)
         if config.is_broker:
             await self._run_broker(nursery)
-            assert self.lifecycle is not None and self.broker is not None and self.loader is not None
-            untrack.append(track_broker(config.node_id, self.broker, self.lifecycle, self.loader))
         else:
             self.ready.set()
 
@@ -124,6 +124,7 @@ class KraftNode:
         lifecycle = self.lifecycle = BrokerLifecycle(config, self.cluster_id, self.broker, client,
                                                      metadata_offset=lambda: loader.image.provenance.last_offset)
         self.readiness.add(lambda: broker_ready(node_id, lifecycle))
+        self._untrack.append(track_broker(node_id, self.broker, lifecycle, loader))
         loader.subscribe(lambda _image, _delta: lifecycle.metadata_advanced())
         await nursery.start(lifecycle.run)
         nursery.start_soon(self._ready_when_running)
