@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
@@ -15,8 +16,9 @@ from kraftpy.config.properties import format_properties
 from kraftpy.metrics import EVENT_LOOP_LAG, REGISTRY, watch_event_loop_lag
 from kraftpy.node import KraftNode
 from kraftpy.storage.formatter import format_dirs
+from tests.helpers.deployments import ProcessCluster, create_topics
 from tests.helpers.processes import free_ports
-from tests.helpers.scrape import scrape, value
+from tests.helpers.scrape import ready, scrape, value
 from tests.node.test_kraft_node import api_versions, http_get
 
 
@@ -144,3 +146,115 @@ async def test_a_broker_that_is_not_running_is_not_ready(tmp_path: Path) -> None
 
 def scrape_registry() -> set[tuple[str, frozenset]]:
     return {(s.name, frozenset(s.labels.items())) for m in REGISTRY.collect() for s in m.samples}
+
+
+# -- what the metrics mean on a real 3+3 cluster --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    pytest.importorskip("confluent_kafka")
+    root = tmp_path_factory.mktemp("metrics")
+    with ProcessCluster(root, metrics=True, log_level="info") as deployed:
+        yield deployed
+
+
+def wait_for_samples(cluster: ProcessCluster, port: int, check, what: str, timeout: float = 60.0):
+    """Scrape ``port`` again as the processes log (at most every 50 ms) until ``check(samples)`` holds."""
+    last = [0.0]
+
+    def scraped():
+        if time.monotonic() - last[0] < 0.05:
+            return None
+        last[0] = time.monotonic()
+        samples = scrape(port)
+        return samples if check(samples) else None
+
+    return cluster.wait_until(scraped, what, timeout)
+
+
+@pytest.mark.slow
+def test_group_lag_is_what_was_produced_minus_what_was_committed(cluster):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import NewTopic
+
+    create_topics(cluster.bootstrap, [NewTopic("lagged", num_partitions=1, replication_factor=3)])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5, "log_level": 0})
+    for i in range(100):
+        producer.produce("lagged", value=b"%03d" % i)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "lag-group",
+                         "enable.auto.commit": False, "log_level": 0})
+    try:
+        consumer.commit(offsets=[TopicPartition("lagged", 0, 40)], asynchronous=False)
+        low, high = consumer.get_watermark_offsets(TopicPartition("lagged", 0), timeout=30)
+        consumer.assign([TopicPartition("lagged", 0, 0)])
+        fetched = 0
+        while fetched < 100:
+            message = consumer.poll(30)
+            assert message is not None, "no record in 30 s"
+            fetched += message.error() is None  # a retriable error (a leader just learnt) is polled again
+    finally:
+        consumer.close()
+    assert (low, high) == (0, 100)
+
+    def lag_reported(samples):
+        return value(samples, "kraftpy_consumer_group_lag", group="lag-group", topic="lagged") is not None
+
+    ports = cluster.broker_metrics_ports
+    coordinators = [b for b, port in ports.items() if lag_reported(scrape(port))]
+    assert len(coordinators) == 1, coordinators  # only the group's coordinator reports it
+    samples = wait_for_samples(cluster, ports[coordinators[0]], lambda s: value(
+        s, "kraftpy_consumer_group_lag", group="lag-group", topic="lagged", partition="0") == 60,
+        "the coordinator's high watermark to reach 100")
+    assert value(samples, "kraftpy_consumer_group_committed_offset", group="lag-group", topic="lagged") == 40
+
+    every = [scrape(port) for port in ports.values()]
+    assert sum(value(s, "kraftpy_topic_messages_in_total", topic="lagged") or 0 for s in every) == 100
+    assert sum(value(s, "kraftpy_topic_bytes_in_total", topic="lagged") or 0 for s in every) > 100 * 3
+    assert sum(value(s, "kraftpy_topic_bytes_out_total", topic="lagged") or 0 for s in every) > 100 * 3
+    assert all(value(s, "kraftpy_log_size_bytes", topic="lagged", partition="0") > 0 for s in every)
+    assert all(value(s, "kraftpy_log_start_offset", topic="lagged", partition="0") == 0 for s in every)
+    assert sum(value(s, "kraftpy_request_duration_seconds_count", request="Produce") or 0 for s in every) >= 1
+    leaders = [s for s in every if value(s, "kraftpy_log_end_offset", topic="lagged", partition="0") == 100]
+    assert leaders  # the leader's; a follower may be a fetch behind
+    controller = scrape(cluster.metrics_ports[1])
+    assert value(controller, "kraftpy_global_topics") >= 2  # lagged and __consumer_offsets
+    assert value(controller, "kraftpy_active_brokers") == 3
+
+
+@pytest.mark.slow
+def test_a_dead_follower_makes_the_leaders_partitions_under_replicated(cluster):
+    """Broker 6 follows every partition of "urp" broker 4 leads; killed, it leaves their ISR: each
+    partition 4 leads becomes under-replicated, at min ISR (min.insync.replicas=2), and the
+    controllers count one fenced broker. Restarted, it catches up and everything returns to 0."""
+    from confluent_kafka.admin import NewTopic
+
+    create_topics(cluster.bootstrap, [NewTopic("urp", num_partitions=1, replica_assignment=[[4, 5, 6]])])
+    leader_port = cluster.broker_metrics_ports[4]
+    before = wait_for_samples(cluster, leader_port, lambda s: value(
+        s, "kraftpy_log_end_offset", topic="urp", partition="0") is not None
+        and value(s, "kraftpy_under_replicated_partitions") == 0, "broker 4 to lead urp-0, fully replicated")
+    shrinks = value(before, "kraftpy_isr_shrinks_total") or 0
+    expands = value(before, "kraftpy_isr_expands_total") or 0
+
+    cluster.brokers[6].kill()
+    after = wait_for_samples(cluster, leader_port, lambda s: value(s, "kraftpy_under_replicated_partitions") >= 1
+                             and value(s, "kraftpy_under_replicated_partitions") == value(s, "kraftpy_leader_count"),
+                             "broker 4's partitions to lose broker 6 from their ISR")
+    assert value(after, "kraftpy_at_min_isr_partitions") == value(after, "kraftpy_leader_count")
+    assert value(after, "kraftpy_under_min_isr_partitions") == 0
+    assert value(after, "kraftpy_isr_shrinks_total") > shrinks
+    wait_for_samples(cluster, cluster.metrics_ports[1], lambda s: value(s, "kraftpy_fenced_brokers") == 1
+                     and value(s, "kraftpy_active_brokers") == 2, "the controllers to fence broker 6")
+    assert ready(cluster.broker_metrics_ports[6])[0] == 0  # nothing answers there
+
+    cluster.restart_broker(6)
+    assert ready(cluster.broker_metrics_ports[6]) == (200, "ready")
+    # The leader's ISR changes once the controller answers its AlterPartition; the expansion is
+    # counted when the record reaches the broker's metadata, a moment later.
+    wait_for_samples(cluster, leader_port, lambda s: value(s, "kraftpy_under_replicated_partitions") == 0
+                     and (value(s, "kraftpy_isr_expands_total") or 0) > expands,
+                     "broker 6 back in the ISR of broker 4's partitions")
+    for port in cluster.metrics_ports.values():
+        assert ready(port) == (200, "ready")
+    assert value(scrape(cluster.metrics_ports[1]), "kraftpy_offline_partitions") == 0
