@@ -3,6 +3,8 @@ and the scrape-time metrics of in-process nodes; what the metrics mean on a real
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from pathlib import Path
 
@@ -258,3 +260,106 @@ def test_a_dead_follower_makes_the_leaders_partitions_under_replicated(cluster):
     for port in cluster.metrics_ports.values():
         assert ready(port) == (200, "ready")
     assert value(scrape(cluster.metrics_ports[1]), "kraftpy_offline_partitions") == 0
+
+
+# -- the Grafana dashboard -------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+DASHBOARD = ROOT / "deploy" / "grafana" / "kraftpy-dashboard.json"
+
+#: The PromQL functions and aggregations the dashboard may use.
+PROMQL_FUNCTIONS = {"sum", "max", "min", "avg", "count", "rate", "irate", "increase", "histogram_quantile",
+                    "scalar", "time", "topk", "bottomk", "abs", "delta", "deriv", "clamp_min"}
+PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
+                   "offset"}
+_TOKEN = re.compile(r"""\s*(?:(?P<number>\d+(?:\.\d+)?)|(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)|(?P<string>"[^"]*")
+                        |(?P<range>\[\d+[smhdw]\])|(?P<op>==|!=|=~|!~|<=|>=|[-+*/%^(){},=<>]))""", re.X)
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """The metric names an expression selects, checking as it goes that it tokenizes, that its
+    brackets balance, that each function is one PromQL has, and that label matchers are well formed."""
+    tokens, pos = [], 0
+    while pos < len(expr.rstrip()):
+        match = _TOKEN.match(expr, pos)
+        assert match and match.end() > pos, f"cannot read {expr[pos:]!r} in {expr!r}"
+        kind = match.lastgroup
+        tokens.append((kind, match.group(kind)))
+        pos = match.end()
+    names: set[str] = set()
+    depth, in_braces, grouping = 0, False, False
+    for i, (kind, text) in enumerate(tokens):
+        following = tokens[i + 1][1] if i + 1 < len(tokens) else None
+        if text == "(":
+            depth += 1
+        elif text == ")":
+            depth -= 1
+            assert depth >= 0, f"unbalanced ) in {expr!r}"
+            grouping = False
+        elif text == "{":
+            assert not in_braces, expr
+            in_braces = True
+        elif text == "}":
+            assert in_braces, expr
+            in_braces = False
+        elif kind == "name" and not in_braces and not grouping:
+            if text in PROMQL_KEYWORDS:
+                grouping = following == "("
+            elif following == "(" or following in ("by", "without"):  # a call, or `sum by (x) (...)`
+                assert text in PROMQL_FUNCTIONS, f"unknown function {text} in {expr!r}"
+            else:
+                names.add(text)
+        elif kind == "name" and in_braces:
+            assert following in ("=", "!=", "=~", "!~"), f"bad label matcher at {text} in {expr!r}"
+    assert depth == 0 and not in_braces, f"unbalanced brackets in {expr!r}"
+    return names
+
+
+def exported_sample_names() -> set[str]:
+    """Every sample name the process registry can export, once a broker and a controller are tracked
+    (kraftpy.node.metrics registers its collector on import)."""
+    import kraftpy.node.metrics  # noqa: F401 - registers the node collector
+    import kraftpy.rpc.kafka_server  # noqa: F401 - the request latency series
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",),
+                "summary": ("_sum", "_count", "")}
+    return {family.name + suffix for family in REGISTRY.collect() for suffix in suffixes[family.type]}
+
+
+def dashboard_exprs() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    assert exprs
+    return exprs
+
+
+def test_every_dashboard_query_parses_and_names_an_exported_metric():
+    exported = exported_sample_names()
+    for expr in dashboard_exprs():
+        names = promql_metric_names(expr)
+        assert names, f"{expr!r} selects no metric"
+        assert names <= exported, f"{expr!r} names {sorted(names - exported)}, which kraftpy does not export"
+
+
+def test_the_dashboard_shows_every_metric_the_docs_map():
+    """Every metric of the table in docs/operations.md "Reading the metrics" is exported and charted."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text[text.index("## Reading the metrics"):]
+    section = section[:section.index("\n## ", 3)]
+    documented = set(re.findall(r"^\| `(kraftpy_\w+)", section, re.M))
+    documented |= set(re.findall(r"^\| `kraftpy_\w+[^|]*`, `(kraftpy_\w+)", section, re.M))
+    assert len(documented) > 30
+    exported = exported_sample_names()
+    charted = {name for expr in dashboard_exprs() for name in promql_metric_names(expr)}
+    for name in sorted(documented):
+        samples = {name, name + "_bucket"}
+        assert samples & exported, f"docs map {name}, which kraftpy does not export"
+        assert samples & charted, f"docs map {name}, which the dashboard does not show"
+
+
+def test_the_query_reader_refuses_what_it_should():
+    assert promql_metric_names('sum by (topic) (rate(kraftpy_topic_bytes_in_total{topic="a"}[1m]))') == {
+        "kraftpy_topic_bytes_in_total"}
+    for bad in ("sum(kraftpy_x", "made_up(kraftpy_x)", "kraftpy_x{topic}", "kraftpy_x)"):
+        with pytest.raises(AssertionError):
+            promql_metric_names(bad)
