@@ -72,7 +72,7 @@ from collections.abc import Sequence
 import attrs
 
 from kraftpy.raft.core_base import INF, PendingRequest, RequestKind
-from kraftpy.raft.effects import Effect, Send, SnapshotLoaded
+from kraftpy.raft.effects import Effect, LeaderChange, Send, SnapshotLoaded
 from kraftpy.raft.election import ElectionRole
 from kraftpy.raft.errors import ErrorCode
 from kraftpy.raft.follower import FetchProgress, FollowerRole
@@ -194,6 +194,9 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
             self._applied = snapshot.end_offset
         state = self._quorum.state
         if isinstance(state, Follower):
+            # A leader known from the persisted election state: the listener hears of it as of any
+            # other (the next election would be the first it hears of otherwise).
+            out.append(LeaderChange(state.epoch, state.leader_id))
             self._start_following(now, out)
         elif not self.is_voter:
             self._start_observer_search(now, out)
