@@ -1,0 +1,215 @@
+"""A rolling restart loses nothing: three controllers and three brokers, every broker then every
+controller restarted one at a time with SIGTERM (tests.helpers.roll: each waited for on its readiness
+and, for controllers, the quorum caught up), while an idempotent acks=all producer and a consumer
+group (subscribe, auto-commit off, a synchronous commit after each batch it processed) run.
+
+Afterwards: no delivery failed; every acknowledged record was read by the group (at least once: a
+rebalance or a coordinator moving re-delivers from the last commit), with the value acknowledged at
+its offset; per partition the group read offsets in order, never skipping one (it only goes back, to
+a committed offset); and the producer's acknowledgements follow its send order. The roll's duration
+is printed (`-s` shows it; bench/roll.py measures it under load).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from tests.helpers.deployments import ProcessCluster, create_topics
+from tests.helpers.roll import roll
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, KafkaError, Producer  # noqa: E402
+from confluent_kafka.admin import NewTopic  # noqa: E402
+
+pytestmark = pytest.mark.slow
+QUIET = {"log_level": 0}
+TOPIC = "rolled"
+PARTITIONS = 6
+
+
+class IdempotentProducer:
+    """acks=all, enable.idempotence, in a thread, a bounded number in flight; value = send sequence,
+    round-robin over the partitions. Records every delivery report."""
+
+    def __init__(self, bootstrap: str, in_flight: int = 100) -> None:
+        self.bootstrap = bootstrap
+        self.in_flight = in_flight
+        self.cond = threading.Condition()
+        self.acked: dict[int, list[tuple[int, int]]] = defaultdict(list)  # partition -> [(seq, offset)]
+        self.failed: list[tuple[int, Any]] = []
+        self.fatal: list[Any] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._crash: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="roll-producer", daemon=True)
+
+    def _report(self, err: Any, msg: Any) -> None:
+        with self.cond:
+            if err is None:
+                self.acked[msg.partition()].append((int(msg.value()), msg.offset()))
+            else:
+                self.failed.append((int(msg.value()), err))
+            self.cond.notify_all()
+
+    def _error(self, err: Any) -> None:
+        if err.fatal():
+            self.fatal.append(err)
+
+    def _run(self) -> None:
+        try:
+            producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+                                 "linger.ms": 5, "message.timeout.ms": 120_000, "error_cb": self._error, **QUIET})
+            while not self._stop.is_set():
+                if len(producer) < self.in_flight:
+                    seq = self.sent
+                    producer.produce(TOPIC, value=b"%d" % seq, partition=seq % PARTITIONS, on_delivery=self._report)
+                    self.sent += 1
+                    producer.poll(0)
+                else:
+                    producer.poll(1.0)
+            assert producer.flush(120) == 0, "records still undelivered"
+        except BaseException as exc:  # surfaced by stop()
+            self._crash = exc
+
+    def acked_count(self) -> int:
+        with self.cond:
+            return sum(len(v) for v in self.acked.values())
+
+    def wait_acked(self, count: int, timeout: float = 60.0) -> None:
+        with self.cond:
+            ok = self.cond.wait_for(lambda: sum(len(v) for v in self.acked.values()) >= count or self.failed,
+                                    timeout)
+        assert ok and not self.failed, f"acked {self.acked_count()} of {count}; failed {self.failed[:3]}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(150)
+        assert not self._thread.is_alive(), "the producer did not finish"
+        if self._crash is not None:
+            raise self._crash
+
+
+class GroupReader:
+    """A consumer-group member in a thread: subscribe, auto-commit off, process a batch (record it),
+    then commit it synchronously. Records every (partition, offset, value) it was given, in order."""
+
+    def __init__(self, bootstrap: str, group: str) -> None:
+        self.bootstrap = bootstrap
+        self.group = group
+        self.cond = threading.Condition()
+        self.read: dict[int, list[tuple[int, int]]] = defaultdict(list)  # partition -> [(offset, seq)]
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._crash: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="roll-reader", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                                 "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                 "session.timeout.ms": 10_000, "heartbeat.interval.ms": 1000, **QUIET})
+            consumer.subscribe([TOPIC])
+            while not self._stop.is_set():
+                batch = consumer.consume(500, 0.5)
+                records = [m for m in batch if m.error() is None]
+                self.errors += [str(m.error()) for m in batch if m.error() is not None
+                                and m.error().code() != KafkaError._PARTITION_EOF]
+                if not records:
+                    continue
+                with self.cond:
+                    for m in records:
+                        self.read[m.partition()].append((m.offset(), int(m.value())))
+                    self.cond.notify_all()
+                self._commit(consumer, records)
+            consumer.close()
+        except BaseException as exc:  # surfaced by stop()
+            self._crash = exc
+
+    def _commit(self, consumer: Any, records: list[Any]) -> None:
+        """Commit what was processed; a commit that fails during a coordinator move is not retried
+        (the next batch's commit covers it; anything read again is read at least once)."""
+        from confluent_kafka import KafkaException
+
+        try:
+            consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            self.errors.append(f"commit: {exc}")
+
+    def wait_caught_up(self, acked: dict[int, list[tuple[int, int]]], timeout: float = 60.0) -> None:
+        """Until the group has read every acknowledged offset."""
+        want = {p: max(o for _, o in v) for p, v in acked.items() if v}
+        with self.cond:
+            ok = self.cond.wait_for(lambda: all(self.read[p] and max(o for o, _ in self.read[p]) >= last
+                                                for p, last in want.items()), timeout)
+        assert ok, f"group read up to { {p: max((o for o, _ in v), default=-1) for p, v in self.read.items()} }" \
+                   f", acked up to {want}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "the consumer did not finish"
+        if self._crash is not None:
+            raise self._crash
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("roll")
+    with ProcessCluster(root, metrics=True) as deployed:
+        yield deployed
+
+
+def test_a_rolling_restart_of_every_node_loses_nothing_and_keeps_order(cluster):
+    create_topics(cluster.bootstrap, [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)])
+    producer = IdempotentProducer(cluster.bootstrap)
+    reader = GroupReader(cluster.bootstrap, "rolling")
+    producer.start()
+    reader.start()
+    try:
+        producer.wait_acked(500)
+        restarted = []
+
+        def between(node: Any) -> None:
+            """Progress after each node is back: the cluster serves again before the next one stops."""
+            restarted.append(node)
+            producer.wait_acked(producer.acked_count() + 200)
+
+        done = roll(cluster, on_node=between)
+    finally:
+        producer.stop()
+    try:
+        reader.wait_caught_up(producer.acked)
+    finally:
+        reader.stop()
+
+    print(f"\nrolling restart of {len(done.nodes)} nodes: {done.total_s:.1f} s; "
+          + ", ".join(f"{n.name} {n.back_s:.1f} s" for n in done.nodes)
+          + f"; {producer.acked_count()} records acknowledged, {len(producer.failed)} failed")
+    assert [n.name for n in done.nodes] == ["broker-4", "broker-5", "broker-6",
+                                            "controller-1", "controller-2", "controller-3"]
+    assert producer.failed == [], producer.failed[:5]
+    assert producer.fatal == [], producer.fatal
+    assert producer.acked_count() == producer.sent
+    for partition in range(PARTITIONS):
+        acked = sorted(producer.acked[partition])  # by send sequence
+        offsets = [offset for _, offset in acked]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), "acks out of send order"
+        read = reader.read[partition]
+        at: dict[int, int] = {}
+        previous = -1
+        for offset, seq in read:
+            assert offset <= previous + 1, f"partition {partition}: the group skipped from {previous} to {offset}"
+            assert at.setdefault(offset, seq) == seq, f"partition {partition}: offset {offset} read twice, different"
+            previous = offset
+        missing = [(seq, offset) for seq, offset in acked if at.get(offset) != seq]
+        assert missing == [], f"partition {partition}: acknowledged but not read: {missing[:5]}"
