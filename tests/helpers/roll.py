@@ -7,14 +7,17 @@ again, and the next one only once this one is back:
 - a controller is back when its ``GET /ready`` answers 200 (it knows the leader and applied metadata
   committed since it started) and the quorum's leader reports every voter caught up (lag 0).
 
-Waits are on the processes' log lines (`wait_until`), with a re-check when they are quiet. Needs
+`IdempotentProducer` is the load a roll runs under (the test, and bench/roll.py). Waits are on the processes' log lines (`wait_until`), with a re-check when they are quiet. Needs
 ``ProcessCluster(..., metrics=True)`` (the readiness endpoints).
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import trio
@@ -112,3 +115,73 @@ def roll(cluster: ProcessCluster, *, on_node: Callable[[NodeRoll], None] | None 
             on_node(done)
     result.total_s = time.monotonic() - began
     return result
+
+
+class IdempotentProducer:
+    """acks=all, enable.idempotence, in a thread, a bounded number in flight; value = send sequence,
+    round-robin over the partitions. Records every delivery report."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, in_flight: int = 100) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.in_flight = in_flight
+        self.cond = threading.Condition()
+        self.acked: dict[int, list[tuple[int, int]]] = defaultdict(list)  # partition -> [(seq, offset)]
+        self.failed: list[tuple[int, Any]] = []
+        self.fatal: list[Any] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._crash: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="roll-producer", daemon=True)
+
+    def _report(self, err: Any, msg: Any) -> None:
+        with self.cond:
+            if err is None:
+                self.acked[msg.partition()].append((int(msg.value()), msg.offset()))
+            else:
+                self.failed.append((int(msg.value()), err))
+            self.cond.notify_all()
+
+    def _error(self, err: Any) -> None:
+        if err.fatal():
+            self.fatal.append(err)
+
+    def _run(self) -> None:
+        from confluent_kafka import Producer
+
+        try:
+            producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
+                                 "linger.ms": 5, "message.timeout.ms": 120_000, "error_cb": self._error, "log_level": 0})
+            while not self._stop.is_set():
+                if len(producer) < self.in_flight:
+                    seq = self.sent
+                    producer.produce(self.topic, value=b"%d" % seq, partition=seq % self.partitions,
+                                     on_delivery=self._report)
+                    self.sent += 1
+                    producer.poll(0)
+                else:
+                    producer.poll(1.0)
+            assert producer.flush(120) == 0, "records still undelivered"
+        except BaseException as exc:  # surfaced by stop()
+            self._crash = exc
+
+    def acked_count(self) -> int:
+        with self.cond:
+            return sum(len(v) for v in self.acked.values())
+
+    def wait_acked(self, count: int, timeout: float = 60.0) -> None:
+        with self.cond:
+            ok = self.cond.wait_for(lambda: sum(len(v) for v in self.acked.values()) >= count or self.failed,
+                                    timeout)
+        assert ok and not self.failed, f"acked {self.acked_count()} of {count}; failed {self.failed[:3]}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(150)
+        assert not self._thread.is_alive(), "the producer did not finish"
+        if self._crash is not None:
+            raise self._crash

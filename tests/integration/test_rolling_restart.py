@@ -19,81 +19,16 @@ from typing import Any
 import pytest
 
 from tests.helpers.deployments import ProcessCluster, create_topics
-from tests.helpers.roll import roll
+from tests.helpers.roll import IdempotentProducer, roll
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, KafkaError, Producer  # noqa: E402
+from confluent_kafka import Consumer, KafkaError  # noqa: E402
 from confluent_kafka.admin import NewTopic  # noqa: E402
 
 pytestmark = pytest.mark.slow
 QUIET = {"log_level": 0}
 TOPIC = "rolled"
 PARTITIONS = 6
-
-
-class IdempotentProducer:
-    """acks=all, enable.idempotence, in a thread, a bounded number in flight; value = send sequence,
-    round-robin over the partitions. Records every delivery report."""
-
-    def __init__(self, bootstrap: str, in_flight: int = 100) -> None:
-        self.bootstrap = bootstrap
-        self.in_flight = in_flight
-        self.cond = threading.Condition()
-        self.acked: dict[int, list[tuple[int, int]]] = defaultdict(list)  # partition -> [(seq, offset)]
-        self.failed: list[tuple[int, Any]] = []
-        self.fatal: list[Any] = []
-        self.sent = 0
-        self._stop = threading.Event()
-        self._crash: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="roll-producer", daemon=True)
-
-    def _report(self, err: Any, msg: Any) -> None:
-        with self.cond:
-            if err is None:
-                self.acked[msg.partition()].append((int(msg.value()), msg.offset()))
-            else:
-                self.failed.append((int(msg.value()), err))
-            self.cond.notify_all()
-
-    def _error(self, err: Any) -> None:
-        if err.fatal():
-            self.fatal.append(err)
-
-    def _run(self) -> None:
-        try:
-            producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all",
-                                 "linger.ms": 5, "message.timeout.ms": 120_000, "error_cb": self._error, **QUIET})
-            while not self._stop.is_set():
-                if len(producer) < self.in_flight:
-                    seq = self.sent
-                    producer.produce(TOPIC, value=b"%d" % seq, partition=seq % PARTITIONS, on_delivery=self._report)
-                    self.sent += 1
-                    producer.poll(0)
-                else:
-                    producer.poll(1.0)
-            assert producer.flush(120) == 0, "records still undelivered"
-        except BaseException as exc:  # surfaced by stop()
-            self._crash = exc
-
-    def acked_count(self) -> int:
-        with self.cond:
-            return sum(len(v) for v in self.acked.values())
-
-    def wait_acked(self, count: int, timeout: float = 60.0) -> None:
-        with self.cond:
-            ok = self.cond.wait_for(lambda: sum(len(v) for v in self.acked.values()) >= count or self.failed,
-                                    timeout)
-        assert ok and not self.failed, f"acked {self.acked_count()} of {count}; failed {self.failed[:3]}"
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(150)
-        assert not self._thread.is_alive(), "the producer did not finish"
-        if self._crash is not None:
-            raise self._crash
 
 
 class GroupReader:
@@ -171,7 +106,7 @@ def cluster(tmp_path_factory):
 
 def test_a_rolling_restart_of_every_node_loses_nothing_and_keeps_order(cluster):
     create_topics(cluster.bootstrap, [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)])
-    producer = IdempotentProducer(cluster.bootstrap)
+    producer = IdempotentProducer(cluster.bootstrap, TOPIC, PARTITIONS)
     reader = GroupReader(cluster.bootstrap, "rolling")
     producer.start()
     reader.start()
