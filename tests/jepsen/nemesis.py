@@ -17,6 +17,11 @@ Fault kinds and their variants:
   the same one). Clients are never partitioned.
 - `link`: `slow` (a delay with jitter) or `lossy` (a share of the traffic dropped) on all the links
   of one node.
+- `roll`: a rolling restart (`all`): every broker, then every controller, stopped with SIGTERM and
+  started again one at a time, the next one only once this one is back (`Cluster.is_back`: a broker
+  in the metadata with every partition fully replicated again, a controller caught up with the
+  quorum's leader). The fault's start runs the whole roll and records how long each node took; its
+  stop has nothing left to heal. Nothing acknowledged may be lost across it.
 
 A fault starts every ~`interval` seconds and is healed before the next one starts; everything is
 healed at the end.
@@ -58,12 +63,13 @@ from typing import Any, Protocol
 
 import attrs
 
-KINDS = ("kill", "pause", "partition", "link")
+KINDS = ("kill", "pause", "partition", "link", "roll")
 VARIANTS: dict[str, tuple[str, ...]] = {
     "kill": ("one", "leader", "controller", "majority"),
     "pause": ("one", "leader", "controller", "majority"),
     "partition": ("one", "majority", "bridge", "ring"),
     "link": ("slow", "lossy"),
+    "roll": ("all",),
 }
 #: what a campaign with a consumer group adds: its coordinator as a target
 GROUP_VARIANTS: dict[str, tuple[str, ...]] = {"kill": ("coordinator",), "pause": ("coordinator",)}
@@ -212,6 +218,8 @@ def _make_fault(fid: int, kind: str, variant: str, start: float, stop: float, rn
         return Fault(nodes=tuple(sorted(rnd.sample(group, len(group) // 2 + 1))), **common)
     if kind == "partition":
         return Fault(cut=partition_cut(variant, nodes, rnd), **common)
+    if kind == "roll":
+        return Fault(nodes=tuple(brokers) + tuple(controllers), **common)
     victim = rnd.choice(list(nodes))
     links = tuple(sorted(_pairs_between([victim], nodes)))
     if variant == "slow":
@@ -243,6 +251,11 @@ class Cluster(Protocol):
 
     def restart(self, name: str) -> None: ...
 
+    def is_back(self, name: str) -> bool:
+        """After a restart: a broker serves again with every partition fully replicated, a controller
+        is caught up with the quorum's leader (the roll waits for it before the next node)."""
+        ...
+
 
 class Network(Protocol):
     def partition(self, cut: Iterable[Pair]) -> None: ...
@@ -258,11 +271,16 @@ class Nemesis:
     resolved (the actual targets), which the caller records."""
 
     def __init__(self, cluster: Cluster, network: Network | None = None, *,
-                 stop_timeout: float = 10.0) -> None:
+                 stop_timeout: float = 10.0, roll_node_timeout: float = 90.0,
+                 poll_interval: float = 0.2) -> None:
         self.cluster = cluster
         self.network = network
         self.stop_timeout = stop_timeout
+        self.roll_node_timeout = roll_node_timeout
+        self.poll_interval = poll_interval
         self._active: dict[int, tuple[Fault, tuple[str, ...]]] = {}
+        #: Every roll done: {"fault", "total_s", "nodes": [{"node", "stopped_s", "back_s"}]}.
+        self.rolls: list[dict[str, Any]] = []
 
     def _node(self, name: str) -> Node:
         for node in self.cluster.nodes():
@@ -298,10 +316,35 @@ class Nemesis:
             self._require_network().set_links(fault.links, delay_ms=fault.delay_ms,
                                               jitter_ms=fault.jitter_ms, loss=fault.loss)
             targets = fault.nodes
+        elif fault.kind == "roll":
+            targets = fault.nodes
+            done = self._roll(fault)
+            self._active[fault.id] = (fault, targets)
+            return {**fault.to_json(), "targets": list(targets), "roll": done}
         else:
             raise ValueError(f"unknown fault kind {fault.kind!r}")
         self._active[fault.id] = (fault, targets)
         return {**fault.to_json(), "targets": list(targets)}
+
+    def _roll(self, fault: Fault) -> dict[str, Any]:
+        """SIGTERM, restart and wait until back, each node of ``fault.nodes`` in turn (brokers first)."""
+        began = time.monotonic()
+        record: dict[str, Any] = {"fault": fault.id, "nodes": [], "total_s": 0.0}
+        self.rolls.append(record)
+        for name in fault.nodes:
+            node_began = time.monotonic()
+            self._terminate(self._node(name))
+            stopped = time.monotonic() - node_began
+            self.cluster.restart(name)
+            deadline = time.monotonic() + self.roll_node_timeout
+            while not _quietly_true(lambda n=name: self.cluster.is_back(n)):
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"{name} was not back within {self.roll_node_timeout:.0f}s of its restart")
+                time.sleep(self.poll_interval)
+            record["nodes"].append({"node": name, "stopped_s": round(stopped, 3),
+                                    "back_s": round(time.monotonic() - node_began, 3)})
+        record["total_s"] = round(time.monotonic() - began, 3)
+        return record
 
     def stop(self, fault: Fault) -> dict[str, Any]:
         _, targets = self._active.pop(fault.id, (fault, ()))
@@ -333,6 +376,20 @@ class Nemesis:
             raise RuntimeError("a network fault needs a network backend (netns or proxy)")
         return self.network
 
+    def _terminate(self, node: Node) -> None:
+        """SIGTERM (a graceful stop: a broker's controlled shutdown, a leader's resignation) and wait
+        for the exit; SIGKILL after `roll_node_timeout`."""
+        proc = node.process
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=self.roll_node_timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=self.stop_timeout)
+
     def _kill(self, node: Node) -> None:
         proc = node.process
         if proc is None or proc.poll() is not None:
@@ -353,6 +410,13 @@ class Nemesis:
             return
         proc.send_signal(signal.SIGCONT)
         _wait_state(proc.pid, stopped=False, timeout=self.stop_timeout)
+
+
+def _quietly_true(fn: Callable[[], bool]) -> bool:
+    try:
+        return bool(fn())
+    except Exception:
+        return False
 
 
 def _quietly(fn: Callable[[], str | None]) -> str | None:

@@ -96,6 +96,9 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
     if network:
         lines.append(f"network: {network}")
     lines.extend(f"harness error: {e}" for e in results.get("details", {}).get("harness_errors") or ())
+    for roll in results.get("details", {}).get("rolls") or ():
+        lines.append(f"roll (fault {roll['fault']}): {roll['total_s']:.1f}s for {len(roll['nodes'])} nodes: "
+                     + ", ".join(f"{n['node']} {n['back_s']:.1f}s" for n in roll["nodes"]))
     lines.append(f"faults: {len(windows)}")
     for w in windows:
         lines.append(f"  {w['start'] / 1e9:8.2f}s - {w['stop'] / 1e9:8.2f}s  {w['label']}")

@@ -427,6 +427,32 @@ class ProcessCluster:
         partition = t.partitions.get(offsets_partition_for(self.group, len(t.partitions)))
         return None if partition is None else self._broker_name(partition.leader)
 
+    def is_back(self, name: str) -> bool:
+        """A restarted broker is in the metadata and every partition is fully replicated again (its
+        ISR is its replica set: the restarted broker caught up everywhere); a restarted controller
+        is caught up with the quorum's leader (lag 0, fetched within the last 2 s)."""
+        spec = self.node(name).spec
+        if spec.role == "controller":
+            import trio
+
+            from kraftpy.cli.quorum import fetch_status
+
+            addresses = [(c.advertised_host, c.advertised_port) for c in self.plan.controllers]
+            status = trio.run(fetch_status, addresses, 2.0)
+            if status.get("leader_id") == spec.node_id:
+                return True
+            return any(v["id"] == spec.node_id and v["lag"] == 0 and v["last_fetch_ms_ago"] is not None
+                       and v["last_fetch_ms_ago"] < 2000 for v in status["voters"])
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(client_config(self.plan, **{"socket.timeout.ms": 3000}))
+        md = admin.list_topics(timeout=3)
+        if spec.node_id not in md.brokers:
+            return False
+        return all(t.error is None and all(p.leader >= 0 and sorted(p.isrs) == sorted(p.replicas)
+                                           for p in t.partitions.values())
+                   for t in md.topics.values())
+
     def _broker_name(self, node_id: int) -> str | None:
         for spec in self.plan.brokers:
             if spec.node_id == node_id:
@@ -738,7 +764,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  description="Run a Jepsen-style campaign against a fresh kraftpy cluster.")
     ap.add_argument("--time-limit", type=float, default=60.0, help="seconds of workload (default 60)")
     ap.add_argument("--nemesis", default="all",
-                    help="comma-separated fault kinds: kill, pause, partition, link, all, none (default all)")
+                    help="comma-separated fault kinds: kill, pause, partition, link, roll, all, none (default all)")
     ap.add_argument("--seed", type=int, default=None, help="seed of the schedule and workload (default: random)")
     ap.add_argument("--out", type=Path, default=None, help="output directory (default jepsen-runs/seed-SEED)")
     ap.add_argument("--nodes", type=int, default=3, help="controllers (default 3)")
@@ -889,6 +915,8 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
     results = check(history, seed=seed, nemesis=list(kinds))
     results["details"]["network"] = plan.network
     results["details"]["harness_errors"] = runner.errors + workload.errors + (members.errors if members else [])
+    if nemesis.rolls:
+        results["details"]["rolls"] = nemesis.rolls
     if members:
         facts = (cluster.group, args.assignor, args.static_members, len(members.all),
                  members.replacements["term"], members.replacements["kill"])

@@ -39,7 +39,8 @@ def test_parse_kinds():
     assert nm.parse_kinds("kill,pause") == ("kill", "pause")
     assert nm.parse_kinds("all") == nm.KINDS
     assert nm.parse_kinds("none") == ()
-    assert nm.parse_kinds("partition,all") == ("partition", "kill", "pause", "link")
+    assert nm.parse_kinds("partition,all") == ("partition", "kill", "pause", "link", "roll")
+    assert nm.parse_kinds("roll") == ("roll",)
     with pytest.raises(ValueError, match="unknown nemesis 'bogus'"):
         nm.parse_kinds("kill,bogus")
 
@@ -96,6 +97,12 @@ def test_group_schedules_add_the_coordinator_and_leave_others_as_they_were():
     assert all(f.nodes[0] in BROKERS for f in coordinators)  # the fallback target is a broker
 
 
+def test_a_roll_restarts_brokers_then_controllers():
+    faults = nm.schedule(2, ("roll",), CONTROLLERS, BROKERS, 200)
+    assert faults and {(f.kind, f.variant) for f in faults} == {("roll", "all")}
+    assert all(f.nodes == tuple(BROKERS + CONTROLLERS) for f in faults)
+
+
 def _sees(node, nodes, cut):
     return {n for n in nodes if n == node or tuple(sorted((node, n))) not in cut}
 
@@ -145,6 +152,11 @@ class FakeCluster:
         self.leaders = {0: "b3"}
         self.coordinator: str | None = "b2"
         self.restarted: list[str] = []
+        #: What a roll did, in order: ("restart", name) and ("back", name).
+        self.events: list[tuple[str, str]] = []
+        #: How many times `is_back` answers False after a restart before it answers True (None: never).
+        self.polls_until_back: int | None = 2
+        self._polls: dict[str, int] = {}
 
     @staticmethod
     def _spawn() -> subprocess.Popen:
@@ -169,7 +181,16 @@ class FakeCluster:
 
     def restart(self, name):
         self.restarted.append(name)
+        self.events.append(("restart", name))
+        self._polls[name] = 0
         self.node(name).process = self._spawn()
+
+    def is_back(self, name):
+        self._polls[name] = self._polls.get(name, 0) + 1
+        back = self.polls_until_back is not None and self._polls[name] > self.polls_until_back
+        if back:
+            self.events.append(("back", name))
+        return back
 
     def close(self):
         for node in self._nodes:
@@ -626,3 +647,29 @@ def test_netns_network_validates_names():
     assert net.addresses == {"a": "10.77.0.10", "b": "10.77.0.11"}
     assert net.wrap("b", ["kraftpy", "broker"]) == ["ip", "netns", "exec", "kpz-b", "kraftpy", "broker"]
 
+
+
+def test_roll_stops_each_node_with_sigterm_and_waits_until_it_is_back(cluster):
+    nemesis = nm.Nemesis(cluster, poll_interval=0.001)
+    fault = nm.Fault(0, "roll", "all", 0, 1, nodes=tuple(BROKERS + CONTROLLERS))
+    old = {n.name: n.process for n in cluster.nodes()}
+    resolved = nemesis.start(fault)
+    assert all(proc.returncode == -15 for proc in old.values())  # SIGTERM, not SIGKILL
+    # one node at a time: the next restart only once the one before is back
+    assert cluster.events == [(what, name) for name in BROKERS + CONTROLLERS for what in ("restart", "back")]
+    assert [n["node"] for n in resolved["roll"]["nodes"]] == BROKERS + CONTROLLERS
+    assert nemesis.rolls == [resolved["roll"]] and resolved["roll"]["total_s"] >= 0
+    assert all(n["back_s"] >= n["stopped_s"] >= 0 for n in resolved["roll"]["nodes"])
+    nemesis.stop(fault)  # nothing left to heal: no other restart
+    assert cluster.restarted == BROKERS + CONTROLLERS
+    assert all(n.process.poll() is None for n in cluster.nodes())
+
+
+def test_roll_gives_up_on_a_node_that_does_not_come_back(cluster):
+    cluster.polls_until_back = None
+    nemesis = nm.Nemesis(cluster, roll_node_timeout=0.05, poll_interval=0.001)
+    fault = nm.Fault(0, "roll", "all", 0, 1, nodes=("b1", "b2"))
+    with pytest.raises(TimeoutError, match="b1 was not back"):
+        nemesis.start(fault)
+    assert cluster.restarted == ["b1"]  # b2 was never stopped
+    assert cluster.node("b2").process.poll() is None
