@@ -3,7 +3,8 @@ every broker, then every controller, one at a time, each stopped with SIGTERM (a
 shutdown moves its leaderships away first; a controller that leads hands the quorum over) and started
 again, and the next one only once this one is back:
 
-- a broker is back when it logs "broker running" again and its ``GET /ready`` answers 200 (Running);
+- a broker is back when it logs "broker running" again, its ``GET /ready`` answers 200 (Running), and
+  no broker reports an under-replicated partition (it is back in every ISR);
 - a controller is back when its ``GET /ready`` answers 200 (it knows the leader and applied metadata
   committed since it started) and the quorum's leader reports every voter caught up (lag 0).
 
@@ -25,7 +26,7 @@ import trio
 from kraftpy.cli.quorum import fetch_status
 from kraftpy.rpc.control import RpcError
 from tests.helpers.deployments import ProcessCluster
-from tests.helpers.scrape import ready
+from tests.helpers.scrape import ready, scrape, value
 
 
 @attrs.define
@@ -74,6 +75,12 @@ def quorum_caught_up(cluster: ProcessCluster) -> bool:
         or v["id"] == status["leader_id"] for v in voters)
 
 
+def under_replicated(cluster: ProcessCluster) -> float:
+    """kraftpy_under_replicated_partitions summed over the running brokers."""
+    return sum(value(scrape(cluster.broker_metrics_ports[b]), "kraftpy_under_replicated_partitions") or 0
+               for b, proc in cluster.brokers.items() if proc.running)
+
+
 def restart_broker(cluster: ProcessCluster, broker_id: int, timeout: float = 60.0) -> NodeRoll:
     proc = cluster.brokers[broker_id]
     began = time.monotonic()
@@ -84,6 +91,7 @@ def restart_broker(cluster: ProcessCluster, broker_id: int, timeout: float = 60.
     proc.wait_for("broker running", since=mark, timeout=timeout)
     port = cluster.broker_metrics_ports[broker_id]
     wait_until(cluster, lambda: ready(port)[0] == 200, f"broker {broker_id} ready", timeout)
+    wait_until(cluster, lambda: under_replicated(cluster) == 0, "no under-replicated partition", timeout)
     return NodeRoll(proc.name, stopped - began, time.monotonic() - began)
 
 

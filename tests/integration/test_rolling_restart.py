@@ -100,13 +100,13 @@ class GroupReader:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("roll")
-    with ProcessCluster(root, metrics=True) as deployed:
+    with ProcessCluster(root, metrics=True, log_level="info") as deployed:
         yield deployed
 
 
 def test_a_rolling_restart_of_every_node_loses_nothing_and_keeps_order(cluster):
     create_topics(cluster.bootstrap, [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)])
-    producer = IdempotentProducer(cluster.bootstrap, TOPIC, PARTITIONS)
+    producer = IdempotentProducer(cluster.bootstrap, TOPIC, PARTITIONS, in_flight=20)
     reader = GroupReader(cluster.bootstrap, "rolling")
     producer.start()
     reader.start()
