@@ -3,8 +3,8 @@
 Three `kraftpy controller` and three `kraftpy broker` processes (replication factor 3,
 min.insync.replicas 2, a topic of 6 partitions); an idempotent acks=all confluent-kafka producer
 sends throughout. Every broker, then every controller, is stopped with SIGTERM and started again,
-one at a time, the next one only once this one is back (a broker Running and ready, a controller
-ready and the quorum caught up: tests/helpers/roll.py, the procedure of docs/operations.md "Rolling
+one at a time, the next one only once this one is back (a broker Running, ready and in every ISR
+again, a controller ready and the quorum caught up: tests/helpers/roll.py, the procedure of docs/operations.md "Rolling
 restart"). Per node: seconds from SIGTERM to the process's exit (a broker's controlled shutdown
 moves its leaderships away first) and from SIGTERM until it is back; in total: the whole roll, the
 records acknowledged during it and the delivery failures (there should be none).
@@ -67,8 +67,8 @@ def main(argv: list[str]) -> int:
           "confluent-kafka producer (100 records in flight, a topic of 6 partitions, replication "
           "factor 3, min.insync.replicas 2): every broker, then every controller, stopped with "
           "SIGTERM and started again, one at a time; the next one is stopped only once this one is "
-          "back (a broker Running and answering `/ready` 200, a controller answering `/ready` 200 "
-          "and every voter caught up with the quorum's leader). The same procedure as "
+          "back (a broker Running and answering `/ready` 200 and no partition under-replicated any more, "
+          "a controller answering `/ready` 200 and every voter caught up with the quorum's leader). The same procedure as "
           "docs/operations.md \"Rolling restart\" and tests/integration/test_rolling_restart.py.")
     print()
     print(f"| node (median of {args.rounds}) | SIGTERM to exit | SIGTERM until back |")
