@@ -263,7 +263,8 @@ KEYS: list[ConfigKey] = [
               "OFFSET_METADATA_TOO_LARGE.", at_least(0), roles=B),
     # --- observability
     ConfigKey("metrics.port", "int", None,
-              "Port of the Prometheus endpoint (GET /metrics) on 127.0.0.1; 0 picks one; unset serves none.",
+              "Port on 127.0.0.1 of the Prometheus endpoint (GET /metrics), readiness (GET /ready: 200 when the "
+              "node is ready, 503 with the reason) and liveness (GET /healthz); 0 picks one; unset serves none.",
               between(0, 65535), nullable=True),
 ]
 
