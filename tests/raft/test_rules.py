@@ -14,6 +14,7 @@ from kraftpy.raft import (
     Commit,
     ElectionState,
     FlushLog,
+    LeaderChange,
     MemoryRaftLog,
     NotLeaderError,
     PersistQuorumState,
@@ -886,3 +887,12 @@ def test_a_proposal_larger_than_a_batch_is_refused() -> None:
     with pytest.raises(ValueError):
         core.propose([b"x" * 1000], 1.0)
     assert core.propose([b"x" * 100], 1.0).base_offset == 1
+
+
+def test_a_restart_as_follower_of_a_known_leader_tells_the_listener() -> None:
+    """The persisted election state names the leader: the first effects say so (LeaderChange), as
+    an election would, so a restarted controller knows its leader before the next election."""
+    _, effects = make_core(1, persisted=ElectionState(5, leader_id=3))
+    assert LeaderChange(5, 3) in effects
+    _, effects = make_core(1, persisted=ElectionState(5))  # no leader known: nothing to tell
+    assert not any(isinstance(e, LeaderChange) for e in effects)
