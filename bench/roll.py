@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args(argv)
     rounds = []
-    for i in range(args.rounds):
+    for _ in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="kraftpy-bench-roll-") as tmp:
             rounds.append(one_round(Path(tmp)))
     names = [n.name for n in rounds[0]["roll"].nodes]
