@@ -318,9 +318,8 @@ class Nemesis:
             targets = fault.nodes
         elif fault.kind == "roll":
             targets = fault.nodes
-            done = self._roll(fault)
             self._active[fault.id] = (fault, targets)
-            return {**fault.to_json(), "targets": list(targets), "roll": done}
+            return {**fault.to_json(), "targets": list(targets), "roll": self._roll(fault)}
         else:
             raise ValueError(f"unknown fault kind {fault.kind!r}")
         self._active[fault.id] = (fault, targets)
@@ -356,6 +355,9 @@ class Nemesis:
                 self._resume(self._node(name))
         elif fault.network:
             self._require_network().heal()
+        elif fault.kind == "roll":
+            done = [r for r in self.rolls if r["fault"] == fault.id]
+            return {**fault.to_json(), "targets": list(targets), "roll": done[-1] if done else None}
         return {**fault.to_json(), "targets": list(targets)}
 
     def heal_all(self) -> None:
@@ -492,13 +494,16 @@ class ScheduleRunner:
             for fault in self.faults:
                 if not self._until(fault.start):
                     break
+                if fault.kind == "roll":  # recorded as it begins: the window spans the whole roll
+                    self.record("start", {**fault.to_json(), "targets": list(fault.nodes)})
                 try:
                     resolved = self.nemesis.start(fault)
                 except Exception as e:
                     self.errors.append(f"start {fault.kind} {fault.variant}: {e!r}")
                     self.log(self.errors[-1])
                     resolved = {**fault.to_json(), "error": repr(e)}
-                self.record("start", resolved)
+                if fault.kind != "roll" or "error" in resolved:
+                    self.record("start", resolved)
                 what = resolved.get("targets") or [f"{a}|{b}" for a, b in resolved.get("cut", ())]
                 self.log(f"fault {fault.id} {fault.kind} {fault.variant} started: {what}")
                 self._until(fault.stop)

@@ -673,3 +673,20 @@ def test_roll_gives_up_on_a_node_that_does_not_come_back(cluster):
         nemesis.start(fault)
     assert cluster.restarted == ["b1"]  # b2 was never stopped
     assert cluster.node("b2").process.poll() is None
+
+
+def test_schedule_runner_records_a_roll_as_it_begins_and_its_timings_as_it_ends(cluster):
+    fault = nm.Fault(0, "roll", "all", 0, 0, nodes=("b1", "c1"))
+    records = []
+
+    def record(phase, f):
+        records.append((phase, f, list(cluster.events)))
+
+    runner = nm.ScheduleRunner([fault], nm.Nemesis(cluster, poll_interval=0.001), record)
+    runner.start()
+    runner.join()
+    assert runner.errors == []
+    (start, started, events_at_start), (stop, stopped, _) = records
+    assert (start, stop) == ("start", "stop")
+    assert events_at_start == [] and "roll" not in started  # recorded before the first node stopped
+    assert [n["node"] for n in stopped["roll"]["nodes"]] == ["b1", "c1"]
