@@ -100,6 +100,11 @@ async def test_a_running_combined_node_is_ready_and_reports_both_roles(tmp_path:
         assert value(samples, "kraftpy_last_applied_record_offset", node_id="1") >= 1
         assert value(samples, "kraftpy_last_applied_record_lag_seconds", node_id="1") >= 0
         assert value(samples, "kraftpy_request_duration_seconds_count", request="ApiVersions") >= 1
+        await node.stop_gracefully()  # the broker's controlled shutdown, the controller's resignation
+        assert await http_get(metrics_port, "/ready") == (
+            "HTTP/1.1 503 Service Unavailable", "controller 1: no known quorum leader; broker 1: stopping\n")
+        samples = await trio.to_thread.run_sync(scrape, metrics_port)
+        assert value(samples, "kraftpy_broker_state", node_id="1") == 6  # PENDING_CONTROLLED_SHUTDOWN
         nursery.cancel_scope.cancel()
     # Stopped nodes leave the collector.
     assert not any(n == "kraftpy_broker_state" for n, _ in scrape_registry())
