@@ -99,7 +99,8 @@ def consume_and_commit(c: ck.Consumer, count: int) -> None:
     got = 0
     deadline = time.monotonic() + 30
     while got < count:
-        assert time.monotonic() < deadline, f"read {got} of {count}"
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"read {got} of {count}")
         for msg in c.consume(num_messages=count - got, timeout=0.5):
             if msg.error() is None:
                 got += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -100,21 +101,25 @@ class LocalCluster:
             if (status["leader_id"] != node_id and voter["lag"] == 0 and caught_up is not None
                     and caught_up < (time.monotonic() - started) * 1000):
                 return status
-            assert time.monotonic() < deadline, f"controller {node_id} not caught up: {status}"
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"controller {node_id} not caught up: {status}")
             time.sleep(0.2)  # polling an outside tool, as an operator would; the deadline only bounds it
 
 
 def stop_process(pid: int) -> None:
-    """What `systemctl stop` does: SIGTERM, then wait until the process is gone."""
-    os.kill(pid, 15)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        assert time.monotonic() < deadline, f"pid {pid} did not stop"
-        time.sleep(0.05)
+    """What `systemctl stop` does: SIGTERM, then wait until the process is gone (its pidfd becomes
+    readable when it exits)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        os.kill(pid, 15)
+        ready, _, _ = select.select([fd], [], [], 60)
+        if not ready:
+            raise TimeoutError(f"pid {pid} did not stop within 60 s of SIGTERM")
+    finally:
+        os.close(fd)
 
 
 def round_trip(bootstrap: str, topic: str, n: int) -> None:
