@@ -1,8 +1,9 @@
 """The broker's way to the active controller: every metadata write a Kafka API needs.
 
 The broker never changes metadata itself. CreateTopics, DeleteTopics, CreatePartitions,
-IncrementalAlterConfigs, ElectLeaders and the partition reassignments from clients, the leader's ISR changes (AlterPartition)
-and producer-id blocks (AllocateProducerIds) all go through a `ControllerChannel`. Each method
+IncrementalAlterConfigs, ElectLeaders, the partition reassignments and UnregisterBroker from
+clients, the leader's ISR changes (AlterPartition) and producer-id blocks (AllocateProducerIds) all
+go through a `ControllerChannel`. Each method
 returns once the controller's records for the request are committed to the metadata log (the
 broker learns the new state a little later, when the committed records reach it through
 ``BrokerServer.publish``), and raises `ControllerUnavailable` when no controller answers.
@@ -35,6 +36,8 @@ from kraftpy.metadata.messages import (
     IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
 )
 from kraftpy.metadata.rpc import ControllerUnavailable
 
@@ -64,6 +67,8 @@ class ControllerChannel(Protocol):
     async def list_partition_reassignments(
         self, request: ListPartitionReassignmentsRequest
     ) -> ListPartitionReassignmentsResponse: ...
+
+    async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse: ...
 
 
 __all__ = ["ControllerChannel", "ControllerUnavailable"]

@@ -35,6 +35,7 @@ import structlog
 import trio
 
 from kraftpy.broker.apis import KafkaApis
+from kraftpy.broker.apis.brokers import BrokersApi
 from kraftpy.broker.apis.configs import ConfigsApi
 from kraftpy.broker.apis.fetch import FetchApi
 from kraftpy.broker.apis.groups import GroupsApi
@@ -100,6 +101,7 @@ class BrokerServer:
             MetadataApi(self.metadata, channel, settings, self.replicas.is_offline),
             TopicsApi(self.metadata, channel, settings),
             ReassignmentsApi(self.metadata, channel),
+            BrokersApi(self.metadata, channel),
             ConfigsApi(self.metadata, channel, settings),
             GroupsApi(self.coordinator, self.metadata, channel, settings),
         ):

@@ -1,15 +1,20 @@
-"""`kraftpy cluster describe`: the cluster id, the controller and every broker with its state.
+"""`kraftpy cluster describe`: the cluster id, the controller and every broker with its state;
+`kraftpy cluster unregister`: forget a broker that is gone for good (kafka-cluster.sh unregister).
 
 With ``--bootstrap-server`` it asks a broker (DescribeCluster v2, fenced brokers included): brokers are
 Running or Fenced as that broker's metadata shows them. With ``--bootstrap-controller`` it asks the
 active controller (the control-plane request kraftpy.metadata.rpc.CLUSTER_DESCRIBE_API), whose image
 also knows the brokers in controlled shutdown (Stopping) and each broker's epoch.
+
+``unregister --id N`` sends UnregisterBroker (api key 64) to a broker, which forwards it to the active
+controller: the broker is fenced if it is not yet, leaves every ISR and leadership, and its
+registration is removed. An id the cluster does not know fails with BROKER_ID_NOT_REGISTERED.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import trio
 import typer
@@ -29,10 +34,11 @@ from kraftpy.cli.admin_common import (
 )
 from kraftpy.metadata.rpc import CLUSTER_DESCRIBE_API, NOT_CONTROLLER
 from kraftpy.protocol.api_keys import ApiKey
-from kraftpy.protocol.messages import DescribeClusterRequest
+from kraftpy.protocol.messages import DescribeClusterRequest, UnregisterBrokerRequest
 from kraftpy.rpc.control import ControlClient, RpcError
 
-app = typer.Typer(help="Describe the cluster: its id, controller and brokers.", no_args_is_help=True)
+app = typer.Typer(help="Describe the cluster (its id, controller and brokers); unregister a broker.",
+                  no_args_is_help=True)
 
 
 async def ask_active_controller(addresses: list[tuple[str, int]], timeout: float) -> dict[str, Any]:
@@ -136,3 +142,23 @@ def describe(
                [[b["id"], f"{b['host']}:{b['port']}", b["rack"] or "", b["state"],
                  "" if b["epoch"] is None else b["epoch"]] for b in cluster["brokers"]],
                title=f"ClusterId: {cluster['cluster_id']}  ControllerId: {cluster['controller_id']}")
+
+
+@app.command("unregister")
+def unregister(
+    broker_id: Annotated[int, typer.Option("--id", help="The id of the broker to unregister.")],
+    bootstrap_server: BootstrapServerOption = None,
+    command_config: CommandConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Remove a broker's registration from the cluster (decommissioning: move its replicas away and stop it
+    first). The controller fences it, takes it out of every ISR and leadership, and forgets it."""
+    async def send(admin: AdminClient) -> None:
+        response = await admin.request(ApiKey.UNREGISTER_BROKER, UnregisterBrokerRequest(broker_id=broker_id))
+        check(response.error_code, response.error_message, subject=f"broker {broker_id}")
+
+    run_admin(bootstrap_server, command_config, send)
+    if as_json:
+        emit_json({"broker_id": broker_id, "unregistered": True})
+    else:
+        typer.echo(f"Broker {broker_id} is no longer registered.")

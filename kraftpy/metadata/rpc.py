@@ -195,3 +195,6 @@ class ControllerClient:
         self, request: ListPartitionReassignmentsRequest
     ) -> ListPartitionReassignmentsResponse:
         return await self.call(request)
+
+    async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse:
+        return await self.call(request)

@@ -44,6 +44,7 @@ class ApiKey(enum.IntEnum):
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    UNREGISTER_BROKER = 64
 
 
 @attrs.frozen
@@ -92,5 +93,6 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: VersionRange(0, 0),
     ApiKey.OFFSET_DELETE:             VersionRange(0, 0),
     ApiKey.DESCRIBE_CLUSTER:          VersionRange(0, 2),
+    ApiKey.UNREGISTER_BROKER:         VersionRange(0, 0),
 }
 # fmt: on

@@ -1,4 +1,4 @@
-"""`kraftpy cluster describe`, `kraftpy features describe`, and the `kraftpy topics` behaviour that needs
+"""`kraftpy cluster describe`, `kraftpy features describe`, `kraftpy cluster unregister`'s errors, and the `kraftpy topics` behaviour that needs
 several brokers (replica placement, the partition filters after a broker dies), on a 3+3 cluster.
 """
 
@@ -126,6 +126,17 @@ def test_placement_and_partition_filters_when_a_broker_dies(cluster):
     assert [p["offline"] for p in offline["topics"][0]["partitions"]] == [[], [6], [6]]
 
     cluster.restart_broker(6)
+
+
+def test_unregister_an_unknown_broker_fails_with_kafkas_error(cluster):
+    result = kraftpy("cluster", "unregister", "--id", 42, "--bootstrap-server", cluster.bootstrap)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr == "kraftpy: broker 42: BROKER_ID_NOT_REGISTERED: Broker ID 42 is not registered.\n"
+    # Nothing changed: every broker is still there.
+    states = {b["id"]: b["state"] for b in describe(cluster, "--bootstrap-controller", controllers(cluster))["brokers"]}
+    assert set(states) == {4, 5, 6}
+    # (Unregistering a known broker, after moving its replicas away, is in test_admin_reassign.py.)
 
 
 def test_broker_states_as_the_controller_names_them():

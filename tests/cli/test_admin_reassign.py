@@ -18,10 +18,7 @@ import pytest
 import trio
 
 from kraftpy.admin.client import AdminClient, parse_addresses
-from kraftpy.metadata.messages import UnregisterBrokerRequest
-from kraftpy.metadata.rpc import ControllerClient
 from kraftpy.protocol.api_keys import ApiKey
-from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import DescribeConfigsRequest, IncrementalAlterConfigsRequest
 from kraftpy.storage.formatter import format_dirs
 from kraftpy.storage.meta_properties import read_meta_properties
@@ -334,13 +331,8 @@ def test_removing_a_broker_after_moving_everything_off_it(cluster, tmp_path):
     eventually(cluster, lambda: trio.run(hosted_on, 6) == {}, "no replica on broker 6")
     cluster.brokers[6].stop()
 
-    async def unregister() -> int:
-        async with trio.open_nursery() as nursery:
-            client = ControllerClient(nursery, cluster.voters)
-            response = await client.call(UnregisterBrokerRequest(6), timeout=30)
-            nursery.cancel_scope.cancel()
-            return response.error_code
-
-    assert trio.run(unregister) == ErrorCode.NONE
+    result = kraftpy(cluster, "cluster", "unregister", "--id", 6)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Broker 6 is no longer registered.\n"
     eventually(cluster, lambda: 6 not in trio.run(_brokers, cluster.bootstrap), "broker 6 gone")
     del cluster.brokers[6]

@@ -57,6 +57,8 @@ from kraftpy.metadata.messages import (
     IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
 )
 from kraftpy.metadata.records import BrokerEndpoint, BrokerFeature
 from kraftpy.metadata.result import ControllerResult
@@ -140,6 +142,9 @@ class InProcessController:
         if not self.available:
             raise ControllerUnavailable("the in-process controller is switched off")
         return self.controller.list_partition_reassignments(request)
+
+    async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse:
+        return await self._call("unregister_broker", request, self.controller.handle_unregister_broker)
 
     # -- broker lifecycle, as the control plane would drive it -----------------------------------
 

@@ -11,6 +11,7 @@ module             APIs
 ``topics``         CreateTopics, DeleteTopics, CreatePartitions
 ``configs``        DescribeConfigs, IncrementalAlterConfigs
 ``reassignments``  ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments
+``brokers``        UnregisterBroker
 ``forwarding``     what every request forwarded to the controller shares
 ``common``         topic ids on the wire, finding the partition a request acts on
 =================  ===============================================================

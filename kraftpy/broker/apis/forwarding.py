@@ -1,7 +1,7 @@
 """Requests the broker forwards to the active controller, and what it answers when none answers.
 
 A broker never changes metadata itself: CreateTopics, DeleteTopics, CreatePartitions,
-IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments (and InitProducerId, for a block of producer ids) go to the controller
+IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments, UnregisterBroker (and InitProducerId, for a block of producer ids) go to the controller
 through the `ControllerChannel`, which raises `ControllerUnavailable` when no controller answers in
 time. Handlers do not catch it: the dispatcher does, and answers with `error_response` — the
 request's own shape with every item failed (REQUEST_TIMED_OUT, or COORDINATOR_NOT_AVAILABLE for
@@ -31,6 +31,7 @@ from kraftpy.protocol.messages import (
     IncrementalAlterConfigsResponse,
     InitProducerIdResponse,
     ListPartitionReassignmentsResponse,
+    UnregisterBrokerResponse,
 )
 
 #: How long an admin request waits for its committed change to reach this broker's metadata.
@@ -99,6 +100,10 @@ def _list_partition_reassignments(request: Any, version: int, message: str) -> L
                                               error_message=message)
 
 
+def _unregister_broker(request: Any, version: int, message: str) -> UnregisterBrokerResponse:
+    return UnregisterBrokerResponse(throttle_time_ms=0, error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=message)
+
+
 _ERROR_RESPONSES: dict[int, Callable[[Any, int, str], Any]] = {
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.DELETE_TOPICS: _delete_topics,
@@ -108,6 +113,7 @@ _ERROR_RESPONSES: dict[int, Callable[[Any, int, str], Any]] = {
     ApiKey.ELECT_LEADERS: _elect_leaders,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: _list_partition_reassignments,
+    ApiKey.UNREGISTER_BROKER: _unregister_broker,
 }
 
 

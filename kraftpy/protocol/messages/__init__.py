@@ -45,6 +45,7 @@ from kraftpy.protocol.messages.offset_for_leader_epoch import (
 )
 from kraftpy.protocol.messages.produce import ProduceRequest, ProduceResponse
 from kraftpy.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from kraftpy.protocol.messages.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 
 _PAIRS = [
     (ProduceRequest, ProduceResponse),
@@ -75,6 +76,7 @@ _PAIRS = [
     (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse),
     (OffsetDeleteRequest, OffsetDeleteResponse),
     (DescribeClusterRequest, DescribeClusterResponse),
+    (UnregisterBrokerRequest, UnregisterBrokerResponse),
 ]
 
 #: api key -> request class
