@@ -1,6 +1,7 @@
 """Prometheus metrics: the names kraftpy exports, and a small trio HTTP endpoint that serves them.
 
-With ``metrics.port`` set, a process serves on 127.0.0.1 at that port:
+With ``metrics.port`` set, a process serves at that port on ``metrics.host`` (127.0.0.1 unless set;
+0.0.0.0 for every IPv4 interface, ``::`` for every interface of both families):
 
 * ``GET /metrics``: every metric in Prometheus text format;
 * ``GET /ready``: 200 ``ready`` when the node is ready, 503 with the reason otherwise (what a
@@ -112,11 +113,14 @@ def _not_ready() -> tuple[bool, str]:
 async def serve_metrics(port: int, host: str = "127.0.0.1", *, ready: Callable[[], tuple[bool, str]] = _not_ready,
                         task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Answer ``GET /metrics`` with the registry in Prometheus text format, ``GET /ready`` with
-    ``ready()`` (200 when ready, 503 with the reason) and ``GET /healthz``, until cancelled."""
+    ``ready()`` (200 when ready, 503 with the reason) and ``GET /healthz``, until cancelled.
+
+    ``host`` "::" listens on every interface, IPv4 and IPv6 (trio makes an IPv6 socket IPv6-only, so
+    that takes one socket per family); any other address only there."""
     log = get_logger("metrics")
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    listeners = await trio.open_tcp_listeners(port, host=None if host == "::" else host)
     bound = listeners[0].socket.getsockname()[1]
-    log.info("serving metrics", port=bound)
+    log.info("serving metrics", host=host, port=bound)
 
     async def handle(stream: trio.SocketStream) -> None:
         try:

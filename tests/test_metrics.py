@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -108,6 +110,39 @@ async def test_a_running_combined_node_is_ready_and_reports_both_roles(tmp_path:
         nursery.cancel_scope.cancel()
     # Stopped nodes leave the collector.
     assert not any(n == "kraftpy_broker_state" for n, _ in scrape_registry())
+
+
+async def test_metrics_host_every_interface_answers_on_loopback_and_beyond(tmp_path: Path) -> None:
+    """metrics.host=0.0.0.0: /ready answers on 127.0.0.1, and on 127.0.0.2 too, which a socket bound to
+    127.0.0.1 (the default) refuses: only a bind to every interface accepts it."""
+    port, controller_port, metrics_port = free_ports(3)
+    values = {**dev_properties(tmp_path, port, controller_port), "metrics.port": str(metrics_port),
+              "metrics.host": "0.0.0.0"}
+    async with trio.open_nursery() as nursery:
+        node = await _start_node(tmp_path, values, nursery)
+        with trio.fail_after(60):  # bounds a failure only
+            await node.ready.wait()
+        assert await http_get(metrics_port, "/ready") == ("HTTP/1.1 200 OK", "ready\n")
+        stream = await trio.open_tcp_stream("127.0.0.2", metrics_port)
+        await stream.send_all(b"GET /ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while chunk := await stream.receive_some(65536):
+            answer += chunk
+        await stream.aclose()
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nready\n")
+        nursery.cancel_scope.cancel()
+
+
+def test_a_bad_metrics_host_stops_the_process_with_key_value_and_line(tmp_path: Path) -> None:
+    config = tmp_path / "controller.properties"
+    config.write_text("process.roles=controller\nnode.id=1\ncontroller.quorum.voters=1@127.0.0.1:9093\n"
+                      "listeners=CONTROLLER://127.0.0.1:9093\ncontroller.listener.names=CONTROLLER\n"
+                      f"log.dirs={tmp_path / 'data'}\nmetrics.port=9100\nmetrics.host=every interface\n")
+    result = subprocess.run([sys.executable, "-m", "kraftpy", "server", "-c", str(config)], capture_output=True,
+                            text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 1
+    assert result.stderr == (f"kraftpy: configuration error: {config}:8: metrics.host=every interface: "
+                             "not an IP address or host name\n")
 
 
 async def test_a_controller_without_a_quorum_leader_is_not_ready(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from kraftpy.config.schema import (
     ConfigKey,
     at_least,
     between,
+    host_address,
     one_of,
 )
 
@@ -263,9 +264,15 @@ KEYS: list[ConfigKey] = [
               "OFFSET_METADATA_TOO_LARGE.", at_least(0), roles=B),
     # --- observability
     ConfigKey("metrics.port", "int", None,
-              "Port on 127.0.0.1 of the Prometheus endpoint (GET /metrics), readiness (GET /ready: 200 when the "
+              "Port on metrics.host of the Prometheus endpoint (GET /metrics), readiness (GET /ready: 200 when the "
               "node is ready, 503 with the reason) and liveness (GET /healthz); 0 picks one; unset serves none.",
               between(0, 65535), nullable=True),
+    ConfigKey("metrics.host", "string", "127.0.0.1",
+              "Address the metrics.port endpoint listens on: an IP address of this machine or a host name "
+              "resolving to one. 0.0.0.0 serves on every IPv4 interface and :: on every interface, IPv4 and "
+              "IPv6: what a Kubernetes httpGet probe or a Prometheus on another host needs. The endpoint has "
+              "no authentication; the default keeps it on this machine.",
+              host_address()),
 ]
 
 #: Kafka keys that kraftpy accepts without using: a copied server.properties starts cleanly.

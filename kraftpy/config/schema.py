@@ -7,6 +7,7 @@ value and where it came from.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable
 from typing import Any
@@ -166,6 +167,26 @@ def one_of(*choices: str) -> Callable[[Any], None]:
                 raise ValueError(f"{item!r} is not one of {', '.join(choices)}")
 
     check.describe = ", ".join(choices)  # type: ignore[attr-defined]
+    return check
+
+
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def host_address() -> Callable[[Any], None]:
+    """An IPv4 or IPv6 address (without brackets) or a host name (RFC 1123 labels)."""
+
+    def check(v: Any) -> None:
+        try:
+            ipaddress.ip_address(v)
+            return
+        except ValueError:
+            pass
+        name = v.removesuffix(".")
+        if not name or len(name) > 253 or not all(_HOST_LABEL.match(label) for label in name.split(".")):
+            raise ValueError("not an IP address or host name")
+
+    check.describe = "an IP address or host name"  # type: ignore[attr-defined]
     return check
 
 

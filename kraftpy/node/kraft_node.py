@@ -75,10 +75,10 @@ class KraftNode:
         config = self.config
         await nursery.start(watch_event_loop_lag)
         if config["metrics.port"] is not None:
-            port = config["metrics.port"]
-            with binding("127.0.0.1", port, f"metrics.port={port}"):
+            port, host = config["metrics.port"], config["metrics.host"]
+            with binding(host, port, f"metrics.host={host}, metrics.port={port}"):
                 self.metrics_port = await nursery.start(
-                    functools.partial(serve_metrics, port, ready=self.readiness))
+                    functools.partial(serve_metrics, port, host, ready=self.readiness))
         self.raft = await RaftNode.open(config, self.cluster_id)
         if config.is_controller:
             self.controller = ControllerServer(config, self.cluster_id, self.raft)

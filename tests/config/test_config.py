@@ -128,6 +128,9 @@ def test_wrong_value_names_key_value_file_and_line(tmp_path):
         ("advertised.listeners=OTHER://h:9092\n", "advertised.listeners", "not one of listeners"),
         ("log.dirs=/a,,/b\n", "log.dirs", "empty entry"),
         ("metrics.port=65536\n", "metrics.port", "between 0 and 65535"),
+        ("metrics.host=my host\n", "metrics.host", "not an IP address or host name"),
+        ("metrics.host=[::]\n", "metrics.host", "not an IP address or host name"),
+        ("metrics.host=\n", "metrics.host", "not an IP address or host name"),
         ("group.min.session.timeout.ms=5000000\n", "group.min.session.timeout.ms", "must not exceed"),
     ],
 )
@@ -168,6 +171,12 @@ def test_unknown_keys_are_collected_not_fatal_and_ignored_kafka_keys_are_silent(
     c = load(COMBINED + "no.such.key=1\nnum.network.threads=3\n")
     assert [e.key for e in c.unknown] == ["no.such.key"]
     assert c.unknown[0].line == 7
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "127.0.0.1", "fd00::1", "kraftpy-broker-0.kraftpy-broker",
+                                  "localhost"])
+def test_metrics_host_takes_addresses_and_host_names(host):
+    assert load(COMBINED + f"metrics.host={host}\n")["metrics.host"] == host
 
 
 def test_unknown_key_lookup_raises():
