@@ -6,7 +6,10 @@ unit), the configuration it would run with (the file plus its ``--override`` arg
 placeholders replaced by the values a pod or a service would have) is loaded with kraftpy's own
 loader: every key must be in the schema, every value must pass validation, including the rules
 between keys (a controller's node.id among the voters, ...). Readiness probes and healthchecks must
-ask ``GET /ready`` on the node's ``metrics.port``.
+ask ``GET /ready`` on the node's ``metrics.port``: Kubernetes' as plain httpGet probes, which the
+kubelet sends to the pod's address from outside, so there the endpoint must listen on every interface
+(``metrics.host`` 0.0.0.0 or ::); compose's from inside the container, with the endpoint on every
+interface too so that a Prometheus in the compose network can scrape it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ K8S = DEPLOY / "kubernetes"
 SYSTEMD = DEPLOY / "systemd"
 
 READY = re.compile(r"http://127\.0\.0\.1:(\d+)/ready")
+#: metrics.host values that listen on every interface (what a probe from outside the pod reaches).
+EVERY_INTERFACE = ("0.0.0.0", "::")
 
 
 def load(text: str, overrides: list[str], where: str) -> KraftConfig:
@@ -151,9 +156,12 @@ def test_compose_nodes_run_valid_configurations() -> None:
         assert f"./config:{'/'.join(config_path.split('/')[:3])}:ro" in service["volumes"]
         assert f"{name}:/var/lib/kraftpy/data" in service["volumes"]
         assert config.log_dirs == [Path("/var/lib/kraftpy/data")]
-        # The healthcheck asks this node's readiness endpoint.
+        # The healthcheck asks this node's readiness endpoint, a plain HTTP GET from inside the container;
+        # the endpoint listens on every interface, for a Prometheus in the compose network.
         probe = " ".join(service["healthcheck"]["test"])
         assert [int(p) for p in READY.findall(probe)] == [config["metrics.port"]]
+        assert "urlopen(" in probe
+        assert config["metrics.host"] in EVERY_INTERFACE, f"{name}: metrics.host={config['metrics.host']}"
         if role == "controller":
             assert service["depends_on"]["format"]["condition"] == "service_completed_successfully"
             # The voters name the controller services by their compose host names.
@@ -265,9 +273,14 @@ def test_kubernetes_statefulset(role: str) -> None:
         init_words, init_config, init_overrides = command_args(init_argv)
         assert init_words == ["storage", "format"] and init_config == config_path
         assert load(configmap["data"][key], init_overrides, "format").node_id == config.node_id
-        # Readiness is GET /ready on this node's metrics.port.
-        probe = " ".join(container["readinessProbe"]["exec"]["command"])
-        assert [int(p) for p in READY.findall(probe)] == [config["metrics.port"]] == [ports["metrics"]]
+        # Readiness is GET /ready, liveness GET /healthz, on this node's metrics.port: httpGet probes the
+        # kubelet sends to the pod's address, which the endpoint listens on only with every interface.
+        for probe, path in (("readinessProbe", "/ready"), ("livenessProbe", "/healthz")):
+            assert set(container[probe]) & {"exec", "tcpSocket", "grpc", "httpGet"} == {"httpGet"}, probe
+            get = container[probe]["httpGet"]
+            assert get["path"] == path and get.get("scheme", "HTTP") == "HTTP", probe
+            assert ports.get(get["port"], get["port"]) == config["metrics.port"] == ports["metrics"], probe
+        assert config["metrics.host"] in EVERY_INTERFACE, f"{name}-{ordinal}: metrics.host={config['metrics.host']}"
         if role == "controller":
             # Each voter is a pod of this StatefulSet, by its stable name under the headless service.
             voter = {v.node_id: v for v in config.voters}[config.node_id]
