@@ -17,6 +17,7 @@ Kafka's JMX names is in docs/operations.md.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 
 import trio
@@ -110,15 +111,36 @@ def _not_ready() -> tuple[bool, str]:
     return False, "starting"
 
 
+async def _every_interface(port: int) -> list[trio.SocketListener]:
+    """One IPv6 socket on ``[::]:port`` that takes IPv4 connections too (trio's own listeners are
+    IPv6-only, which with port 0 would put the two families on different ports); on a machine without
+    IPv6, ``0.0.0.0:port``."""
+    try:
+        sock = trio.socket.socket(trio.socket.AF_INET6, trio.socket.SOCK_STREAM)
+    except OSError as exc:
+        if exc.errno != errno.EAFNOSUPPORT:
+            raise
+        return await trio.open_tcp_listeners(port, host="0.0.0.0")
+    try:
+        sock.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_REUSEADDR, 1)
+        sock.setsockopt(trio.socket.IPPROTO_IPV6, trio.socket.IPV6_V6ONLY, 0)
+        await sock.bind(("::", port))
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return [trio.SocketListener(sock)]
+
+
 async def serve_metrics(port: int, host: str = "127.0.0.1", *, ready: Callable[[], tuple[bool, str]] = _not_ready,
                         task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Answer ``GET /metrics`` with the registry in Prometheus text format, ``GET /ready`` with
     ``ready()`` (200 when ready, 503 with the reason) and ``GET /healthz``, until cancelled.
 
-    ``host`` "::" listens on every interface, IPv4 and IPv6 (trio makes an IPv6 socket IPv6-only, so
-    that takes one socket per family); any other address only there."""
+    ``host`` "::" listens on every interface, IPv4 and IPv6 (one dual-stack socket); any other address
+    only there."""
     log = get_logger("metrics")
-    listeners = await trio.open_tcp_listeners(port, host=None if host == "::" else host)
+    listeners = await _every_interface(port) if host == "::" else await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
     log.info("serving metrics", host=host, port=bound)
 

@@ -112,24 +112,32 @@ async def test_a_running_combined_node_is_ready_and_reports_both_roles(tmp_path:
     assert not any(n == "kraftpy_broker_state" for n, _ in scrape_registry())
 
 
-async def test_metrics_host_every_interface_answers_on_loopback_and_beyond(tmp_path: Path) -> None:
-    """metrics.host=0.0.0.0: /ready answers on 127.0.0.1, and on 127.0.0.2 too, which a socket bound to
-    127.0.0.1 (the default) refuses: only a bind to every interface accepts it."""
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+async def test_metrics_host_every_interface_answers_on_loopback_and_beyond(tmp_path: Path, host: str) -> None:
+    """metrics.host=0.0.0.0 or ::: /ready answers on 127.0.0.1, and on 127.0.0.2 too, which a socket
+    bound to 127.0.0.1 (the default) refuses: only a bind to every interface accepts it. :: takes IPv6
+    (::1) as well, on the same port."""
     port, controller_port, metrics_port = free_ports(3)
     values = {**dev_properties(tmp_path, port, controller_port), "metrics.port": str(metrics_port),
-              "metrics.host": "0.0.0.0"}
-    async with trio.open_nursery() as nursery:
-        node = await _start_node(tmp_path, values, nursery)
-        with trio.fail_after(60):  # bounds a failure only
-            await node.ready.wait()
-        assert await http_get(metrics_port, "/ready") == ("HTTP/1.1 200 OK", "ready\n")
-        stream = await trio.open_tcp_stream("127.0.0.2", metrics_port)
+              "metrics.host": host}
+
+    async def get_ready(address: str) -> bytes:
+        stream = await trio.open_tcp_stream(address, metrics_port)
         await stream.send_all(b"GET /ready HTTP/1.1\r\nHost: x\r\n\r\n")
         answer = b""
         while chunk := await stream.receive_some(65536):
             answer += chunk
         await stream.aclose()
-        assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nready\n")
+        return answer
+
+    async with trio.open_nursery() as nursery:
+        node = await _start_node(tmp_path, values, nursery)
+        with trio.fail_after(60):  # bounds a failure only
+            await node.ready.wait()
+        assert await http_get(metrics_port, "/ready") == ("HTTP/1.1 200 OK", "ready\n")
+        for address in ("127.0.0.2", "::1") if host == "::" else ("127.0.0.2",):
+            answer = await get_ready(address)
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nready\n"), address
         nursery.cancel_scope.cancel()
 
 
