@@ -6,6 +6,8 @@ Produce from v0 (librdkafka refuses a broker whose Produce range does not start 
 Produce below v3, the first version of message format v2, with UNSUPPORTED_VERSION.
 
 Every range here lies within the versions the message schemas declare (checked by the tests).
+``ApiKey`` names every API whose messages are declared; an API missing from ``API_VERSIONS`` (the
+transaction APIs, until the broker serves them) is known but answered as an unknown api key.
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ class ApiKey(enum.IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
@@ -44,7 +51,10 @@ class ApiKey(enum.IntEnum):
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
     UNREGISTER_BROKER = 64
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 @attrs.frozen

@@ -701,9 +701,15 @@ def _attr_name(name: str) -> str:
 
 
 def _make_classes(schema: MessageSchema, builder: _Builder) -> None:
+    declared: dict[str, tuple[Field, ...]] = {}
+
     def make(struct_name: str, fields: tuple[Field, ...]) -> type:
         if struct_name in schema.classes:
+            # Kafka's common structs: one struct used by several fields, declared identically at each.
+            if declared.get(struct_name) == fields:
+                return schema.classes[struct_name]
             raise TypeError(f"{schema.name}: struct {struct_name} declared twice")
+        declared[struct_name] = fields
         attributes = {}
         for f in fields:
             if f.is_struct:

@@ -1,9 +1,17 @@
 """Every message the data plane speaks, one module per API, declared with the DSL of ``schema.py``.
 
+A message registered here is known (it parses and encodes) but served only when ``API_VERSIONS`` in
+:mod:`kraftpy.protocol.api_keys` lists it.
+
 ``REQUESTS[api_key]`` and ``RESPONSES[api_key]`` map an api key to its generated message class;
 ``cls.SCHEMA`` holds the versions and the compiled codecs.
 """
 
+from kraftpy.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
+from kraftpy.protocol.messages.add_partitions_to_txn import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+)
 from kraftpy.protocol.messages.alter_partition_reassignments import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
@@ -17,7 +25,13 @@ from kraftpy.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteT
 from kraftpy.protocol.messages.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
 from kraftpy.protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kraftpy.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from kraftpy.protocol.messages.describe_producers import DescribeProducersRequest, DescribeProducersResponse
+from kraftpy.protocol.messages.describe_transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+)
 from kraftpy.protocol.messages.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
+from kraftpy.protocol.messages.end_txn import EndTxnRequest, EndTxnResponse
 from kraftpy.protocol.messages.fetch import FetchRequest, FetchResponse
 from kraftpy.protocol.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kraftpy.protocol.messages.headers import RequestHeader, ResponseHeader
@@ -35,6 +49,7 @@ from kraftpy.protocol.messages.list_partition_reassignments import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 )
+from kraftpy.protocol.messages.list_transactions import ListTransactionsRequest, ListTransactionsResponse
 from kraftpy.protocol.messages.metadata import MetadataRequest, MetadataResponse
 from kraftpy.protocol.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 from kraftpy.protocol.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
@@ -45,7 +60,9 @@ from kraftpy.protocol.messages.offset_for_leader_epoch import (
 )
 from kraftpy.protocol.messages.produce import ProduceRequest, ProduceResponse
 from kraftpy.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
+from kraftpy.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from kraftpy.protocol.messages.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
+from kraftpy.protocol.messages.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
 _PAIRS = [
     (ProduceRequest, ProduceResponse),
@@ -67,6 +84,11 @@ _PAIRS = [
     (DeleteRecordsRequest, DeleteRecordsResponse),
     (InitProducerIdRequest, InitProducerIdResponse),
     (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
+    (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+    (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+    (EndTxnRequest, EndTxnResponse),
+    (WriteTxnMarkersRequest, WriteTxnMarkersResponse),
+    (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
     (DescribeConfigsRequest, DescribeConfigsResponse),
     (CreatePartitionsRequest, CreatePartitionsResponse),
     (DeleteGroupsRequest, DeleteGroupsResponse),
@@ -76,7 +98,10 @@ _PAIRS = [
     (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse),
     (OffsetDeleteRequest, OffsetDeleteResponse),
     (DescribeClusterRequest, DescribeClusterResponse),
+    (DescribeProducersRequest, DescribeProducersResponse),
     (UnregisterBrokerRequest, UnregisterBrokerResponse),
+    (DescribeTransactionsRequest, DescribeTransactionsResponse),
+    (ListTransactionsRequest, ListTransactionsResponse),
 ]
 
 #: api key -> request class
