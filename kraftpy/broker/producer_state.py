@@ -33,6 +33,23 @@ cached from before the truncation that lie below the snapshot's last batch are k
 state equals a fresh replay of the surviving log whenever the truncated tail did not push them
 out of the cache (a short tail, the usual case); otherwise it caches a suffix of them.
 
+Transactions (KIP-98). A transactional data batch opens its producer's transaction in this
+partition at the batch's first offset, or continues the one already open; the producer's next
+control batch (a COMMIT or ABORT marker, written by the transaction coordinator through
+WriteTxnMarkers) closes it, and :meth:`ProducerStateManager.update` returns a
+:class:`CompletedTxn` for it, which is what the aborted-transaction index records. A closed
+transaction still counts as unstable until the high watermark passes its marker
+(:meth:`ProducerStateManager.on_high_watermark_update`): until then a new leader may not have the
+marker. The partition's last stable offset (LSO) is the smaller of the high watermark and the
+first offset of the earliest open or unreplicated transaction; read_committed consumers read up
+to it. The leader refuses a transactional batch from an older epoch (INVALID_PRODUCER_EPOCH), a
+non-transactional batch while the producer's transaction is open (INVALID_TXN_STATE), and a
+marker from an older coordinator epoch than the producer's last marker
+(TRANSACTION_COORDINATOR_FENCED, :meth:`ProducerStateManager.validate_marker`). Snapshots carry
+each producer's open transaction (``current txn first offset``), so a restart or a truncation
+reopens it; they do not carry closed transactions whose marker was above the high watermark, so
+after a restart from a snapshot, as in Kafka, those count as replicated.
+
 Producers idle for ``expiration_ms`` (``producer.id.expiration.ms``) are forgotten by
 :meth:`ProducerStateManager.remove_expired`; producers with an open transaction are kept. As
 in Kafka, a producer's time is the max timestamp of its last batch, which is in the log, so
@@ -74,8 +91,14 @@ import attrs
 import crc32c
 import structlog
 
-from kraftpy.protocol.batch_header import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+from kraftpy.protocol.batch_header import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader, CorruptRecordError
 from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.records import (
+    ControlRecordType,
+    decode_batch,
+    parse_control_key,
+    parse_end_txn_marker_value,
+)
 from kraftpy.storage.fsutil import fsync_dir, write_atomic
 
 _logger = structlog.get_logger(__name__)
@@ -203,6 +226,62 @@ def _reject(error: ErrorCode, message: str) -> AppendCheck:
 
 
 @attrs.frozen
+class TxnMarker:
+    """The end-transaction marker a control batch carries: its one record's key type and value."""
+
+    control_type: ControlRecordType
+    coordinator_epoch: int
+
+    def __attrs_post_init__(self) -> None:
+        if self.control_type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+            raise ValueError(f"control type {self.control_type!r} is not an end-transaction marker")
+
+    @property
+    def is_abort(self) -> bool:
+        return self.control_type is ControlRecordType.ABORT
+
+
+def read_txn_marker(buf: bytes | bytearray | memoryview, pos: int = 0) -> TxnMarker:
+    """The marker of the control batch at ``pos``: key ``version int16, type int16`` (0 ABORT,
+    1 COMMIT), value ``version int16, coordinator epoch int32``. :class:`CorruptRecordError` when
+    the batch is not a control batch of one end-transaction record."""
+    batch = decode_batch(buf, pos, verify_crc=False)
+    if not batch.header.is_control or len(batch.records) != 1:
+        raise CorruptRecordError(
+            f"batch at offset {batch.header.base_offset} is not a control batch of one record", pos
+        )
+    record = batch.records[0]
+    _, control_type = parse_control_key(record.key)
+    if control_type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        raise CorruptRecordError(
+            f"control record at offset {record.offset} has type {control_type}, not ABORT or COMMIT", pos
+        )
+    _, coordinator_epoch = parse_end_txn_marker_value(record.value)
+    return TxnMarker(ControlRecordType(control_type), coordinator_epoch)
+
+
+#: One batch of a replay: its header, or its header and marker when it is a control batch.
+ReplayBatch = BatchHeader | tuple[BatchHeader, TxnMarker | None]
+
+
+@attrs.frozen
+class CompletedTxn:
+    """A transaction a marker closed in this partition (Kafka's CompletedTxn).
+
+    ``first_offset`` is the first offset of the producer's first transactional batch of it,
+    ``last_offset`` the marker's offset. ``last_stable_offset`` is what the aborted-transaction
+    index stores with it: the first offset of the earliest transaction of another producer still
+    open when the marker was applied, or ``last_offset + 1`` when none is.
+    """
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+    last_stable_offset: int
+
+
+@attrs.frozen
 class SnapshotEntry:
     """One producer as a snapshot stores it (Kafka's layout; see the module docstring)."""
 
@@ -229,6 +308,11 @@ class ProducerStateManager:
 
     ``map_end_offset`` is the offset up to which the state reflects the log: every batch below
     it has been applied (or carried no producer id).
+
+    Invariants: ``_ongoing`` maps the first offset of every open transaction to its producer,
+    and holds exactly the entries whose ``current_txn_first_offset`` is set; ``_unreplicated``
+    maps the first offset of every closed transaction whose marker is at or above
+    ``_high_watermark`` to ``(producer id, marker offset)``.
     """
 
     def __init__(self, max_batches: int = DEFAULT_MAX_BATCHES, expiration_ms: int = DEFAULT_EXPIRATION_MS):
@@ -240,6 +324,9 @@ class ProducerStateManager:
         self.expiration_ms = expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
         self._map_end_offset = 0
+        self._ongoing: dict[int, int] = {}
+        self._unreplicated: dict[int, tuple[int, int]] = {}
+        self._high_watermark = 0
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -254,6 +341,37 @@ class ProducerStateManager:
 
     def entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self._producers.get(producer_id)
+
+    @property
+    def high_watermark(self) -> int:
+        """The high watermark last given to :meth:`on_high_watermark_update`."""
+        return self._high_watermark
+
+    def open_transactions(self) -> list[tuple[int, int]]:
+        """``(first offset, producer id)`` of every open transaction, by first offset."""
+        return sorted(self._ongoing.items())
+
+    def first_undecided_offset(self) -> int | None:
+        """The first offset of the earliest open transaction (its outcome not yet known)."""
+        return min(self._ongoing, default=None)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest transaction that is open, or closed by a marker the
+        high watermark has not passed yet; None when there is none."""
+        return min(self._ongoing.keys() | self._unreplicated.keys(), default=None)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The partition's LSO: the high watermark, or the first unstable offset when lower."""
+        first_unstable = self.first_unstable_offset()
+        if first_unstable is None:
+            return self._high_watermark
+        return min(first_unstable, self._high_watermark)
+
+    @property
+    def last_stable_offset_lag(self) -> int:
+        """High watermark minus LSO (Kafka's LastStableOffsetLag metric)."""
+        return self._high_watermark - self.last_stable_offset
 
     def is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
         """Idle for ``expiration_ms`` and no transaction open (Kafka's isProducerExpired)."""
@@ -319,11 +437,43 @@ class ProducerStateManager:
                     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                     f"producer {producer_id} started epoch {epoch} at sequence {first_seq}, not 0",
                 )
-            return _APPEND
-        if not in_sequence(entry.last_seq, first_seq):
+        elif not in_sequence(entry.last_seq, first_seq):
             return _reject(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"producer {producer_id} epoch {epoch}: sequence {first_seq} after {entry.last_seq}",
+            )
+        if entry.current_txn_first_offset != NO_OFFSET and not header.is_transactional:
+            # Kafka's ProducerAppendInfo: only transactional writes while a transaction is open.
+            return _reject(
+                ErrorCode.INVALID_TXN_STATE,
+                f"producer {producer_id} sent a non-transactional batch while its transaction opened at "
+                f"offset {entry.current_txn_first_offset} is open",
+            )
+        return _APPEND
+
+    def validate_marker(self, header: BatchHeader, marker: TxnMarker, now_ms: int) -> AppendCheck:
+        """Decide whether the leader may append the marker ``header`` and ``marker`` describe.
+
+        Refused as in Kafka: a producer epoch older than the producer's (INVALID_PRODUCER_EPOCH),
+        a coordinator epoch older than the one of the producer's last marker
+        (TRANSACTION_COORDINATOR_FENCED: a coordinator that lost its partition of
+        ``__transaction_state`` still sending markers). A marker for a producer without an open
+        transaction here is accepted: the coordinator writes markers to every partition of the
+        transaction, also those that got no data.
+        """
+        if not header.is_control:
+            raise ValueError(f"batch at offset {header.base_offset} is not a control batch")
+        check = self.validate_append(header, now_ms)
+        if not check.should_append:
+            return check
+        entry = self._producers.get(header.producer_id)
+        if entry is not None and self.is_expired(entry, now_ms):
+            entry = None
+        if entry is not None and marker.coordinator_epoch < entry.coordinator_epoch:
+            return _reject(
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"producer {header.producer_id}: marker from coordinator epoch {marker.coordinator_epoch}, "
+                f"older than the current {entry.coordinator_epoch}",
             )
         return _APPEND
 
@@ -337,13 +487,25 @@ class ProducerStateManager:
     # -- applying the log --------------------------------------------------------------------
 
     def update(
-        self, header: BatchHeader, first_offset: int | None = None, *, coordinator_epoch: int | None = None
-    ) -> None:
+        self,
+        header: BatchHeader,
+        first_offset: int | None = None,
+        *,
+        marker: TxnMarker | None = None,
+        coordinator_epoch: int | None = None,
+    ) -> CompletedTxn | None:
         """Apply one batch that is now in the log at ``first_offset`` (default: its base offset).
 
-        No validation: the leader calls this after :meth:`validate_append` said APPEND; a
-        follower and log recovery call it for every batch they append. ``coordinator_epoch`` is
-        the one of a transaction marker (control batch), read from its record by the caller.
+        No validation: the leader calls this after :meth:`validate_append` (or
+        :meth:`validate_marker`) said APPEND; a follower and log recovery call it for every batch
+        they append. A transactional data batch opens its producer's transaction if none is open.
+        A control batch closes the producer's open transaction; with its ``marker``
+        (:func:`read_txn_marker`) the answer is the :class:`CompletedTxn` to record in the
+        aborted-transaction index when ``is_aborted``, and None when no transaction was open
+        (Kafka emits nothing for a transaction without data here). Without ``marker`` (a replay
+        of batch headers alone) the state is the same but the answer is None, since commit and
+        abort cannot be told apart; ``coordinator_epoch`` then gives the marker's coordinator
+        epoch if the caller knows it.
         """
         if first_offset is None:
             first_offset = header.base_offset
@@ -355,7 +517,7 @@ class ProducerStateManager:
         self._map_end_offset = last_offset + 1
         producer_id = header.producer_id
         if producer_id == NO_PRODUCER_ID:
-            return
+            return None
         entry = self._producers.get(producer_id)
         if entry is None:
             entry = self._producers[producer_id] = ProducerStateEntry(producer_id, header.producer_epoch)
@@ -365,14 +527,16 @@ class ProducerStateManager:
         entry.last_timestamp = header.max_timestamp
 
         if header.is_control:
-            entry.current_txn_first_offset = NO_OFFSET
+            if marker is not None:
+                coordinator_epoch = marker.coordinator_epoch
             if coordinator_epoch is not None:
                 entry.coordinator_epoch = coordinator_epoch
-            return
+            return self._end_txn(entry, last_offset, marker)
         if header.is_transactional and entry.current_txn_first_offset == NO_OFFSET:
             entry.current_txn_first_offset = first_offset
+            self._ongoing[first_offset] = producer_id
         if header.base_sequence < 0:
-            return
+            return None
         if entry.batches and not in_sequence(entry.last_seq, header.base_sequence):
             # A restart at 0 after expiry, in the same epoch: older batches are no longer a run.
             entry.batches.clear()
@@ -383,6 +547,35 @@ class ProducerStateManager:
         )
         while len(entry.batches) > self.max_batches:
             entry.batches.popleft()
+        return None
+
+    def _end_txn(self, entry: ProducerStateEntry, marker_offset: int, marker: TxnMarker | None) -> CompletedTxn | None:
+        """Close ``entry``'s open transaction with the marker at ``marker_offset``."""
+        first = entry.current_txn_first_offset
+        if first == NO_OFFSET:
+            return None
+        entry.current_txn_first_offset = NO_OFFSET
+        del self._ongoing[first]
+        if marker_offset >= self._high_watermark:
+            self._unreplicated[first] = (entry.producer_id, marker_offset)
+        if marker is None:
+            return None
+        # Kafka's lastStableOffset(completedTxn): the earliest transaction of another producer
+        # still open, which is every open one now that this one is closed.
+        next_open = min(self._ongoing, default=marker_offset + 1)
+        return CompletedTxn(entry.producer_id, first, marker_offset, marker.is_abort, next_open)
+
+    def on_high_watermark_update(self, high_watermark: int) -> None:
+        """The high watermark is now ``high_watermark``: transactions whose marker is below it are
+        replicated to every ISR member and no longer hold the LSO back (Kafka's
+        onHighWatermarkUpdated)."""
+        self._high_watermark = high_watermark
+        self._drop_replicated()
+
+    def _drop_replicated(self) -> None:
+        hw = self._high_watermark
+        for first in [f for f, (_, marker_offset) in self._unreplicated.items() if marker_offset < hw]:
+            del self._unreplicated[first]
 
     def remove_expired(self, now_ms: int) -> list[int]:
         """Forget producers idle for ``expiration_ms`` without an open transaction; their ids."""
@@ -417,6 +610,8 @@ class ProducerStateManager:
         """Forget everything; the state is now that of an empty log starting at ``start_offset``."""
         self._producers = {}
         self._map_end_offset = start_offset
+        self._ongoing = {}
+        self._unreplicated = {}
 
     def load_snapshot(self, snapshot: LoadedSnapshot) -> None:
         """Replace the state by ``snapshot``'s."""
@@ -429,6 +624,8 @@ class ProducerStateManager:
                 coordinator_epoch=item.coordinator_epoch,
                 current_txn_first_offset=item.current_txn_first_offset,
             )
+            if item.current_txn_first_offset != NO_OFFSET:
+                self._ongoing[item.current_txn_first_offset] = item.producer_id
             if item.last_offset >= 0 and item.last_sequence >= 0:
                 entry.batches.append(
                     BatchMetadata(
@@ -444,7 +641,7 @@ class ProducerStateManager:
     def rebuild(
         self,
         snapshot: LoadedSnapshot | None,
-        batches_after: Iterable[BatchHeader],
+        batches_after: Iterable[ReplayBatch],
         *,
         start_offset: int = 0,
         end_offset: int | None = None,
@@ -453,23 +650,28 @@ class ProducerStateManager:
         """Rebuild from ``snapshot`` (or from nothing at ``start_offset``) plus a replay of the log.
 
         ``batches_after`` are the log's batch headers from the snapshot's offset (or the log
-        start) on; batches wholly below the snapshot's offset are skipped, so a reader may start
-        at a segment or index boundary before it. Batches at or after ``end_offset`` are not
-        applied. With ``now_ms``, producers already expired are dropped, as Kafka does on load.
+        start) on, each alone or paired with its marker when it is a control batch (the
+        marker's coordinator epoch is then restored too); batches wholly below the snapshot's
+        offset are skipped, so a reader may start at a segment or index boundary before it.
+        Batches at or after ``end_offset`` are not applied. With ``now_ms``, producers already
+        expired are dropped, as Kafka does on load. Transactions closed by a replayed marker
+        count as unreplicated until the high watermark passes it.
         """
         if snapshot is not None:
             self.load_snapshot(snapshot)
         else:
             self.reset(start_offset)
         begin = self._map_end_offset
-        for header in batches_after:
+        for item in batches_after:
+            header, marker = item if isinstance(item, tuple) else (item, None)
             if end_offset is not None and header.base_offset >= end_offset:
                 break
             if header.last_offset < begin:
                 continue
-            self.update(header)
+            self.update(header, marker=marker)
         if end_offset is not None:
             self._map_end_offset = max(self._map_end_offset, end_offset)
+        self._drop_replicated()
         if now_ms is not None:
             self.remove_expired(now_ms)
 
@@ -477,7 +679,7 @@ class ProducerStateManager:
         self,
         offset: int,
         snapshot: LoadedSnapshot | None,
-        batches_after: Iterable[BatchHeader],
+        batches_after: Iterable[ReplayBatch],
         *,
         start_offset: int = 0,
         now_ms: int | None = None,
@@ -490,11 +692,21 @@ class ProducerStateManager:
         fresh replay of the surviving log for every producer whose surviving cached batches were
         all still cached before the truncation; for the others it caches a suffix of them (at
         least the last batch below the snapshot offset and every batch after it).
+
+        Transactions opened at or above ``offset`` are gone; those whose marker was cut are open
+        again. The high watermark is lowered to ``offset`` if above it, and closed transactions
+        whose marker survives and is not yet below the high watermark stay unreplicated, also
+        when the snapshot is above their marker.
         """
         if snapshot is not None and snapshot.offset > offset:
             raise ValueError(f"snapshot at {snapshot.offset} is above the truncation offset {offset}")
         before = self._producers
+        unreplicated_before = self._unreplicated
+        self._high_watermark = min(self._high_watermark, offset)
         self.rebuild(snapshot, batches_after, start_offset=start_offset, end_offset=offset)
+        for first, (pid, marker_offset) in unreplicated_before.items():
+            if self._high_watermark <= marker_offset < offset:
+                self._unreplicated.setdefault(first, (pid, marker_offset))
         for pid, entry in self._producers.items():
             old = before.get(pid)
             if old is None or old.producer_epoch != entry.producer_epoch or not entry.batches:
@@ -649,7 +861,7 @@ def truncate_and_reload(
     state: ProducerStateManager,
     directory: str | os.PathLike[str],
     offset: int,
-    read_batches: Callable[[int], Iterable[BatchHeader]],
+    read_batches: Callable[[int], Iterable[ReplayBatch]],
     *,
     log_start_offset: int = 0,
     now_ms: int | None = None,
