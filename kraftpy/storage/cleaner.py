@@ -680,6 +680,8 @@ class _Pass:
                 self.writers.remove(group.writer)
             return
         writer = group.writer if group.writer is not None else self.new_writer(group.head)
+        for old in replaced:  # control and transactional batches are all kept: so are their aborted txns
+            writer.txn_index.append_all(old.txn_index.entries)
         writer.save_indexes()  # a cache: an index a crash leaves short or stale is rebuilt on open
         writer.flush()
         writer.set_last_modified(replaced[-1].last_modified_ms)

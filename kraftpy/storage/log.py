@@ -4,6 +4,7 @@ Directory layout::
 
     00000000000000000000.log / .index / .timeindex   the oldest segment (kraftpy.storage.segment)
     00000000000000004096.log / .index / .timeindex   ... one trio per segment, named by base offset
+    00000000000000004096.txnindex                    aborted transactions, beside a segment that has any
     leader-epoch-checkpoint  epoch → start offset (kraftpy.storage.leader_epoch)
 
 Offsets, with their invariants::
@@ -41,7 +42,11 @@ Theory of operation.
   holding the recovery point on is re-read with CRCs; the log is cut at the first bad batch (the
   file truncated there, later segments deleted) and the leader-epoch cache is cut to the new
   end. Indexes of the checked segments are rebuilt; the others' are loaded only if they pass
-  their checks.
+  their checks. The ``.txnindex`` of a checked segment is rebuilt by replaying the transactional
+  batches and markers (:class:`~kraftpy.storage.txn_index.TransactionReplay`), primed with the
+  transactions open at its start by a header walk of the segments before it (Kafka rebuilds its
+  producer state from the log start the same way when it has no snapshot); a ``.txnindex`` that
+  fails its checks has its segment checked too.
 * Retention. Whole segments below the high watermark are deleted when their newest batch is
   older than ``retention_ms``, when the log is over ``retention_bytes``, or when they lie wholly
   below the log start offset (after :meth:`Log.delete_records_before`). Deleting is two steps,
@@ -55,6 +60,7 @@ Theory of operation.
   consecutive non-active segments as ``<base>.log.cleaned`` (and its indexes), fsynced, then
   :meth:`replace_segments` swaps it in with Kafka's crash-safe protocol::
 
+      0. <base>.txnindex.cleaned → .txnindex.swap   (it cannot be rebuilt: it must not be left behind)
       1. <base>.log.cleaned  → <base>.log.swap      the commit point (then its indexes, then fsync dir)
       2. each old segment    → <old>.*.deleted      (then fsync dir)
       3. <base>.*.swap       → <base>.*              indexes first, the log last (then fsync dir)
@@ -99,7 +105,7 @@ from kraftpy.protocol.records import decode_batch
 from kraftpy.protocol.types import FileRegion
 from kraftpy.storage.checkpoint import TMP_SUFFIX, CheckpointError, LogOffsets
 from kraftpy.storage.fsutil import fsync_dir
-from kraftpy.storage.index import INDEX_SUFFIX, INT32_MAX, TIME_INDEX_SUFFIX
+from kraftpy.storage.index import INDEX_SUFFIX, INT32_MAX, TIME_INDEX_SUFFIX, CorruptIndexError
 from kraftpy.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
 from kraftpy.storage.log_config import LogConfig
 from kraftpy.storage.segment import (
@@ -113,6 +119,7 @@ from kraftpy.storage.segment import (
     parse_segment_file_name,
     segment_file_name,
 )
+from kraftpy.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionReplay
 
 #: The header bytes a leader stamps: base_offset (0-7), batch_length, partition_leader_epoch (12-15).
 _STAMPED_PREFIX = MAGIC_OFFSET
@@ -270,8 +277,8 @@ class Log:
                 break
             try:
                 segment.load(trust_indexes=True)
-            except CorruptRecordError as exc:
-                self._log.warning("unreadable batch in a segment thought sound", segment=segment.base_offset,
+            except (CorruptRecordError, CorruptIndexError) as exc:
+                self._log.warning("unreadable batch or index in a segment thought sound", segment=segment.base_offset,
                                   error=str(exc))
                 recover_from = i
                 break
@@ -291,7 +298,8 @@ class Log:
             self._replace_all_segments(self._log_start_offset)
         if recover_from is not None or clean:
             for segment in self._segments:
-                segment.flush()
+                if segment.flush():
+                    self._directory_unsynced = True
             self._recovery_point = self.log_end_offset
         else:
             self._recovery_point = min(checkpoint.recovery_point, self.log_end_offset)
@@ -322,7 +330,7 @@ class Log:
                     other = parse_segment_file_name(name, suffix)
                     if other is not None and base <= other < end:
                         (directory / name).unlink()
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):  # the log last, as the swap does
+            for suffix in (TXN_INDEX_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):  # the log last
                 swapped = directory / (segment_file_name(base, suffix) + SWAP_SUFFIX)
                 if swapped.exists():
                     os.replace(swapped, directory / segment_file_name(base, suffix))
@@ -338,7 +346,7 @@ class Log:
         names = set(os.listdir(self.directory))
         for name in names:
             orphan_index = False
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 base = parse_segment_file_name(name, suffix)
                 if base is not None and f"{base:020d}{LOG_SUFFIX}" not in names:
                     orphan_index = True
@@ -362,6 +370,9 @@ class Log:
         def on_batch(header: BatchHeader) -> None:
             self._maybe_assign_epoch(header.partition_leader_epoch, header.base_offset)
 
+        replay = TransactionReplay()
+        for segment in self._segments[:start]:
+            segment.replay_transactions(replay)
         for i in range(start, len(self._segments)):
             segment = self._segments[i]
             previous_end = self._segments[i - 1].next_offset if i else segment.base_offset
@@ -371,7 +382,7 @@ class Log:
                                   segment=segment.base_offset)
                 self._delete_now(self._segments[i:])
                 break
-            cut = segment.recover(on_batch)
+            cut = segment.recover(on_batch, replay)
             if cut:
                 self._log.warning("cut a corrupt or torn tail", segment=segment.base_offset,
                                   position=segment.size, bytes_cut=cut)
@@ -432,6 +443,22 @@ class Log:
     @property
     def latest_epoch(self) -> int | None:
         return self.leader_epoch_cache.latest_epoch
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound_offset)``, in marker order:
+        what a read_committed fetch from ``start_offset`` returning records below the upper bound
+        must name. Searches the ``.txnindex`` of the segment holding ``start_offset`` and of the
+        later ones, until one says the search is complete (memory only)."""
+        segments = self._segments  # one list throughout: a writer on another thread replaces it
+        bases = [segment.base_offset for segment in segments]
+        i = max(0, bisect.bisect_right(bases, start_offset) - 1)
+        found: list[AbortedTxn] = []
+        for segment in segments[i:]:
+            result = segment.collect_aborted(start_offset, upper_bound_offset)
+            found.extend(result.aborted)
+            if result.is_complete:
+                break
+        return found
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """``(epoch, end_offset)`` as :meth:`LeaderEpochCache.end_offset_for` defines it."""
@@ -855,6 +882,8 @@ class Log:
     def _swap_in(self, swap: SegmentSwap, position: int, note: Callable[[str], None]) -> None:
         cleaned = swap.cleaned
         note("cleaned segment written")
+        cleaned.rename_txn_index(SWAP_SUFFIX)
+        note("cleaned txnindex renamed .swap")
         cleaned.rename_files(SWAP_SUFFIX, indexes=False)
         note("cleaned log renamed .swap")
         cleaned.rename_files(SWAP_SUFFIX, log=False)

@@ -6,6 +6,8 @@ Files, named by the segment's base offset as 20 zero-padded decimal digits::
                                     (layout in kraftpy.protocol.batch_header); nothing else
     00000000000000000000.index      see kraftpy.storage.index
     00000000000000000000.timeindex  see kraftpy.storage.index
+    00000000000000000000.txnindex   aborted transactions (kraftpy.storage.txn_index); created by
+                                    the first one, absent from most segments
     <any of the above>.deleted      a file being removed (retention, truncation); deleted on open
     <any of the above>.cleaned      a segment the log cleaner is writing (not yet part of the log)
     <any of the above>.swap         a cleaned segment being swapped in (see kraftpy.storage.log)
@@ -21,7 +23,8 @@ index entry and, if the running max timestamp grew, a time index entry. Reads tu
 into a file position with the offset index and a short walk over batch headers, and hand back a
 :class:`FileRegion` for ``os.sendfile``. Each index entry used is checked against the header it
 points at; a mismatch rebuilds both indexes from the log. :meth:`LogSegment.recover` re-reads
-every batch with its CRC and cuts the file at the first one that fails.
+every batch with its CRC and cuts the file at the first one that fails; given a
+:class:`TransactionReplay` holding the transactions open at its start, it rebuilds the ``.txnindex``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from kraftpy.protocol.batch_header import (
     check_batch,
     read_header,
 )
+from kraftpy.protocol.records import decode_batch, parse_control_key
 from kraftpy.protocol.types import FileRegion
 from kraftpy.storage.index import (
     INDEX_SUFFIX,
@@ -49,12 +53,18 @@ from kraftpy.storage.index import (
     OffsetIndex,
     TimeIndex,
 )
+from kraftpy.storage.txn_index import (
+    TXN_INDEX_SUFFIX,
+    TransactionIndex,
+    TransactionReplay,
+    TxnIndexSearchResult,
+)
 
 LOG_SUFFIX = ".log"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 NO_TIMESTAMP = -1
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
@@ -99,6 +109,8 @@ class LogSegment:
         self.index = OffsetIndex(directory / (segment_file_name(base_offset, INDEX_SUFFIX) + suffix), base_offset)
         self.time_index = TimeIndex(directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix),
                                     base_offset)
+        self.txn_index = TransactionIndex(directory / (segment_file_name(base_offset, TXN_INDEX_SUFFIX) + suffix),
+                                          base_offset)
         self.size = 0
         #: Offset after the last batch (base_offset when empty).
         self.next_offset = base_offset
@@ -124,6 +136,7 @@ class LogSegment:
         segment = cls(directory, base_offset, fd, index_interval_bytes, now_ms, suffix)
         segment.index.delete_file()
         segment.time_index.delete_file()
+        segment.txn_index.delete_file()
         segment._unsynced = True
         return segment
 
@@ -143,8 +156,11 @@ class LogSegment:
 
         With ``trust_indexes`` the index files are loaded if they pass their checks and only the
         tail after their last entry is walked; otherwise both are rebuilt from the log.
-        Raises CorruptRecordError when a batch header is unreadable (call :meth:`recover` then).
+        The ``.txnindex`` is loaded either way (it cannot be rebuilt from this segment alone).
+        Raises CorruptRecordError when a batch header is unreadable and CorruptIndexError when the
+        ``.txnindex`` is damaged (call :meth:`recover` then).
         """
+        self.txn_index.load()
         kept = self._load_index_files() if trust_indexes else 0
         self._rebuild_indexes_from(kept)
 
@@ -269,21 +285,57 @@ class LogSegment:
     def rebuild_indexes(self) -> None:
         self._rebuild_indexes_from(0)
 
-    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+    def control_type_at(self, position: int, header: BatchHeader) -> int | None:
+        """The key type of the record of the control batch at ``position`` (None: unreadable)."""
+        try:
+            decoded = decode_batch(os.pread(self._fd, header.size, position), 0, verify_crc=False)
+            if not decoded.records:
+                return None
+            return parse_control_key(decoded.records[0].key)[1]
+        except CorruptRecordError:
+            return None
+
+    def replay_transactions(self, replay: TransactionReplay) -> None:
+        """Move ``replay`` past every batch of the segment (headers only, no CRC; the control
+        batches' records read): how recovery learns what was open where it starts."""
+        for position, header in self.batches_from(0):
+            if header.is_transactional:
+                replay.on_batch(header, self.control_type_at(position, header) if header.is_control else None)
+
+    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None,
+                replay: TransactionReplay | None = None) -> int:
         """Check every batch (size, magic, CRC, offsets), rebuild the indexes, cut at the first bad one.
 
+        With ``replay`` (the transactions open at the segment's start, moved on to its end) the
+        ``.txnindex`` is rebuilt too; without it, only its entries past the cut are dropped.
         Returns the number of bytes cut off (0 when the segment was whole).
         """
         self._reset_tail_state(0)
+        if replay is None:
+            try:
+                self.txn_index.load()
+            except CorruptIndexError:
+                self.txn_index.reset()
+        aborted = []
 
         def visit(position: int, header: BatchHeader) -> None:
             self._index_batch(position, header.size, header.last_offset, header.max_timestamp, True)
+            if replay is not None and header.is_transactional:
+                control_type = self.control_type_at(position, header) if header.is_control else None
+                txn = replay.on_batch(header, control_type)
+                if txn is not None:
+                    aborted.append(txn)
             if on_batch is not None:
                 on_batch(header)
 
         error = self.scan(0, visit, verify_crc=True)
+        if replay is not None:
+            self.txn_index.reset()
+            self.txn_index.append_all(aborted)
         if error is None:
+            self.txn_index.truncate_to(self.next_offset)
             return 0
+        self.txn_index.truncate_to(self.next_offset)
         valid = error.position or 0
         cut = self.size - valid
         os.ftruncate(self._fd, valid)
@@ -435,6 +487,7 @@ class LogSegment:
 
     def truncate_to(self, offset: int) -> int:
         """Drop the batch holding ``offset`` and everything after it; returns the bytes removed."""
+        self.txn_index.truncate_to(offset)
         found = self.translate_offset(offset)
         if found is None:
             return 0
@@ -449,11 +502,13 @@ class LogSegment:
         self.time_index.save()
         return removed
 
-    def flush(self) -> None:
-        """fsync the data file if anything changed since the last fsync."""
+    def flush(self) -> bool:
+        """fsync the data file and the ``.txnindex`` if anything changed since the last fsync;
+        returns whether the ``.txnindex`` file may be new (its directory needs an fsync)."""
         if self._unsynced:
             os.fsync(self._fd)
             self._unsynced = False
+        return self.txn_index.flush()
 
     def save_indexes(self, fsync: bool = False) -> None:
         self.index.save(fsync)
@@ -465,8 +520,9 @@ class LogSegment:
             self._fd = -1
 
     def rename_files(self, suffix: str, *, log: bool = True, indexes: bool = True) -> None:
-        """Name the log file and/or the index files ``<base>.<kind><suffix>`` ("" for the final names);
-        the descriptor stays open. An index file not yet written is renamed when it is."""
+        """Name the log file and/or the index files (``.txnindex`` included) ``<base>.<kind><suffix>``
+        ("" for the final names); the descriptor stays open. An index file not yet written is
+        renamed when it is."""
         if log:
             new_path = self.directory / (segment_file_name(self.base_offset) + suffix)
             os.replace(self.path, new_path)
@@ -474,6 +530,11 @@ class LogSegment:
         if indexes:
             self.index.rename(self.directory / (segment_file_name(self.base_offset, INDEX_SUFFIX) + suffix))
             self.time_index.rename(self.directory / (segment_file_name(self.base_offset, TIME_INDEX_SUFFIX) + suffix))
+            self.rename_txn_index(suffix)
+
+    def rename_txn_index(self, suffix: str) -> None:
+        """Name the ``.txnindex`` ``<base>.txnindex<suffix>`` (a cleaner swap renames it before the log)."""
+        self.txn_index.rename(self.directory / (segment_file_name(self.base_offset, TXN_INDEX_SUFFIX) + suffix))
 
     def set_last_modified(self, ms: int) -> None:
         """Set the data file's modification time (a cleaned segment keeps the one of what it replaces)."""
@@ -488,6 +549,7 @@ class LogSegment:
         self.path = new_path
         self.index.rename(self.index.path.with_name(self.index.path.name + DELETED_SUFFIX))
         self.time_index.rename(self.time_index.path.with_name(self.time_index.path.name + DELETED_SUFFIX))
+        self.txn_index.rename(self.txn_index.path.with_name(self.txn_index.path.name + DELETED_SUFFIX))
 
     def delete(self) -> None:
         """Close and remove the files (whatever their current names)."""
@@ -495,10 +557,16 @@ class LogSegment:
         self.path.unlink(missing_ok=True)
         self.index.delete_file()
         self.time_index.delete_file()
+        self.txn_index.delete_file()
 
     @property
     def fd(self) -> int:
         return self._fd
+
+    def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
+        """The aborted transactions of this segment's ``.txnindex`` overlapping the range (see
+        :func:`kraftpy.storage.txn_index.collect_aborted`)."""
+        return self.txn_index.collect_aborted(fetch_offset, upper_bound_offset)
 
     @property
     def is_empty(self) -> bool:
