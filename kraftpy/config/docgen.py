@@ -15,6 +15,7 @@ GROUPS = [
                                 "producer.id")),
     ("Broker lifecycle", ("broker.session", "broker.heartbeat")),
     ("Consumer groups", ("group.", "offsets.", "offset.metadata")),
+    ("Transactions", ("transaction.", "transactional.")),
     ("Observability", ("metrics.",)),
 ]
 

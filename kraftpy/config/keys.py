@@ -262,6 +262,32 @@ KEYS: list[ConfigKey] = [
     ConfigKey("offset.metadata.max.bytes", "int", 4096,
               "Largest metadata string a client may commit with an offset; a longer one is refused with "
               "OFFSET_METADATA_TOO_LARGE.", at_least(0), roles=B),
+    # --- the transaction coordinator
+    ConfigKey("transaction.max.timeout.ms", "int", 900000,
+              "Largest transaction.timeout.ms a transactional producer may ask for; InitProducerId with a "
+              "longer one is refused with INVALID_TRANSACTION_TIMEOUT.", at_least(1), roles=B),
+    ConfigKey("transactional.id.expiration.ms", "int", 604800000,
+              "How long the coordinator keeps a transactional id that has no open transaction and receives "
+              "no transaction request; then the id is removed with a tombstone.", at_least(1), roles=B),
+    ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
+              "How often the coordinator aborts transactions open for longer than their timeout (bumping "
+              "the epoch, which fences their producer).", at_least(1), roles=B),
+    ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000,
+              "How often the coordinator removes transactional ids past transactional.id.expiration.ms.",
+              at_least(1), roles=B),
+    ConfigKey("transaction.state.log.num.partitions", "int", 50,
+              "Partitions of the internal __transaction_state topic (fixed once the topic exists: an id's "
+              "coordinator is the leader of partition abs(hash(transactional.id)) % this).", at_least(1),
+              roles=B),
+    ConfigKey("transaction.state.log.replication.factor", "int", 3,
+              "Replication factor of __transaction_state when it is created; lowered to the live brokers "
+              "when there are fewer.", between(1, 32767), roles=B),
+    ConfigKey("transaction.state.log.min.isr", "int", 2,
+              "min.insync.replicas of __transaction_state: replicas that must have a coordinator's write "
+              "before it is acknowledged.", at_least(1), roles=B),
+    ConfigKey("transaction.state.log.segment.bytes", "int", 104857600,
+              "Segment size of __transaction_state, kept small so that compaction and loading stay fast.",
+              at_least(14), roles=B),
     # --- observability
     ConfigKey("metrics.port", "int", None,
               "Port on metrics.host of the Prometheus endpoint (GET /metrics), readiness (GET /ready: 200 when the "
@@ -282,8 +308,6 @@ IGNORED: dict[str, str] = {
     "num.recovery.threads.per.data.dir": "logs are recovered one after another",
     "socket.send.buffer.bytes": "the operating system's default buffers are used",
     "socket.receive.buffer.bytes": "the operating system's default buffers are used",
-    "transaction.state.log.replication.factor": "transactions are not supported yet",
-    "transaction.state.log.min.isr": "transactions are not supported yet",
     "group.coordinator.rebalance.protocols": "the classic group protocol is used",
     "queued.max.requests": "request memory is bounded in bytes by queued.max.request.bytes",
 }
