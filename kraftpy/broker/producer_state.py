@@ -47,8 +47,9 @@ non-transactional batch while the producer's transaction is open (INVALID_TXN_ST
 marker from an older coordinator epoch than the producer's last marker
 (TRANSACTION_COORDINATOR_FENCED, :meth:`ProducerStateManager.validate_marker`). Snapshots carry
 each producer's open transaction (``current txn first offset``), so a restart or a truncation
-reopens it; they do not carry closed transactions whose marker was above the high watermark, so
-after a restart from a snapshot, as in Kafka, those count as replicated.
+reopens it. They do not say which closed transactions had their marker above the high
+watermark: after a restart from a snapshot, as in Kafka, those closed below the snapshot's offset
+count as replicated (a truncation of a live state keeps knowing them).
 
 Producers idle for ``expiration_ms`` (``producer.id.expiration.ms``) are forgotten by
 :meth:`ProducerStateManager.remove_expired`; producers with an open transaction are kept. As

@@ -20,7 +20,14 @@ from kraftpy.broker.producer_state import (
     take_snapshot,
     truncate_and_reload,
 )
-from kraftpy.protocol.batch_header import BatchHeader, CorruptRecordError, iter_batches, read_header, stamp
+from kraftpy.protocol.batch_header import (
+    BatchHeader,
+    CorruptRecordError,
+    iter_batches,
+    pack_batch,
+    read_header,
+    stamp,
+)
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.records import (
     ControlRecordType,
@@ -88,17 +95,19 @@ class Log:
 
 
 def test_read_txn_marker_decodes_a_control_batch_built_byte_by_byte():
-    # One control record: attributes 0, timestamp delta 0, offset delta 0, key 4 bytes, value 6 bytes.
-    key = struct.pack(">hh", 0, 0)  # version 0, ABORT
+    # One record: length, attributes 0, timestamp delta 0, offset delta 0, key length, key, value
+    # length, value, no headers; lengths are zigzag varints (n * 2).
+    key = struct.pack(">hh", 0, 0)  # version 0, type 0 = ABORT
     value = struct.pack(">hi", 0, 17)  # version 0, coordinator epoch 17
     body = bytes([0, 0, 0, len(key) * 2]) + key + bytes([len(value) * 2]) + value + bytes([0])
-    record = bytes([len(body) * 2]) + body
-    built = build_batch([SimpleRecord(key, value, timestamp=T0)], producer_id=5, producer_epoch=1,
-                        base_timestamp=T0, is_transactional=True, is_control=True)
-    assert built.endswith(record), "the marker record's bytes are Kafka's layout"
-    assert read_txn_marker(built) == TxnMarker(ABORT, 17)
-    assert read_txn_marker(marker_batch(5, COMMIT, 3)) == TxnMarker(COMMIT, 3)
-    assert read_txn_marker(marker_batch(5, ABORT)).is_abort
+    section = bytes([len(body) * 2]) + body
+    batch = pack_batch(section, attributes=0x30, last_offset_delta=0, base_timestamp=T0, max_timestamp=T0,
+                       producer_id=5, producer_epoch=1, record_count=1)  # 0x30: control | transactional
+    assert read_txn_marker(batch) == TxnMarker(ABORT, 17)
+    commit = marker_batch(5, COMMIT, 3)
+    assert read_txn_marker(commit) == TxnMarker(COMMIT, 3)
+    assert not read_txn_marker(commit).is_abort
+    assert read_txn_marker(b"\0" * 7 + commit, 7) == TxnMarker(COMMIT, 3)
 
 
 def test_read_txn_marker_refuses_data_batches_and_other_control_types():
