@@ -58,12 +58,12 @@ another epoch PRODUCER_FENCED (INVALID_PRODUCER_EPOCH to clients too old to know
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from kraftpy.coordinator.txn_records import TransactionLogEntry, TransactionStatus
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 
@@ -77,35 +77,19 @@ OFFSETS_TOPIC = "__consumer_offsets"
 TopicPartition = tuple[str, int]
 
 
-class TxnState(enum.IntEnum):
-    """A transaction's state, numbered as TransactionLogValue.TransactionStatus stores it."""
+#: A transaction's state: the status byte of its TransactionLogValue (one definition, with the records).
+TxnState = TransactionStatus
 
-    EMPTY = 0
-    ONGOING = 1
-    PREPARE_COMMIT = 2
-    PREPARE_ABORT = 3
-    COMPLETE_COMMIT = 4
-    COMPLETE_ABORT = 5
-    DEAD = 6
-    PREPARE_EPOCH_FENCE = 7
+#: The states in which an idle id may expire (no transaction is open).
+EXPIRATION_ALLOWED = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 
-    @property
-    def kafka_name(self) -> str:
-        """The name DescribeTransactions and ListTransactions show (``PrepareCommit``, ...)."""
-        return "".join(part.capitalize() for part in self.name.split("_"))
 
-    @classmethod
-    def from_kafka_name(cls, name: str) -> TxnState:
-        """The state a ListTransactions filter names; ValueError for an unknown name."""
-        for state in cls:
-            if state.kafka_name == name:
-                return state
-        raise ValueError(f"unknown transaction state {name!r}")
-
-    @property
-    def expiration_allowed(self) -> bool:
-        """Whether an id idle in this state may expire (no transaction is open)."""
-        return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+def state_from_kafka_name(name: str) -> TxnState:
+    """The state a ListTransactions filter names (``Ongoing``, ...); ValueError for an unknown name."""
+    for state in TxnState:
+        if state.kafka_name == name:
+            return state
+    raise ValueError(f"unknown transaction state {name!r}")
 
 
 S = TxnState
@@ -209,6 +193,29 @@ class TxnMetadata:
         for topic, partition in sorted(self.partitions):
             out.setdefault(topic, []).append(partition)
         return out
+
+
+def log_entry(meta: TxnMetadata) -> TransactionLogEntry:
+    """The TransactionLogValue to write for ``meta`` (a DEAD id is written as a tombstone instead)."""
+    if meta.state is TxnState.DEAD:
+        raise ValueError(f"transactional id {meta.transactional_id!r} is DEAD: write a tombstone")
+    return TransactionLogEntry(
+        producer_id=meta.producer_id, producer_epoch=meta.producer_epoch, transaction_timeout_ms=meta.timeout_ms,
+        status=meta.state, partitions=meta.partitions, last_update_timestamp_ms=meta.txn_last_update_timestamp,
+        start_timestamp_ms=meta.txn_start_timestamp, previous_producer_id=meta.previous_producer_id,
+        next_producer_id=meta.next_producer_id)
+
+
+def from_log_entry(transactional_id: str, entry: TransactionLogEntry) -> TxnMetadata:
+    """The metadata a loaded TransactionLogValue says. The last epoch is not in the log: after a
+    reload a retried InitProducerId bumps again, as in Kafka."""
+    return TxnMetadata(
+        transactional_id=transactional_id, producer_id=entry.producer_id, producer_epoch=entry.producer_epoch,
+        timeout_ms=entry.transaction_timeout_ms, state=entry.status,
+        txn_last_update_timestamp=entry.last_update_timestamp_ms,
+        partitions=frozenset(entry.partitions) if entry.status is not TxnState.EMPTY else frozenset(),
+        txn_start_timestamp=entry.start_timestamp_ms, previous_producer_id=entry.previous_producer_id,
+        next_producer_id=entry.next_producer_id)
 
 
 @attrs.frozen
@@ -557,7 +564,7 @@ def abort_timed_out(meta: TxnMetadata | None, producer_id: int, now: int) -> Dec
 
 def expired_ids(txns: Iterable[TxnMetadata], now: int, expiration_ms: int) -> list[str]:
     """Ids with no open transaction, unchanged for transactional.id.expiration.ms."""
-    return [m.transactional_id for m in txns if m.state.expiration_allowed and m.pending_state is None
+    return [m.transactional_id for m in txns if m.state in EXPIRATION_ALLOWED and m.pending_state is None
             and m.txn_last_update_timestamp <= now - expiration_ms]
 
 

@@ -14,6 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from kraftpy.config.loader import build_config, defaults
 from kraftpy.config.properties import parse_properties
 from kraftpy.coordinator import txn_state as ts
+from kraftpy.coordinator.txn_records import decode_transaction_log_value, transaction_log_value
 from kraftpy.coordinator.txn_state import (
     MAX_EPOCH,
     IllegalTransitionError,
@@ -61,10 +62,10 @@ def test_state_ids_and_names_are_kafkas():
     assert [(s.value, s.kafka_name) for s in S] == [
         (0, "Empty"), (1, "Ongoing"), (2, "PrepareCommit"), (3, "PrepareAbort"), (4, "CompleteCommit"),
         (5, "CompleteAbort"), (6, "Dead"), (7, "PrepareEpochFence")]
-    assert all(S.from_kafka_name(s.kafka_name) is s for s in S)
+    assert all(ts.state_from_kafka_name(s.kafka_name) is s for s in S)
     with pytest.raises(ValueError):
-        S.from_kafka_name("Committed")
-    assert {s for s in S if s.expiration_allowed} == {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
+        ts.state_from_kafka_name("Committed")
+    assert ts.EXPIRATION_ALLOWED == {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
 
 
 def test_valid_previous_states_are_kafkas_table():
@@ -363,6 +364,23 @@ def test_transitions_outside_kafkas_rules_are_refused(base, target):
         Transition(base, target)
 
 
+@pytest.mark.parametrize("m", [
+    meta(S.EMPTY, previous_producer_id=6, last_producer_epoch=2),
+    meta(S.ONGOING, partitions=[T0, T1, ("a", 3)], start=40),
+    meta(S.PREPARE_ABORT, partitions=[T0]),
+    meta(S.COMPLETE_COMMIT, start=40),
+])
+@pytest.mark.parametrize("version", [0, 1])
+def test_metadata_survives_the_log(m, version):
+    entry = decode_transaction_log_value(transaction_log_value(ts.log_entry(m), version))
+    loaded = ts.from_log_entry(TID, entry)
+    # the last epoch is not written, and version 0 has no previous producer id
+    want = attrs.evolve(m, last_producer_epoch=-1, previous_producer_id=m.previous_producer_id if version else -1)
+    assert loaded == want
+    with pytest.raises(ValueError):
+        ts.log_entry(meta(S.DEAD))
+
+
 # --- configuration and versions
 
 def test_config_is_read_from_kafkas_keys():
@@ -420,7 +438,7 @@ class TxnClients(RuleBasedStateMachine):
         self.now = 0
         self.alloc = allocator(100)
         self.table: dict[str, TxnMetadata] = {}
-        self.log: dict[str, TxnMetadata] = {}
+        self.log: dict[str, bytes] = {}                     # id -> the TransactionLogValue written last
         self.in_flight: dict[str, tuple[Transition, TxnMetadata | None]] = {}
         self.clients: list[tuple[str, int, int] | None] = [None] * 4  # (id, producer id, epoch)
         self.max_epoch: dict[int, int] = {}                 # producer id -> highest epoch written
@@ -516,7 +534,7 @@ class TxnClients(RuleBasedStateMachine):
             self.clients[c] = (tid, d.target.producer_id, d.target.producer_epoch)
 
     def _written(self, tid: str, target: TxnMetadata, after: TxnMetadata | None) -> None:
-        prev = self.log.get(tid)
+        prev = self.table.get(tid)  # still the pending metadata: the state before this write
         # epochs only go up for a producer id
         pid = target.producer_id
         if target.state is not S.DEAD:
@@ -537,7 +555,7 @@ class TxnClients(RuleBasedStateMachine):
         if after is None:
             self.log.pop(tid, None)
         else:
-            self.log[tid] = target
+            self.log[tid] = transaction_log_value(ts.log_entry(target), 1)
 
     @invariant()
     def current_is_what_was_written(self):
@@ -547,7 +565,10 @@ class TxnClients(RuleBasedStateMachine):
             if tid in self.in_flight:
                 assert self.table[tid].pending_state is not None
                 continue
-            assert self.table.get(tid) == self.log.get(tid)
+            current = self.table.get(tid)
+            # what a coordinator loading the partition would find (the last epoch is not written)
+            loaded = ts.from_log_entry(tid, decode_transaction_log_value(self.log[tid])) if tid in self.log else None
+            assert (current and attrs.evolve(current, last_producer_epoch=-1)) == loaded
 
 
 TestTxnClients = TxnClients.TestCase
