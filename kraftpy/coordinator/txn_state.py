@@ -24,8 +24,9 @@ completeTransitionTo do::
 so a failed write leaves the metadata as it was, and what is current was always written first.
 ``apply`` checks again that the target follows from the metadata it was decided on (Kafka's
 checks in completeTransitionTo) and raises :class:`IllegalTransitionError` otherwise: a bug, never
-a client's doing. A write whose outcome is unknown (a timeout) may still reach the log; the
-coordinator then treats the partition as lost and reloads it, so the log stays the truth.
+a client's doing. A write whose outcome is unknown (a timeout) may still reach the log: the
+coordinator must then reload the partition rather than abandon the transition, so that the log
+stays the truth.
 
 States and transitions (the byte is TransactionLogValue.TransactionStatus)::
 
