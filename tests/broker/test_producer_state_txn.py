@@ -365,7 +365,9 @@ class TxnModel(RuleBasedStateMachine):
     order; after every step the LSO and the open transactions equal a plain model's, and the LSO never
     passes an open transaction's first offset.
 
-    The model is the list of (offset, producer, kind) appended. A restart from a snapshot forgets that
+    The model is the list of (offset, producer, kind) appended. Snapshots are taken as segment rolls
+    take them, also right after a marker, so that truncations and restarts start from snapshots above
+    closed but unreplicated transactions. A restart from a snapshot forgets that
     closed transactions whose marker lies below the snapshot are unreplicated (the snapshot format
     cannot say so, as in Kafka): the model lists those markers as ``forgotten``.
     """
@@ -413,8 +415,8 @@ class TxnModel(RuleBasedStateMachine):
         self.events.append((self.log.end, pid, "txn" if transactional else "data"))
         self.log.append(batch)
 
-    @rule(pid=st.sampled_from(PIDS), abort=st.booleans())
-    def marker(self, pid: int, abort: bool) -> None:
+    @rule(pid=st.sampled_from(PIDS), abort=st.booleans(), roll=st.booleans())
+    def marker(self, pid: int, abort: bool, roll: bool) -> None:
         open_txns, _ = self.model()
         offset = self.log.end
         _, completed = self.log.append(marker_batch(pid, ABORT if abort else COMMIT))
@@ -424,6 +426,8 @@ class TxnModel(RuleBasedStateMachine):
             assert completed == CompletedTxn(pid, open_txns[pid], offset, abort, min(others, default=offset + 1))
         else:
             assert completed is None
+        if roll:  # a segment roll right after the marker snapshots the state, as the partition does
+            self.snapshot()
 
     @rule(step=st.integers(1, 4))
     def advance_high_watermark(self, step: int) -> None:
