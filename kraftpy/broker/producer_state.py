@@ -92,14 +92,9 @@ import attrs
 import crc32c
 import structlog
 
-from kraftpy.protocol.batch_header import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader, CorruptRecordError
+from kraftpy.protocol.batch_header import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+from kraftpy.protocol.control_records import EndTxnMarker
 from kraftpy.protocol.errors import ErrorCode
-from kraftpy.protocol.records import (
-    ControlRecordType,
-    decode_batch,
-    parse_control_key,
-    parse_end_txn_marker_value,
-)
 from kraftpy.storage.fsutil import fsync_dir, write_atomic
 
 _logger = structlog.get_logger(__name__)
@@ -226,43 +221,8 @@ def _reject(error: ErrorCode, message: str) -> AppendCheck:
     return AppendCheck(AppendOutcome.REJECT, error, None, message)
 
 
-@attrs.frozen
-class TxnMarker:
-    """The end-transaction marker a control batch carries: its one record's key type and value."""
-
-    control_type: ControlRecordType
-    coordinator_epoch: int
-
-    def __attrs_post_init__(self) -> None:
-        if self.control_type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
-            raise ValueError(f"control type {self.control_type!r} is not an end-transaction marker")
-
-    @property
-    def is_abort(self) -> bool:
-        return self.control_type is ControlRecordType.ABORT
-
-
-def read_txn_marker(buf: bytes | bytearray | memoryview, pos: int = 0) -> TxnMarker:
-    """The marker of the control batch at ``pos``: key ``version int16, type int16`` (0 ABORT,
-    1 COMMIT), value ``version int16, coordinator epoch int32``. :class:`CorruptRecordError` when
-    the batch is not a control batch of one end-transaction record."""
-    batch = decode_batch(buf, pos, verify_crc=False)
-    if not batch.header.is_control or len(batch.records) != 1:
-        raise CorruptRecordError(
-            f"batch at offset {batch.header.base_offset} is not a control batch of one record", pos
-        )
-    record = batch.records[0]
-    _, control_type = parse_control_key(record.key)
-    if control_type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
-        raise CorruptRecordError(
-            f"control record at offset {record.offset} has type {control_type}, not ABORT or COMMIT", pos
-        )
-    _, coordinator_epoch = parse_end_txn_marker_value(record.value)
-    return TxnMarker(ControlRecordType(control_type), coordinator_epoch)
-
-
 #: One batch of a replay: its header, or its header and marker when it is a control batch.
-ReplayBatch = BatchHeader | tuple[BatchHeader, TxnMarker | None]
+ReplayBatch = BatchHeader | tuple[BatchHeader, EndTxnMarker | None]
 
 
 @attrs.frozen
@@ -452,7 +412,7 @@ class ProducerStateManager:
             )
         return _APPEND
 
-    def validate_marker(self, header: BatchHeader, marker: TxnMarker, now_ms: int) -> AppendCheck:
+    def validate_marker(self, header: BatchHeader, marker: EndTxnMarker, now_ms: int) -> AppendCheck:
         """Decide whether the leader may append the marker ``header`` and ``marker`` describe.
 
         Refused as in Kafka: a producer epoch older than the producer's (INVALID_PRODUCER_EPOCH),
@@ -492,7 +452,7 @@ class ProducerStateManager:
         header: BatchHeader,
         first_offset: int | None = None,
         *,
-        marker: TxnMarker | None = None,
+        marker: EndTxnMarker | None = None,
         coordinator_epoch: int | None = None,
     ) -> CompletedTxn | None:
         """Apply one batch that is now in the log at ``first_offset`` (default: its base offset).
@@ -501,7 +461,7 @@ class ProducerStateManager:
         :meth:`validate_marker`) said APPEND; a follower and log recovery call it for every batch
         they append. A transactional data batch opens its producer's transaction if none is open.
         A control batch closes the producer's open transaction; with its ``marker``
-        (:func:`read_txn_marker`) the answer is the :class:`CompletedTxn` to record in the
+        (:func:`~kraftpy.protocol.control_records.read_end_txn_marker`) the answer is the :class:`CompletedTxn` to record in the
         aborted-transaction index when ``is_aborted``, and None when no transaction was open
         (Kafka emits nothing for a transaction without data here). Without ``marker`` (a replay
         of batch headers alone) the state is the same but the answer is None, since commit and
@@ -550,7 +510,7 @@ class ProducerStateManager:
             entry.batches.popleft()
         return None
 
-    def _end_txn(self, entry: ProducerStateEntry, marker_offset: int, marker: TxnMarker | None) -> CompletedTxn | None:
+    def _end_txn(self, entry: ProducerStateEntry, marker_offset: int, marker: EndTxnMarker | None) -> CompletedTxn | None:
         """Close ``entry``'s open transaction with the marker at ``marker_offset``."""
         first = entry.current_txn_first_offset
         if first == NO_OFFSET:
@@ -564,7 +524,7 @@ class ProducerStateManager:
         # Kafka's lastStableOffset(completedTxn): the earliest transaction of another producer
         # still open, which is every open one now that this one is closed.
         next_open = min(self._ongoing, default=marker_offset + 1)
-        return CompletedTxn(entry.producer_id, first, marker_offset, marker.is_abort, next_open)
+        return CompletedTxn(entry.producer_id, first, marker_offset, not marker.committed, next_open)
 
     def on_high_watermark_update(self, high_watermark: int) -> None:
         """The high watermark is now ``high_watermark``: transactions whose marker is below it are

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -13,32 +11,18 @@ from kraftpy.broker.producer_state import (
     CompletedTxn,
     LoadedSnapshot,
     ProducerStateManager,
-    TxnMarker,
     decode_snapshot,
     encode_snapshot,
-    read_txn_marker,
     take_snapshot,
     truncate_and_reload,
 )
-from kraftpy.protocol.batch_header import (
-    BatchHeader,
-    CorruptRecordError,
-    iter_batches,
-    pack_batch,
-    read_header,
-    stamp,
-)
+from kraftpy.protocol.batch_header import BatchHeader, iter_batches, read_header, stamp
+from kraftpy.protocol.control_records import build_end_txn_marker, read_end_txn_marker
 from kraftpy.protocol.errors import ErrorCode
-from kraftpy.protocol.records import (
-    ControlRecordType,
-    SimpleRecord,
-    build_batch,
-    control_key,
-    end_txn_marker_value,
-)
+from kraftpy.protocol.records import SimpleRecord, build_batch
 
 T0 = 1_700_000_000_000
-COMMIT, ABORT = ControlRecordType.COMMIT, ControlRecordType.ABORT
+COMMIT, ABORT = True, False
 
 
 def data_batch(pid: int, epoch: int = 0, seq: int = 0, n: int = 1, *, transactional: bool = True,
@@ -48,11 +32,9 @@ def data_batch(pid: int, epoch: int = 0, seq: int = 0, n: int = 1, *, transactio
                        is_transactional=transactional)
 
 
-def marker_batch(pid: int, control_type: ControlRecordType, coordinator_epoch: int = 0, epoch: int = 0, *,
-                 ts: int = T0) -> bytes:
-    record = SimpleRecord(control_key(control_type), end_txn_marker_value(coordinator_epoch), timestamp=ts)
-    return build_batch([record], producer_id=pid, producer_epoch=epoch, base_timestamp=ts,
-                       is_transactional=True, is_control=True)
+def marker_batch(pid: int, committed: bool, coordinator_epoch: int = 0, epoch: int = 0, *, ts: int = T0) -> bytes:
+    return build_end_txn_marker(producer_id=pid, producer_epoch=epoch, committed=committed,
+                                coordinator_epoch=coordinator_epoch, timestamp=ts)
 
 
 class Log:
@@ -67,7 +49,7 @@ class Log:
         """Validate (as the leader), stamp at the log end, apply; the stamped header and the answer."""
         header = read_header(batch)
         if header.is_control:
-            check = self.state.validate_marker(header, read_txn_marker(batch), now_ms)
+            check = self.state.validate_marker(header, read_end_txn_marker(batch), now_ms)
         else:
             check = self.state.validate_append(header, now_ms)
         assert check.should_append, check
@@ -75,7 +57,7 @@ class Log:
         stamp(stamped, 0, self.end, 0)
         self.buf += stamped
         header = read_header(stamped)
-        marker = read_txn_marker(stamped) if header.is_control else None
+        marker = read_end_txn_marker(stamped) if header.is_control else None
         completed = self.state.update(header, marker=marker)
         self.end = header.next_offset
         return header, completed
@@ -85,38 +67,9 @@ class Log:
             if header.last_offset < from_offset:
                 continue
             if header.is_control and with_markers:
-                yield header, read_txn_marker(self.buf, pos)
+                yield header, read_end_txn_marker(self.buf, pos)
             else:
                 yield header
-
-
-# ---------------------------------------------------------------------------------------------
-# Markers
-
-
-def test_read_txn_marker_decodes_a_control_batch_built_byte_by_byte():
-    # One record: length, attributes 0, timestamp delta 0, offset delta 0, key length, key, value
-    # length, value, no headers; lengths are zigzag varints (n * 2).
-    key = struct.pack(">hh", 0, 0)  # version 0, type 0 = ABORT
-    value = struct.pack(">hi", 0, 17)  # version 0, coordinator epoch 17
-    body = bytes([0, 0, 0, len(key) * 2]) + key + bytes([len(value) * 2]) + value + bytes([0])
-    section = bytes([len(body) * 2]) + body
-    batch = pack_batch(section, attributes=0x30, last_offset_delta=0, base_timestamp=T0, max_timestamp=T0,
-                       producer_id=5, producer_epoch=1, record_count=1)  # 0x30: control | transactional
-    assert read_txn_marker(batch) == TxnMarker(ABORT, 17)
-    commit = marker_batch(5, COMMIT, 3)
-    assert read_txn_marker(commit) == TxnMarker(COMMIT, 3)
-    assert not read_txn_marker(commit).is_abort
-    assert read_txn_marker(b"\0" * 7 + commit, 7) == TxnMarker(COMMIT, 3)
-
-
-def test_read_txn_marker_refuses_data_batches_and_other_control_types():
-    with pytest.raises(CorruptRecordError, match="not a control batch"):
-        read_txn_marker(data_batch(5))
-    leader_change = build_batch([SimpleRecord(control_key(ControlRecordType.LEADER_CHANGE), b"\0\0")],
-                                is_control=True)
-    with pytest.raises(CorruptRecordError, match="not ABORT or COMMIT"):
-        read_txn_marker(leader_change)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,14 +150,14 @@ def test_marker_from_an_older_coordinator_epoch_is_fenced():
 
     def check(coordinator_epoch: int, epoch: int = 2) -> ErrorCode:
         batch = marker_batch(1, ABORT, coordinator_epoch, epoch)
-        return state.validate_marker(read_header(batch), read_txn_marker(batch), T0).error
+        return state.validate_marker(read_header(batch), read_end_txn_marker(batch), T0).error
 
     assert check(4) is ErrorCode.TRANSACTION_COORDINATOR_FENCED
     assert check(5) is ErrorCode.NONE
     assert check(6) is ErrorCode.NONE
     assert check(6, epoch=1) is ErrorCode.INVALID_PRODUCER_EPOCH
     with pytest.raises(ValueError, match="not a control batch"):
-        state.validate_marker(read_header(data_batch(1, epoch=2, seq=1)), TxnMarker(COMMIT, 5), T0)
+        state.validate_marker(read_header(data_batch(1, epoch=2, seq=1)), read_end_txn_marker(marker_batch(1, COMMIT, 5, 2)), T0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,7 +296,7 @@ def test_a_follower_copying_the_log_gets_the_leaders_transaction_state():
     follower = ProducerStateManager()
     completed = []
     for pos, header in iter_batches(leader.buf):  # the follower appends the leader's bytes as they are
-        marker = read_txn_marker(leader.buf, pos) if header.is_control else None
+        marker = read_end_txn_marker(leader.buf, pos) if header.is_control else None
         completed.append(follower.update(header, marker=marker))
     assert [c for c in completed if c] == [CompletedTxn(1, 0, 3, is_aborted=True, last_stable_offset=2)]
     assert follower.open_transactions() == leader.state.open_transactions() == [(2, 2), (5, 1)]
