@@ -91,14 +91,16 @@ async def test_a_write_is_answered_once_committed_and_replayed_everywhere(contro
 
 async def test_a_silent_broker_is_fenced_when_its_session_runs_out(controller):
     epoch = await register(controller, 10)
+    # Taken before the heartbeat is sent: the session the controller counts starts no earlier.
+    start = trio.current_time()
     await call(controller, BrokerHeartbeatRequest(10, epoch, current_metadata_offset=epoch))
     assert not controller.loader.image.cluster.broker(10).fenced
-    start = trio.current_time()
-    await trio.sleep(SESSION_MS / 1000 - 1)
+    await trio.sleep_until(start + SESSION_MS / 1000 - 1)
     assert not controller.loader.image.cluster.broker(10).fenced
     while not controller.loader.image.cluster.broker(10).fenced:
         await trio.sleep(0.1)
-    assert SESSION_MS / 1000 <= trio.current_time() - start < SESSION_MS / 1000 + 1
+    # Never before its session ran out (how soon after is the controller's tick, not asserted here).
+    assert trio.current_time() - start >= SESSION_MS / 1000
     # A heartbeat of the same incarnation is answered fenced until it has caught up again.
     beat = await call(controller, BrokerHeartbeatRequest(10, epoch, current_metadata_offset=0))
     assert beat.is_fenced
