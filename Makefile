@@ -62,9 +62,12 @@ lint: $(STAMP)
 fmt: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
+# The suite runs in TEST_WORKERS processes, a test file to each (most of its time is spent waiting on
+# real clusters of processes, so two workers on two cores halve it); TEST_WORKERS=0 runs it in one.
+TEST_WORKERS ?= 2
 test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check .
-	$(PYTEST)
+	$(PYTEST) $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 # Regenerate the configuration reference from the schema.
 docs: $(STAMP)
