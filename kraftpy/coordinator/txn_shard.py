@@ -210,7 +210,14 @@ class TxnShard:
                 return
             current = self.txns.get(txn_id)
             if error is None:
-                after = t.apply(current)
+                try:
+                    after = t.apply(current)
+                except txn_state.IllegalTransitionError:
+                    # A bug: memory no longer follows the log. Answer, and load the partition again.
+                    self.log.exception("transaction state changed under a write", transactional_id=txn_id)
+                    self._request_reload(self.shard.partition, self.shard.leader_epoch)
+                    on_done(ErrorCode.UNKNOWN_SERVER_ERROR)
+                    return
                 self._set(txn_id, after)
                 on_done(t.reply)
                 if after is not None and after.state in _PREPARED:
@@ -224,7 +231,11 @@ class TxnShard:
                                  transactional_id=txn_id, target=t.target.state.kafka_name, error=str(error))
                 self._request_reload(self.shard.partition, self.shard.leader_epoch)
             else:
-                self._set(txn_id, t.abandon(current))
+                try:
+                    self._set(txn_id, t.abandon(current))
+                except txn_state.IllegalTransitionError:
+                    self.log.exception("transaction state changed under a write", transactional_id=txn_id)
+                    self._request_reload(self.shard.partition, self.shard.leader_epoch)
             on_done(code)
 
         self.shard.write([(transaction_log_key(txn_id), value)], done)

@@ -341,3 +341,16 @@ async def test_a_timeout_outside_the_maximum_is_refused(autojump_clock, nursery,
     await h.start(nursery)
     assert (await h.coordinator.init_producer_id(TXN, timeout_ms)).error == ErrorCode.INVALID_TRANSACTION_TIMEOUT
     assert h.logs[0].records == []
+
+
+async def test_no_producer_id_block_is_answered_load_in_progress(autojump_clock, nursery):
+    h = TxnHarness()
+
+    async def refuse() -> int:
+        raise ConnectionError("controller unreachable")
+
+    h.coordinator = TxnCoordinator(h.config, clock=trio_clock_ms, allocate_producer_id=refuse,
+                                   marker_sender=h.sender)
+    await h.start(nursery)
+    assert (await h.coordinator.init_producer_id(TXN, 60000)).error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert h.logs[0].records == [] and h.meta() is None
