@@ -46,6 +46,17 @@ work that removes or cuts old segments (retention, truncation, DeleteRecords, cl
 first holds the cleaner off (`pause_cleaning`): a pass in progress is aborted and waited for, and
 none starts until that work is done — Kafka's abortAndPauseCleaning.
 
+Transactions
+------------
+A transactional data batch opens its producer's transaction in the producer state; the COMMIT or
+ABORT marker the transaction coordinator has the leader write (`append_txn_marker`, for
+WriteTxnMarkers) closes it. Leader and followers apply every batch to the producer state with the
+marker decoded from a control batch, so they make the same `CompletedTxn`; an aborted one becomes an
+entry of the ``.txnindex`` of the segment that holds its marker, written right after the marker as
+exclusive log work (it may create the file). Every high watermark change is passed on to the
+producer state, which gives the last stable offset (`last_stable_offset`): read_committed consumers
+read below it.
+
 An OSError from the log's files (appends, and the work of `run_exclusive`) reaches the caller;
 unless it is a full disk (ENOSPC, EDQUOT: that append fails, the next may succeed) the replica
 manager is told first (``on_storage_error``), and takes the replica offline.
@@ -54,6 +65,7 @@ manager is told first (``on_storage_error``), and takes the replica offline.
 from __future__ import annotations
 
 import enum
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -68,10 +80,23 @@ from kraftpy.fatal import NO_SPACE_ERRNOS
 from kraftpy.ids import Uuid
 from kraftpy.metadata.image import PartitionRegistration
 from kraftpy.metadata.records import NO_LEADER, LeaderRecoveryState
-from kraftpy.protocol.batch_header import BatchHeader, iter_batches, read_header, set_max_timestamp
+from kraftpy.protocol.batch_header import (
+    BatchHeader,
+    CorruptRecordError,
+    iter_batches,
+    read_header,
+    set_max_timestamp,
+)
+from kraftpy.protocol.control_records import (
+    EndTxnMarker,
+    build_end_txn_marker,
+    is_end_txn_marker_header,
+    read_end_txn_marker,
+)
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.record_validation import ProduceRules
 from kraftpy.storage.log import AppendInfo, Log
+from kraftpy.storage.txn_index import AbortedTxn
 
 _logger = structlog.get_logger(__name__)
 
@@ -244,6 +269,16 @@ class Partition:
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the high watermark, or the first offset of the earliest transaction still open or
+        whose marker the high watermark has not passed, when lower (read_committed reads below it)."""
+        return min(self.producer_state.last_stable_offset, self.log.high_watermark)
+
+    def _high_watermark_changed(self) -> None:
+        """Tell the producer state where the high watermark is (transactions it passed are stable)."""
+        self.producer_state.on_high_watermark_update(self.log.high_watermark)
+
     # -- role changes -----------------------------------------------------------------------------
 
     def make_leader(self, reg: PartitionRegistration) -> bool:
@@ -355,6 +390,7 @@ class Partition:
             new_hw = min(new_hw, state.log_end_offset)
         if new_hw > self.log.high_watermark:
             self.log.update_high_watermark(new_hw)
+            self._high_watermark_changed()
             self.hw_watchers.notify()
             return True
         return False
@@ -562,9 +598,12 @@ class Partition:
         ``generation``: see `run_exclusive`."""
         end = 0
         headers = []
+        markers: dict[int, EndTxnMarker | None] = {}
         for position, header in iter_batches(records, verify=False):
             headers.append(header)
             end = position + header.size
+            if is_end_txn_marker_header(header):
+                markers[len(headers) - 1] = _marker_or_none(records, position)
         if not end:
             return None
         while True:
@@ -582,12 +621,68 @@ class Partition:
             except OSError as exc:
                 self._storage_failed(exc)
                 raise
-            for header in headers:
-                self.producer_state.update(header)
+            aborted = []
+            for i, header in enumerate(headers):
+                completed = self.producer_state.update(header, marker=markers.get(i))
+                if completed is not None and completed.is_aborted:
+                    aborted.append(completed)
             self.append_watchers.notify()
+            if aborted:
+                await self._index_aborted(aborted)
             if log.flush_due:
                 await self.run_exclusive(log.flush_if_due)
             return info
+
+    async def _index_aborted(self, completed: list[ps.CompletedTxn]) -> None:
+        """Write the aborted transactions whose markers were just appended (no await since) into the
+        ``.txnindex`` of the segment holding them, as exclusive log work: it may create the file."""
+        segment = self.log.active_segment
+        entries = [AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset)
+                   for txn in completed]
+        await self.run_exclusive(segment.txn_index.append_all, entries)
+
+    async def append_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                                committed: bool, *, now: int, leader_epoch: int | None = None) -> LeaderAppend:
+        """Append the COMMIT (``committed``) or ABORT marker of ``producer_id``'s transaction as leader
+        (WriteTxnMarkers): min.insync.replicas as for acks=all, the producer and coordinator epochs
+        checked (`ProducerStateManager.validate_marker`), then one write; the transaction it closes is
+        indexed when aborted. The caller waits for the high watermark to pass ``next_offset``.
+        ``leader_epoch``: as for `append_as_leader`."""
+        marker_batch = build_end_txn_marker(producer_id=producer_id, producer_epoch=producer_epoch,
+                                            committed=committed, coordinator_epoch=coordinator_epoch,
+                                            timestamp=now)
+        header = read_header(marker_batch, 0)
+        marker = EndTxnMarker(producer_id, producer_epoch, committed, coordinator_epoch, 0, now)
+        while True:
+            if await self._idle():
+                continue
+            if self.role is not Role.LEADER or (leader_epoch is not None and self.leader_epoch != leader_epoch):
+                return LeaderAppend(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            if len(self.isr) < self.min_insync_replicas:
+                return LeaderAppend(ErrorCode.NOT_ENOUGH_REPLICAS,
+                                    f"ISR {list(self.isr)} is smaller than min.insync.replicas={self.min_insync_replicas}")
+            check = self.producer_state.validate_marker(header, marker, now)
+            if not check.should_append:
+                return LeaderAppend(check.error, check.message or None)
+            log = self.log
+            end = log.log_end_offset
+            if log.needs_roll(header.size, end, end, header.max_timestamp):
+                await self.run_exclusive(self._roll, end)
+                continue
+            try:
+                info = log.append_as_leader(marker_batch, self.leader_epoch, crc_verified=True)
+            except OSError as exc:
+                self._storage_failed(exc)
+                raise
+            completed = self.producer_state.update(header, info.first_offset,
+                                                   marker=attrs.evolve(marker, offset=info.first_offset))
+            self.maybe_advance_high_watermark()
+            self.append_watchers.notify()
+            if completed is not None and completed.is_aborted:
+                await self._index_aborted([completed])
+            if log.flush_due:
+                await self.run_exclusive(log.flush_if_due)
+            return LeaderAppend(base_offset=info.first_offset, next_offset=info.last_offset + 1)
 
     def _roll(self, base_offset: int) -> None:
         """In a worker thread: start a new segment and snapshot the producer state at its base (Kafka
@@ -599,6 +694,7 @@ class Partition:
         new = min(leader_high_watermark, self.log.log_end_offset)
         if new > self.log.high_watermark:
             self.log.update_high_watermark(new)
+            self._high_watermark_changed()
             self.hw_watchers.notify()
 
     # -- truncation and the log start --------------------------------------------------------------
@@ -637,6 +733,7 @@ class Partition:
     def _truncate_fully(self, offset: int) -> None:
         self.log.truncate_fully_and_start_at(offset)
         self.producer_state.reset(offset)
+        self.producer_state.on_high_watermark_update(self.log.high_watermark)
         ps.delete_snapshots_above(self.log.directory, offset)
 
     async def delete_records_before(self, offset: int, *, generation: int | None = None) -> int:
@@ -673,16 +770,20 @@ class Partition:
 
     # -- producer state ---------------------------------------------------------------------------
 
-    def headers_from(self, offset: int) -> Iterator[BatchHeader]:
-        """The log's batch headers from the batch holding ``offset`` on."""
+    def headers_from(self, offset: int) -> Iterator[ps.ReplayBatch]:
+        """The log's batch headers from the batch holding ``offset`` on; a transaction marker's header
+        comes with the marker (its record read from the segment), an unreadable one with None."""
         for segment in self.log.segments:
             if segment.next_offset <= offset:
                 continue
             found = segment.translate_offset(offset)
             if found is None:
                 continue
-            for _, header in segment.batches_from(found[0]):
-                yield header
+            for position, header in segment.batches_from(found[0]):
+                if is_end_txn_marker_header(header):
+                    yield header, _marker_or_none(os.pread(segment.fd, header.size, position), 0)
+                else:
+                    yield header
 
     def reload_producer_state(self) -> None:
         """Blocking: rebuild the producer state from the latest snapshot and the log after it."""
@@ -690,8 +791,18 @@ class Partition:
             self.producer_state, self.log.directory, self.log.log_end_offset, self.headers_from,
             log_start_offset=self.log.log_start_offset, now_ms=self.clock(),
         )
+        self.producer_state.on_high_watermark_update(self.log.high_watermark)
 
     def snapshot_producer_state(self, *, sync: bool = True) -> None:
         """Blocking: write the producer state as the snapshot at the log end (a clean shutdown);
         ``sync=False`` leaves the fsync to the caller, who syncs the whole file system at once."""
         ps.take_snapshot(self.log.directory, self.producer_state, self.log.log_end_offset, sync=sync)
+
+
+def _marker_or_none(buf: bytes | bytearray | memoryview, position: int) -> EndTxnMarker | None:
+    """The transaction marker batch at ``position``, or None when its record does not read as one (the
+    producer state then closes the transaction without knowing how it ended)."""
+    try:
+        return read_end_txn_marker(buf, position, verify_crc=False)
+    except CorruptRecordError:
+        return None

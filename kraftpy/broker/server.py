@@ -44,6 +44,7 @@ from kraftpy.broker.apis.offsets import OffsetsApi
 from kraftpy.broker.apis.produce import ProduceApi
 from kraftpy.broker.apis.reassignments import ReassignmentsApi
 from kraftpy.broker.apis.topics import TopicsApi
+from kraftpy.broker.apis.txn_markers import TxnMarkersApi
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.fetcher import FetcherManager
 from kraftpy.broker.group_support import OffsetsLeadership, group_config
@@ -104,6 +105,7 @@ class BrokerServer:
             BrokersApi(self.metadata, channel),
             ConfigsApi(self.metadata, channel, settings),
             GroupsApi(self.coordinator, self.metadata, channel, settings),
+            TxnMarkersApi(self.replicas, self.metadata, clock),
         ):
             self.apis.register_all(area.handlers())
         self.kafka_server = KafkaServer(self.apis.handle, max_frame_bytes=settings.socket_request_max_bytes,

@@ -104,5 +104,6 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.OFFSET_DELETE:             VersionRange(0, 0),
     ApiKey.DESCRIBE_CLUSTER:          VersionRange(0, 2),
     ApiKey.UNREGISTER_BROKER:         VersionRange(0, 0),
+    ApiKey.WRITE_TXN_MARKERS:         VersionRange(0, 1),
 }
 # fmt: on

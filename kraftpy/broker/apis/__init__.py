@@ -12,6 +12,7 @@ module             APIs
 ``configs``        DescribeConfigs, IncrementalAlterConfigs
 ``reassignments``  ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments
 ``brokers``        UnregisterBroker
+``txn_markers``    WriteTxnMarkers (from the transaction coordinator)
 ``forwarding``     what every request forwarded to the controller shares
 ``common``         topic ids on the wire, finding the partition a request acts on
 =================  ===============================================================

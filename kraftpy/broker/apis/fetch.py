@@ -8,6 +8,12 @@ or ``max_wait_ms`` passed: in between it parks in the purgatory on the partition
 get descriptors of their own (`FileRegion.detach`), held by the connection until they are sent,
 so retention or a truncation may close the segment meanwhile.
 
+A consumer fetching with ``isolation_level`` READ_COMMITTED (1) reads below the last stable offset
+instead of the high watermark, and is told of the aborted transactions whose records the answer may
+hold (``aborted_transactions``, from the segments' ``.txnindex``), so it can skip them: it never
+sees a record of an open or aborted transaction. READ_UNCOMMITTED (0) reads up to the high
+watermark, aborted records included, with no list. Every answer names the last stable offset.
+
 A follower's fetch is also how the leader learns its progress: its fetch offset moves the high
 watermark and may bring it back into the ISR; a follower whose last fetched epoch the leader's
 history does not continue gets a diverging epoch instead of records (KIP-320).
@@ -21,6 +27,7 @@ import structlog
 import trio
 
 from kraftpy.broker.apis.common import from_wire_uuid, leader_partition
+from kraftpy.broker.apis.offsets import READ_COMMITTED
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.partition import Partition
 from kraftpy.broker.purgatory import wait_for_change
@@ -117,10 +124,12 @@ class FetchApi:
                          if part is not None and error == ErrorCode.NONE and replica_id not in part.isr
                          and throttles.leader_throttles(part.tp.topic, part.tp.partition)}
         held: set[int] = set()
+        read_committed = not is_replica and request.isolation_level == READ_COMMITTED
         deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
         while True:
             held = throttled if throttled and throttles.leader.is_exceeded() else set()
-            total, datas, answer_now = self._read(items, request.max_bytes, is_replica, diverging, held)
+            total, datas, answer_now = self._read(items, request.max_bytes, is_replica, diverging, held,
+                                                  read_committed)
             if (
                 total >= request.min_bytes
                 or answer_now
@@ -154,10 +163,11 @@ class FetchApi:
 
     @staticmethod
     def _read(items: list, max_bytes: int, is_replica: bool, diverging: dict[int, tuple[int, int]],
-              held: set[int] | frozenset[int] = frozenset()):
+              held: set[int] | frozenset[int] = frozenset(), read_committed: bool = False):
         """Read every partition as it stands; returns (bytes readable, partition data, answer at once).
         The partitions in ``held`` (throttled) answer no records. The regions borrow the segments'
-        descriptors."""
+        descriptors. ``read_committed``: a consumer's read stops at the last stable offset and names
+        the aborted transactions it may hold."""
         total = 0
         answer_now = False
         datas = []
@@ -178,9 +188,13 @@ class FetchApi:
                 continue
             log = part.log
             high_watermark = part.high_watermark
+            last_stable_offset = part.last_stable_offset
             data.high_watermark = high_watermark
-            data.last_stable_offset = high_watermark
+            data.last_stable_offset = last_stable_offset
             data.log_start_offset = log.log_start_offset
+            if read_committed:
+                data.aborted_transactions = []
+            upper = last_stable_offset if read_committed else high_watermark
             if i in diverging:
                 data.diverging_epoch.epoch, data.diverging_epoch.end_offset = diverging[i]
                 answer_now = True
@@ -190,13 +204,13 @@ class FetchApi:
                 data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                 answer_now = True
                 continue
-            if (not is_replica and offset >= high_watermark) or i in held:
+            if (not is_replica and offset >= upper) or i in held:
                 continue
             budget = min(fp.partition_max_bytes, max_bytes - total)
             if budget <= 0 and total > 0:
                 continue
             try:
-                region = log.read(offset, max(budget, 0), max_offset=None if is_replica else high_watermark,
+                region = log.read(offset, max(budget, 0), max_offset=None if is_replica else upper,
                                   min_one_batch=total == 0, whole_batches=is_replica)
             except OffsetOutOfRangeError:
                 data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
@@ -205,4 +219,11 @@ class FetchApi:
             if region.length:
                 data.records = region
                 total += region.length
+                if read_committed:
+                    # Kafka bounds the search by the offset after the read too, loosely (an index
+                    # entry or the segment's end): naming a transaction past the records is harmless.
+                    AbortedTransaction = FetchResponse.AbortedTransaction
+                    data.aborted_transactions = [
+                        AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
+                        for txn in log.collect_aborted_transactions(offset, upper)]
         return total, datas, answer_now

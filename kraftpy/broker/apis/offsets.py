@@ -1,5 +1,8 @@
 """Offsets: ListOffsets (by time, earliest, latest, max timestamp), OffsetForLeaderEpoch, DeleteRecords.
 
+A consumer's ListOffsets with ``isolation_level`` READ_COMMITTED (v2+) answers "latest" with the last
+stable offset, and finds offsets by time only below it, as Kafka does.
+
 Each handler walks the partitions a request names in turns (kraftpy.broker.apis.pacing), so a request
 naming a million partitions does not hold up other connections. A partition named twice in one
 ListOffsets request is answered INVALID_REQUEST each time, as Kafka does.
@@ -25,12 +28,22 @@ from kraftpy.rpc.kafka_server import Connection
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+#: ``isolation_level``: READ_COMMITTED consumers see offsets below the last stable offset only.
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 
 
-def list_offset(part: Partition, timestamp: int, is_consumer: bool, version: int, result: Any) -> None:
-    """Fill ``result`` with the offset ListOffsets names for ``timestamp`` (consumers see below the HW)."""
+def list_offset(part: Partition, timestamp: int, is_consumer: bool, version: int, result: Any,
+                isolation_level: int = READ_UNCOMMITTED) -> None:
+    """Fill ``result`` with the offset ListOffsets names for ``timestamp``: consumers see below the HW,
+    or below the last stable offset with READ_COMMITTED (Kafka's upper bound for both)."""
     log = part.log
-    upper = part.high_watermark if is_consumer else log.log_end_offset
+    if not is_consumer:
+        upper = log.log_end_offset
+    elif isolation_level == READ_COMMITTED:
+        upper = part.last_stable_offset
+    else:
+        upper = part.high_watermark
     cache = log.leader_epoch_cache
     if timestamp == EARLIEST_TIMESTAMP:
         result.offset = log.log_start_offset
@@ -100,7 +113,7 @@ class OffsetsApi:
                 if part is None:
                     result.error_code = error
                     continue
-                list_offset(part, lp.timestamp, is_consumer, version, result)
+                list_offset(part, lp.timestamp, is_consumer, version, result, request.isolation_level)
         return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
     async def handle_offset_for_leader_epoch(self, header: Any, request: Any,
