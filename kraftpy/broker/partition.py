@@ -584,9 +584,12 @@ class Partition:
             except OSError as exc:
                 self._storage_failed(exc)
                 raise
-            self.producer_state.update(header, info.first_offset)
+            marker = _marker_or_none(records, 0) if is_end_txn_marker_header(header) else None
+            completed = self.producer_state.update(header, info.first_offset, marker=marker)
             self.maybe_advance_high_watermark()
             self.append_watchers.notify()
+            if completed is not None and completed.is_aborted:
+                await self._index_aborted([completed])
             if log.flush_due:
                 # flush.messages / flush.ms: acknowledged only once fsynced, as in Kafka.
                 await self.run_exclusive(log.flush_if_due)

@@ -13,7 +13,7 @@ from kraftpy.broker.client import KafkaConnection
 from kraftpy.broker.partition import Partition
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.batch_header import iter_batches, read_header
-from kraftpy.protocol.control_records import read_end_txn_marker
+from kraftpy.protocol.control_records import build_end_txn_marker, read_end_txn_marker
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import FetchRequest, ListOffsetsRequest, WriteTxnMarkersRequest
 from kraftpy.protocol.records import SimpleRecord, build_batch, decode_batch
@@ -223,3 +223,18 @@ async def test_a_follower_has_the_same_txnindex_and_lso(tmp_path, restart):
         assert follower.last_stable_offset == leader.last_stable_offset == 5
         assert follower.producer_state.open_transactions() == leader.producer_state.open_transactions() == [(5, A)]
         assert follower.producer_state.entry(A).coordinator_epoch == 1
+
+
+async def test_a_marker_batch_appended_as_leader_closes_and_indexes_its_transaction(tmp_path):
+    async with open_cluster(tmp_path, brokers=1) as cluster:
+        await cluster.create_topic("tx")
+        part = cluster.partition(1, "tx")
+        await append(part, txn_batch(A, 0, b"a1"))
+        await append(part, txn_batch(B, 0, b"b1"))
+        assert part.producer_state.open_transactions() == [(0, A), (1, B)]
+        marker = build_end_txn_marker(producer_id=A, producer_epoch=0, committed=False, coordinator_epoch=2,
+                                      timestamp=now_ms())
+        assert await append(part, marker) == 2
+        assert txn_index(part) == [AbortedTxn(A, 0, 2, 1)]
+        assert part.producer_state.entry(A).coordinator_epoch == 2
+        assert part.last_stable_offset == 1
