@@ -8,9 +8,14 @@ this broker starts or stops leading one. This module is the broker's side of tha
   ``append`` writes the coordinator's records as one uncompressed batch through the partition's
   ordinary leader append (the same path as a Produce: producer state, segment rolls in a worker
   thread, min.insync.replicas) and returns only once the high watermark has passed it, as an
-  acks=all produce waits, bounded by offsets.commit.timeout.ms. ``read_committed`` replays the
+  acks=all produce waits, bounded by offsets.commit.timeout.ms. A transactional append (a
+  TxnOffsetCommit's records) is a transactional batch of the producer's id and epoch, so the
+  partition's producer state opens the producer's transaction and fences an older epoch
+  (INVALID_PRODUCER_EPOCH); it is numbered as the producer's next batch in this partition (Kafka's
+  coordinator writes sequence 0 and skips the check; numbering it passes the ordinary one).
+  ``read_committed`` replays the
   partition up to its high watermark, reading and decoding in a worker thread a buffer at a time
-  (offsets.load.buffer.size); on a new leader it first waits until the high watermark covers every
+  (offsets.load.buffer.size), transactional records and markers marked as such; on a new leader it first waits until the high watermark covers every
   record of the earlier leader epochs (a new leader learns its high watermark from its followers'
   fetches, so it may start below records that were acknowledged).
 * `OffsetsLeadership` compares, after every metadata change the replicas applied (and after the
@@ -34,16 +39,31 @@ import structlog
 import trio
 
 from kraftpy.broker.partition import Partition
+from kraftpy.broker.producer_state import MAX_SEQUENCE
 from kraftpy.broker.purgatory import wait_for_change
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.broker.settings import BrokerSettings
 from kraftpy.coordinator.group_coordinator import GroupConfig
-from kraftpy.coordinator.runtime import CoordinatorWriteError, NotLeaderError
+from kraftpy.coordinator.runtime import (
+    NO_PRODUCER_ID,
+    CoordinatorWriteError,
+    LoadedRecord,
+    NotLeaderError,
+    TxnMarker,
+    TxnRecord,
+)
 from kraftpy.metadata.image import MetadataImage
 from kraftpy.metadata.topic_names import GROUP_METADATA_TOPIC_NAME
-from kraftpy.protocol.batch_header import CorruptRecordError, read_header
+from kraftpy.protocol.batch_header import (
+    NO_PRODUCER_EPOCH,
+    NO_SEQUENCE,
+    CorruptRecordError,
+    iter_batches,
+    read_header,
+)
+from kraftpy.protocol.control_records import is_end_txn_marker_header, read_end_txn_marker
 from kraftpy.protocol.errors import ErrorCode
-from kraftpy.protocol.records import SimpleRecord, build_batch, iter_decoded
+from kraftpy.protocol.records import SimpleRecord, build_batch, decode_batch
 from kraftpy.storage.log import LogClosedError, OffsetOutOfRangeError, RecordTooLargeError
 
 _logger = structlog.get_logger(__name__)
@@ -94,13 +114,22 @@ class OffsetsPartitionWriter:
                                  f"{self.leader_epoch}")
         return self._part
 
-    async def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> int:
-        """Append ``records`` as one batch and wait until it is committed; its last offset."""
+    async def append(self, records: Sequence[tuple[bytes, bytes | None]], *, producer_id: int = NO_PRODUCER_ID,
+                     producer_epoch: int = NO_PRODUCER_EPOCH, transactional: bool = False) -> int:
+        """Append ``records`` as one batch and wait until it is committed; its last offset. With
+        ``producer_id`` (and ``transactional``), a batch of that producer's (transaction)."""
         if not records:
             raise ValueError("an append to __consumer_offsets needs at least one record")
+        if transactional and producer_id == NO_PRODUCER_ID:
+            raise ValueError("a transactional append needs a producer id")
         part = self._leader_or_raise()
         now = self._clock()
-        batch = build_batch([SimpleRecord(key, value, timestamp=now) for key, value in records], base_timestamp=now)
+        base_sequence = NO_SEQUENCE
+        if producer_id != NO_PRODUCER_ID:
+            base_sequence = self._next_sequence(part, producer_id, producer_epoch, now)
+        batch = build_batch([SimpleRecord(key, value, timestamp=now) for key, value in records], base_timestamp=now,
+                            producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+                            is_transactional=transactional)
         header = read_header(batch, 0)
         try:
             appended = await part.append_as_leader(batch, header, acks=-1, now=now,
@@ -115,6 +144,16 @@ class OffsetsPartitionWriter:
             raise CoordinatorWriteError(appended.error, appended.message or f"{part.tp}: {appended.error.name}")
         await self._await_commit(part, appended.next_offset)
         return appended.next_offset - 1
+
+    @staticmethod
+    def _next_sequence(part: Partition, producer_id: int, producer_epoch: int, now: int) -> int:
+        """The sequence the producer's next batch in this partition has (0 to start or in a new epoch)."""
+        state = part.producer_state
+        entry = state.entry(producer_id)
+        if entry is None or state.is_expired(entry, now) or entry.producer_epoch != producer_epoch \
+                or not entry.batches:
+            return 0
+        return (entry.last_seq + 1) & MAX_SEQUENCE
 
     async def _await_commit(self, part: Partition, required: int) -> None:
         """acks=all: until the high watermark reaches ``required`` (or leadership moves, or the timeout)."""
@@ -133,9 +172,10 @@ class OffsetsPartitionWriter:
                     f"{part.tp}: not replicated to the ISR {list(part.isr)} within offsets.commit.timeout.ms")
             await wait_for_change([part.hw_watchers], deadline)
 
-    async def read_committed(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None]]:
-        """Every record from the log start to the high watermark, as (offset, key, value); each buffer
-        is read and decoded in a worker thread.
+    async def read_committed(self) -> AsyncIterator[LoadedRecord]:
+        """Every record from the log start to the high watermark, as (offset, key, value), a `TxnRecord`
+        for a record of a transactional batch, a `TxnMarker` for a transaction marker (other control
+        batches are skipped); each buffer is read and decoded in a worker thread.
 
         A new leader's high watermark may lag behind records that were committed, and acknowledged,
         under the previous leader: it learns the true one only once its followers fetch from it in its
@@ -169,18 +209,26 @@ class OffsetsPartitionWriter:
                 break
             offset = next_offset
 
-    def _read_chunk(self, offset: int, end: int) -> tuple[list[tuple[int, bytes | None, bytes | None]], int]:
+    def _read_chunk(self, offset: int, end: int) -> tuple[list[LoadedRecord], int]:
         """Blocking: the records of the whole batches from ``offset`` below ``end``, and the offset after them."""
         data = self._part.log.read_bytes(offset, self._load_buffer_bytes, max_offset=end, whole_batches=True)
-        out: list[tuple[int, bytes | None, bytes | None]] = []
+        out: list[LoadedRecord] = []
         next_offset = offset
-        for batch in iter_decoded(data):
-            next_offset = batch.next_offset
-            if batch.is_control:
+        for pos, header in iter_batches(data):
+            next_offset = header.next_offset
+            if header.is_control:
+                if is_end_txn_marker_header(header) and offset <= header.base_offset < end:
+                    marker = read_end_txn_marker(data, pos, verify_crc=False)
+                    out.append(TxnMarker(marker.offset, marker.producer_id, marker.producer_epoch, marker.committed))
                 continue
+            batch = decode_batch(data, pos, verify_crc=False)
             for record in batch.records:
                 if offset <= record.offset < end:
-                    out.append((record.offset, record.key, record.value))
+                    if header.is_transactional:
+                        out.append(TxnRecord(record.offset, record.key, record.value, header.producer_id,
+                                             header.producer_epoch))
+                    else:
+                        out.append((record.offset, record.key, record.value))
         return out, next_offset
 
 

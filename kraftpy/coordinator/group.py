@@ -97,6 +97,20 @@ class CommittedOffset:
     value: OffsetAndMetadata
 
 
+@attrs.define
+class PendingTxnOffset:
+    """A transactional offset (TxnOffsetCommit) waiting for its producer's COMMIT or ABORT marker.
+
+    ``record_offset`` is None until the write is acknowledged; ``write_id`` names the write, so that
+    an acknowledgement or failure applies only to the offset it wrote. ``committed`` is set when the
+    producer's COMMIT arrives before the write's acknowledgement (which then makes it committed)."""
+
+    value: OffsetAndMetadata
+    write_id: int
+    record_offset: int | None = None
+    committed: bool = False
+
+
 @attrs.frozen
 class JoinResult:
     member_id: str
@@ -206,6 +220,10 @@ class ClassicGroup:
         self.offsets: dict[tuple[str, int], CommittedOffset] = {}
         #: (topic, partition) -> ids of the commit writes in flight for it.
         self.pending_offset_commits: dict[tuple[str, int], set[int]] = {}
+        #: producer id -> (topic, partition) -> the offset its open transaction commits (Kafka's
+        #: pendingTransactionalOffsetCommits): not visible until the producer's COMMIT marker.
+        #: Invariant: no inner dict is empty.
+        self.pending_txn_offsets: dict[int, dict[tuple[str, int], PendingTxnOffset]] = {}
         #: Topics the consumer group subscribes to; None when unknown (not a consumer group, or
         #: metadata that does not parse).
         self.subscribed_topics: set[str] | None = None
@@ -430,10 +448,76 @@ class ClassicGroup:
     # -- offsets ---------------------------------------------------------------------------------
 
     def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_offset_commits)
+        return bool(self.offsets) or bool(self.pending_offset_commits) or bool(self.pending_txn_offsets)
 
     def has_pending_commit(self, tp: tuple[str, int]) -> bool:
         return bool(self.pending_offset_commits.get(tp))
+
+    def has_pending_offset_commits_for(self, tp: tuple[str, int]) -> bool:
+        """A commit in flight or a transaction's offset not yet decided (Kafka's
+        hasPendingOffsetCommitsForTopicPartition: what OffsetFetch's require_stable waits out)."""
+        return self.has_pending_commit(tp) or any(tp in p for p in self.pending_txn_offsets.values())
+
+    # -- transactional offsets (Kafka's GroupMetadata *TxnOffsetCommit*) ---------------------------
+
+    def prepare_txn_offset_commit(self, producer_id: int, write_id: int, offsets) -> None:
+        """TxnOffsetCommit's write of ``offsets`` (tp -> OffsetAndMetadata) was queued; a later one of
+        the same producer for the same partition replaces it."""
+        pending = self.pending_txn_offsets.setdefault(producer_id, {})
+        for tp, value in offsets.items():
+            pending[tp] = PendingTxnOffset(value, write_id)
+
+    def on_txn_offset_commit_append(self, producer_id: int, write_id: int, tp: tuple[str, int],
+                                    record_offset: int) -> None:
+        """The write ``write_id`` of ``tp`` is in the log at ``record_offset``."""
+        entry = self.pending_txn_offsets.get(producer_id, {}).get(tp)
+        if entry is None or entry.write_id != write_id:
+            return  # decided, deleted or replaced meanwhile
+        entry.record_offset = record_offset
+        if entry.committed:
+            self._drop_pending_txn(producer_id, tp)
+            self._apply_committed(tp, CommittedOffset(record_offset, entry.value))
+
+    def fail_pending_txn_offset_commit(self, producer_id: int, write_id: int, tp: tuple[str, int]) -> None:
+        entry = self.pending_txn_offsets.get(producer_id, {}).get(tp)
+        if entry is not None and entry.write_id == write_id:
+            self._drop_pending_txn(producer_id, tp)
+
+    def complete_pending_txn_offset_commit(self, producer_id: int, committed: bool,
+                                           marker_offset: int | None = None) -> int:
+        """The producer's transaction ended (``committed``: COMMIT) with a marker at ``marker_offset``
+        (None: unknown). Its offsets become the group's committed offsets, or are dropped; an offset
+        written after the marker belongs to a later transaction and stays. Returns how many were decided."""
+        pending = self.pending_txn_offsets.get(producer_id)
+        if not pending:
+            return 0
+        decided = 0
+        for tp, entry in list(pending.items()):
+            if marker_offset is not None and entry.record_offset is not None and entry.record_offset > marker_offset:
+                continue
+            decided += 1
+            if committed and entry.record_offset is None:
+                # The marker follows the record in the log, so the record is committed too: it is
+                # applied when its acknowledgement (which gives its log offset) arrives.
+                entry.committed = True
+                continue
+            self._drop_pending_txn(producer_id, tp)
+            if committed:
+                assert entry.record_offset is not None
+                self._apply_committed(tp, CommittedOffset(entry.record_offset, entry.value))
+        return decided
+
+    def _drop_pending_txn(self, producer_id: int, tp: tuple[str, int]) -> None:
+        pending = self.pending_txn_offsets[producer_id]
+        del pending[tp]
+        if not pending:
+            del self.pending_txn_offsets[producer_id]
+
+    def _apply_committed(self, tp: tuple[str, int], committed: CommittedOffset) -> None:
+        """The later record wins (Kafka's olderThan): a plain commit written after the transaction's stays."""
+        current = self.offsets.get(tp)
+        if current is None or current.record_offset < committed.record_offset:
+            self.offsets[tp] = committed
 
     def prepare_offset_commit(self, write_id: int, tps) -> None:
         for tp in tps:
@@ -449,21 +533,22 @@ class ClassicGroup:
         if not pending:
             del self.pending_offset_commits[tp]
         if committed is not None:
-            current = self.offsets.get(tp)
-            if current is None or current.record_offset < committed.record_offset:
-                self.offsets[tp] = committed
+            self._apply_committed(tp, committed)
 
     def remove_offsets(self, tps) -> dict[tuple[str, int], OffsetAndMetadata]:
         removed = {}
         for tp in tps:
             self.pending_offset_commits.pop(tp, None)
+            for producer_id in [p for p, pending in self.pending_txn_offsets.items() if tp in pending]:
+                self._drop_pending_txn(producer_id, tp)
             entry = self.offsets.pop(tp, None)
             if entry is not None:
                 removed[tp] = entry.value
         return removed
 
     def remove_all_offsets(self) -> dict[tuple[str, int], OffsetAndMetadata]:
-        return self.remove_offsets(list(self.offsets) + list(self.pending_offset_commits))
+        pending_txn = [tp for pending in self.pending_txn_offsets.values() for tp in pending]
+        return self.remove_offsets(dict.fromkeys([*self.offsets, *self.pending_offset_commits, *pending_txn]))
 
     def expired_offsets(self, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
         """Which offsets retention removes now (Kafka 2.1+, KIP-211):
@@ -514,6 +599,7 @@ class ClassicGroup:
         assert +self.supported_protocols == expected, (self.supported_protocols, expected)
         assert not (self.pending_members & set(self.members))
         assert self.pending_sync_members <= set(self.members)
+        assert all(self.pending_txn_offsets.values()), "no producer without pending offsets"
         if self.state in (COMPLETING_REBALANCE, STABLE):
             assert self.members and self.protocol_name is not None
         if self.state is EMPTY:

@@ -28,6 +28,11 @@ replication) waits on a :class:`~kraftpy.coordinator.runtime.Waiter` the shard c
 Served versions (Kafka 3.6): OffsetCommit 0-8, OffsetFetch 0-8, JoinGroup 0-9, Heartbeat 0-4,
 LeaveGroup 0-5, SyncGroup 0-5, DescribeGroups 0-5, ListGroups 0-4, DeleteGroups 0-2, OffsetDelete 0
 (FindCoordinator is the broker's: it needs the cluster's metadata).
+
+Transactions: :meth:`GroupCoordinator.txn_offset_commit` takes a TxnOffsetCommit (0-4) and writes
+its offsets inside the producer's transaction, and :meth:`GroupCoordinator.complete_transaction`
+is what the broker calls once a producer's COMMIT or ABORT marker is replicated in a
+``__consumer_offsets`` partition (not yet served on the wire).
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from kraftpy.protocol.messages import (
     OffsetDeleteResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
+    TxnOffsetCommitResponse,
 )
 
 _logger = structlog.get_logger(__name__)
@@ -332,6 +338,68 @@ class GroupCoordinator:
             entry.partitions.append(OffsetCommitResponse.OffsetCommitResponsePartition(
                 partition_index=partition, error_code=errors[(topic, partition)]))
         return response
+
+    async def txn_offset_commit(self, ctx: RequestContext, request) -> TxnOffsetCommitResponse:
+        """TxnOffsetCommit: the offsets join the producer's transaction (pending until its marker).
+        Partitions that do not exist answer UNKNOWN_TOPIC_OR_PARTITION (Kafka's KafkaApis); v0-2
+        carry no member, so only v3+ requests are checked against the group's members."""
+        version = ctx.api_version
+        now = self.clock()
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        order: list[tuple[str, int]] = []
+        for topic in request.topics:
+            for p in topic.partitions:
+                tp = (topic.name, p.partition_index)
+                if tp not in errors and tp not in offsets:
+                    order.append(tp)
+                if not self.partition_exists(*tp):
+                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    offsets.pop(tp, None)
+                    continue
+                errors.pop(tp, None)
+                offsets[tp] = OffsetAndMetadata(
+                    offset=p.committed_offset,
+                    leader_epoch=p.committed_leader_epoch if version >= 2 else -1,
+                    metadata=p.committed_metadata if p.committed_metadata is not None else "",
+                    commit_timestamp=now,
+                )
+        if offsets:
+            error, shard = self._route(request.group_id, "txn_offset_commit")
+            if error is not None:
+                errors.update(dict.fromkeys(offsets, error))
+            else:
+                member_id, instance_id, generation = ("", None, -1) if version < 3 else (
+                    request.member_id, request.group_instance_id, request.generation_id)
+                waiter: Waiter = Waiter()
+                shard.txn_offset_commit(request.group_id, request.producer_id, request.producer_epoch, member_id,
+                                        instance_id, generation, offsets, waiter.set)
+                errors.update(await waiter.wait())
+        response = TxnOffsetCommitResponse()
+        by_topic: dict[str, object] = {}
+        for topic, partition in order:
+            entry = by_topic.get(topic)
+            if entry is None:
+                entry = by_topic[topic] = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic(name=topic)
+                response.topics.append(entry)
+            entry.partitions.append(TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition(
+                partition_index=partition, error_code=errors[(topic, partition)]))
+        return response
+
+    def complete_transaction(self, partition: int, producer_id: int, committed: bool,
+                             marker_offset: int | None = None) -> ErrorCode:
+        """A COMMIT (``committed``) or ABORT marker of ``producer_id`` at ``marker_offset`` is
+        replicated in ``__consumer_offsets`` partition ``partition``: decide the producer's pending
+        offsets there. NOT_COORDINATOR when the partition is not led here; COORDINATOR_LOAD_IN_PROGRESS
+        while it loads: the caller retries once it is loaded (with ``marker_offset``, a marker the load
+        already replayed decides nothing again, and offsets written after it stay pending)."""
+        shard = self.runtime.shard(partition)
+        if shard is None:
+            return ErrorCode.NOT_COORDINATOR
+        if not shard.active or shard.machine is None:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        shard.machine.complete_transaction(producer_id, committed, marker_offset)
+        return ErrorCode.NONE
 
     async def offset_fetch(self, ctx: RequestContext, request) -> OffsetFetchResponse:
         version = ctx.api_version

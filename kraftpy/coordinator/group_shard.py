@@ -20,6 +20,15 @@ a :class:`~kraftpy.coordinator.runtime.Waiter`. Kafka's delayed operations becom
     DelayedJoin                ("join", group), "join"          rebalance timeout; or early, all joined
     DelayedSync                ("sync", group)                  rebalance timeout: drop who did not sync
 
+Transactional offsets (TxnOffsetCommit, KIP-98/KIP-447): a transactional producer commits a group's
+offsets inside its transaction. The records go to the partition as a transactional batch of the
+producer's id and epoch and stay *pending* for that producer (``ClassicGroup.pending_txn_offsets``),
+invisible to OffsetFetch (which answers UNSTABLE_OFFSET_COMMIT for them when require_stable asks),
+until the partition's marker for the producer decides them: :meth:`GroupShard.complete_transaction`
+on COMMIT makes them the group's committed offsets (the later record wins, as for plain commits),
+on ABORT drops them. Loading does the same from the log: a transactional record is pending for its
+producer until that producer's marker is replayed.
+
 What is durable: a group's metadata (generation, protocol, leader, members with their
 subscription and assignment) is written when a generation's assignment is stored, when a group
 becomes empty, and when a static member is replaced; offsets when committed; tombstones when
@@ -50,9 +59,16 @@ from kraftpy.coordinator.group import (
     JoinResult,
     Member,
     OffsetAndMetadata,
+    PendingTxnOffset,
     SyncResult,
 )
-from kraftpy.coordinator.runtime import CoordinatorShard, CoordinatorWriteError, NotLeaderError
+from kraftpy.coordinator.runtime import (
+    CoordinatorShard,
+    CoordinatorWriteError,
+    NotLeaderError,
+    TxnMarker,
+    TxnRecord,
+)
 from kraftpy.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -120,11 +136,16 @@ class GroupShard:
         # Loading state: the last record per key wins, as compaction would keep it.
         self._loaded_offsets: dict[tuple[str, str, int], CommittedOffset] = {}
         self._loaded_groups: dict[str, tuple[int, object]] = {}
+        #: Loading: producer id -> (group, topic, partition) -> its transactional offset, until its marker.
+        self._loaded_pending: dict[int, dict[tuple[str, str, int], CommittedOffset]] = {}
+        #: producer id -> the groups with offsets pending in its transaction (Kafka's openGroupsForProducer).
+        self.producer_groups: dict[int, set[str]] = {}
         self.skipped_records = 0
 
     # -- loading ---------------------------------------------------------------------------------
 
-    def replay(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+    def replay(self, offset: int, key: bytes | None, value: bytes | None, producer_id: int | None = None) -> None:
+        """One record; ``producer_id`` when it is in that producer's transactional batch."""
         if key is None:
             self.skipped_records += 1
             self.log.warning("__consumer_offsets record without a key skipped", offset=offset)
@@ -133,11 +154,14 @@ class GroupShard:
             decoded = records.decode_key(key)
             if isinstance(decoded, records.OffsetKey):
                 k = (decoded.group, decoded.topic, decoded.partition)
+                # Kafka's loadGroupsAndOffsets: a transactional record is pending for its producer.
+                target = (self._loaded_offsets if producer_id is None
+                          else self._loaded_pending.setdefault(producer_id, {}))
                 if value is None:
-                    self._loaded_offsets.pop(k, None)
+                    target.pop(k, None)
                 else:
                     v = records.decode_offset_value(value)
-                    self._loaded_offsets[k] = CommittedOffset(offset, OffsetAndMetadata(
+                    target[k] = CommittedOffset(offset, OffsetAndMetadata(
                         offset=v.offset, leader_epoch=v.leader_epoch, metadata=v.metadata,
                         commit_timestamp=v.commit_timestamp,
                         expire_timestamp=None if v.expire_timestamp == -1 else v.expire_timestamp))
@@ -154,21 +178,45 @@ class GroupShard:
             self.skipped_records += 1
             self.log.warning("corrupt __consumer_offsets record skipped", offset=offset, error=str(exc))
 
+    def replay_transactional(self, record: TxnRecord) -> None:
+        self.replay(record.offset, record.key, record.value, producer_id=record.producer_id)
+
+    def replay_marker(self, marker: TxnMarker) -> None:
+        """The producer's transaction ended: a COMMIT makes its offsets loaded ones (the later record
+        wins), an ABORT drops them."""
+        pending = self._loaded_pending.pop(marker.producer_id, None)
+        if not pending or not marker.committed:
+            return
+        for k, committed in pending.items():
+            current = self._loaded_offsets.get(k)
+            if current is None or current.record_offset < committed.record_offset:
+                self._loaded_offsets[k] = committed
+
     def on_loaded(self) -> None:
         now = self.clock()
         offsets_by_group: dict[str, dict[TopicPartition, CommittedOffset]] = defaultdict(dict)
         for (group_id, topic, partition), committed in self._loaded_offsets.items():
             offsets_by_group[group_id][(topic, partition)] = committed
+        pending_by_group: dict[str, dict[int, dict[TopicPartition, PendingTxnOffset]]] = defaultdict(dict)
+        for producer_id, pending in self._loaded_pending.items():
+            for (group_id, topic, partition), committed in pending.items():
+                pending_by_group[group_id].setdefault(producer_id, {})[(topic, partition)] = PendingTxnOffset(
+                    committed.value, write_id=0, record_offset=committed.record_offset)
+                self.producer_groups.setdefault(producer_id, set()).add(group_id)
         for group_id, (version, value) in self._loaded_groups.items():
             group = self._group_from_record(group_id, version, value, now)
             group.offsets = offsets_by_group.pop(group_id, {})
             self.groups[group_id] = group
-        for group_id, offsets in offsets_by_group.items():
-            group = ClassicGroup(group_id, EMPTY, now)
-            group.offsets = offsets
-            self.groups[group_id] = group
+        for group_id in dict.fromkeys([*offsets_by_group, *pending_by_group]):
+            if group_id not in self.groups:
+                group = ClassicGroup(group_id, EMPTY, now)
+                group.offsets = offsets_by_group.get(group_id, {})
+                self.groups[group_id] = group
+        for group_id, pending in pending_by_group.items():
+            self.groups[group_id].pending_txn_offsets = pending
         self._loaded_offsets.clear()
         self._loaded_groups.clear()
+        self._loaded_pending.clear()
         for group in list(self.groups.values()):
             self._on_group_loaded(group)
         self.log.info("groups loaded", groups=len(self.groups),
@@ -894,6 +942,87 @@ class GroupShard:
 
         self.shard.write(batch, done)
 
+    # -- transactional offsets -------------------------------------------------------------------
+
+    def txn_offset_commit(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                          instance_id: str | None, generation_id: int, offsets: dict[TopicPartition, OffsetAndMetadata],
+                          callback: Callable[[dict[TopicPartition, ErrorCode]], None]) -> None:
+        """TxnOffsetCommit (Kafka's handleTxnCommitOffsets): write ``offsets`` inside the producer's
+        transaction; they stay pending until :meth:`complete_transaction`. A v3+ request naming a
+        member or generation is checked like an OffsetCommit (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
+        ILLEGAL_GENERATION); without them (v0-2) any group, with members or not, accepts it."""
+        group = self.groups.get(group_id)
+        created = False
+        if group is None:
+            group = ClassicGroup(group_id, EMPTY, self.clock())
+            self.groups[group_id] = group
+            created = True
+        error = self._validate_txn_offset_commit(group, generation_id, member_id, instance_id)
+        if error is not None:
+            callback(dict.fromkeys(offsets, error))
+            if created and not group.has_offsets():
+                del self.groups[group_id]
+            return
+        limit = self.config.offset_metadata_max_bytes
+        valid = {tp: o for tp, o in offsets.items() if java_string_length(o.metadata) <= limit}
+        if not valid:
+            callback(dict.fromkeys(offsets, ErrorCode.OFFSET_METADATA_TOO_LARGE))
+            if created and not group.has_offsets():
+                del self.groups[group_id]
+            return
+        write_id = next(self._write_ids)
+        batch = [(records.offset_commit_key(group.group_id, topic, partition),
+                  records.offset_commit_value(o.offset, o.leader_epoch, o.metadata, o.commit_timestamp,
+                                              o.expire_timestamp))
+                 for (topic, partition), o in valid.items()]
+        group.prepare_txn_offset_commit(producer_id, write_id, valid)
+        self.producer_groups.setdefault(producer_id, set()).add(group_id)
+
+        def done(first_offset: int, error: BaseException | None) -> None:
+            if error is None:
+                for i, tp in enumerate(valid):
+                    group.on_txn_offset_commit_append(producer_id, write_id, tp, first_offset + i)
+                code = ErrorCode.NONE
+            else:
+                for tp in valid:
+                    group.fail_pending_txn_offset_commit(producer_id, write_id, tp)
+                code = write_error_for_commit(error)
+                self.log.debug("transactional offset commit failed", group=group.group_id, producer_id=producer_id,
+                               error=code.name)
+            callback({tp: code if tp in valid else ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets})
+
+        self.shard.write(batch, done, producer_id=producer_id, producer_epoch=producer_epoch)
+
+    def _validate_txn_offset_commit(self, group: ClassicGroup, generation_id: int, member_id: str,
+                                    instance_id: str | None) -> ErrorCode | None:
+        """Kafka's validateOffsetCommit with isTransactional: members are checked only when named."""
+        if group.is_(DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or instance_id is not None:
+            error = self._validate_current_member(group, member_id, instance_id, "txn-offset-commit")
+            if error is None and generation_id != group.generation_id:
+                error = ErrorCode.ILLEGAL_GENERATION
+            return error
+        return None
+
+    def complete_transaction(self, producer_id: int, committed: bool, marker_offset: int | None = None) -> int:
+        """The producer's COMMIT (``committed``) or ABORT marker, at ``marker_offset`` when known, is in
+        this partition and replicated: its pending offsets become committed, or are dropped (Kafka's
+        handleTxnCompletion). Returns how many offsets were decided."""
+        decided = 0
+        for group_id in self.producer_groups.pop(producer_id, set()):
+            group = self.groups.get(group_id)
+            if group is None or group.is_(DEAD):
+                continue
+            decided += group.complete_pending_txn_offset_commit(producer_id, committed, marker_offset)
+            if producer_id in group.pending_txn_offsets:
+                # Offsets of a later transaction (written after the marker) wait for their own.
+                self.producer_groups.setdefault(producer_id, set()).add(group_id)
+        if decided:
+            self.log.debug("transactional offsets decided", producer_id=producer_id, committed=committed,
+                           offsets=decided)
+        return decided
+
     def fetch_offsets(self, group_id: str, require_stable: bool, partitions: list[TopicPartition] | None
                       ) -> list[tuple[TopicPartition, int, int, str, ErrorCode]]:
         """(tp, offset, leader_epoch, metadata, error) for ``partitions`` (None: every committed one).
@@ -905,7 +1034,7 @@ class GroupShard:
         wanted = list(group.offsets) if partitions is None else partitions
         out = []
         for tp in wanted:
-            if require_stable and group.has_pending_commit(tp):
+            if require_stable and group.has_pending_offset_commits_for(tp):
                 out.append((tp, -1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT))
                 continue
             entry = group.offsets.get(tp)

@@ -26,6 +26,13 @@ epoch, whose life is::
 * CLOSED: the shard's tasks are cancelled, queued and in-flight writes fail with
   :class:`NotLeaderError`, and the state machine is told to drop its state (``on_unloaded``).
 
+Transactions: the group coordinator also writes records *inside a producer's transaction*
+(TxnOffsetCommit): such a write names the producer id and epoch, goes out as a transactional batch of
+that producer, and is never coalesced with other writes. The partition's COMMIT or ABORT marker for
+the producer later decides it. Loading sees the same: ``read_committed`` yields a transactional
+record as a :class:`TxnRecord` and a marker as a :class:`TxnMarker`, which the state machine gets
+through ``replay_transactional`` and ``replay_marker`` (plain records stay ``(offset, key, value)``).
+
 Timers (session timeouts, rebalance deadlines) live in the shard (:class:`Timers`) and die with it.
 Everything that changes state runs on the trio thread in plain functions, never across an
 ``await``: a handler runs the state machine's synchronous code and then, if it must wait for a
@@ -74,23 +81,59 @@ class CoordinatorWriteError(Exception):
         self.error_code = ErrorCode(error_code)
 
 
+#: No producer: an ordinary (non-transactional) write.
+NO_PRODUCER_ID = -1
+
+
+@attrs.frozen
+class TxnRecord:
+    """A record of a transactional batch, as ``read_committed`` yields it: undecided until its
+    producer's marker follows."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    producer_id: int
+    producer_epoch: int
+
+
+@attrs.frozen
+class TxnMarker:
+    """A COMMIT (``committed``) or ABORT marker of a producer's transaction, as ``read_committed`` yields it."""
+
+    offset: int
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+
+
+#: What ``read_committed`` yields: a plain record as (offset, key, value), or a transactional one, or a marker.
+LoadedRecord = tuple[int, bytes | None, bytes | None] | TxnRecord | TxnMarker
+
+
 class PartitionWriter(Protocol):
     """One partition of an internal topic led by this broker in one leader epoch, as the broker gives it."""
 
     partition: int
     leader_epoch: int
 
-    async def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> int:
+    async def append(self, records: Sequence[tuple[bytes, bytes | None]], *, producer_id: int = NO_PRODUCER_ID,
+                     producer_epoch: int = -1, transactional: bool = False) -> int:
         """Append these (key, value) records (value None = tombstone) as ONE record batch (uncompressed,
         magic 2, CreateTime = now) and wait until it is committed (high watermark past it, as acks=all
         waits, bounded by offsets.commit.timeout.ms). Returns the batch's last offset. Raises
         NotLeaderError when leadership moves, CoordinatorWriteError(REQUEST_TIMED_OUT / NOT_ENOUGH_REPLICAS /
-        KAFKA_STORAGE_ERROR ...) otherwise."""
+        KAFKA_STORAGE_ERROR / INVALID_PRODUCER_EPOCH ...) otherwise.
+
+        With ``producer_id`` and ``transactional``, the batch belongs to that producer's transaction
+        (a transactional batch of that id and epoch): the partition's producer state opens the
+        transaction, and its later marker decides the records."""
         ...
 
-    def read_committed(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None]]:
-        """Every committed record of the partition from its log start offset, as (offset, key, value):
-        what loading replays. A new leader learns its high watermark from its followers' fetches, so it
+    def read_committed(self) -> AsyncIterator[LoadedRecord]:
+        """Every committed record of the partition from its log start offset, as (offset, key, value),
+        a :class:`TxnRecord` for a record of a transactional batch, and a :class:`TxnMarker` for a
+        transaction marker: what loading replays. A new leader learns its high watermark from its followers' fetches, so it
         may start below records the previous leader acknowledged: the replay first waits until the high
         watermark reaches the start of the writer's leader epoch (everything the old term committed),
         then reads up to the high watermark at that time. File work off the event loop."""
@@ -207,6 +250,13 @@ class ShardStateMachine(Protocol):
     def replay(self, offset: int, key: bytes | None, value: bytes | None) -> None:
         """Apply one committed record while loading."""
 
+    def replay_transactional(self, record: TxnRecord) -> None:
+        """Apply one committed record of a transactional batch while loading (undecided until its
+        producer's marker is replayed). Only partitions that hold transactional batches call it."""
+
+    def replay_marker(self, marker: TxnMarker) -> None:
+        """Apply one transaction marker while loading."""
+
     def on_loaded(self) -> None:
         """Loading finished: the shard is ACTIVE (timers and writes may start)."""
 
@@ -229,6 +279,9 @@ class _Write:
     size: int
     #: Called once: (offset of the first record, None) when committed, (-1, error) when not.
     on_done: WriteCallback
+    #: (producer id, producer epoch) of a transactional write, None for an ordinary one. Writes are
+    #: coalesced into one batch only when this is equal (a batch has one producer).
+    txn: tuple[int, int] | None = None
 
 
 class CoordinatorShard:
@@ -256,14 +309,17 @@ class CoordinatorShard:
     def active(self) -> bool:
         return self.status is ShardStatus.ACTIVE
 
-    def write(self, records: Sequence[tuple[bytes, bytes | None]], on_done: WriteCallback) -> None:
-        """Queue records for the next batch; ``on_done`` runs once they are committed or have failed."""
+    def write(self, records: Sequence[tuple[bytes, bytes | None]], on_done: WriteCallback, *,
+              producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1) -> None:
+        """Queue records for the next batch; ``on_done`` runs once they are committed or have failed.
+        With ``producer_id``, the records go in a transactional batch of that producer and epoch."""
         if self.status is ShardStatus.CLOSED:
             self._call(on_done, -1, NotLeaderError(f"partition {self.partition} is no longer led here"))
             return
         records = list(records)
         size = sum(len(k) + (len(v) if v is not None else 0) for k, v in records)
-        self._queue.append(_Write(records, size, on_done))
+        txn = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
+        self._queue.append(_Write(records, size, on_done, txn))
         self._queued.set()
 
     async def write_and_wait(self, records: Sequence[tuple[bytes, bytes | None]]) -> int:
@@ -313,8 +369,13 @@ class CoordinatorShard:
             machine = self._make_machine(self)
             records = 0
             try:
-                async for offset, key, value in self.writer.read_committed():
-                    machine.replay(offset, key, value)
+                async for item in self.writer.read_committed():
+                    if isinstance(item, TxnRecord):
+                        machine.replay_transactional(item)
+                    elif isinstance(item, TxnMarker):
+                        machine.replay_marker(item)
+                    else:
+                        machine.replay(*item)
                     records += 1
             except NotLeaderError:
                 self.log.info("coordinator load stopped: leadership moved")
@@ -336,7 +397,9 @@ class CoordinatorShard:
                 await self._queued.wait()
             batch: list[_Write] = []
             size = 0
-            while self._queue and (not batch or size + self._queue[0].size <= MAX_BATCH_BYTES):
+            txn = self._queue[0].txn
+            while self._queue and (not batch or size + self._queue[0].size <= MAX_BATCH_BYTES) \
+                    and self._queue[0].txn == txn:
                 w = self._queue.pop(0)
                 batch.append(w)
                 size += w.size
@@ -345,7 +408,11 @@ class CoordinatorShard:
             error: BaseException | None = None
             last = -1
             try:
-                last = await self.writer.append(records)
+                if txn is None:
+                    last = await self.writer.append(records)
+                else:
+                    last = await self.writer.append(records, producer_id=txn[0], producer_epoch=txn[1],
+                                                    transactional=True)
             except (NotLeaderError, CoordinatorWriteError) as exc:
                 error = exc
             except Exception as exc:

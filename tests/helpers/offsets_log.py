@@ -7,6 +7,10 @@ shows that the coordinator answers a commit only after replication. A new leader
 (`new_epoch`, a failover) makes every writer of an older epoch raise `NotLeaderError`, including an
 append that is waiting for its commit. `fail_next` makes the next appends fail with a given error.
 
+Transactions: an append with a producer id is a transactional batch of that producer (its offsets are
+in `transactional`); `append_marker` writes a producer's COMMIT or ABORT marker, which takes an offset
+as in a real log. Loading yields them as the runtime's `TxnRecord` and `TxnMarker`.
+
     log = OffsetsLog(partition=0)
     coordinator.on_elected(log.writer())
     log.auto_commit = False        # hold replication back
@@ -22,7 +26,13 @@ from collections.abc import AsyncIterator, Sequence
 import trio
 
 from kraftpy.coordinator.group_coordinator import GroupConfig, GroupCoordinator, RequestContext
-from kraftpy.coordinator.runtime import CoordinatorWriteError, NotLeaderError
+from kraftpy.coordinator.runtime import (
+    NO_PRODUCER_ID,
+    CoordinatorWriteError,
+    NotLeaderError,
+    TxnMarker,
+    TxnRecord,
+)
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import (
     DeleteGroupsRequest,
@@ -35,6 +45,7 @@ from kraftpy.protocol.messages import (
     OffsetDeleteRequest,
     OffsetFetchRequest,
     SyncGroupRequest,
+    TxnOffsetCommitRequest,
 )
 
 
@@ -55,6 +66,10 @@ class OffsetsLog:
         self.read_gate: trio.Event | None = None
         #: The offset the next record gets (compaction leaves it; truncation lowers it).
         self.log_end_offset = 0
+        #: offset -> (producer id, producer epoch) of each record written in a transactional batch.
+        self.transactional: dict[int, tuple[int, int]] = {}
+        #: offset -> the transaction marker there.
+        self.markers: dict[int, TxnMarker] = {}
         self._changed = trio.Event()
 
     def writer(self, leader_epoch: int | None = None) -> OffsetsWriter:
@@ -76,7 +91,19 @@ class OffsetsLog:
     def truncate_uncommitted(self) -> None:
         """Drop what is above the high watermark (an unclean leader change would)."""
         self.records = [r for r in self.records if r[0] < self.high_watermark]
+        self.transactional = {o: t for o, t in self.transactional.items() if o < self.high_watermark}
+        self.markers = {o: m for o, m in self.markers.items() if o < self.high_watermark}
         self.log_end_offset = self.high_watermark
+
+    def append_marker(self, producer_id: int, producer_epoch: int, committed: bool) -> int:
+        """Write the producer's COMMIT (``committed``) or ABORT marker; its offset. Committed at once
+        when ``auto_commit`` is on."""
+        offset = self.log_end_offset
+        self.markers[offset] = TxnMarker(offset, producer_id, producer_epoch, committed)
+        self.log_end_offset = offset + 1
+        if self.auto_commit:
+            self.commit(offset + 1)
+        return offset
 
     def compact(self) -> None:
         """Keep the last record of each key below the high watermark and drop tombstones, as a cleaner
@@ -116,9 +143,11 @@ class OffsetsWriter:
         if self.log.leader_epoch != self.leader_epoch:
             raise NotLeaderError(f"partition {self.partition} moved to epoch {self.log.leader_epoch}")
 
-    async def append(self, records: Sequence[tuple[bytes, bytes | None]]) -> int:
+    async def append(self, records: Sequence[tuple[bytes, bytes | None]], *, producer_id: int = NO_PRODUCER_ID,
+                     producer_epoch: int = -1, transactional: bool = False) -> int:
         self._check()
         assert records, "one batch has at least one record"
+        assert transactional == (producer_id != NO_PRODUCER_ID), "the coordinator writes only transactional batches"
         log = self.log
         if log.fail_next:
             raise log.fail_next.pop(0)
@@ -126,6 +155,8 @@ class OffsetsWriter:
         for i, (key, value) in enumerate(records):
             assert isinstance(key, bytes) and (value is None or isinstance(value, bytes))
             log.records.append((base + i, key, value))
+            if transactional:
+                log.transactional[base + i] = (producer_id, producer_epoch)
         log.log_end_offset = base + len(records)
         log.batches.append(len(records))
         last = base + len(records) - 1
@@ -137,18 +168,25 @@ class OffsetsWriter:
         self._check()
         return last
 
-    async def read_committed(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None]]:
+    async def read_committed(self) -> AsyncIterator[tuple[int, bytes | None, bytes | None] | TxnRecord | TxnMarker]:
         self._check()
-        end = self.log.high_watermark
-        if self.log.read_gate is not None:
-            await self.log.read_gate.wait()
+        log = self.log
+        end = log.high_watermark
+        if log.read_gate is not None:
+            await log.read_gate.wait()
             self._check()
-        for record in list(self.log.records):
-            if record[0] >= end:
+        items: list = list(log.records)
+        if log.markers:
+            items = sorted(items + list(log.markers.values()),
+                           key=lambda item: item.offset if isinstance(item, TxnMarker) else item[0])
+        for item in items:
+            offset = item.offset if isinstance(item, TxnMarker) else item[0]
+            if offset >= end:
                 break
             await trio.lowlevel.checkpoint()
             self._check()
-            yield record
+            txn = None if isinstance(item, TxnMarker) else log.transactional.get(offset)
+            yield item if txn is None else TxnRecord(offset, item[1], item[2], *txn)
 
 
 def storage_error() -> CoordinatorWriteError:
@@ -313,6 +351,22 @@ class GroupHarness:
             group_instance_id=instance_id, retention_time_ms=retention_time_ms,
             topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()])
         response = await self.coordinator.offset_commit(self.ctx(version), request)
+        return {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
+
+    async def txn_commit(self, group: str, offsets: dict[tuple[str, int], int], *, producer_id: int,
+                         producer_epoch: int = 0, generation: int = -1, member_id: str = "",
+                         instance_id: str | None = None, version: int = 3, metadata: str | None = ""):
+        """A TxnOffsetCommit; {(topic, partition): error}."""
+        topics: dict[str, list] = {}
+        for (topic, partition), offset in offsets.items():
+            topics.setdefault(topic, []).append(TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
+                partition_index=partition, committed_offset=offset, committed_metadata=metadata))
+        request = TxnOffsetCommitRequest(
+            transactional_id="txn", group_id=group, producer_id=producer_id, producer_epoch=producer_epoch,
+            generation_id=generation, member_id=member_id, group_instance_id=instance_id,
+            topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=t, partitions=ps)
+                    for t, ps in topics.items()])
+        response = await self.coordinator.txn_offset_commit(self.ctx(version), request)
         return {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
 
     async def fetch(self, group: str, partitions: list[tuple[str, int]] | None = None, *, version: int = 8,
