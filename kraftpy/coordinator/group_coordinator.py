@@ -140,9 +140,19 @@ class GroupCoordinator:
         self.partition_exists = partition_exists or (lambda topic, partition: True)
         self._log = _logger.bind(node_id=node_id)
         self.runtime = CoordinatorRuntime(self._make_shard, log=self._log)
+        #: partition -> (leader epoch, producer id, committed, marker offset) of the transaction
+        #: completions that arrived while the partition loaded, applied once it is loaded.
+        self._completions_while_loading: dict[int, list[tuple[int, int, bool, int | None]]] = {}
 
     def _make_shard(self, shard: CoordinatorShard) -> GroupShard:
-        return GroupShard(shard, self.config, self.clock, log=self._log)
+        return GroupShard(shard, self.config, self.clock, log=self._log, on_loaded_hook=self._apply_completions)
+
+    def _apply_completions(self, machine: GroupShard) -> None:
+        shard = machine.shard
+        for leader_epoch, producer_id, committed, marker_offset in self._completions_while_loading.pop(
+                shard.partition, []):
+            if leader_epoch == shard.leader_epoch:
+                machine.complete_transaction(producer_id, committed, marker_offset)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -170,6 +180,8 @@ class GroupCoordinator:
     def on_resigned(self, partition: int, leader_epoch: int) -> None:
         """Leadership of that partition left this broker: drop its groups."""
         self.runtime.on_resigned(partition, leader_epoch)
+        if self.runtime.shard(partition) is None:
+            self._completions_while_loading.pop(partition, None)
 
     def owned_partitions(self) -> set[int]:
         """Partitions loaded or loading here."""
@@ -390,14 +402,17 @@ class GroupCoordinator:
                              marker_offset: int | None = None) -> ErrorCode:
         """A COMMIT (``committed``) or ABORT marker of ``producer_id`` at ``marker_offset`` is
         replicated in ``__consumer_offsets`` partition ``partition``: decide the producer's pending
-        offsets there. NOT_COORDINATOR when the partition is not led here; COORDINATOR_LOAD_IN_PROGRESS
-        while it loads: the caller retries once it is loaded (with ``marker_offset``, a marker the load
-        already replayed decides nothing again, and offsets written after it stay pending)."""
+        offsets there. NOT_COORDINATOR when the partition is not led here. While the partition loads,
+        the completion is kept and applied once it is loaded: the load may end below the marker.
+        Give ``marker_offset``: then a marker the load already replayed decides nothing again, and
+        offsets the producer wrote after it stay pending for its next transaction."""
         shard = self.runtime.shard(partition)
         if shard is None:
             return ErrorCode.NOT_COORDINATOR
         if not shard.active or shard.machine is None:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            self._completions_while_loading.setdefault(partition, []).append(
+                (shard.leader_epoch, producer_id, committed, marker_offset))
+            return ErrorCode.NONE
         shard.machine.complete_transaction(producer_id, committed, marker_offset)
         return ErrorCode.NONE
 

@@ -125,8 +125,12 @@ def java_string_length(s: str | None) -> int:
 class GroupShard:
     """The groups of one ``__consumer_offsets`` partition (a ShardStateMachine)."""
 
-    def __init__(self, shard: CoordinatorShard, config: GroupConfig, clock: Callable[[], int], *, log=None) -> None:
+    def __init__(self, shard: CoordinatorShard, config: GroupConfig, clock: Callable[[], int], *, log=None,
+                 on_loaded_hook: Callable[[GroupShard], None] | None = None) -> None:
+        """``on_loaded_hook`` runs once the shard is loaded (the coordinator hands it the transaction
+        completions that arrived during the load)."""
         self.shard = shard
+        self._on_loaded_hook = on_loaded_hook
         self.timers = shard.timers
         self.config = config
         self.clock = clock
@@ -221,6 +225,8 @@ class GroupShard:
             self._on_group_loaded(group)
         self.log.info("groups loaded", groups=len(self.groups),
                       offsets=sum(len(g.offsets) for g in self.groups.values()))
+        if self._on_loaded_hook is not None:
+            self._on_loaded_hook(self)
 
     def _group_from_record(self, group_id: str, version: int, value, now: int) -> ClassicGroup:
         group = ClassicGroup(group_id, STABLE if value.members else EMPTY, now)

@@ -235,4 +235,27 @@ async def test_coordinator_errors(autojump_clock, nursery, elect):
     assert await h.txn_commit("g", {T0: 1, T1: 1}, producer_id=PID) == {
         T0: expected, T1: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
     assert await h.txn_commit("", {T0: 1}, producer_id=PID) == {T0: ErrorCode.INVALID_GROUP_ID}
-    assert h.coordinator.complete_transaction(0, PID, True) == expected
+    if not elect:
+        assert h.coordinator.complete_transaction(0, PID, True) == ErrorCode.NOT_COORDINATOR
+
+
+async def test_a_marker_that_arrives_while_the_partition_loads_is_applied_once_loaded(autojump_clock, nursery):
+    h = await start(nursery)
+    await h.txn_commit("g", {T0: 5}, producer_id=PID)
+    await h.txn_commit("g", {T1: 6}, producer_id=OTHER)
+    log = h.logs[0]
+    old = h.coordinator
+    log.new_epoch()
+    old.on_resigned(0, log.leader_epoch - 1)
+    h.coordinator = h.new_coordinator()
+    await h.start(nursery, elect=False)
+    log.read_gate = trio.Event()
+    h.coordinator.on_elected(log.writer())
+    await trio.testing.wait_all_tasks_blocked()  # loading, up to the high watermark before the markers
+    for producer_id, committed in ((PID, True), (OTHER, False)):
+        marker = log.append_marker(producer_id, 0, committed)
+        assert h.coordinator.complete_transaction(0, producer_id, committed, marker) == ErrorCode.NONE
+    assert h.shard("g") is None
+    log.read_gate.set()
+    await h.loaded()
+    assert await h.fetch("g", [T0, T1], require_stable=True) == ({T0: (5, 0), T1: (-1, 0)}, 0)
