@@ -155,15 +155,22 @@ def register_broker(
 def unregister_broker(
     image: MetadataImage, request: UnregisterBrokerRequest, config: ControllerConfig
 ) -> ControllerResult[UnregisterBrokerResponse]:
-    """Forget a broker (decommissioning): UnregisterBrokerRecord, after taking it out of ISRs and leaderships."""
+    """Forget a broker (decommissioning): UnregisterBrokerRecord, after taking it out of ISRs and leaderships.
+
+    Only a fenced broker — stopped (a controlled shutdown ends fenced), or dead long enough for its
+    session to run out — is unregistered. Kafka also unregisters a running broker, which then has its
+    heartbeats refused with no way back and its partitions leaderless; here any client could do that to a
+    healthy cluster with one request, so a running broker is refused (INVALID_REQUEST) instead."""
     reg = image.cluster.broker(request.broker_id)
     if reg is None:
         return ControllerResult([], UnregisterBrokerResponse(Errors.BROKER_ID_NOT_REGISTERED,
                                                              f"Broker ID {request.broker_id} is not registered."))
-    records: list[MetadataRecord] = []
     if not reg.fenced:
-        records.append(FenceBrokerRecord(reg.id, reg.epoch))
-    records += replication_control.fence_brokers_changes(replay_records(image, records), frozenset({reg.id}), config)
+        return ControllerResult([], UnregisterBrokerResponse(
+            Errors.INVALID_REQUEST, f"Broker {reg.id} is running (unfenced): stop it first; a broker that died is "
+            f"fenced once its session (broker.session.timeout.ms) runs out."))
+    records: list[MetadataRecord] = []
+    records += replication_control.fence_brokers_changes(image, frozenset({reg.id}), config)
     records.append(UnregisterBrokerRecord(reg.id, reg.epoch))
     return ControllerResult(records, UnregisterBrokerResponse(Errors.NONE))
 

@@ -14,9 +14,13 @@ async def test_unregister_broker_is_forwarded_and_seen_by_the_broker_that_answer
     async with open_cluster(tmp_path, brokers=2) as cluster:
         await cluster.create_topic("t", partitions=2, replication_factor=2)
         async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1]) as conn:
+            # A running broker is not unregistered (anyone could do it to a healthy cluster).
+            response = await conn.request(ApiKey.UNREGISTER_BROKER, 0, UnregisterBrokerRequest(broker_id=2))
+            assert response.error_code == ErrorCode.INVALID_REQUEST and cluster.image.cluster.broker(2) is not None
+            await cluster.fence(2)
             response = await conn.request(ApiKey.UNREGISTER_BROKER, 0, UnregisterBrokerRequest(broker_id=2))
             assert (response.error_code, response.error_message) == (ErrorCode.NONE, None)
-            assert [r.broker_id for name, r in cluster.controller.requests if name == "unregister_broker"] == [2]
+            assert [r.broker_id for name, r in cluster.controller.requests if name == "unregister_broker"] == [2, 2]
             assert cluster.image.cluster.broker(2) is None
             # The broker that answered already knows: broker 2 left its metadata, and every ISR.
             assert cluster.brokers[1].image.cluster.broker(2) is None

@@ -234,6 +234,11 @@ def test_unregister_broker_takes_it_out_of_partitions(cluster3):
     c = cluster3
     c.create_topic("t", assignments=[[1, 2]])
     epoch = c.image.cluster.broker(1).epoch
+    # A running broker is refused: nothing is written.
+    running = c.commit(c.controller.handle_unregister_broker(UnregisterBrokerRequest(1)))
+    assert running.error_code == Errors.INVALID_REQUEST and "running" in running.error_message
+    assert c.image.cluster.broker(1) is not None and c.partition("t").isr == (1, 2)
+    c.heartbeat(1, want_fence=True)
     response = c.commit(c.controller.handle_unregister_broker(UnregisterBrokerRequest(1)))
     assert response.error_code == Errors.NONE and c.log[-1] == UnregisterBrokerRecord(1, epoch)
     assert c.image.cluster.broker(1) is None and c.partition("t").isr == (2,)
