@@ -20,7 +20,7 @@ from kraftpy.config.properties import format_properties
 from kraftpy.metrics import EVENT_LOOP_LAG, REGISTRY, watch_event_loop_lag
 from kraftpy.node import KraftNode
 from kraftpy.storage.formatter import format_dirs
-from tests.helpers.deployments import ProcessCluster, create_topics
+from tests.helpers.deployments import ProcessCluster, create_topics, retry_coordinator
 from tests.helpers.processes import free_ports
 from tests.helpers.scrape import ready, scrape, value
 from tests.node.test_kraft_node import api_versions, http_get
@@ -236,7 +236,7 @@ def test_group_lag_is_what_was_produced_minus_what_was_committed(cluster):
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "lag-group",
                          "enable.auto.commit": False, "log_level": 0})
     try:
-        consumer.commit(offsets=[TopicPartition("lagged", 0, 40)], asynchronous=False)
+        retry_coordinator(lambda: consumer.commit(offsets=[TopicPartition("lagged", 0, 40)], asynchronous=False))
         low, high = consumer.get_watermark_offsets(TopicPartition("lagged", 0), timeout=30)
         consumer.assign([TopicPartition("lagged", 0, 0)])
         fetched = 0

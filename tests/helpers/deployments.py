@@ -400,3 +400,24 @@ def create_topics(bootstrap: str, topics: list[Any], timeout: float = 20.0, atte
         if not pending:
             return
     raise AssertionError(f"could not create {sorted(pending)}")
+
+
+#: Group-coordinator answers a Kafka client retries (after FindCoordinator again): a coordinator that
+#: just moved, or is still loading the group's partition. librdkafka returns them from a synchronous
+#: commit() or committed() instead of retrying.
+COORDINATOR_RETRIABLE = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE")
+
+
+def retry_coordinator(call: Callable[[], Any], attempts: int = 40, backoff_s: float = 0.25) -> Any:
+    """``call()``, asked again (after ``backoff_s``, a client's retry.backoff.ms) while it fails with a
+    coordinator error that Kafka's own clients retry."""
+    from confluent_kafka import KafkaException
+
+    for attempt in range(attempts):
+        try:
+            return call()
+        except KafkaException as exc:
+            if exc.args[0].name() not in COORDINATOR_RETRIABLE or attempt == attempts - 1:
+                raise
+            time.sleep(backoff_s)
+    raise AssertionError("unreachable")

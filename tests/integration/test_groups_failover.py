@@ -13,7 +13,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.helpers.deployments import ProcessCluster, create_topics
+from tests.helpers.deployments import ProcessCluster, create_topics, retry_coordinator
 from tests.helpers.group_members import Member, stable_assignment, wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -54,7 +54,10 @@ def committed_by_group(bootstrap: str) -> dict[int, int]:
     """What the coordinator answers for the group's offsets (OffsetFetch through a plain consumer)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False, **QUIET})
     try:
-        answer = consumer.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=60)
+        # Just after the coordinator died, a broker may still answer NOT_COORDINATOR: asked again, as
+        # Kafka's clients do.
+        answer = retry_coordinator(
+            lambda: consumer.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=60))
     finally:
         consumer.close()
     return {tp.partition: tp.offset for tp in answer}
