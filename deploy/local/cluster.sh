@@ -55,7 +55,14 @@ bootstrap_controllers() {
 }
 
 pid_of() { [ -f "$RUN_DIR/$1.pid" ] && cat "$RUN_DIR/$1.pid"; }
-alive() { local pid; pid="$(pid_of "$1")" && kill -0 "$pid" 2>/dev/null; }
+# A process that has exited is not alive even before its parent reaps it (a zombie still answers kill -0,
+# and a node that exited just now may not be reaped yet when `start` runs).
+pid_alive() {
+    kill -0 "$1" 2>/dev/null || return 1
+    [ -r "/proc/$1/stat" ] || return 0
+    [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != "Z" ]
+}
+alive() { local pid; pid="$(pid_of "$1")" && pid_alive "$pid"; }
 
 cmd_format() {
     local cluster_id name
@@ -116,7 +123,7 @@ stop_group() {
     for name in "$@"; do
         pid="$(pid_of "$name")" || continue
         waited=0
-        while kill -0 "$pid" 2>/dev/null; do
+        while pid_alive "$pid"; do
             [ "$waited" -ge $((STOP_TIMEOUT * 10)) ] && die "$name (pid $pid) still running after ${STOP_TIMEOUT}s"
             sleep 0.1
             waited=$((waited + 1))
