@@ -303,14 +303,11 @@ class GroupCoordinator:
 
     # -- offsets ---------------------------------------------------------------------------------
 
-    async def offset_commit(self, ctx: RequestContext, request) -> OffsetCommitResponse:
-        version = ctx.api_version
-        now = self.clock()
-        # "Now + retention" when a v2-v4 request names a retention time; else the broker's retention
-        # applies (KIP-211) and no expire timestamp is written.
-        expire = None
-        if 2 <= version <= 4 and request.retention_time_ms != -1:
-            expire = now + request.retention_time_ms
+    def _requested_offsets(self, request, offset_of) -> tuple[
+            dict[tuple[str, int], ErrorCode], dict[tuple[str, int], OffsetAndMetadata], list[tuple[str, int]]]:
+        """The partitions an OffsetCommit or TxnOffsetCommit names, in request order (a partition named
+        twice keeps its last entry): ``(errors, offsets, order)``, UNKNOWN_TOPIC_OR_PARTITION for the ones
+        that do not exist and ``offset_of(partition entry)`` for the others."""
         errors: dict[tuple[str, int], ErrorCode] = {}
         offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
         order: list[tuple[str, int]] = []
@@ -324,13 +321,24 @@ class GroupCoordinator:
                     offsets.pop(tp, None)
                     continue
                 errors.pop(tp, None)
-                offsets[tp] = OffsetAndMetadata(
-                    offset=p.committed_offset,
-                    leader_epoch=p.committed_leader_epoch,
-                    metadata=p.committed_metadata if p.committed_metadata is not None else "",
-                    commit_timestamp=p.commit_timestamp if version == 1 and p.commit_timestamp != -1 else now,
-                    expire_timestamp=expire,
-                )
+                offsets[tp] = offset_of(p)
+        return errors, offsets, order
+
+    async def offset_commit(self, ctx: RequestContext, request) -> OffsetCommitResponse:
+        version = ctx.api_version
+        now = self.clock()
+        # "Now + retention" when a v2-v4 request names a retention time; else the broker's retention
+        # applies (KIP-211) and no expire timestamp is written.
+        expire = None
+        if 2 <= version <= 4 and request.retention_time_ms != -1:
+            expire = now + request.retention_time_ms
+        errors, offsets, order = self._requested_offsets(request, lambda p: OffsetAndMetadata(
+            offset=p.committed_offset,
+            leader_epoch=p.committed_leader_epoch,
+            metadata=p.committed_metadata if p.committed_metadata is not None else "",
+            commit_timestamp=p.commit_timestamp if version == 1 and p.commit_timestamp != -1 else now,
+            expire_timestamp=expire,
+        ))
         if offsets:
             error, shard = self._route(request.group_id, "offset_commit")
             if error is not None:
@@ -341,14 +349,8 @@ class GroupCoordinator:
                                      request.generation_id_or_member_epoch, offsets, waiter.set)
                 errors.update(await waiter.wait())
         response = OffsetCommitResponse()
-        by_topic: dict[str, object] = {}
-        for topic, partition in order:
-            entry = by_topic.get(topic)
-            if entry is None:
-                entry = by_topic[topic] = OffsetCommitResponse.OffsetCommitResponseTopic(name=topic)
-                response.topics.append(entry)
-            entry.partitions.append(OffsetCommitResponse.OffsetCommitResponsePartition(
-                partition_index=partition, error_code=errors[(topic, partition)]))
+        response.topics = _errors_by_topic(order, errors, OffsetCommitResponse.OffsetCommitResponseTopic,
+                                           OffsetCommitResponse.OffsetCommitResponsePartition)
         return response
 
     async def txn_offset_commit(self, ctx: RequestContext, request) -> TxnOffsetCommitResponse:
@@ -357,25 +359,12 @@ class GroupCoordinator:
         carry no member, so only v3+ requests are checked against the group's members."""
         version = ctx.api_version
         now = self.clock()
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
-        order: list[tuple[str, int]] = []
-        for topic in request.topics:
-            for p in topic.partitions:
-                tp = (topic.name, p.partition_index)
-                if tp not in errors and tp not in offsets:
-                    order.append(tp)
-                if not self.partition_exists(*tp):
-                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    offsets.pop(tp, None)
-                    continue
-                errors.pop(tp, None)
-                offsets[tp] = OffsetAndMetadata(
-                    offset=p.committed_offset,
-                    leader_epoch=p.committed_leader_epoch if version >= 2 else -1,
-                    metadata=p.committed_metadata if p.committed_metadata is not None else "",
-                    commit_timestamp=now,
-                )
+        errors, offsets, order = self._requested_offsets(request, lambda p: OffsetAndMetadata(
+            offset=p.committed_offset,
+            leader_epoch=p.committed_leader_epoch if version >= 2 else -1,
+            metadata=p.committed_metadata if p.committed_metadata is not None else "",
+            commit_timestamp=now,
+        ))
         if offsets:
             error, shard = self._route(request.group_id, "txn_offset_commit")
             if error is not None:
@@ -388,14 +377,8 @@ class GroupCoordinator:
                                         instance_id, generation, offsets, waiter.set)
                 errors.update(await waiter.wait())
         response = TxnOffsetCommitResponse()
-        by_topic: dict[str, object] = {}
-        for topic, partition in order:
-            entry = by_topic.get(topic)
-            if entry is None:
-                entry = by_topic[topic] = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic(name=topic)
-                response.topics.append(entry)
-            entry.partitions.append(TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition(
-                partition_index=partition, error_code=errors[(topic, partition)]))
+        response.topics = _errors_by_topic(order, errors, TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic,
+                                           TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition)
         return response
 
     def complete_transaction(self, partition: int, producer_id: int, committed: bool,
@@ -557,3 +540,15 @@ class GroupCoordinator:
                 results[group_id] = write_error_for_commit(exc)
         cls = DeleteGroupsResponse.DeletableGroupResult
         return DeleteGroupsResponse(results=[cls(group_id=g, error_code=e) for g, e in results.items()])
+
+
+def _errors_by_topic(order: list[tuple[str, int]], errors: dict[tuple[str, int], ErrorCode], topic_cls,
+                     partition_cls) -> list:
+    """A commit response's topics: each partition with its error, topics and partitions in request order."""
+    by_topic: dict[str, object] = {}
+    for topic, partition in order:
+        entry = by_topic.get(topic)
+        if entry is None:
+            entry = by_topic[topic] = topic_cls(name=topic)
+        entry.partitions.append(partition_cls(partition_index=partition, error_code=errors[(topic, partition)]))
+    return list(by_topic.values())

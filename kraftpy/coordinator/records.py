@@ -152,7 +152,7 @@ def group_metadata_value(value) -> bytes:
     return _prefixed(GROUP_METADATA_VALUE_VERSION, GroupMetadataValue, value)
 
 
-def _split(data: bytes | memoryview, what: str) -> tuple[int, memoryview]:
+def split_version(data: bytes | memoryview, what: str) -> tuple[int, memoryview]:
     buf = memoryview(data)
     if len(buf) < _VERSION.size:
         raise CoordinatorRecordError(f"{what} of {len(buf)} bytes has no version")
@@ -160,7 +160,7 @@ def _split(data: bytes | memoryview, what: str) -> tuple[int, memoryview]:
     return version, buf[_VERSION.size:]
 
 
-def _decode(schema_cls, version: int, body: memoryview, what: str):
+def decode_body(schema_cls, version: int, body: memoryview, what: str):
     try:
         return schema_cls.SCHEMA.from_bytes(version, body)
     except DecodeError as exc:
@@ -168,27 +168,27 @@ def _decode(schema_cls, version: int, body: memoryview, what: str):
 
 
 def decode_key(data: bytes | memoryview) -> OffsetKey | GroupKey | UnknownKey:
-    version, body = _split(data, "key")
+    version, body = split_version(data, "key")
     if version in OffsetCommitKey.SCHEMA.versions:
-        key = _decode(OffsetCommitKey, version, body, "OffsetCommitKey")
+        key = decode_body(OffsetCommitKey, version, body, "OffsetCommitKey")
         return OffsetKey(key.group, key.topic, key.partition)
     if version in GroupMetadataKey.SCHEMA.versions:
-        return GroupKey(_decode(GroupMetadataKey, version, body, "GroupMetadataKey").group)
+        return GroupKey(decode_body(GroupMetadataKey, version, body, "GroupMetadataKey").group)
     return UnknownKey(version)
 
 
 def decode_offset_value(data: bytes | memoryview):
     """An :data:`OffsetCommitValue` (``expire_timestamp`` is -1 unless the record is version 1)."""
-    version, body = _split(data, "OffsetCommitValue")
+    version, body = split_version(data, "OffsetCommitValue")
     if version not in OffsetCommitValue.SCHEMA.versions:
         raise CoordinatorRecordError(f"OffsetCommitValue has unknown version {version}")
-    return _decode(OffsetCommitValue, version, body, "OffsetCommitValue")
+    return decode_body(OffsetCommitValue, version, body, "OffsetCommitValue")
 
 
 def decode_group_value(data: bytes | memoryview) -> tuple[int, object]:
     """``(version, GroupMetadataValue)``: version 0 has no rebalance timeout (Kafka then uses the session
     timeout), versions below 2 no state timestamp."""
-    version, body = _split(data, "GroupMetadataValue")
+    version, body = split_version(data, "GroupMetadataValue")
     if version not in GroupMetadataValue.SCHEMA.versions:
         raise CoordinatorRecordError(f"GroupMetadataValue has unknown version {version}")
-    return version, _decode(GroupMetadataValue, version, body, "GroupMetadataValue")
+    return version, decode_body(GroupMetadataValue, version, body, "GroupMetadataValue")

@@ -37,8 +37,8 @@ import struct
 
 import attrs
 
-from kraftpy.coordinator.records import CoordinatorRecordError, UnknownKey
-from kraftpy.protocol.schema import DecodeError, F, message
+from kraftpy.coordinator.records import CoordinatorRecordError, UnknownKey, decode_body, split_version
+from kraftpy.protocol.schema import F, message
 
 # fmt: off
 TransactionLogKey = message(
@@ -164,37 +164,22 @@ def transaction_log_value(entry: TransactionLogEntry, version: int = TRANSACTION
     return _VERSION.pack(version) + TransactionLogValue.SCHEMA.to_bytes(version, value)
 
 
-def _split(data: bytes | memoryview, what: str) -> tuple[int, memoryview]:
-    buf = memoryview(data)
-    if len(buf) < _VERSION.size:
-        raise CoordinatorRecordError(f"{what} of {len(buf)} bytes has no version")
-    (version,) = _VERSION.unpack_from(buf, 0)
-    return version, buf[_VERSION.size:]
-
-
-def _decode(schema_cls, version: int, body: memoryview, what: str):
-    try:
-        return schema_cls.SCHEMA.from_bytes(version, body)
-    except DecodeError as exc:
-        raise CoordinatorRecordError(f"{what} v{version}: {exc}") from None
-
-
 def decode_transaction_log_key(data: bytes | memoryview) -> TransactionKey | UnknownKey:
     """A :class:`TransactionKey`, or :class:`UnknownKey` for a key version this kraftpy does not know."""
-    version, body = _split(data, "TransactionLogKey")
+    version, body = split_version(data, "TransactionLogKey")
     if version not in TransactionLogKey.SCHEMA.versions:
         return UnknownKey(version)
-    return TransactionKey(_decode(TransactionLogKey, version, body, "TransactionLogKey").transactional_id)
+    return TransactionKey(decode_body(TransactionLogKey, version, body, "TransactionLogKey").transactional_id)
 
 
 def decode_transaction_log_value(data: bytes | memoryview | None) -> TransactionLogEntry | None:
     """The entry, or None for a tombstone (the transactional id expired)."""
     if data is None:
         return None
-    version, body = _split(data, "TransactionLogValue")
+    version, body = split_version(data, "TransactionLogValue")
     if version not in TransactionLogValue.SCHEMA.versions:
         raise CoordinatorRecordError(f"TransactionLogValue has unknown version {version}")
-    value = _decode(TransactionLogValue, version, body, "TransactionLogValue")
+    value = decode_body(TransactionLogValue, version, body, "TransactionLogValue")
     try:
         status = TransactionStatus(value.transaction_status)
     except ValueError:
