@@ -4,7 +4,7 @@
 ``groups``, ``reassign``, ``leaders``): it connects to one of the ``--bootstrap-server`` addresses,
 learns each broker's API versions (ApiVersions) and the cluster's brokers (Metadata), and sends each
 request at the highest version both sides speak, to any broker, to a given broker, or to a group's
-coordinator. A broker forwards what the controller decides (CreateTopics, IncrementalAlterConfigs,
+or a transactional id's coordinator. A broker forwards what the controller decides (CreateTopics, IncrementalAlterConfigs,
 ElectLeaders, reassignments) to the active controller itself, so the client never needs the
 controller's address for those.
 
@@ -30,8 +30,12 @@ from kraftpy.protocol.errors import ErrorCode, ProtocolError
 from kraftpy.protocol.messages import (
     REQUESTS,
     ApiVersionsRequest,
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
     FindCoordinatorRequest,
+    ListTransactionsRequest,
     MetadataRequest,
+    WriteTxnMarkersRequest,
 )
 
 #: The client keys ``--command-config`` accepts, with their defaults (Kafka's names and meanings).
@@ -40,6 +44,12 @@ CLIENT_CONFIG_KEYS: dict[str, str] = {
     "request.timeout.ms": "30000",
     "default.api.timeout.ms": "60000",
 }
+
+
+#: FindCoordinator's key types: a consumer group, a transactional id.
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+_KEY_SUBJECTS = {KEY_TYPE_GROUP: "group", KEY_TYPE_TRANSACTION: "transactional id"}
 
 
 class AdminError(Exception):
@@ -262,15 +272,20 @@ class AdminClient:
     async def refresh_metadata(self) -> None:
         await self.metadata([])
 
-    async def find_coordinator(self, group: str) -> int:
-        """The node id of ``group``'s coordinator (FindCoordinator, retried while it loads)."""
+    async def find_coordinator(self, group: str, *, key_type: int = KEY_TYPE_GROUP) -> int:
+        """The node id of ``group``'s coordinator (FindCoordinator, retried while it loads); with
+        ``key_type=KEY_TYPE_TRANSACTION``, ``group`` is a transactional id."""
+        subject = f"{_KEY_SUBJECTS.get(key_type, 'key')} {group}"
         with trio.move_on_after(self.config.api_timeout_s):
             while True:
                 version = self.version_for(ApiKey.FIND_COORDINATOR)
+                if key_type != KEY_TYPE_GROUP and version < 1:
+                    raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "the broker finds group coordinators only",
+                                     subject=subject)
                 if version >= 4:
-                    request = FindCoordinatorRequest(key_type=0, coordinator_keys=[group])
+                    request = FindCoordinatorRequest(key_type=key_type, coordinator_keys=[group])
                 else:
-                    request = FindCoordinatorRequest(key=group, key_type=0)
+                    request = FindCoordinatorRequest(key=group, key_type=key_type)
                 response = await self.request(ApiKey.FIND_COORDINATOR, request, version=version)
                 if version >= 4:
                     entry = response.coordinators[0]
@@ -282,11 +297,52 @@ class AdminClient:
                         await self.refresh_metadata()
                     return node_id
                 if not ErrorCode.for_code(code).retriable:
-                    raise KafkaError(code, message, subject=f"group {group}")
+                    raise KafkaError(code, message, subject=subject)
                 await trio.sleep(0.1)
         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no coordinator found within "
-                         f"default.api.timeout.ms={int(self.config.api_timeout_s * 1000)}", subject=f"group {group}")
+                         f"default.api.timeout.ms={int(self.config.api_timeout_s * 1000)}", subject=subject)
 
     async def coordinator_request(self, group: str, api_key: int, body: Any, *, version: int | None = None) -> Any:
         node_id = await self.find_coordinator(group)
         return await self.request(api_key, body, node_id=node_id, version=version)
+
+    # -- transactions (KIP-664) --------------------------------------------------------------------
+
+    async def list_transactions(self, node_id: int, *, states: list[str] | None = None,
+                                producer_ids: list[int] | None = None, duration_ms: int = -1) -> Any:
+        """ListTransactions to one broker: the transactional ids it coordinates, filtered by state
+        names (``Ongoing``...), producer ids and (version 1) a minimum running time."""
+        await self._connection_for(node_id)
+        version = self.version_for(ApiKey.LIST_TRANSACTIONS, node_id)
+        if duration_ms >= 0 and version < 1:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "the broker cannot filter transactions by duration",
+                             subject=f"broker {node_id}")
+        request = ListTransactionsRequest(state_filters=list(states or ()), producer_id_filters=list(producer_ids or ()),
+                                          duration_filter=duration_ms)
+        return await self.request(ApiKey.LIST_TRANSACTIONS, request, node_id=node_id, version=version)
+
+    async def describe_transactions(self, transactional_ids: list[str], *, node_id: int) -> Any:
+        """DescribeTransactions to the coordinator ``node_id`` of the ids (`find_coordinator` with
+        ``KEY_TYPE_TRANSACTION``)."""
+        return await self.request(ApiKey.DESCRIBE_TRANSACTIONS,
+                                  DescribeTransactionsRequest(transactional_ids=list(transactional_ids)),
+                                  node_id=node_id)
+
+    async def describe_producers(self, partitions: Mapping[str, list[int]], *, node_id: int) -> Any:
+        """DescribeProducers to ``node_id`` (the partitions' leader) for ``{topic: [partition...]}``."""
+        request = DescribeProducersRequest(topics=[
+            DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=sorted(parts))
+            for topic, parts in partitions.items()])
+        return await self.request(ApiKey.DESCRIBE_PRODUCERS, request, node_id=node_id)
+
+    async def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, *,
+                                committed: bool, partitions: Mapping[str, list[int]], node_id: int) -> Any:
+        """WriteTxnMarkers to ``node_id`` (the partitions' leader): one marker of the producer's
+        transaction, COMMIT when ``committed`` else ABORT, in each of ``{topic: [partition...]}``.
+        What Kafka's Admin.abortTransaction sends to end a hanging transaction."""
+        request = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
+            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=committed,
+            coordinator_epoch=coordinator_epoch, topics=[
+                WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=topic, partition_indexes=sorted(parts))
+                for topic, parts in partitions.items()])])
+        return await self.request(ApiKey.WRITE_TXN_MARKERS, request, node_id=node_id)

@@ -14,6 +14,7 @@ from kraftpy.cli.groups import app as groups_app
 from kraftpy.cli.leaders import app as leaders_app
 from kraftpy.cli.reassign import app as reassign_app
 from kraftpy.cli.topics import app as topics_app
+from kraftpy.cli.transactions import app as transactions_app
 
 app = typer.Typer(
     name="kraftpy",
@@ -36,6 +37,7 @@ app.add_typer(groups_app, name="groups")
 app.add_typer(console_app, name="console")
 app.add_typer(reassign_app, name="reassign")
 app.add_typer(leaders_app, name="leaders")
+app.add_typer(transactions_app, name="transactions")
 servers.register(app)
 app.command("dev")(dev.dev)
 app.command("dump-log")(dump_log)
