@@ -27,6 +27,18 @@ The group workload adds the operations of consumers in one consumer group:
   assignment changing: `partitions` were added to or taken from it (`error` is `lost` for
   partitions lost without a revocation), `member_id` is the coordinator's id for it.
 
+The transaction workload (`tests.jepsen.txn`) adds:
+
+- `txn`: one transaction of a transactional producer or of the consume-transform-produce process
+  (`member` names the client, `txn_id` its `transactional.id`). `writes` holds
+  `[topic, partition, offset, value]` (the offset is null until a delivery report named it), `reads`
+  the records the transform consumed for it, `offsets` the `[partition, offset]` pairs it sent with
+  `send_offsets_to_transaction`. `ok`: committed; `fail`: certainly not committed (never asked to
+  commit, or aborted); `info`: unknown;
+- `txn-poll`: one poll of a consumer (`isolation` is `read_committed` or `read_uncommitted`),
+  `reads` in the order received;
+- `txn-final-read`: after healing, one read_committed pass over a topic-partition up to its end.
+
 Fields: `index` (position in the history), `type`, `f`, `process`, `time` (monotonic nanoseconds
 since the start of the test), `value` (the value a send wrote), `key` and `partition` (where it was
 sent, or the partition a consumer reads), `offset` (the offset the broker answered for a send),
@@ -62,7 +74,11 @@ COMMITTED = "committed"
 DRAIN = "drain"
 ASSIGN = "assign"
 REVOKE = "revoke"
-FS = (SEND, POLL, FINAL_READ, NEMESIS, CONSUME, COMMIT, COMMITTED, DRAIN, ASSIGN, REVOKE)
+TXN = "txn"
+TXN_POLL = "txn-poll"
+TXN_FINAL_READ = "txn-final-read"
+FS = (SEND, POLL, FINAL_READ, NEMESIS, CONSUME, COMMIT, COMMITTED, DRAIN, ASSIGN, REVOKE, TXN, TXN_POLL,
+      TXN_FINAL_READ)
 #: events recorded on their own, not as an invocation and a completion
 EVENT_FS = (NEMESIS, ASSIGN, REVOKE)
 
@@ -91,6 +107,12 @@ def _offsets(value: Any) -> list[tuple[int, int]] | None:
     return [(int(p), int(o)) for p, o in value]
 
 
+def _topic_records(value: Any) -> list[tuple[str, int, int | None, Any]] | None:
+    if value is None:
+        return None
+    return [(str(t), int(p), None if o is None else int(o), v) for t, p, o, v in value]
+
+
 def _partitions(value: Any) -> list[int] | None:
     if value is None:
         return None
@@ -117,6 +139,10 @@ class Op:
     member_id: str | None = None
     offsets: list[tuple[int, int]] | None = attrs.field(default=None, converter=_offsets)
     partitions: list[int] | None = attrs.field(default=None, converter=_partitions)
+    reads: list[tuple[str, int, int | None, Any]] | None = attrs.field(default=None, converter=_topic_records)
+    writes: list[tuple[str, int, int | None, Any]] | None = attrs.field(default=None, converter=_topic_records)
+    isolation: str | None = None
+    txn_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The op as a JSON object, leaving out the fields that are None."""
@@ -125,7 +151,7 @@ class Op:
             v = getattr(self, field.name)
             if v is None:
                 continue
-            if field.name in ("records", "offsets"):
+            if field.name in ("records", "offsets", "reads", "writes"):
                 v = [list(r) for r in v]
             out[field.name] = v
         return out

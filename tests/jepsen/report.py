@@ -16,12 +16,15 @@ from typing import Any
 
 from tests.jepsen.checker import check, pair_ops
 from tests.jepsen.history import FAIL, INFO, NEMESIS, OK, Op, read_history
+from tests.jepsen.txn_checker import check_txn, is_txn_history
 
 RESULTS = "results.json"
 SUMMARY = "summary.txt"
 PLOT = "latency-throughput.png"
 HISTORY = "history.jsonl"
 #: what the runner adds to details.group (kept when a report is rewritten)
+TXN_ANOMALIES = ("aborted_reads", "lost_committed_writes", "duplicated_committed_writes", "g0", "g1c",
+                 "nonmonotonic_polls", "transform_lost")
 RUN_FACTS = ("group_id", "assignor", "static_members", "members_started", "members_stopped", "members_killed")
 
 
@@ -61,6 +64,8 @@ def write_results(results: dict[str, Any], out: Path) -> Path:
 
 
 def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
+    if results.get("workload") == "txn":
+        return txn_summary_lines(results, windows)
     lines = [
         f"valid: {results['valid']}",
         f"seed: {results['seed']}    nemesis: {results['nemesis']}",
@@ -117,6 +122,47 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def txn_summary_lines(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
+    """The summary of a transaction-workload run."""
+    details = results.get("details", {})
+    txns = details.get("transactions", {})
+    ru = details.get("read_uncommitted", {})
+    lines = [
+        f"valid: {results['valid']}    ok: {results['ok']}",
+        f"seed: {results['seed']}    nemesis: {results['nemesis']}",
+        f"transactions: committed={txns.get('committed')} aborted={txns.get('aborted')} "
+        f"(deliberately {txns.get('deliberately_aborted')}) unknown={txns.get('unknown')} "
+        f"transform_committed={txns.get('transform_committed')}",
+        f"committed records: {results['acked']}    read_committed values read: "
+        f"{details.get('read_committed_values')}    availability: "
+        + ("n/a" if results["availability"] is None else f"{results['availability'] * 100:.1f}%"),
+        "anomalies: " + ", ".join(f"{k}={results[k]}" for k in TXN_ANOMALIES),
+        f"unseen={details.get('unseen_count')} transform_unseen={details.get('transform_unseen_count')} "
+        f"inconsistent_offsets={details.get('inconsistent_offsets_count')} "
+        f"unexpected={details.get('unexpected_count')} ww_interleavings (allowed)={details.get('ww_interleavings')}",
+        f"read_uncommitted: {ru.get('records')} records, {ru.get('aborted_records_seen')} of aborted transactions",
+    ]
+    for f, lat in sorted(results.get("latency", {}).items()):
+        lines.append(f"latency {f}: n={lat['count']} p50={lat['p50_ms']:.1f}ms p90={lat['p90_ms']:.1f}ms "
+                     f"p99={lat['p99_ms']:.1f}ms max={lat['max_ms']:.1f}ms")
+    for f, c in sorted(details.get("ops", {}).items()):
+        lines.append(f"ops {f}: " + " ".join(f"{k}={v}" for k, v in c.items()))
+    if details.get("network"):
+        lines.append(f"network: {details['network']}")
+    lines.extend(f"harness error: {e}" for e in details.get("harness_errors") or ())
+    for key, value in sorted((details.get("txn_run") or {}).items()):
+        lines.append(f"run: {key}={value}")
+    lines.append(f"faults: {len(windows)}")
+    for w in windows:
+        lines.append(f"  {w['start'] / 1e9:8.2f}s - {w['stop'] / 1e9:8.2f}s  {w['label']}")
+    for key in (*TXN_ANOMALIES, "unseen", "inconsistent_offsets", "unexpected"):
+        items = details.get(key) or []
+        if items:
+            lines.append(f"{key} (first {min(len(items), 5)}):")
+            lines.extend(f"  {json.dumps(item, default=str)}" for item in items[:5])
+    return "\n".join(lines) + "\n"
+
+
 def plot(history: list[Op], windows: list[dict[str, Any]], path: Path, title: str = "") -> Path:
     """Latency scatter (ok/fail/info, one marker per f) above ok-throughput per second, with the fault
     windows shaded in both. Needs matplotlib."""
@@ -127,7 +173,8 @@ def plot(history: list[Op], windows: list[dict[str, Any]], path: Path, title: st
 
     colors = {OK: "#1f77b4", FAIL: "#d62728", INFO: "#ff7f0e"}
     markers = {"send": "o", "poll": "s", "final-read": "^", "consume": "D", "commit": "P", "committed": "X",
-               "drain": "v"}
+               "drain": "v",
+               "txn": "o", "txn-poll": "s", "txn-final-read": "^"}
     points: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     throughput: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for inv, comp in pair_ops(history):
@@ -200,10 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     if old.exists():
         prev = json.loads(old.read_text())
         seed, nemesis = prev.get("seed"), prev.get("nemesis")
-    results = check(history, seed=seed, nemesis=nemesis)
+    if is_txn_history(history):
+        results = check_txn(history, seed=seed, nemesis=nemesis)
+    else:
+        results = check(history, seed=seed, nemesis=nemesis)
     # what the runner knew and the history does not say
     prev_details = prev.get("details", {})
-    for key in ("network", "harness_errors"):
+    for key in ("network", "harness_errors", "txn_run"):
         if key in prev_details:
             results["details"][key] = prev_details[key]
     if "group" in results["details"]:
