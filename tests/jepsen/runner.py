@@ -20,6 +20,12 @@ after healing, the group drains (consumes and commits up to every high watermark
 read, and the checker adds the group checks. The nemesis may then also strike the group's
 coordinator.
 
+`--workload txn` runs transactional producers, read_committed and read_uncommitted consumers and a
+consume-transform-produce process over three topics (`tests.jepsen.txn`); after healing the
+clients stop and a read_committed final read covers every partition, and the transaction checker
+(`tests.jepsen.txn_checker`) judges the history. The nemesis's `coordinator` variant then strikes
+the transform's transaction coordinator.
+
 `--dry-run` writes the configurations and the schedule and stops there.
 """
 
@@ -53,6 +59,8 @@ from tests.jepsen.group import ASSIGNORS, GroupWorkload, offsets_partition_for
 from tests.jepsen.history import FINAL_READ, POLL, SEND, Recorder
 from tests.jepsen.proxy import Route, SocketOwners, ThreadedProxy
 from tests.jepsen.report import HISTORY, RUN_FACTS, write_report
+from tests.jepsen.txn import TxnWorkload, txn_topics
+from tests.jepsen.txn_checker import check_txn
 
 CONTROLLER_PORT = 9093
 CLIENT_LOG = "clients.log"
@@ -60,8 +68,9 @@ CLIENT_LOGGER = logging.getLogger("tests.jepsen.clients")
 CLIENT_LOGGER.propagate = False
 BROKER_PORT = 9092
 NETWORKS = ("auto", "netns", "proxy", "none")
-WORKLOADS = ("queue", "group")
+WORKLOADS = ("queue", "group", "txn")
 OFFSETS_TOPIC = "__consumer_offsets"
+TXN_STATE_TOPIC = "__transaction_state"
 
 
 class HarnessError(RuntimeError):
@@ -99,6 +108,7 @@ class Plan:
     replication_factor: int
     min_insync: int
     offsets_partitions: int = 50
+    txn_partitions: int = 50
 
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
@@ -129,7 +139,7 @@ def cluster_id_for(seed: int) -> str:
 
 def plan_cluster(out: Path, *, seed: int, controllers: int = 3, brokers: int = 3, network: str = "netns",
                  base_port: int = 19000, partitions: int = 3, replication_factor: int = 3,
-                 min_insync: int = 2, offsets_partitions: int = 50) -> Plan:
+                 min_insync: int = 2, offsets_partitions: int = 50, txn_partitions: int = 50) -> Plan:
     """Names, ids, addresses and files of every node. Controllers are c1..cN with node ids 1..N,
     brokers b1..bM with node ids 101..100+M.
 
@@ -161,7 +171,7 @@ def plan_cluster(out: Path, *, seed: int, controllers: int = 3, brokers: int = 3
                 controllers=tuple(s for s in specs if s.role == "controller"),
                 brokers=tuple(s for s in specs if s.role == "broker"),
                 partitions=partitions, replication_factor=replication_factor, min_insync=min_insync,
-                offsets_partitions=offsets_partitions)
+                offsets_partitions=offsets_partitions, txn_partitions=txn_partitions)
 
 
 def render_config(node: NodeSpec, plan: Plan) -> str:
@@ -188,6 +198,10 @@ def render_config(node: NodeSpec, plan: Plan) -> str:
         ("min.insync.replicas", str(plan.min_insync)),
         ("offsets.topic.replication.factor", str(plan.replication_factor)),
         ("offsets.topic.num.partitions", str(plan.offsets_partitions)),
+        ("transaction.state.log.num.partitions", str(plan.txn_partitions)),
+        ("transaction.state.log.replication.factor", str(plan.replication_factor)),
+        ("transaction.state.log.min.isr", str(plan.min_insync)),
+        ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "1000"),
         ("unclean.leader.election.enable", "false"),
         ("auto.create.topics.enable", "false"),
         ("broker.heartbeat.interval.ms", "500"),
@@ -301,12 +315,13 @@ class ProcessCluster:
     DIR/logs/NAME.log, appended across restarts."""
 
     def __init__(self, plan: Plan, cmd: Sequence[str], *, topic: str, group: str | None = None,
-                 wrap: Callable[[str, list[str]], list[str]] = lambda name, c: c,
+                 txn_id: str | None = None, wrap: Callable[[str, list[str]], list[str]] = lambda name, c: c,
                  log: Callable[[str], Any] = print) -> None:
         self.plan = plan
         self.cmd = list(cmd)
         self.topic = topic
         self.group = group
+        self.txn_id = txn_id
         self.wrap = wrap
         self.log = log
         self._nodes = [RunningNode(spec) for spec in plan.nodes]
@@ -415,16 +430,19 @@ class ProcessCluster:
         return self._broker_name(t.partitions[partition].leader)
 
     def group_coordinator(self) -> str | None:
-        """The broker leading the group's `__consumer_offsets` partition (from Metadata), or None."""
+        """The broker leading the group's `__consumer_offsets` partition (from Metadata), or None; in a
+        transaction campaign the leader of the transform's `__transaction_state` partition (Kafka maps
+        a transactional id as it maps a group)."""
         from confluent_kafka.admin import AdminClient
 
-        if self.group is None:
+        if self.group is None and self.txn_id is None:
             return None
+        topic, key = (TXN_STATE_TOPIC, self.txn_id) if self.txn_id else (OFFSETS_TOPIC, self.group)
         admin = AdminClient(client_config(self.plan, **{"socket.timeout.ms": 3000}))
-        t = admin.list_topics(OFFSETS_TOPIC, timeout=3).topics.get(OFFSETS_TOPIC)
+        t = admin.list_topics(topic, timeout=3).topics.get(topic)
         if t is None or t.error is not None or not t.partitions:
             return None
-        partition = t.partitions.get(offsets_partition_for(self.group, len(t.partitions)))
+        partition = t.partitions.get(offsets_partition_for(key, len(t.partitions)))
         return None if partition is None else self._broker_name(partition.leader)
 
     def is_back(self, name: str) -> bool:
@@ -775,13 +793,21 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--network", choices=NETWORKS, default="auto",
                     help="netns (root), proxy, none; auto picks netns when it works, else proxy")
     ap.add_argument("--workload", choices=WORKLOADS, default="queue",
-                    help="queue (assign() consumers) or group (members of one consumer group); default queue")
+                    help="queue (assign() consumers), group (members of one consumer group) or txn "
+                         "(transactions); default queue")
     ap.add_argument("--producers", type=int, default=3)
-    ap.add_argument("--consumers", type=int, default=3, help="consumers, or group members (default 3)")
+    ap.add_argument("--consumers", type=int, default=3,
+                    help="consumers, group members, or read_committed consumers (txn) (default 3)")
+    ap.add_argument("--abort-every", type=int, default=5,
+                    help="txn: about one transaction in N is aborted on purpose (default 5)")
+    ap.add_argument("--transaction-timeout-ms", type=int, default=10000,
+                    help="txn: the clients' transaction.timeout.ms (default 10000)")
+    ap.add_argument("--txn-partitions", type=int, default=50,
+                    help="transaction.state.log.num.partitions of the cluster (default 50, Kafka's)")
     ap.add_argument("--assignor", default="range", choices=ASSIGNORS,
                     help="group: the members' partition.assignment.strategy (default range)")
     ap.add_argument("--churn-interval", type=float, default=8.0,
-                    help="group: seconds between member replacements (default 8)")
+                    help="group, txn: seconds between member (client) replacements (default 8)")
     ap.add_argument("--static-members", action="store_true",
                     help="group: members keep their slot's group.instance.id across replacements")
     ap.add_argument("--session-timeout-ms", type=int, default=6000, help="group: the members' session.timeout.ms")
@@ -825,11 +851,11 @@ def run(args: argparse.Namespace) -> int:
         network = choose_network(args.network, kinds)
         plan = plan_cluster(out, seed=seed, controllers=args.nodes, brokers=args.brokers, network=network,
                             base_port=args.base_port, partitions=args.partitions,
-                            offsets_partitions=args.offsets_partitions)
+                            offsets_partitions=args.offsets_partitions, txn_partitions=args.txn_partitions)
         write_configs(plan)
         faults = nm.schedule(seed, kinds, [c.name for c in plan.controllers], [b.name for b in plan.brokers],
                              args.time_limit, interval=args.interval, partitions=args.partitions,
-                             group=args.workload == "group")
+                             group=args.workload in ("group", "txn"))
         (out / "schedule.json").write_text(json.dumps(
             {"seed": seed, "nemesis": list(kinds), "network": network, "time_limit": args.time_limit,
              "workload": args.workload, "faults": [f.to_json() for f in faults]}, indent=2) + "\n")
@@ -854,7 +880,8 @@ def run(args: argparse.Namespace) -> int:
 def _campaign(args: argparse.Namespace, plan: Plan, cmd: list[str], faults: list[nm.Fault],
               kinds: Sequence[str], seed: int, log: Log) -> int:
     group = group_id(seed) if args.workload == "group" else None
-    cluster = ProcessCluster(plan, cmd, topic=args.topic, group=group, log=log)
+    txn_id = f"jepsen-transform-{seed}" if args.workload == "txn" else None
+    cluster = ProcessCluster(plan, cmd, topic=args.topic, group=group, txn_id=txn_id, log=log)
     client_log = log_clients_to(plan.out / CLIENT_LOG)
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(CLIENT_LOGGER.removeHandler, client_log)
@@ -865,17 +892,20 @@ def _campaign(args: argparse.Namespace, plan: Plan, cmd: list[str], faults: list
 def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, faults: list[nm.Fault],
                  kinds: Sequence[str], seed: int, log: Log) -> int:
     members: GroupWorkload | None = None
+    txns: TxnWorkload | None = None
     with network_backend(plan.network, plan, cluster.pids, seed) as net:
         if isinstance(net, nm.NetnsNetwork):
             cluster.wrap = net.wrap
         try:
             cluster.start_all()
             wait_for_cluster(plan, cluster, args.startup_timeout, log)
-            create_topic(plan, args.topic, args.startup_timeout, log)
+            for topic in txn_topics(args.topic) if cluster.txn_id else (args.topic,):
+                create_topic(plan, topic, args.startup_timeout, log)
             with open(plan.out / HISTORY, "w") as sink:
                 recorder = Recorder(sink)
-                workload = Workload(plan, recorder, topic=args.topic, seed=seed, producers=args.producers,
-                                    consumers=0 if cluster.group else args.consumers,
+                workload = Workload(plan, recorder, topic=args.topic, seed=seed,
+                                    producers=0 if cluster.txn_id else args.producers,
+                                    consumers=0 if cluster.group or cluster.txn_id else args.consumers,
                                     op_timeout=args.op_timeout, log=log)
                 if cluster.group:
                     members = GroupWorkload(
@@ -885,11 +915,21 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
                         session_timeout_ms=args.session_timeout_ms, op_timeout=args.op_timeout, out=plan.out,
                         next_process=workload.next_process, client_config=lambda **kw: client_config(plan, **kw),
                         log=log)
+                if cluster.txn_id:
+                    txns = TxnWorkload(
+                        bootstrap=plan.bootstrap, recorder=recorder, topic=args.topic, partitions=plan.partitions,
+                        seed=seed, producers=args.producers, read_committed=args.consumers,
+                        churn_interval=args.churn_interval, abort_every=args.abort_every,
+                        transaction_timeout_ms=args.transaction_timeout_ms, op_timeout=args.op_timeout,
+                        out=plan.out, next_process=workload.next_process,
+                        client_config=lambda **kw: client_config(plan, **kw), log=log)
                 nemesis = nm.Nemesis(cluster, net)
                 runner = nm.ScheduleRunner(faults, nemesis, recorder.nemesis, log=log)
                 workload.start()
                 if members:
                     members.start()
+                if txns:
+                    txns.start()
                 runner.start()
                 time.sleep(args.time_limit)  # the workload's own duration
                 runner.abort()
@@ -897,6 +937,8 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
                 nemesis.heal_all()
                 if members:
                     members.stop_churn()
+                if txns:
+                    txns.stop_churn()
                 workload.join()
                 log(f"workload done: {len(recorder.ops)} ops; healed; final read")
                 for name in [n.name for n in cluster.nodes()]:
@@ -906,21 +948,36 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
                 if members:
                     members.drain(args.drain_timeout)
                     members.stop()
-                workload.final_read(args.final_read_timeout)
+                if txns:
+                    txns.stop()
+                    txns.final_read(args.final_read_timeout)
+                else:
+                    workload.final_read(args.final_read_timeout)
                 history = recorder.ops
         finally:
             if members:
                 members.kill_all()
+            if txns:
+                txns.kill_all()
             cluster.stop_all()
-    results = check(history, seed=seed, nemesis=list(kinds))
+    if txns:
+        results = check_txn(history, seed=seed, nemesis=list(kinds))
+    else:
+        results = check(history, seed=seed, nemesis=list(kinds))
     results["details"]["network"] = plan.network
-    results["details"]["harness_errors"] = runner.errors + workload.errors + (members.errors if members else [])
+    results["details"]["harness_errors"] = runner.errors + workload.errors + (members.errors if members else []) \
+        + (txns.errors if txns else [])
     if nemesis.rolls:
         results["details"]["rolls"] = nemesis.rolls
     if members:
         facts = (cluster.group, args.assignor, args.static_members, len(members.all),
                  members.replacements["term"], members.replacements["kill"])
         results["details"].setdefault("group", {}).update(zip(RUN_FACTS, facts, strict=True))
+    if txns:
+        results["details"]["txn_run"] = {
+            "clients_started": len(txns.all), "clients_stopped": txns.replacements["term"],
+            "clients_killed": txns.replacements["kill"], "transform_group": txns.group,
+            "topics": ",".join(txns.topics)}
     write_report(history, results, plan.out)
     sys.stdout.write((plan.out / "summary.txt").read_text())
     return 0 if results["valid"] is True else 1
