@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ORDER = ["storage", "cleaner", "protocol", "validation", "raft", "metadata", "broker", "restart", "roll", "scale", "replication", "groups",
-         "spark"]
+         "txn", "spark"]
 
 
 def main(argv: list[str]) -> int:
