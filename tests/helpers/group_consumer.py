@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import threading
@@ -107,6 +108,14 @@ def run_kafka_python(args: argparse.Namespace, stop: threading.Event) -> None:
                              heartbeat_interval_ms=heartbeat_ms(args),
                              group_instance_id=args.instance_id or None, metadata_max_age_ms=1000)
     consumer.subscribe([args.topic], listener=Listener())
+    # Metadata before the first poll. kafka-python (3.0.x) joins the group before it has the topic's
+    # metadata, so the first leader assigns nothing and rejoins when the metadata comes; a rejoin that
+    # only a metadata change asked for is lost if its JoinGroup/SyncGroup round finishes while no
+    # poll() waits on it (the leader's assignment makes need_rejoin() false, so no later poll
+    # collects the result): the member never takes its assignment and never heartbeats again, and
+    # the coordinator removes it at its session timeout. topics() waits for a metadata response,
+    # which gives the group's leader the topic's partitions before it first assigns.
+    consumer.topics()
     try:
         while not stop.is_set():
             polled = consumer.poll(timeout_ms=200)
@@ -194,6 +203,9 @@ def main() -> None:
     parser.add_argument("--assignor", default="")
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
     args = parser.parse_args()
+    # The client's own account of joins, syncs and errors goes to stderr, which a failing test shows.
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     emit("started", client=args.client)

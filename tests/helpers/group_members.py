@@ -151,7 +151,7 @@ class Member:
                 out[int(p)] = o
         return out
 
-    def tail(self, n: int = 15) -> str:
+    def tail(self, n: int = 25) -> str:
         with self.cond:
             return "\n".join([*map(json.dumps, self.lines[-n:]), *self.stderr[-n:]])
 
