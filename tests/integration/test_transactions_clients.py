@@ -437,9 +437,12 @@ def leaders(bootstrap: str, topic: str) -> dict[int, int]:
     return {p: m.leader for p, m in metadata.topics[topic].partitions.items()}
 
 
-def commit_through_a_kill(cluster, topic: str, transactional_id: str, victim: Callable[[], int]) -> None:
+def commit_through_a_kill(cluster, topic: str, transactional_id: str, victim: Callable[[], int],
+                          when: str = "called") -> None:
     """Send a transaction to every partition of ``topic``, call commit_transaction, kill -9 the broker
-    ``victim()`` names right after, and check that the transaction ended as a whole."""
+    ``victim()`` names right after the call (``when`` "called") or right after its answer ("answered":
+    PREPARE_COMMIT is written, the markers are on their way), and check that the transaction ended as
+    a whole."""
     from tests.helpers.deployments import create_topics
 
     bootstrap = cluster.bootstrap
@@ -468,6 +471,8 @@ def commit_through_a_kill(cluster, topic: str, transactional_id: str, victim: Ca
 
     committer = threading.Thread(target=commit, name="committer")
     committer.start()
+    if when == "answered":
+        committer.join(120)
     called.wait()
     cluster.brokers[killed].kill()
     committer.join(120)
@@ -487,8 +492,11 @@ def commit_through_a_kill(cluster, topic: str, transactional_id: str, victim: Ca
     got = read("confluent", bootstrap, partitions, COMMITTED, has_all(after), timeout=90)
     seen = set(values(got)) - after
     by_partition = {p: sum(1 for t, q, _, v in got if q == p and v in sent) for p in range(KILL_PARTITIONS)}
-    print(f"{transactional_id}: broker {killed} killed; commit_transaction "
-          f"{'returned' if error is None else 'failed: ' + error.str()}; read_committed read {by_partition}")
+    resumed = any(proc.find("resuming the completion of a prepared transaction", transactional_id=transactional_id)
+                  for proc in cluster.brokers.values())
+    print(f"{transactional_id}: broker {killed} killed after commit_transaction was {when}; it "
+          f"{'returned' if error is None else 'failed: ' + error.str()}; read_committed read {by_partition}; "
+          f"a new coordinator {'resumed' if resumed else 'did not resume'} a prepared commit")
     assert seen in (set(), sent), (
         f"half a transaction: read_committed read {by_partition} of {PER_PARTITION} per partition "
         f"(commit_transaction {'returned' if error is None else 'failed: ' + error.str()})")
@@ -498,15 +506,16 @@ def commit_through_a_kill(cluster, topic: str, transactional_id: str, victim: Ca
     assert set(values(everything)) == sent | after
 
 
-def test_kill_9_of_the_coordinator_mid_commit_ends_the_transaction_as_a_whole(processes):
+@pytest.mark.parametrize("when", ["called", "answered"])
+def test_kill_9_of_the_coordinator_mid_commit_ends_the_transaction_as_a_whole(processes, when):
     every_broker_back(processes)
-    txn_id = "killed-coordinator"
+    txn_id = f"killed-coordinator-{when}"
 
     def coordinator() -> int:
         partition = partition_for(txn_id, PROCESS_SETTINGS["transaction.state.log.num.partitions"])
         return leaders(processes.bootstrap, "__transaction_state")[partition]
 
-    commit_through_a_kill(processes, "kill-coordinator", txn_id, coordinator)
+    commit_through_a_kill(processes, f"kill-coordinator-{when}", txn_id, coordinator, when)
 
 
 def test_kill_9_of_a_partition_leader_mid_commit_ends_the_transaction_as_a_whole(processes):
