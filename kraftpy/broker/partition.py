@@ -228,6 +228,10 @@ class Partition:
         self.generation = 0
         #: Follower side: set when fetching must wait for new metadata (the leader said we are stale).
         self.fetch_blocked_generation = -1
+        #: First offsets of aborted transactions whose markers are appended and whose `.txnindex`
+        #: entries are still being written. Invariant: the LSO stays at or below each of them, so no
+        #: read_committed fetch returns their records before it can name them as aborted.
+        self._aborts_being_indexed: list[int] = []
         #: Set while `run_exclusive` has log work in a worker thread; appends wait for it.
         self._busy: trio.Event | None = None
         #: Told when log work left detached segments whose files must be removed later (the replica
@@ -273,7 +277,7 @@ class Partition:
     def last_stable_offset(self) -> int:
         """The LSO: the high watermark, or the first offset of the earliest transaction still open or
         whose marker the high watermark has not passed, when lower (read_committed reads below it)."""
-        return min(self.producer_state.last_stable_offset, self.log.high_watermark)
+        return min(self.producer_state.last_stable_offset, self.log.high_watermark, *self._aborts_being_indexed)
 
     def _high_watermark_changed(self) -> None:
         """Tell the producer state where the high watermark is (transactions it passed are stable)."""
@@ -642,7 +646,14 @@ class Partition:
         segment = self.log.active_segment
         entries = [AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset)
                    for txn in completed]
-        await self.run_exclusive(segment.txn_index.append_all, entries)
+        # The producer state took these transactions as ended: until the entries are readable the
+        # LSO is held below them (else the high watermark could carry it past their records).
+        floor = min(txn.first_offset for txn in completed)
+        self._aborts_being_indexed.append(floor)
+        try:
+            await self.run_exclusive(segment.txn_index.append_all, entries)
+        finally:
+            self._aborts_being_indexed.remove(floor)
 
     async def append_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                                 committed: bool, *, now: int, leader_epoch: int | None = None) -> LeaderAppend:
