@@ -73,15 +73,19 @@ test: $(STAMP) system-deps
 docs: $(STAMP)
 	$(VENV)/bin/kraftpy config docs > docs/configuration.md
 
-# Fault-injection campaigns against a real cluster, one per workload: the queue workload, then the
-# consumer-group workload (--workload group), each with JEPSEN_ARGS and its own output directory
-# JEPSEN_OUT/WORKLOAD: make jepsen JEPSEN_ARGS="--time-limit 60 --nemesis all --seed 7" JEPSEN_WORKLOADS=group
+# Fault-injection campaigns against a real cluster, one per workload: the queue workload, the
+# consumer-group workload (--workload group), then the transaction workload (--workload txn), each
+# with JEPSEN_ARGS and its own output directory JEPSEN_OUT/WORKLOAD:
+#   make jepsen JEPSEN_ARGS="--time-limit 60 --nemesis all --seed 7" JEPSEN_WORKLOADS=group
+# A --workload W in JEPSEN_ARGS runs that workload alone: make jepsen JEPSEN_ARGS="--workload txn --nemesis all"
 JEPSEN_ARGS ?= --time-limit 60 --nemesis all
-JEPSEN_WORKLOADS ?= queue group
+JEPSEN_WORKLOADS ?= queue group txn
 JEPSEN_OUT ?= jepsen-runs/latest
 jepsen: $(STAMP) system-deps
-	@status=0; \
-	for workload in $(JEPSEN_WORKLOADS); do \
+	@status=0; workloads="$(JEPSEN_WORKLOADS)"; \
+	case " $(JEPSEN_ARGS) " in *" --workload "*) \
+	  workloads=$$(echo " $(JEPSEN_ARGS) " | sed -E 's/.* --workload +([a-z]+).*/\1/');; esac; \
+	for workload in $$workloads; do \
 	  $(PY) -m tests.jepsen.runner $(JEPSEN_ARGS) --workload $$workload --out $(JEPSEN_OUT)/$$workload; \
 	  code=$$?; [ $$code -gt $$status ] && status=$$code; \
 	done; exit $$status

@@ -31,6 +31,7 @@ outcome, after an abort of the transform, and at every change of the transform's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import random
@@ -90,7 +91,7 @@ class Client:
             "acks": "all",
             "enable.idempotence": True,
             "linger.ms": 2,
-            "message.timeout.ms": int(a.op_timeout * 1000),
+            "message.timeout.ms": min(int(a.op_timeout * 1000), a.transaction_timeout_ms),  # librdkafka's rule
             "request.timeout.ms": max(1000, int(a.op_timeout * 500)),
             "topic.metadata.refresh.interval.ms": 2000,
             "reconnect.backoff.max.ms": 1000,
@@ -101,7 +102,8 @@ class Client:
         """A new producer under the transactional id; init_transactions fences the one before (and
         aborts its open transaction). Asked again until it works or the client is stopped."""
         if self.producer is not None:
-            self.producer.flush(0)
+            with contextlib.suppress(KafkaException):  # a fenced or failed producer raises its fatal error
+                self.producer.flush(0)
         while not self.stopping:
             producer = Producer(self.producer_config())
             try:
