@@ -14,6 +14,7 @@ import json
 import sys
 import time
 
+import pytest
 import trio
 from typer.testing import CliRunner
 
@@ -30,11 +31,14 @@ from kraftpy.cli.transactions import (
     hanging_rows,
     producer_rows,
 )
+from kraftpy.coordinator.txn_state import TxnConfig
 from kraftpy.protocol.batch_header import read_header
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.records import SimpleRecord, build_batch
 from kraftpy.storage.txn_index import AbortedTxn
 from tests.helpers.cluster import open_cluster
+
+ck = pytest.importorskip("confluent_kafka")
 
 HANGING = 4242  # a producer id no transaction coordinator knows
 
@@ -172,3 +176,104 @@ async def test_abort_by_producer_ends_a_hanging_transaction(tmp_path):
                                      "--producer-epoch", 0, "--coordinator-epoch", 0)
         assert unknown.returncode == 1
         assert unknown.stderr.decode() == "kraftpy: topic nope: UNKNOWN_TOPIC_OR_PARTITION: the topic does not exist\n"
+
+
+# -- with a transactional producer -----------------------------------------------------------------
+
+TXN_CONFIG = TxnConfig(state_log_num_partitions=4, state_log_replication_factor=1, state_log_min_isr=1,
+                       abort_timed_out_transaction_cleanup_interval_ms=500)
+
+
+def transactional_producer(bootstrap: str, transactional_id: str) -> ck.Producer:
+    return ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                        "transaction.timeout.ms": 30000, "log_level": 0})
+
+
+async def test_the_commands_follow_a_live_transaction_and_repair_a_hanging_one(tmp_path):
+    async with open_cluster(tmp_path, brokers=1, transaction=TXN_CONFIG) as cluster:
+        await cluster.create_topic("a", partitions=2)
+        await cluster.create_topic("b")
+        await cluster.create_topic("c")
+        producer = transactional_producer(cluster.bootstrap, "app-1")
+
+        def open_transaction() -> None:
+            producer.init_transactions(30)
+            producer.begin_transaction()
+            for topic, partition in (("a", 0), ("a", 1), ("b", 0)):
+                producer.produce(topic, value=f"{topic}{partition}".encode(), partition=partition)
+            assert producer.flush(30) == 0
+
+        await trio.to_thread.run_sync(open_transaction)
+
+        described = await transactions(cluster, "describe", "--transactional-id", "app-1")
+        assert described.returncode == 0, described
+        (row,) = table(described.stdout.decode())
+        producer_id = int(row.pop("ProducerId"))
+        start, duration = int(row.pop("CurrentTransactionStartTimeMs")), int(row.pop("TransactionDurationMs"))
+        assert row == {"CoordinatorId": "1", "TransactionalId": "app-1", "ProducerEpoch": "0",
+                       "TransactionState": "Ongoing", "TransactionTimeoutMs": "30000", "TopicPartitions": "a-0,a-1,b-0"}
+        assert start <= now_ms() and duration >= 0
+        listed = await transactions(cluster, "list")
+        assert listed.returncode == 0, listed
+        assert table(listed.stdout.decode()) == [{"TransactionalId": "app-1", "Coordinator": "1",
+                                                  "ProducerId": str(producer_id), "TransactionState": "Ongoing"}]
+        listed = await transactions(cluster, "list", "--producer-id", producer_id, "--state", "ongoing", "--json")
+        assert json.loads(listed.stdout)["transactions"] == [
+            {"transactional_id": "app-1", "coordinator": 1, "producer_id": producer_id, "state": "Ongoing"}]
+        assert table((await transactions(cluster, "list", "--state", "CompleteCommit")).stdout.decode()) == []
+
+        producers = await transactions(cluster, "describe-producers", "--topic", "a", "--partition", 1)
+        assert producers.returncode == 0, producers
+        assert [(r["ProducerId"], r["ProducerEpoch"], r["CurrentTransactionStartOffset"])
+                for r in table(producers.stdout.decode())] == [(str(producer_id), "0", "0")]
+
+        # A transaction no coordinator knows, in c-0: the leader appended it, nobody will end it.
+        part = cluster.partition(1, "c")
+        assert await append(part, plain_batch(b"before")) == 0
+        assert await append(part, txn_batch(HANGING, 0, b"stuck")) == 1
+        assert await append(part, plain_batch(b"after")) == 2
+        assert part.last_stable_offset == 1
+
+        # Both transactions are open, only c-0's hangs; with the default 15 minutes, neither is old enough.
+        hanging = await transactions(cluster, "find-hanging", "--broker-id", 1, "--max-transaction-timeout", 0)
+        assert hanging.returncode == 0, hanging
+        assert [(r["Topic"], r["Partition"], r["ProducerId"], r["StartOffset"])
+                for r in table(hanging.stdout.decode())] == [("c", "0", str(HANGING), "1")]
+        assert table((await transactions(cluster, "find-hanging", "--broker-id", 1)).stdout.decode()) == []
+        assert table((await transactions(cluster, "find-hanging", "--topic", "a", "--max-transaction-timeout",
+                                         0)).stdout.decode()) == []
+
+        missing = await transactions(cluster, "abort", "--topic", "c", "--partition", 0, "--start-offset", 2)
+        assert missing.returncode == 1
+        assert missing.stderr.decode() == "kraftpy: c-0: no open transaction starts at offset 2 " \
+                                          "(describe-producers lists the open ones)\n"
+        aborted = await transactions(cluster, "abort", "--topic", "c", "--partition", 0, "--start-offset", 1)
+        assert aborted.returncode == 0, aborted
+        assert aborted.stdout.decode() == f"Aborted the transaction of producer {HANGING} (epoch 0, coordinator " \
+                                          f"epoch 0) in c-0.\n"
+        assert part.last_stable_offset == part.high_watermark == 4
+        assert table((await transactions(cluster, "find-hanging", "--broker-id", 1, "--max-transaction-timeout",
+                                         0)).stdout.decode()) == []
+
+        await trio.to_thread.run_sync(lambda: producer.commit_transaction(30))
+        done = await transactions(cluster, "describe", "--transactional-id", "app-1", "--json")
+        document = json.loads(done.stdout)
+        assert (document["state"], document["partitions"]) == ("CompleteCommit", [])
+        unknown = await transactions(cluster, "describe", "--transactional-id", "nobody")
+        assert unknown.returncode == 1
+        assert unknown.stderr.decode() == ("kraftpy: transactional id nobody: TRANSACTIONAL_ID_NOT_FOUND: "
+                                           "no coordinator knows this transactional id\n")
+
+        # The coordinator's own log, decoded: the id's last state is CompleteCommit, its transaction's
+        # partitions in the Ongoing and PrepareCommit records before it; a-0 holds the COMMIT marker.
+        coordinator_dirs = [d for d in (tmp_path / "broker-1").iterdir() if d.name.startswith("__transaction_state-")]
+        out = (await kraftpy("dump-log", "--deep", *coordinator_dirs)).stdout.decode()
+        states = [line for line in out.splitlines() if "transactionalId: 'app-1'" in line]
+        assert f"producerId: {producer_id} producerEpoch: 0 transactionTimeoutMs: 30000 state: Ongoing " \
+               "partitions: ['a'-0, 'a'-1, 'b'-0]" in "\n".join(states)
+        assert "state: PrepareCommit partitions: ['a'-0, 'a'-1, 'b'-0]" in "\n".join(states)
+        assert "state: CompleteCommit partitions: []" in states[-1]
+        a0 = (await kraftpy("dump-log", tmp_path / "broker-1" / "a-0")).stdout.decode()
+        assert f"producerId: {producer_id} producerEpoch: 0 baseSequence: -1 isTransactional: true isControl: true" \
+               in a0
+        assert "endTxnMarker: COMMIT coordinatorEpoch: " in a0
