@@ -23,6 +23,7 @@ from kraftpy.cli.main import app
 from kraftpy.cli.transactions import (
     DESCRIBE_HEADERS,
     HANGING_HEADERS,
+    LIST_HEADERS,
     OpenTransaction,
     ProducerState,
     TransactionDescription,
@@ -194,6 +195,8 @@ async def test_the_commands_follow_a_live_transaction_and_repair_a_hanging_one(t
         await cluster.create_topic("a", partitions=2)
         await cluster.create_topic("b")
         await cluster.create_topic("c")
+        nothing = await transactions(cluster, "list")  # before any transactional id: no __transaction_state yet
+        assert (nothing.returncode, nothing.stdout.decode()) == (0, "\t".join(LIST_HEADERS) + "\n"), nothing
         producer = transactional_producer(cluster.bootstrap, "app-1")
 
         def open_transaction() -> None:
