@@ -32,6 +32,7 @@ from kraftpy.cli.transactions import (
     hanging_rows,
     producer_rows,
 )
+from kraftpy.coordinator.group_coordinator import partition_for
 from kraftpy.coordinator.txn_state import TxnConfig
 from kraftpy.protocol.batch_header import read_header
 from kraftpy.protocol.errors import ErrorCode
@@ -280,3 +281,35 @@ async def test_the_commands_follow_a_live_transaction_and_repair_a_hanging_one(t
         assert f"producerId: {producer_id} producerEpoch: 0 baseSequence: -1 isTransactional: true isControl: true" \
                in a0
         assert "endTxnMarker: COMMIT coordinatorEpoch: " in a0
+
+
+async def test_list_merges_every_coordinators_ids(tmp_path):
+    # One transactional id in each __transaction_state partition; the partitions' leaders spread over
+    # three brokers, so the ids have at least two coordinators and list must ask every broker.
+    ids: dict[int, str] = {}
+    n = 0
+    while len(ids) < TXN_CONFIG.state_log_num_partitions:
+        ids.setdefault(partition_for(f"app-{n}", TXN_CONFIG.state_log_num_partitions), f"app-{n}")
+        n += 1
+    async with open_cluster(tmp_path, brokers=3, transaction=TXN_CONFIG) as cluster:
+        def init_all() -> None:
+            for transactional_id in ids.values():
+                transactional_producer(cluster.bootstrap, transactional_id).init_transactions(30)
+
+        await trio.to_thread.run_sync(init_all)
+        leaders = {cluster.leader("__transaction_state", p) for p in ids}
+        assert len(leaders) >= 2
+
+        listed = await transactions(cluster, "list", "--json")
+        assert listed.returncode == 0, listed
+        rows = json.loads(listed.stdout)["transactions"]
+        assert [r["transactional_id"] for r in rows] == sorted(ids.values())
+        assert {r["state"] for r in rows} == {"Empty"}
+        for partition, transactional_id in ids.items():
+            (row,) = [r for r in rows if r["transactional_id"] == transactional_id]
+            assert row["coordinator"] == cluster.leader("__transaction_state", partition)
+        one = rows[0]
+        described = await transactions(cluster, "describe", "--transactional-id", one["transactional_id"], "--json")
+        document = json.loads(described.stdout)
+        assert (document["coordinator"], document["producer_id"], document["state"], document["partitions"]) == (
+            one["coordinator"], one["producer_id"], "Empty", [])
