@@ -24,6 +24,7 @@ from kraftpy.cli.transactions import (
     DESCRIBE_HEADERS,
     HANGING_HEADERS,
     LIST_HEADERS,
+    PRODUCERS_HEADERS,
     OpenTransaction,
     ProducerState,
     TransactionDescription,
@@ -283,7 +284,7 @@ async def test_the_commands_follow_a_live_transaction_and_repair_a_hanging_one(t
         assert "endTxnMarker: COMMIT coordinatorEpoch: " in a0
 
 
-async def test_list_merges_every_coordinators_ids(tmp_path):
+async def test_list_merges_every_coordinators_ids_and_producers_are_asked_of_leaders(tmp_path):
     # One transactional id in each __transaction_state partition; the partitions' leaders spread over
     # three brokers, so the ids have at least two coordinators and list must ask every broker.
     ids: dict[int, str] = {}
@@ -313,3 +314,18 @@ async def test_list_merges_every_coordinators_ids(tmp_path):
         document = json.loads(described.stdout)
         assert (document["coordinator"], document["producer_id"], document["state"], document["partitions"]) == (
             one["coordinator"], one["producer_id"], "Empty", [])
+
+        # describe-producers asks the leader, or the broker named: a follower says it does not lead (at once).
+        await cluster.create_topic("r", replication_factor=3)
+        leader = cluster.leader("r")
+        follower = next(b for b in (1, 2, 3) if b != leader)
+        asked = await transactions(cluster, "describe-producers", "--topic", "r", "--partition", 0, "--broker-id", leader)
+        assert (asked.returncode, asked.stdout.decode()) == (0, "\t".join(PRODUCERS_HEADERS) + "\n"), asked
+        refused = await transactions(cluster, "describe-producers", "--topic", "r", "--partition", 0,
+                                     "--broker-id", follower)
+        assert refused.returncode == 1
+        assert refused.stderr.decode() == (f"kraftpy: r-0: NOT_LEADER_OR_FOLLOWER: broker {follower} does not lead it "
+                                           f"(leaders answer for their partitions)\n")
+        wrong = await transactions(cluster, "describe-producers", "--topic", "r", "--partition", 5)
+        assert wrong.returncode == 1
+        assert wrong.stderr.decode() == "kraftpy: r-5: UNKNOWN_TOPIC_OR_PARTITION: the topic has partitions 0-0\n"
