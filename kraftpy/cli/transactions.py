@@ -186,6 +186,12 @@ def filter_hanging(candidates: list[OpenTransaction], transactional_ids: dict[in
 # -- requests --------------------------------------------------------------------------------------
 
 
+def final(code: int, message: str | None = None, *, subject: str) -> AdminError:
+    """An error worth no retry though its code is retriable (an unknown topic or partition, a
+    broker named on the command line that does not lead the partition)."""
+    return AdminError(str(KafkaError(code, message, subject=subject)))
+
+
 def _check_states(states: list[str]) -> list[str]:
     by_lower = {s.lower(): s for s in TRANSACTION_STATES}
     out = []
@@ -208,6 +214,10 @@ async def list_transactions(admin: AdminClient, *, states: list[str] | None = No
         async def ask(node_id: int = node_id) -> Any:
             response = await admin.list_transactions(node_id, states=states, producer_ids=producer_ids,
                                                      duration_ms=duration_ms)
+            if response.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                # Its coordinator is shutting down: its ids cannot be listed (Kafka's admin client fails too).
+                raise final(response.error_code, "the broker's transaction coordinator is shutting down",
+                            subject=f"broker {node_id}")
             check(response.error_code, subject=f"broker {node_id}")
             return response
 
@@ -245,12 +255,6 @@ async def describe_transactions(admin: AdminClient, transactional_ids: list[str]
 
         out[transactional_id] = await retrying(admin, "DescribeTransactions", ask)
     return out
-
-
-def final(code: int, message: str | None = None, *, subject: str) -> AdminError:
-    """An error worth no retry though its code is retriable (an unknown topic or partition, a
-    broker named on the command line that does not lead the partition)."""
-    return AdminError(str(KafkaError(code, message, subject=subject)))
 
 
 async def _leaders(admin: AdminClient, topics: list[str]) -> dict[str, Any]:
