@@ -239,38 +239,42 @@ class LeadershipListener(Protocol):
 
 
 class OffsetsLeadership:
-    """Tells the coordinator which `__consumer_offsets` partitions this broker leads (see the module doc)."""
+    """Tells a coordinator which partitions of its internal topic (`__consumer_offsets` for the group
+    coordinator, ``topic`` for another) this broker leads (see the module doc)."""
 
     def __init__(self, replicas: ReplicaManager, listener: LeadershipListener, settings: BrokerSettings,
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], int], *, topic: str = GROUP_METADATA_TOPIC_NAME,
+                 role: str = "group coordinator") -> None:
         self.replicas = replicas
         self.listener = listener
         self.settings = settings
         self.clock = clock
+        self.topic = topic
+        self.role = role
         self._log = _logger.bind(node_id=settings.node_id)
         #: partition -> the leader epoch the coordinator was last told this broker leads it in.
         self.led: dict[int, int] = {}
 
     def sync(self, image: MetadataImage) -> None:
         """Compare what is led now with what the coordinator knows; tell it the difference (trio thread)."""
-        topic = image.topics.get_by_name(GROUP_METADATA_TOPIC_NAME)
+        topic = image.topics.get_by_name(self.topic)
         leading: dict[int, Partition] = {}
         if topic is not None:
             for index in topic.partitions:
-                part = self.replicas.get(GROUP_METADATA_TOPIC_NAME, index)
+                part = self.replicas.get(self.topic, index)
                 if part is not None and part.topic_id == topic.id and part.is_leader and not part.log.closed:
                     leading[index] = part
         for index, epoch in list(self.led.items()):
             part = leading.get(index)
             if part is None or part.leader_epoch != epoch:
                 del self.led[index]
-                self._log.info("resigned as group coordinator", partition=index, leader_epoch=epoch)
+                self._log.info(f"resigned as {self.role}", partition=index, leader_epoch=epoch)
                 self.listener.on_resigned(index, epoch)
         for index, part in sorted(leading.items()):
             if index in self.led:
                 continue
             self.led[index] = part.leader_epoch
-            self._log.info("elected group coordinator", partition=index, leader_epoch=part.leader_epoch)
+            self._log.info(f"elected {self.role}", partition=index, leader_epoch=part.leader_epoch)
             self.listener.on_elected(OffsetsPartitionWriter(
                 part, commit_timeout_ms=self.settings.offsets_commit_timeout_ms, clock=self.clock,
                 load_buffer_bytes=self.settings.offsets_load_buffer_size))

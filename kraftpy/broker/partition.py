@@ -219,6 +219,10 @@ class Partition:
         self.log_append_time = False
         #: What Produce checks in a batch for this topic (its max.message.bytes, timestamp rules, ...).
         self.produce_rules = ProduceRules()
+        #: KIP-890 verification guards, by producer id: set when a leader starts asking the transaction
+        #: coordinator about a producer's first transactional batch here, dropped by any marker of that
+        #: producer. A verified append must find its own guard still in place (`append_as_leader`).
+        self._verification_guards: dict[int, object] = {}
 
         #: Notified when the log end offset moves (followers' fetches wait on it).
         self.append_watchers = Watchers()
@@ -294,6 +298,8 @@ class Partition:
             self.leader_id = self.node_id
             self.leader_epoch = reg.leader_epoch
             self.generation += 1
+            # Markers may have been replicated here as a follower since: verify anew in this term.
+            self._verification_guards.clear()
             latest = self.log.latest_epoch
             if latest is None or reg.leader_epoch > latest:
                 self.log.leader_epoch_cache.assign(reg.leader_epoch, self.log.log_end_offset)
@@ -550,13 +556,34 @@ class Partition:
 
     # -- appends ----------------------------------------------------------------------------------
 
+    def needs_verification(self, header: BatchHeader) -> bool:
+        """Whether a produced transactional batch must be verified with the transaction coordinator
+        (KIP-890 part 1): its producer has no transaction open in this partition yet."""
+        if not header.is_transactional:
+            return False
+        entry = self.producer_state.entry(header.producer_id)
+        return entry is None or entry.current_txn_first_offset == ps.NO_OFFSET \
+            or entry.producer_epoch != header.producer_epoch
+
+    def verification_guard(self, producer_id: int) -> object:
+        """The guard of ``producer_id``'s verification in progress here (a new one when none is)."""
+        guard = self._verification_guards.get(producer_id)
+        if guard is None:
+            guard = self._verification_guards[producer_id] = object()
+        return guard
+
     async def append_as_leader(self, records: bytes | bytearray | memoryview, header: BatchHeader, *,
-                               acks: int, now: int, leader_epoch: int | None = None) -> LeaderAppend:
+                               acks: int, now: int, leader_epoch: int | None = None,
+                               verification_guard: object | None = None) -> LeaderAppend:
         """Append one batch the caller validated (`validate_produced_batch`), in the current leader
         epoch: min.insync.replicas for acks=all, the producer's sequence (a duplicate answers with the
         offsets it got before), LogAppendTime, then one write. A due segment roll happens first, in a worker thread.
         ``leader_epoch``: append only in that epoch (a writer bound to one term, as the group coordinator's
-        is: leadership that left and came back while the append waited is another term)."""
+        is: leadership that left and came back while the append waited is another term).
+        ``verification_guard``: the batch is transactional and was verified with the transaction
+        coordinator under this guard (`verification_guard`); if a marker of its producer was written
+        since, and the batch would open a transaction, it is refused with INVALID_TXN_STATE: its
+        transaction has ended, and a batch appended now would open one that no marker ever closes."""
         while True:
             if await self._idle():
                 continue
@@ -572,6 +599,11 @@ class Partition:
                                     next_offset=check.duplicate.last_offset + 1)
             if not check.should_append:
                 return LeaderAppend(check.error, check.message or None)
+            if verification_guard is not None and self.needs_verification(header) \
+                    and self._verification_guards.get(header.producer_id) is not verification_guard:
+                return LeaderAppend(ErrorCode.INVALID_TXN_STATE,
+                                    f"producer {header.producer_id}'s transaction ended while its batch was "
+                                    f"verified: the batch is not part of an ongoing transaction")
             log = self.log
             end = log.log_end_offset
             if log.needs_roll(header.size, end, end + header.last_offset_delta, header.max_timestamp):
@@ -678,6 +710,8 @@ class Partition:
             check = self.producer_state.validate_marker(header, marker, now)
             if not check.should_append:
                 return LeaderAppend(check.error, check.message or None)
+            # Whatever verification of this producer was in flight, its transaction is ending here.
+            self._verification_guards.pop(producer_id, None)
             log = self.log
             end = log.log_end_offset
             if log.needs_roll(header.size, end, end, header.max_timestamp):

@@ -22,7 +22,11 @@ every log cleanly (in a worker thread, shielded from the cancellation).
 
 After each update the group coordinator (kraftpy.coordinator) is told which ``__consumer_offsets``
 partitions this broker now leads and which it no longer does (`OffsetsLeadership`, in
-kraftpy.broker.group_support); it runs its timers and loads in the broker's nursery.
+kraftpy.broker.group_support), and the transaction coordinator the same of ``__transaction_state``;
+they run their timers and loads in the broker's nursery. The transaction coordinator's markers reach
+the partition leaders through `TxnMarkerSender`, and leaders verify a producer's first transactional
+batch with it through `TxnVerifier` (kraftpy.broker.txn_support); a replicated marker in a
+``__consumer_offsets`` partition decides the producer's pending transactional offsets there.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from kraftpy.broker.apis.offsets import OffsetsApi
 from kraftpy.broker.apis.produce import ProduceApi
 from kraftpy.broker.apis.reassignments import ReassignmentsApi
 from kraftpy.broker.apis.topics import TopicsApi
+from kraftpy.broker.apis.txn import TxnApi
 from kraftpy.broker.apis.txn_markers import TxnMarkersApi
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.fetcher import FetcherManager
@@ -52,11 +57,13 @@ from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.producer_ids import ProducerIdManager
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.broker.settings import BrokerSettings
+from kraftpy.broker.txn_support import BrokerConnections, TxnMarkerSender, TxnVerifier
 from kraftpy.coordinator.group_coordinator import GroupCoordinator
+from kraftpy.coordinator.txn_coordinator import TxnCoordinator
 from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.image import MetadataImage
 from kraftpy.metadata.messages import OfflineReplicaTopic
-from kraftpy.metadata.topic_names import GROUP_METADATA_TOPIC_NAME
+from kraftpy.metadata.topic_names import GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME
 from kraftpy.rpc.kafka_server import KafkaServer
 from kraftpy.storage.log import wall_clock_ms
 
@@ -94,9 +101,21 @@ class BrokerServer:
         self.coordinator = GroupCoordinator(group_config(settings), clock=clock, node_id=node_id,
                                             partition_exists=self._partition_exists)
         self.leadership = OffsetsLeadership(self.replicas, self.coordinator, settings, clock)
+        #: The transaction coordinator of the __transaction_state partitions this broker leads; its
+        #: markers go to the partition leaders over ``connections``, and leaders verify with it.
+        self.connections = BrokerConnections(self.replicas, client_id=f"broker-{node_id}-txn")
+        self.txn_coordinator = TxnCoordinator(
+            settings.transaction, clock=clock, allocate_producer_id=self.producer_ids.generate,
+            marker_sender=TxnMarkerSender(self.metadata, self.connections, node_id=node_id),
+            offsets_topic_num_partitions=settings.offsets_topic_num_partitions, node_id=node_id)
+        self.txn_leadership = OffsetsLeadership(self.replicas, self.txn_coordinator, settings, clock,
+                                                topic=TRANSACTION_STATE_TOPIC_NAME, role="transaction coordinator")
+        self.txn_verifier = TxnVerifier(self.metadata, self.connections, self.txn_coordinator, node_id=node_id)
+        verify = self.txn_verifier.verify if settings.transaction_partition_verification_enable else None
         self.apis = KafkaApis(self.metadata, node_id=node_id, ready=self.caught_up_with_registration)
         for area in (
-            ProduceApi(self.replicas, self.metadata, self.producer_ids, clock, node_id=node_id),
+            ProduceApi(self.replicas, self.metadata, clock, node_id=node_id, verify=verify),
+            TxnApi(self.txn_coordinator, self.replicas, self.metadata, self.producer_ids.generate, node_id=node_id),
             FetchApi(self.replicas, self.metadata),
             OffsetsApi(self.replicas, self.metadata),
             MetadataApi(self.metadata, channel, settings, self.replicas.is_offline),
@@ -105,7 +124,7 @@ class BrokerServer:
             BrokersApi(self.metadata, channel),
             ConfigsApi(self.metadata, channel, settings),
             GroupsApi(self.coordinator, self.metadata, channel, settings),
-            TxnMarkersApi(self.replicas, self.metadata, clock),
+            TxnMarkersApi(self.replicas, self.metadata, clock, on_markers_written=self._markers_written),
         ):
             self.apis.register_all(area.handlers())
         self.kafka_server = KafkaServer(self.apis.handle, max_frame_bytes=settings.socket_request_max_bytes,
@@ -159,7 +178,9 @@ class BrokerServer:
                      for topic_id, partitions in self.replicas.offline_replicas().items())
 
     def _replicas_went_offline(self) -> None:
-        self.leadership.sync(self.replicas.image)  # an offline __consumer_offsets replica leads no more
+        # An offline __consumer_offsets or __transaction_state replica leads no more.
+        self.leadership.sync(self.replicas.image)
+        self.txn_leadership.sync(self.replicas.image)
         if self.on_offline_replicas is not None:
             self.on_offline_replicas()
 
@@ -174,6 +195,21 @@ class BrokerServer:
                               "groups are placed by the topic's", partitions=len(topic.partitions),
                               configured=self.settings.offsets_topic_num_partitions)
             self.coordinator.config = attrs.evolve(config, offsets_topic_num_partitions=len(topic.partitions))
+            self.txn_coordinator.offsets_topic_num_partitions = len(topic.partitions)
+        topic = image.topics.get_by_name(TRANSACTION_STATE_TOPIC_NAME)
+        txn_config = self.txn_coordinator.config
+        if topic is not None and topic.partitions and len(topic.partitions) != txn_config.state_log_num_partitions:
+            self._log.warning("__transaction_state has another partition count than "
+                              "transaction.state.log.num.partitions: transactional ids are placed by the topic's",
+                              partitions=len(topic.partitions), configured=txn_config.state_log_num_partitions)
+            self.txn_coordinator.config = attrs.evolve(txn_config, state_log_num_partitions=len(topic.partitions))
+
+    def _markers_written(self, producer_id: int, committed: bool, ended: list) -> None:
+        """A producer's transaction markers are replicated: the group coordinator decides its pending
+        transactional offset commits in the __consumer_offsets partitions among them."""
+        for tp, marker_offset in ended:
+            if tp.topic == GROUP_METADATA_TOPIC_NAME:
+                self.coordinator.complete_transaction(tp.partition, producer_id, committed, marker_offset)
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
         topic_image = self.metadata.image.topics.get_by_name(topic)
@@ -205,6 +241,7 @@ class BrokerServer:
             await trio.lowlevel.checkpoint_if_cancelled()
             self._follow_offsets_topic(self.replicas.image)
             self.leadership.sync(self.replicas.image)
+            self.txn_leadership.sync(self.replicas.image)
             self._applied += 1
             if self._applied == self._queued:
                 event, self._caught_up = self._caught_up, trio.Event()
@@ -218,6 +255,8 @@ class BrokerServer:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.replicas.run)
                 await nursery.start(self.coordinator.run)
+                await nursery.start(self.txn_coordinator.run)
+                await nursery.start(self.txn_verifier.run)
                 nursery.start_soon(self._run_publisher)
                 self.port = await nursery.start(self.kafka_server.serve, self.settings.host, self.settings.port)
                 await nursery.start(self.fetchers.run)
@@ -225,5 +264,6 @@ class BrokerServer:
                 task_status.started(self.port)
         finally:
             with trio.CancelScope(shield=True):
+                await self.connections.aclose()
                 await self.replicas.close()
             self._log.info("broker stopped")

@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 import attrs
 
+from kraftpy.coordinator.txn_state import TxnConfig
 from kraftpy.metadata.configs import static_broker_configs
 
 
@@ -73,6 +74,11 @@ class BrokerSettings:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
     group_max_size: int = 2**31 - 1
+    #: The transaction coordinator and __transaction_state (transaction.* keys).
+    transaction: TxnConfig = TxnConfig()
+    #: transaction.partition.verification.enable: a partition leader asks the coordinator whether a
+    #: producer's first transactional batch belongs to a transaction that added the partition (KIP-890).
+    transaction_partition_verification_enable: bool = True
     #: The log cleaner (compacted topics): log.cleaner.enable, log.cleaner.threads,
     #: log.cleaner.io.max.bytes.per.second, log.cleaner.dedupe.buffer.size, log.cleaner.io.buffer.size,
     #: log.cleaner.io.buffer.load.factor, log.cleaner.backoff.ms.
@@ -129,6 +135,8 @@ class BrokerSettings:
             group_min_session_timeout_ms=config["group.min.session.timeout.ms"],
             group_max_session_timeout_ms=config["group.max.session.timeout.ms"],
             group_max_size=config["group.max.size"],
+            transaction=TxnConfig.from_config(config),
+            transaction_partition_verification_enable=config["transaction.partition.verification.enable"],
             log_cleaner_enable=config["log.cleaner.enable"],
             log_cleaner_threads=config["log.cleaner.threads"],
             log_cleaner_io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],

@@ -288,6 +288,11 @@ KEYS: list[ConfigKey] = [
     ConfigKey("transaction.state.log.segment.bytes", "int", 104857600,
               "Segment size of __transaction_state, kept small so that compaction and loading stay fast.",
               at_least(14), roles=B),
+    ConfigKey("transaction.partition.verification.enable", "boolean", True,
+              "A partition leader asks the transaction coordinator whether a producer's first transactional "
+              "batch in the partition belongs to an ongoing transaction that added it, and refuses it "
+              "otherwise (KIP-890): a late or stray batch cannot open a transaction nobody will end.",
+              roles=B),
     # --- observability
     ConfigKey("metrics.port", "int", None,
               "Port on metrics.host of the Prometheus endpoint (GET /metrics), readiness (GET /ready: 200 when the "

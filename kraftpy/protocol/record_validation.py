@@ -21,9 +21,8 @@ answer, and a refused batch leaves the log and the producer state untouched::
     base offset 0                                     INVALID_RECORD
     record_count >= 1, last_offset_delta + 1 equal    INVALID_RECORD
     not a control batch                               INVALID_RECORD
-    not transactional                                 INVALID_TXN_STATE (no transactions yet)
     producer id -1, or >= 0 with epoch and base
-      sequence >= 0                                   INVALID_RECORD
+      sequence >= 0; a transactional batch has one    INVALID_RECORD
     codec 0-4 (zstd from Produce v7)                  UNSUPPORTED_COMPRESSION_TYPE
     timestamp type CreateTime                         INVALID_TIMESTAMP
     the records section decompresses, within
@@ -114,8 +113,8 @@ MAX_RECORD_ERRORS = 100
 #: The Produce version that first allows zstd (KIP-110).
 ZSTD_MIN_PRODUCE_VERSION = 7
 LATEST_PRODUCE_VERSION = 9
-#: Attribute bits a producer may not set: timestamp type (LogAppendTime), transactional, control.
-_REFUSED_FLAGS = TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT | CONTROL_BIT
+#: Attribute bits a producer may not set: timestamp type (LogAppendTime), control.
+_REFUSED_FLAGS = TIMESTAMP_TYPE_BIT | CONTROL_BIT
 
 
 @attrs.frozen
@@ -247,7 +246,8 @@ def validate_produced_batch(
     if (header.base_offset or count <= 0 or count != header.last_offset_delta + 1 or attributes & _REFUSED_FLAGS
             or codec > Compression.ZSTD or (codec == Compression.ZSTD and produce_version < ZSTD_MIN_PRODUCE_VERSION)
             or (producer_id != NO_PRODUCER_ID
-                and (producer_id < 0 or header.producer_epoch < 0 or header.base_sequence < 0))):
+                and (producer_id < 0 or header.producer_epoch < 0 or header.base_sequence < 0))
+            or (producer_id == NO_PRODUCER_ID and attributes & TRANSACTIONAL_BIT)):
         refusal = _check_header(header, produce_version)
         if refusal is not None:
             return refusal
@@ -306,10 +306,9 @@ def _check_header(header: BatchHeader, produce_version: int) -> Refusal | None:
                        f"has offset deltas 0 to n-1")
     if header.is_control:
         return Refusal(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-    if header.is_transactional:
-        return Refusal(ErrorCode.INVALID_TXN_STATE,
-                       "transactional batch refused: this broker does not run transactions")
     producer_id = header.producer_id
+    if header.is_transactional and producer_id == NO_PRODUCER_ID:
+        return Refusal(ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id")
     if producer_id != NO_PRODUCER_ID:
         if producer_id < 0:
             return Refusal(ErrorCode.INVALID_RECORD, f"invalid producer id {producer_id}")

@@ -9,6 +9,8 @@ import trio
 
 from kraftpy.broker.client import KafkaConnection
 from kraftpy.broker.group_support import OffsetsPartitionWriter
+from kraftpy.coordinator.txn_state import TxnConfig
+from kraftpy.metadata.image import ConfigResource
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import (
@@ -202,7 +204,8 @@ async def test_offsets_topic_replication_is_capped_by_live_brokers_with_a_warnin
 
 
 async def test_find_coordinator_refusals(tmp_path):
-    async with open_cluster(tmp_path, brokers=1, **GROUP_SETTINGS) as cluster:
+    async with open_cluster(tmp_path, brokers=1, transaction=TxnConfig(state_log_num_partitions=3),
+                            **GROUP_SETTINGS) as cluster:
         async with await connect(cluster, 1) as conn:
             cluster.controller.available = False
             response = await find(conn, "g", version=2)
@@ -212,12 +215,16 @@ async def test_find_coordinator_refusals(tmp_path):
             assert cluster.image.topics.get_by_name(OFFSETS) is None
             cluster.controller.available = True
 
-            # Transactional ids: no transaction coordinator yet, said in so many words.
+            # Transactional ids: __transaction_state is made on the first ask (one broker: one replica,
+            # min.insync.replicas capped at 1); an empty id is refused.
             response = await find(conn, "tx-1", version=3, key_type=1)
-            assert response.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
-            assert "transactions are not served" in response.error_message
-            response = await find(conn, "tx-1", "tx-2", version=4, key_type=1)
-            assert [c.error_code for c in response.coordinators] == [ErrorCode.COORDINATOR_NOT_AVAILABLE] * 2
+            assert (response.error_code, response.node_id) == (ErrorCode.NONE, 1)
+            response = await find(conn, "tx-1", "", version=4, key_type=1)
+            assert [c.error_code for c in response.coordinators] == [ErrorCode.NONE, ErrorCode.INVALID_REQUEST]
+            txn_topic = cluster.image.topics.get_by_name("__transaction_state")
+            assert len(txn_topic.partitions) == 3
+            assert {r.replicas for r in txn_topic.partitions.values()} == {(1,)}
+            assert cluster.image.configs.config(ConfigResource.topic("__transaction_state"))["min.insync.replicas"] == "1"
             assert cluster.image.topics.get_by_name(OFFSETS) is None  # no group key asked for yet
             # An unknown key type is a malformed request (Kafka's CoordinatorType.forId).
             response = await find(conn, "g", version=4, key_type=7)

@@ -60,8 +60,9 @@ HOSTILE = {
                                   ErrorCode.INVALID_TIMESTAMP, [1]),
     "control batch from a client": (lambda: sealed(records_section(1), 1, attributes=CONTROL_BIT),
                                     ErrorCode.INVALID_RECORD, None),
-    "transactional batch": (lambda: sealed(records_section(1), 1, attributes=TRANSACTIONAL_BIT, **PRODUCER),
-                            ErrorCode.INVALID_TXN_STATE, None),
+    "transactional batch in a request without a transactional id": (
+        lambda: sealed(records_section(1), 1, attributes=TRANSACTIONAL_BIT, **PRODUCER),
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None),
     "header key not UTF-8": (lambda: sealed(record(0, headers=((b"\xc3\x28", b"v"),)), 1),
                              ErrorCode.INVALID_RECORD, [0]),
     "header key null": (_header_key_length_minus_one, ErrorCode.INVALID_RECORD, [0]),

@@ -407,7 +407,10 @@ class TxnModel(RuleBasedStateMachine):
         ))
         self.log.end = offset
         self.events = [e for e in self.events if e[0] < offset]
-        self.forgotten = {m for m in self.forgotten if m < offset}
+        # A replay from below a forgotten marker learns its transaction again (the snapshot it starts
+        # from is older than the marker, or there is none and the whole log is replayed).
+        replayed_from = snapshot.offset if snapshot else 0
+        self.forgotten = {m for m in self.forgotten if m < offset and m < replayed_from}
         self.snapshots = {o: s for o, s in self.snapshots.items() if o <= offset}
 
     @rule()

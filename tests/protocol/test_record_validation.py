@@ -148,7 +148,7 @@ def test_bad_crc_is_corrupt():
         (dict(last_offset_delta=2**31 - 1), ErrorCode.INVALID_RECORD),
         (dict(last_offset_delta=1), ErrorCode.INVALID_RECORD),
         (dict(attributes=CONTROL_BIT), ErrorCode.INVALID_RECORD),
-        (dict(attributes=TRANSACTIONAL_BIT), ErrorCode.INVALID_TXN_STATE),
+        (dict(attributes=TRANSACTIONAL_BIT), ErrorCode.INVALID_RECORD),  # transactional without a producer id
         (dict(attributes=TIMESTAMP_TYPE_BIT), ErrorCode.INVALID_TIMESTAMP),
         (dict(attributes=5), ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
         (dict(attributes=6), ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),

@@ -8,10 +8,14 @@ AutoTopicCreationManager does: offsets.topic.num.partitions partitions, compacte
 producer, segment.bytes offsets.topic.segment.bytes, replication factor
 offsets.topic.replication.factor lowered (with a warning) to the brokers alive. Until a partition has
 a leader the key is answered COORDINATOR_NOT_AVAILABLE, and the client asks again. Transactional ids
-(key type 1) are answered COORDINATOR_NOT_AVAILABLE: transactions are not served yet.
+(key type 1) are placed the same way on ``__transaction_state``, created on the first ask with
+transaction.state.log.num.partitions partitions, compacted, uncompressed, no unclean election,
+segment.bytes transaction.state.log.segment.bytes, replication factor
+transaction.state.log.replication.factor and min.insync.replicas transaction.state.log.min.isr, each
+lowered (with a warning) to what the live brokers allow.
 
 JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, ListGroups,
-DescribeGroups and DeleteGroups go to the `GroupCoordinator` as they were decoded, with a
+DescribeGroups, DeleteGroups and TxnOffsetCommit go to the `GroupCoordinator` as they were decoded, with a
 `RequestContext` (client id and host, version); the coordinator answers every group and partition
 they name, NOT_COORDINATOR for groups this broker does not coordinate.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import structlog
 import trio
 
@@ -30,7 +35,7 @@ from kraftpy.broker.settings import BrokerSettings
 from kraftpy.coordinator.group_coordinator import GroupCoordinator, RequestContext, partition_for
 from kraftpy.metadata import messages as m
 from kraftpy.metadata.records import NO_LEADER
-from kraftpy.metadata.topic_names import GROUP_METADATA_TOPIC_NAME
+from kraftpy.metadata.topic_names import GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import FindCoordinatorResponse
@@ -44,7 +49,16 @@ TRANSACTION_KEY_TYPE = 1
 #: Kafka's Node.noNode(): what an error answer names.
 _NO_NODE = (-1, "", -1)
 
-_TRANSACTIONS_NOT_SERVED = "transactions are not served by this cluster yet: no transaction coordinator"
+
+def transaction_topic_configs(settings: BrokerSettings) -> dict[str, str]:
+    """The topic configs ``__transaction_state`` is created with (Kafka's TransactionLog configs;
+    min.insync.replicas is added by the creation, capped at the replicas)."""
+    return {
+        "cleanup.policy": "compact",
+        "compression.type": "uncompressed",
+        "unclean.leader.election.enable": "false",
+        "segment.bytes": str(settings.transaction.state_log_segment_bytes),
+    }
 
 
 def offsets_topic_configs(settings: BrokerSettings) -> dict[str, str]:
@@ -71,8 +85,8 @@ class GroupsApi:
         self.channel = channel
         self.settings = settings
         self._log = _logger.bind(node_id=settings.node_id)
-        #: Set while this broker asks the controller for __consumer_offsets.
-        self._creating: trio.Event | None = None
+        #: Set while this broker asks the controller for an internal topic, by name.
+        self._creating: dict[str, trio.Event] = {}
 
     def handlers(self) -> dict[ApiKey, Any]:
         c = self.coordinator
@@ -95,6 +109,7 @@ class GroupsApi:
             ApiKey.LIST_GROUPS: relay(c.list_groups),
             ApiKey.DESCRIBE_GROUPS: relay(c.describe_groups),
             ApiKey.DELETE_GROUPS: relay(c.delete_groups),
+            ApiKey.TXN_OFFSET_COMMIT: relay(c.txn_offset_commit),
         }
 
     # -- FindCoordinator ----------------------------------------------------------------------------
@@ -118,26 +133,26 @@ class GroupsApi:
     async def find_coordinators(self, key_type: int, keys: list[str], listener: str
                                 ) -> list[tuple[ErrorCode, str | None, tuple[int, str, int]]]:
         """(error, message, (node id, host, port)) for each key, in order."""
-        if key_type == TRANSACTION_KEY_TYPE:
-            return [(ErrorCode.COORDINATOR_NOT_AVAILABLE, _TRANSACTIONS_NOT_SERVED, _NO_NODE) for _ in keys]
-        if key_type != GROUP_KEY_TYPE:
+        if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
             message = f"Unknown coordinator type received: {key_type}"
             return [(ErrorCode.INVALID_REQUEST, message, _NO_NODE) for _ in keys]
         if not keys:
             return []
-        if self.metadata.image.topics.get_by_name(GROUP_METADATA_TOPIC_NAME) is None:
-            if self._creating is None:
+        spec = self._internal_topic(key_type)
+        if self.metadata.image.topics.get_by_name(spec.name) is None:
+            creating = self._creating.get(spec.name)
+            if creating is None:
                 # One creation at a time: the FindCoordinators of a starting fleet wait for it together.
-                self._creating = trio.Event()
+                creating = self._creating[spec.name] = trio.Event()
                 try:
-                    await self.create_offsets_topic()
+                    await self.create_internal_topic(spec)
                 finally:
-                    self._creating.set()
-                    self._creating = None
+                    creating.set()
+                    del self._creating[spec.name]
             else:
-                await self._creating.wait()
+                await creating.wait()
         image = self.metadata.image
-        topic = image.topics.get_by_name(GROUP_METADATA_TOPIC_NAME)
+        topic = image.topics.get_by_name(spec.name)
         if topic is None or not topic.partitions:
             return [(ErrorCode.COORDINATOR_NOT_AVAILABLE, None, _NO_NODE) for _ in keys]
         endpoints = {broker_id: (broker_id, host, port)
@@ -145,6 +160,9 @@ class GroupsApi:
         count = len(topic.partitions)
         out = []
         for key in keys:
+            if key_type == TRANSACTION_KEY_TYPE and not key:
+                out.append((ErrorCode.INVALID_REQUEST, "the transactional id is empty", _NO_NODE))
+                continue
             reg = topic.partitions.get(partition_for(key, count))
             node = endpoints.get(reg.leader) if reg is not None and reg.leader != NO_LEADER else None
             if node is None:
@@ -153,37 +171,73 @@ class GroupsApi:
                 out.append((ErrorCode.NONE, None, node))
         return out
 
+    def _internal_topic(self, key_type: int) -> InternalTopic:
+        settings = self.settings
+        if key_type == GROUP_KEY_TYPE:
+            return InternalTopic(GROUP_METADATA_TOPIC_NAME, settings.offsets_topic_num_partitions,
+                                 settings.offsets_topic_replication_factor, "offsets.topic.replication.factor",
+                                 offsets_topic_configs(settings))
+        txn = settings.transaction
+        return InternalTopic(TRANSACTION_STATE_TOPIC_NAME, txn.state_log_num_partitions,
+                             txn.state_log_replication_factor, "transaction.state.log.replication.factor",
+                             transaction_topic_configs(settings), min_isr=txn.state_log_min_isr)
+
     async def create_offsets_topic(self) -> None:
         """Ask the controller for ``__consumer_offsets`` and wait (briefly) for it to reach this broker."""
-        settings = self.settings
+        await self.create_internal_topic(self._internal_topic(GROUP_KEY_TYPE))
+
+    async def create_internal_topic(self, spec: InternalTopic) -> None:
+        """Ask the controller for an internal topic and wait (briefly) for it to reach this broker."""
         alive = sum(1 for reg in self.metadata.image.cluster.brokers.values() if not reg.fenced)
         if alive == 0:
             return
-        replication_factor = min(settings.offsets_topic_replication_factor, alive)
-        if replication_factor < settings.offsets_topic_replication_factor:
-            self._log.warning("__consumer_offsets gets fewer replicas than offsets.topic.replication.factor: "
+        replication_factor = min(spec.replication_factor, alive)
+        if replication_factor < spec.replication_factor:
+            self._log.warning(f"{spec.name} gets fewer replicas than {spec.replication_key}: "
                               "not enough brokers are alive", replication_factor=replication_factor,
-                              configured=settings.offsets_topic_replication_factor, alive_brokers=alive)
-        configs = tuple(m.CreatableTopicConfig(k, v) for k, v in offsets_topic_configs(settings).items())
-        request = m.CreateTopicsRequest((m.CreatableTopic(GROUP_METADATA_TOPIC_NAME,
-                                                          settings.offsets_topic_num_partitions,
-                                                          replication_factor, configs=configs),))
+                              configured=spec.replication_factor, alive_brokers=alive)
+        configs = dict(spec.configs)
+        if spec.min_isr is not None:
+            # min.insync.replicas above the replicas would refuse every write: Kafka keeps it and a
+            # one-broker cluster can never commit a transaction; kraftpy caps it, and says so.
+            min_isr = min(spec.min_isr, replication_factor)
+            if min_isr < spec.min_isr:
+                self._log.warning(f"{spec.name} gets min.insync.replicas {min_isr}, below "
+                                  "transaction.state.log.min.isr: it has only that many replicas",
+                                  configured=spec.min_isr)
+            configs["min.insync.replicas"] = str(min_isr)
+        request = m.CreateTopicsRequest((m.CreatableTopic(
+            spec.name, spec.partitions, replication_factor,
+            configs=tuple(m.CreatableTopicConfig(k, v) for k, v in configs.items())),))
         try:
             response = await self.channel.create_topics(request)
         except ControllerUnavailable as exc:
-            self._log.warning("cannot create __consumer_offsets: no controller", error=str(exc))
+            self._log.warning(f"cannot create {spec.name}: no controller", error=str(exc))
             return
         result = response.topics[0] if response.topics else None
         if result is None or result.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
             error = ErrorCode(result.error_code).name if result is not None else "no answer"
-            self._log.warning("cannot create __consumer_offsets", error=error,
+            self._log.warning(f"cannot create {spec.name}", error=error,
                               message=result.error_message if result is not None else None)
             return
         if result.error_code == ErrorCode.NONE:
-            self._log.info("created __consumer_offsets", partitions=settings.offsets_topic_num_partitions,
+            self._log.info(f"created {spec.name}", partitions=spec.partitions,
                            replication_factor=replication_factor)
-        await await_propagation(self.metadata,
-                                lambda image: image.topics.get_by_name(GROUP_METADATA_TOPIC_NAME) is not None)
+        await await_propagation(self.metadata, lambda image: image.topics.get_by_name(spec.name) is not None)
+
+
+@attrs.frozen
+class InternalTopic:
+    """An internal topic a coordinator lives on, as FindCoordinator creates it."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    #: The key the replication factor comes from (named when it is lowered).
+    replication_key: str
+    configs: dict[str, str]
+    #: min.insync.replicas to set, capped at the replication factor (None: the cluster's).
+    min_isr: int | None = None
 
 
 def _default_message(error: ErrorCode) -> str:

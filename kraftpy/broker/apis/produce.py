@@ -1,4 +1,4 @@
-"""Produce and InitProducerId: batches in, offsets out, with idempotence.
+"""Produce: batches in, offsets out, with idempotence and transactions.
 
 Produce checks the one batch of each partition as Kafka's LogValidator does
 (:func:`kraftpy.protocol.record_validation.validate_produced_batch`: header, CRC, codec, and every
@@ -12,14 +12,19 @@ its batch, the leadership moves, or the timeout passes.
 Internal topics (``__consumer_offsets``) are written by their coordinators only: a Produce to one is
 answered INVALID_TOPIC_EXCEPTION, as Kafka does for every client but its own admin tools.
 
-InitProducerId hands out producer ids from blocks the controller allocates to this broker;
-transactional ids are refused until transactions exist.
+A transactional batch needs the request's ``transactional_id`` (without one the whole request is
+answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka does). The first transactional batch of a
+producer in a partition is verified first (KIP-890 part 1, transaction.partition.verification.enable):
+the transaction coordinator must know the partition as part of the producer's ongoing transaction,
+else the batch is refused (INVALID_TXN_STATE, or NOT_ENOUGH_REPLICAS for "ask again" answers), so a
+late or stray batch cannot open a transaction no marker will ever close. The partitions of one
+request are verified together, before any is appended.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import structlog
@@ -28,14 +33,13 @@ import trio
 from kraftpy.broker.apis.common import leader_partition
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.partition import Partition
-from kraftpy.broker.producer_ids import ProducerIdManager
 from kraftpy.broker.purgatory import wait_for_change
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.metadata.topic_names import is_internal_topic
 from kraftpy.metrics import count_produced
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
-from kraftpy.protocol.messages import InitProducerIdResponse, ProduceResponse
+from kraftpy.protocol.messages import ProduceResponse
 from kraftpy.protocol.record_validation import (
     ACCELERATED,
     Accepted,
@@ -48,6 +52,10 @@ from kraftpy.rpc.kafka_server import BadRequest, Connection
 
 _logger = structlog.get_logger(__name__)
 
+#: Asks whether partitions are part of a producer's ongoing transaction: (transactional id, producer
+#: id, producer epoch, partitions) -> an error per partition (NONE: it is).
+Verify = Callable[[str, int, int, Iterable[tuple[str, int]]], Awaitable[dict[tuple[str, int], ErrorCode]]]
+
 #: The client id Kafka's own tools use; only they may produce to internal topics (AdminUtils.ADMIN_CLIENT_ID).
 ADMIN_CLIENT_ID = "__admin_client"
 
@@ -58,11 +66,13 @@ INLINE_DECOMPRESSED_SIZE = 8 * 1024 * 1024
 
 
 class ProduceApi:
-    def __init__(self, replicas: ReplicaManager, metadata: MetadataCache, producer_ids: ProducerIdManager,
-                 clock: Callable[[], int], *, node_id: int = -1) -> None:
+    def __init__(self, replicas: ReplicaManager, metadata: MetadataCache, clock: Callable[[], int], *,
+                 node_id: int = -1, verify: Verify | None = None) -> None:
+        """``verify``: asks the transaction coordinator about a producer's first transactional batches
+        (`kraftpy.broker.txn_support.TxnVerifier.verify`); None appends them unverified."""
         self.replicas = replicas
         self.metadata = metadata
-        self.producer_ids = producer_ids
+        self.verify = verify
         self.clock = clock
         self._log = _logger.bind(node_id=node_id)
         #: Large compressed batches are validated one at a time, off the event loop.
@@ -72,7 +82,7 @@ class ProduceApi:
                               "kraftpy/protocol/_record_scan.c was not compiled when kraftpy was installed")
 
     def handlers(self) -> dict[ApiKey, Any]:
-        return {ApiKey.PRODUCE: self.handle_produce, ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id}
+        return {ApiKey.PRODUCE: self.handle_produce}
 
     # -- Produce ------------------------------------------------------------------------------------
 
@@ -87,6 +97,9 @@ class ProduceApi:
         order: list[tuple[str, list[Any]]] = []
         duplicates = self._named_twice(request)
         internal_refused = header.client_id != ADMIN_CLIENT_ID
+        no_transactional_id = request.transactional_id is None
+        #: The batches that passed validation, appended once the transactional ones are verified.
+        accepted: list[tuple[Any, str, Any, Partition, Accepted]] = []
         for topic in request.topic_data:
             answers: list[Any] = []
             order.append((topic.name, answers))
@@ -125,22 +138,35 @@ class ProduceApi:
                         for e in verdict.record_errors
                     ]
                     continue
-                epoch = part.leader_epoch
-                try:
-                    appended = await part.append_as_leader(verdict.records, verdict.header, acks=acks, now=now)
-                except OSError as exc:
-                    self._log.error("append failed", partition=str(part.tp), error=str(exc))
-                    result.error_code, result.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(exc)
-                    continue
-                result.error_code, result.error_message = appended.error, appended.message
-                if appended.error == ErrorCode.NONE:
-                    count_produced(part.node_id, topic.name, len(data.records),
-                                   appended.next_offset - appended.base_offset)
-                result.base_offset = appended.base_offset
-                result.log_append_time_ms = appended.log_append_time_ms
-                result.log_start_offset = part.log_start_offset
-                if appended.error == ErrorCode.NONE and acks == -1:
-                    waiting[key] = (part, epoch, appended.next_offset)
+                accepted.append((key, topic.name, data, part, verdict))
+        if no_transactional_id and any(v.header.is_transactional for _, _, _, _, v in accepted):
+            # Kafka answers the whole request so (its authorization of the transactional id).
+            for result in results:
+                result.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                result.error_message = "a transactional batch needs the request's transactional id"
+            accepted = []
+        guards = await self._verify(request.transactional_id, accepted, results) if accepted else {}
+        for key, topic_name, data, part, verdict in accepted:
+            result = results[key]
+            if result.error_code != ErrorCode.NONE:
+                continue  # its verification failed
+            epoch = part.leader_epoch
+            try:
+                appended = await part.append_as_leader(verdict.records, verdict.header, acks=acks, now=now,
+                                                        verification_guard=guards.get(key))
+            except OSError as exc:
+                self._log.error("append failed", partition=str(part.tp), error=str(exc))
+                result.error_code, result.error_message = ErrorCode.KAFKA_STORAGE_ERROR, str(exc)
+                continue
+            result.error_code, result.error_message = appended.error, appended.message
+            if appended.error == ErrorCode.NONE:
+                count_produced(part.node_id, topic_name, len(data.records),
+                               appended.next_offset - appended.base_offset)
+            result.base_offset = appended.base_offset
+            result.log_append_time_ms = appended.log_append_time_ms
+            result.log_start_offset = part.log_start_offset
+            if appended.error == ErrorCode.NONE and acks == -1:
+                waiting[key] = (part, epoch, appended.next_offset)
         if waiting:
             await self._await_replication(waiting, results, request.timeout_ms / 1000)
         if acks == 0:
@@ -151,6 +177,32 @@ class ProduceApi:
         return ProduceResponse(responses=[
             ProduceResponse.TopicProduceResponse(name=name, partition_responses=answers) for name, answers in order
         ])
+
+    async def _verify(self, transactional_id: str | None, accepted: list, results: list) -> dict[int, object]:
+        """Verify the transactional batches that would open a transaction in their partition; the
+        verification guard of each by its answer's place. A partition that is not in the transaction
+        gets its error in ``results``."""
+        if self.verify is None or transactional_id is None:
+            return {}
+        asking = [(key, part, verdict.header) for key, _, _, part, verdict in accepted
+                  if part.needs_verification(verdict.header)]
+        if not asking:
+            return {}
+        guards = {key: part.verification_guard(header.producer_id) for key, part, header in asking}
+        by_producer: dict[tuple[int, int], list[tuple[int, Partition]]] = {}
+        for key, part, header in asking:
+            by_producer.setdefault((header.producer_id, header.producer_epoch), []).append((key, part))
+        for (producer_id, producer_epoch), entries in by_producer.items():
+            answer = await self.verify(transactional_id, producer_id, producer_epoch,
+                                       [(p.tp.topic, p.tp.partition) for _, p in entries])
+            for key, part in entries:
+                code = answer.get((part.tp.topic, part.tp.partition), ErrorCode.INVALID_TXN_STATE)
+                if code != ErrorCode.NONE:
+                    results[key].error_code = code
+                    results[key].error_message = (
+                        f"the transaction of {transactional_id!r} does not include {part.tp} "
+                        f"({code.name} from its coordinator)")
+        return guards
 
     @staticmethod
     def _named_twice(request: Any) -> set[tuple[str, int]]:
@@ -192,13 +244,3 @@ class ProduceApi:
                     results[key].error_code = ErrorCode.REQUEST_TIMED_OUT
                 return
             await wait_for_change([p.hw_watchers for p, _, _ in waiting.values()], deadline)
-
-    # -- InitProducerId -------------------------------------------------------------------------------
-
-    async def handle_init_producer_id(self, header: Any, request: Any, conn: Connection) -> InitProducerIdResponse:
-        if request.transactional_id is not None:
-            return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
-                                          producer_id=-1, producer_epoch=-1)
-        producer_id = await self.producer_ids.generate()  # ControllerUnavailable: see forwarding
-        return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id,
-                                      producer_epoch=0)

@@ -21,7 +21,7 @@ Kafka serves it to other brokers only; here, as there, it is on the broker liste
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -39,8 +39,9 @@ from kraftpy.rpc.kafka_server import Connection
 #: How long a marker may take to reach the ISR before REQUEST_TIMED_OUT (Kafka's request.timeout.ms default).
 DEFAULT_TIMEOUT_MS = 30_000
 
-#: Told of each marker once it is replicated: (producer id, committed, the partitions it ended).
-MarkersWritten = Callable[[int, bool, list[TopicPartition]], Awaitable[None]]
+#: Told of each marker once it is replicated: (producer id, committed, each partition it ended with
+#: the marker's offset there).
+MarkersWritten = Callable[[int, bool, list[tuple[TopicPartition, int]]], None]
 
 
 class TxnMarkersApi:
@@ -92,9 +93,10 @@ class TxnMarkersApi:
         await self._await_replication(waiting)
         if self.on_markers_written is not None:
             for i, marker in enumerate(request.markers):
-                ended = [part.tp for out, part, _, m in waiting if m == i and out.error_code == ErrorCode.NONE]
+                ended = [(part.tp, next_offset - 1) for out, part, next_offset, m in waiting
+                         if m == i and out.error_code == ErrorCode.NONE]
                 if ended:
-                    await self.on_markers_written(marker.producer_id, marker.transaction_result, ended)
+                    self.on_markers_written(marker.producer_id, marker.transaction_result, ended)
         return WriteTxnMarkersResponse(markers=results)
 
     async def _await_replication(self, waiting: list[tuple[Any, Partition, int, int]]) -> None:
