@@ -1,9 +1,10 @@
 """`kraftpy dump-log PATH... [--deep]`: print the batches of segment files, like kafka-dump-log.sh.
 
 ``.log`` files print one line per batch (and with ``--deep`` one line per record); ``.index``,
-``.timeindex`` and ``.txnindex`` files print their entries; a directory (a partition's, or
-``__cluster_metadata-0``) prints its ``.log`` segments in offset order, each followed by its
-``.txnindex`` when it has one. Keys, values and headers are printed as Python byte literals, so no
+``.timeindex`` and ``.txnindex`` files print their entries, ``.snapshot`` files (producer state) one
+line per producer; a directory (a partition's, or ``__cluster_metadata-0``) prints its ``.log``
+segments in offset order, each followed by its ``.txnindex`` when it has one, then its producer
+state snapshots. Keys, values and headers are printed as Python byte literals, so no
 byte of a record can reach the terminal unescaped. The command exits 1 after the first corrupt
 batch of a file, naming its byte position.
 
@@ -12,7 +13,9 @@ batch; a transaction marker (a control batch of a transactional producer) also p
 transaction ended and the coordinator epoch that ended it (``endTxnMarker: COMMIT coordinatorEpoch: 3``),
 and with ``--deep`` its record prints the same instead of raw bytes. A ``.txnindex`` prints one line
 per aborted transaction: the producer, the transaction's first offset, its ABORT marker's offset and
-the last stable offset once the marker was written.
+the last stable offset once the marker was written. A producer state snapshot prints each producer's
+epoch, last batch, coordinator epoch and where its open transaction began
+(``currentTxnFirstOffset``, -1 when none is open): what a restart resumes from.
 
 Internal topics: the records of ``__transaction_state`` (the transactional id, producer id and epoch,
 timeout, state and partitions of each state change) and of ``__consumer_offsets`` (committed offsets
@@ -32,6 +35,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kraftpy.broker.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, decode_snapshot
 from kraftpy.coordinator.records import (
     CoordinatorRecordError,
     GroupKey,
@@ -227,6 +231,21 @@ def _dump_txn_index(path: Path) -> bool:
     return True
 
 
+def _dump_producer_snapshot(path: Path) -> bool:
+    """Print each producer of a producer state snapshot; False for a corrupt file."""
+    try:
+        entries = decode_snapshot(path.read_bytes())
+    except CorruptSnapshotError as exc:
+        typer.echo(f"Corrupt snapshot: {exc}", err=True)
+        return False
+    for e in entries:
+        typer.echo(f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch}"
+                   f" coordinatorEpoch: {e.coordinator_epoch} currentTxnFirstOffset: {e.current_txn_first_offset}"
+                   f" lastSequence: {e.last_sequence} lastOffset: {e.last_offset} offsetDelta: {e.offset_delta}"
+                   f" lastTimestamp: {e.timestamp}")
+    return True
+
+
 def _dump_index(path: Path, time_index: bool) -> bool:
     base = parse_segment_file_name(path.name, TIME_INDEX_SUFFIX if time_index else INDEX_SUFFIX) or 0
     data = path.read_bytes()
@@ -244,17 +263,21 @@ def _dump_index(path: Path, time_index: bool) -> bool:
 
 
 def _segments_of(directory: Path) -> list[Path]:
-    """The directory's ``.log`` segments in offset order, each followed by its ``.txnindex`` if any."""
-    found = [(base, 0, path) for path in directory.iterdir()
+    """The directory's ``.log`` segments in offset order, each followed by its ``.txnindex`` if any,
+    then its producer state snapshots in offset order."""
+    found = [(0, base, 0, path) for path in directory.iterdir()
              if (base := parse_segment_file_name(path.name)) is not None]
-    found += [(base, 1, path) for path in directory.iterdir()
+    found += [(0, base, 1, path) for path in directory.iterdir()
               if (base := parse_segment_file_name(path.name, TXN_INDEX_SUFFIX)) is not None]
-    return [path for _, _, path in sorted(found)]
+    found += [(1, base, 0, path) for path in directory.iterdir()
+              if (base := parse_segment_file_name(path.name, SNAPSHOT_SUFFIX)) is not None]
+    return [path for *_, path in sorted(found)]
 
 
 def dump_log(
     files: Annotated[list[Path], typer.Argument(
-        help="Segment files (.log, .index, .timeindex) or log directories.", show_default=False)],
+        help="Segment files (.log, .index, .timeindex, .txnindex), producer state snapshots (.snapshot) "
+        "or log directories.", show_default=False)],
     deep: Annotated[bool, typer.Option("--deep", help="Also print every record of every batch.")] = False,
     transaction_log_decoder: Annotated[bool, typer.Option(
         "--transaction-log-decoder", help="Decode the records as __transaction_state's (implies --deep; "
@@ -286,6 +309,8 @@ def dump_log(
                 ok = _dump_index(path, time_index=True) and ok
             elif path.name.endswith(TXN_INDEX_SUFFIX):
                 ok = _dump_txn_index(path) and ok
+            elif path.name.endswith(SNAPSHOT_SUFFIX):
+                ok = _dump_producer_snapshot(path) and ok
             else:
                 ok = _dump_segment(path, deep, forced or decoder_for(path)) and ok
         except OSError as exc:

@@ -33,7 +33,7 @@ from kraftpy.storage.log_config import LogConfig
 from tests.helpers.cluster import open_cluster
 
 runner = CliRunner()
-A, B = 1000, 2000  # two transactional producers
+A, B, C = 1000, 2000, 3000  # transactional producers
 
 
 def now_ms() -> int:
@@ -73,12 +73,13 @@ async def test_markers_transactional_batches_and_the_txnindex_are_shown(tmp_path
             assert await append(part, txn_batch(B, 0, b"b1")) == 1
             await end_txn(conn, A, committed=True, coordinator_epoch=3)   # marker at 2
             await end_txn(conn, B, committed=False, coordinator_epoch=4)  # marker at 3
+            assert await append(part, txn_batch(C, 0, b"c1")) == 4  # still open when the broker stops
         directory = Path(part.log.directory)
 
     code, lines = dump(directory)
     assert code == 0, lines
     batches = [line for line in lines if line.startswith("baseOffset")]
-    assert len(batches) == 4
+    assert len(batches) == 5
     for line, producer in zip(batches[:2], (A, B), strict=True):
         assert f"producerId: {producer} producerEpoch: 0" in line
         assert "isTransactional: true isControl: false" in line
@@ -87,9 +88,16 @@ async def test_markers_transactional_batches_and_the_txnindex_are_shown(tmp_path
     assert f"producerId: {A} producerEpoch: 0 baseSequence: -1 isTransactional: true isControl: true" in batches[2]
     assert batches[2].endswith("endTxnMarker: COMMIT coordinatorEpoch: 3")
     assert f"producerId: {B}" in batches[3] and batches[3].endswith("endTxnMarker: ABORT coordinatorEpoch: 4")
+    assert "isTransactional: true isControl: false" in batches[4] and "endTxnMarker" not in batches[4]
     # The directory's .txnindex follows its segment: B's transaction, 1 to its marker at 3, aborted.
-    assert lines[-2] == f"Dumping {directory / '00000000000000000000.txnindex'}"
-    assert lines[-1] == f"version: 0 producerId: {B} firstOffset: 1 lastOffset: 3 lastStableOffset: 4"
+    index = lines.index(f"Dumping {directory / '00000000000000000000.txnindex'}")
+    assert lines[index + 1] == f"version: 0 producerId: {B} firstOffset: 1 lastOffset: 3 lastStableOffset: 4"
+    # Then the producer state snapshot the clean shutdown wrote: C's transaction is still open from 4.
+    assert lines[index + 2] == f"Dumping {directory / '00000000000000000005.snapshot'}"
+    producers = [line.split(" lastSequence")[0] for line in lines[index + 3:]]
+    assert producers == [f"producerId: {A} producerEpoch: 0 coordinatorEpoch: 3 currentTxnFirstOffset: -1",
+                         f"producerId: {B} producerEpoch: 0 coordinatorEpoch: 4 currentTxnFirstOffset: -1",
+                         f"producerId: {C} producerEpoch: 0 coordinatorEpoch: -1 currentTxnFirstOffset: 4"]
 
     code, lines = dump("--deep", directory / "00000000000000000000.log")
     assert code == 0, lines
@@ -98,6 +106,14 @@ async def test_markers_transactional_batches_and_the_txnindex_are_shown(tmp_path
     assert records[2].startswith("| offset: 2 ") and records[2].endswith("endTxnMarker: COMMIT coordinatorEpoch: 3")
     assert records[3].endswith("endTxnMarker: ABORT coordinatorEpoch: 4")
     assert "key: " not in records[2] + records[3]  # a marker's bytes are decoded, not printed raw
+
+
+def test_a_corrupt_producer_snapshot_exits_1(tmp_path):
+    path = tmp_path / "00000000000000000005.snapshot"
+    path.write_bytes((1).to_bytes(2, "big") + b"\x00" * 8)
+    code, lines = dump(path)
+    assert code == 1
+    assert lines[-1].startswith("Corrupt snapshot: snapshot CRC mismatch")
 
 
 def test_a_torn_txnindex_exits_1(tmp_path):
