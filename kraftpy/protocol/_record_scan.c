@@ -630,11 +630,11 @@ map_batches(PyObject *self, PyObject *args)
             break;  /* the rest of this batch is in the next read */
         const long long last_offset = base_offset + last_delta;
         if (last_offset >= min_offset) {
-            if ((attributes & 0x07) != 0) {
-                state = 1;  /* compressed: the caller maps it */
+            if ((attributes & 0x07) != 0 || (attributes & CONTROL_OR_TRANSACTIONAL)) {
+                state = 1;  /* compressed, or a transaction's (its fate needs the aborted ones): the caller maps it */
                 break;
             }
-            if (!(attributes & CONTROL_OR_TRANSACTIONAL) && count > 0) {
+            if (count > 0) {
                 int stopped = 0;
                 Py_ssize_t stopped_at = 0;
                 map_section(m.slots, m.mask, k0, k1, &m.superseded, &entries, max_entries, buf, pos + size,
@@ -1217,8 +1217,8 @@ clean_batches(PyObject *self, PyObject *args)
         int64_t new_base = base_timestamp, shift = 0;
         int new_attributes = attributes;
         if (attributes & CONTROL_OR_TRANSACTIONAL) {
-            f.kept = count;
-            fate = AS_IT_IS;
+            state = CLEAN_FOR_PYTHON;  /* a transaction's batch or marker: decided there, with the aborted ones */
+            break;
         } else {
             const int last_of_producer = producer_id != -1
                 && producer_last_offset(pids, pid_count, producer_id) == last_offset;
@@ -1292,7 +1292,7 @@ clean_batches(PyObject *self, PyObject *args)
         stats[STAT_RECORDS_READ] += count;
         stats[STAT_RECORDS_KEPT] += f.kept;
         stats[STAT_KEYLESS_DROPPED] += f.keyless;
-        if (count > 0 && f.kept == 0 && !(attributes & CONTROL_OR_TRANSACTIONAL))
+        if (count > 0 && f.kept == 0)
             stats[STAT_BATCHES_EMPTIED] += 1;
         if (f.tombstones) {
             if (!stats[STAT_HORIZON_SEEN] || new_base < stats[STAT_EARLIEST_HORIZON])

@@ -95,7 +95,9 @@ from kraftpy.protocol.batch_header import (
     read_header,
 )
 from kraftpy.protocol.compression import Compression, compress, decompress
+from kraftpy.protocol.records import decode_records, parse_control_key
 from kraftpy.storage.checkpoint import encode_offsets, read_offsets
+from kraftpy.storage.cleaner_txn import CleanedTransactions
 from kraftpy.storage.fsutil import fsync_dir, write_atomic
 from kraftpy.storage.index import INT32_MAX
 from kraftpy.storage.log import Log, SegmentSwap
@@ -115,11 +117,11 @@ from kraftpy.storage.offset_map import (
     copy_room,
 )
 from kraftpy.storage.segment import CLEANED_SUFFIX, BatchInfo, LogSegment
+from kraftpy.storage.txn_index import AbortedTxn
 
 CLEANER_OFFSET_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 #: KIP-534: the batch's base timestamp is its delete horizon.
 DELETE_HORIZON_BIT = 0x40
-_CONTROL_OR_TRANSACTIONAL = CONTROL_BIT | TRANSACTIONAL_BIT
 #: Attributes an empty batch keeps (Kafka's writeEmptyHeader: no codec).
 _EMPTY_BATCH_ATTRIBUTES = TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT | CONTROL_BIT
 NO_TIMESTAMP = -1
@@ -244,11 +246,13 @@ class LogToClean:
                 or (self.tombstones_due and self.total_bytes > 0))
 
 
-def log_to_clean(log: Log, checkpointed: int | None, now: int, *, earliest_horizon: int | None = None) -> LogToClean:
+def log_to_clean(log: Log, checkpointed: int | None, now: int, *, earliest_horizon: int | None = None,
+                 last_stable_offset: int | None = None) -> LogToClean:
     """Measure ``log`` (memory only: cheap enough for every compacted log on every look).
 
     ``checkpointed`` is its first dirty offset from the checkpoint (None: never cleaned);
-    ``earliest_horizon`` the earliest delete horizon of the tombstones its last pass kept."""
+    ``earliest_horizon`` the earliest delete horizon of the tombstones and markers its last pass
+    kept; ``last_stable_offset`` the partition's LSO (None: no transaction is or was open in it)."""
     config = log.config
     start, end = log.log_start_offset, log.log_end_offset
     first_dirty = start if checkpointed is None else checkpointed
@@ -258,6 +262,8 @@ def log_to_clean(log: Log, checkpointed: int | None, now: int, *, earliest_horiz
     segments = log.segments
     active = segments[-1]
     uncleanable = min(log.high_watermark, active.base_offset)
+    if last_stable_offset is not None:  # an open transaction's records, and all after them, stay dirty
+        uncleanable = min(uncleanable, last_stable_offset)
     dirty = [s for i, s in enumerate(segments[:-1]) if segments[i + 1].base_offset > first_dirty]
     if config.min_compaction_lag_ms > 0:
         for segment in dirty:
@@ -295,6 +301,9 @@ class CleanerStats:
     records_kept: int = 0
     keyless_dropped: int = 0
     batches_emptied: int = 0
+    #: Records of aborted transactions dropped, and transaction markers removed.
+    aborted_dropped: int = 0
+    markers_dropped: int = 0
     map_utilization: float = 0.0
     elapsed_s: float = 0.0
 
@@ -307,7 +316,7 @@ class CleaningPass:
     #: The first dirty offset after this pass (the checkpoint's new entry).
     next_dirty_offset: int
     stats: CleanerStats
-    #: The earliest delete horizon of the tombstones the pass kept (None: it kept none).
+    #: The earliest delete horizon of the tombstones and markers the pass kept (None: it kept none).
     earliest_horizon: int | None = None
     #: The segments below this offset were read and rewritten (or found clean already).
     copied_up_to: int = 0
@@ -402,6 +411,13 @@ class _Pass:
         self.copied_up_to = log.log_start_offset
         #: The record count of the batch `clean_batch` last re-encoded.
         self.last_kept = 0
+        #: The transactions met by the map and by the copy (each walk has its own; see cleaner_txn).
+        self.map_txns = CleanedTransactions(())
+        self.txns = CleanedTransactions(())
+        #: How many of ``txns.retained_index`` went into a cleaned segment's .txnindex already.
+        self._indexed = 0
+        #: Each segment's base offset → the last offset it may hold (set by the copy).
+        self._upper: dict[int, int] = {}
         #: One buffer for every read of the pass (a read's batches are done with before the next read).
         self._read_buffer = bytearray(max(cleaner.config.io_buffer_size, HEADER_SIZE))
         #: Batches cleaned in Python, not yet written (they may be views of the read buffer).
@@ -451,6 +467,7 @@ class _Pass:
         """Map the keys of ``[first_dirty, first_uncleanable)``; returns where the map ends (exclusive)."""
         segments = self.segments
         self.map.reset(first_uncleanable - first_dirty, first_dirty)
+        self.map_txns = CleanedTransactions(self.log.collect_aborted_transactions(first_dirty, first_uncleanable))
         latest = first_dirty - 1
         for i, segment in enumerate(segments[:-1]):
             following = segments[i + 1].base_offset
@@ -486,13 +503,15 @@ class _Pass:
                     return max(latest, last_put), True
                 if state == 0:
                     break
-                # A compressed batch reaching the dirty part: decompressed and mapped here.
+                # A compressed or a transaction's batch reaching the dirty part: mapped here.
                 header = read_header(data, cursor)
-                section, start = self.records_of(header, data[cursor: cursor + header.size])
-                taken, last_put = self.map.put_records(section, start, header.record_count, header.base_offset,
-                                                       first_dirty)
-                if taken < header.record_count:
-                    return max(latest, last_put), True
+                batch = data[cursor: cursor + header.size]
+                if self.maps_records(header, batch):
+                    section, start = self.records_of(header, batch)
+                    taken, last_put = self.map.put_records(section, start, header.record_count, header.base_offset,
+                                                           first_dirty)
+                    if taken < header.record_count:
+                        return max(latest, last_put), True
                 latest = max(latest, header.last_offset)
                 cursor += header.size
             if cursor == 0:  # one batch larger than a read: read it whole next
@@ -508,6 +527,26 @@ class _Pass:
             self.stats.map_bytes_read += cursor
         return latest, False
 
+    def maps_records(self, header: BatchHeader, batch: memoryview) -> bool:
+        """Whether the map takes the records of ``batch``: not those of a control batch (a transaction
+        marker is noted), nor those of an aborted transaction."""
+        if header.is_control:
+            if header.is_transactional and header.record_count:
+                self.map_txns.on_marker(header, self.control_type(header, batch))
+            return False
+        if header.is_transactional and self.map_txns.on_data_batch(header):
+            return False
+        return header.record_count > 0
+
+    def control_type(self, header: BatchHeader, batch: memoryview) -> int | None:
+        """The type in the key of a control batch's first record (None: unreadable)."""
+        try:
+            section, start = self.records_of(header, batch)
+            (record,) = decode_records(bytes(memoryview(section)[start:]), 1)
+            return parse_control_key(record.key)[1]
+        except (CorruptRecordError, ValueError):
+            return None
+
     # -- step 2: the copy -------------------------------------------------------------------------
 
     def copy(self, end: int) -> None:
@@ -516,8 +555,10 @@ class _Pass:
         to_clean = [s for s in segments[:-1] if s.base_offset < end]
         if not to_clean:
             return
-        upper = {s.base_offset: segments[i + 1].base_offset - 1 for i, s in enumerate(segments[:-1])}
+        upper = self._upper = {s.base_offset: segments[i + 1].base_offset - 1 for i, s in enumerate(segments[:-1])}
         self.copied_up_to = upper[to_clean[-1].base_offset] + 1
+        self.txns = CleanedTransactions(self.log.collect_aborted_transactions(to_clean[0].base_offset,
+                                                                             self.copied_up_to))
         segment_bytes = self.config.segment_bytes
         current: _Group | None = None
         for segment in to_clean:
@@ -674,33 +715,99 @@ class _Pass:
         if members <= 0:
             return
         replaced = group.members[:members]
-        if not (group.changed or members > 1):
+        entries = self.index_entries(self._upper[replaced[-1].base_offset])
+        if not (group.changed or members > 1 or entries != [e for old in replaced for e in old.txn_index.entries]):
             if group.writer is not None:
                 group.writer.delete()
                 self.writers.remove(group.writer)
             return
         writer = group.writer if group.writer is not None else self.new_writer(group.head)
-        for old in replaced:  # control and transactional batches are all kept: so are their aborted txns
-            writer.txn_index.append_all(old.txn_index.entries)
+        writer.txn_index.append_all(entries)
         writer.save_indexes()  # a cache: an index a crash leaves short or stale is rebuilt on open
         writer.flush()
         writer.set_last_modified(replaced[-1].last_modified_ms)
         self.swaps.append(SegmentSwap(writer, tuple(replaced)))
+
+    def index_entries(self, last_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions the cleaned segments up to ``last_offset`` index (those with a batch
+        left, whose markers lie there) that no earlier cleaned segment took."""
+        retained = self.txns.retained_index
+        start = end = self._indexed
+        while end < len(retained) and retained[end].last_offset <= last_offset:
+            end += 1
+        self._indexed = end
+        return retained[start:end]
 
     def clean_batch(self, header: BatchHeader, batch: memoryview) -> memoryview | bytes | None:
         """The batch as the cleaned log holds it: ``batch`` itself, a re-encoded one (its record count
         in ``last_kept``), or None (dropped)."""
         count = header.record_count
         self.last_kept = 0
-        stats = self.stats
-        stats.records_read += count
-        attributes = header.attributes
-        if attributes & _CONTROL_OR_TRANSACTIONAL:
-            stats.records_kept += count
-            return batch
+        self.stats.records_read += count
         producer_id = header.producer_id
         last_of_producer = (producer_id != NO_PRODUCER_ID
                             and self.producers.get(producer_id) == header.last_offset)
+        if header.attributes & CONTROL_BIT:
+            return self.clean_control_batch(header, batch, last_of_producer)
+        if not header.attributes & TRANSACTIONAL_BIT:
+            return self.clean_data_batch(header, batch, last_of_producer)
+        if self.txns.on_data_batch(header):  # an aborted transaction's: its records go
+            self.stats.aborted_dropped += count
+            out = (batch if count == 0 else empty_batch(header)) if last_of_producer else None
+        else:
+            out = self.clean_data_batch(header, batch, last_of_producer)
+        if out is not None:
+            self.txns.on_data_kept(header)
+        return out
+
+    def clean_control_batch(self, header: BatchHeader, batch: memoryview,
+                            last_of_producer: bool) -> memoryview | bytes | None:
+        """A control batch: kept, unless it is a transaction marker whose transaction has no batch left
+        (:mod:`kraftpy.storage.cleaner_txn`) and whose delete horizon has passed; the first pass that
+        finds it removable sets that horizon (KIP-534, as for tombstones)."""
+        count = header.record_count
+        stats = self.stats
+        if count == 0:  # a marker emptied before: it stays only as the last batch of a live producer
+            return batch if last_of_producer else None
+        removable = header.is_transactional and self.txns.on_marker(header, self.control_type(header, batch))
+        has_horizon = bool(header.attributes & DELETE_HORIZON_BIT)
+        if removable and has_horizon and self.now >= header.base_timestamp:
+            stats.markers_dropped += 1
+            return empty_batch(header) if last_of_producer else None
+        stats.records_kept += count
+        if not removable:
+            return batch
+        if has_horizon:
+            self.note_horizon(header.base_timestamp)
+            return batch
+        horizon = self.now + self.config.delete_retention_ms
+        self.note_horizon(horizon)
+        self.last_kept = count
+        section, start = self.records_of(header, batch)
+        kept = self.map.rewrite_records(section, start, count, b"\x01" * count, header.base_timestamp - horizon)
+        codec = header.attributes & CODEC_MASK
+        if codec != Compression.NONE:
+            kept = compress(codec, kept)
+        return pack_batch(
+            kept,
+            base_offset=header.base_offset,
+            partition_leader_epoch=header.partition_leader_epoch,
+            attributes=header.attributes | DELETE_HORIZON_BIT,
+            last_offset_delta=header.last_offset_delta,
+            base_timestamp=horizon,
+            max_timestamp=header.max_timestamp,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+            record_count=count,
+        )
+
+    def clean_data_batch(self, header: BatchHeader, batch: memoryview,
+                         last_of_producer: bool) -> memoryview | bytes | None:
+        """A data batch not of an aborted transaction: its records filtered by the offset map."""
+        count = header.record_count
+        stats = self.stats
+        attributes = header.attributes
         if count == 0:
             return batch if last_of_producer else None
         has_horizon = bool(attributes & DELETE_HORIZON_BIT)

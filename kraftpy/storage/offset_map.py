@@ -232,12 +232,14 @@ class OffsetMap:
     def put_batches(self, buffer: bytes | bytearray | memoryview, start: int, min_offset: int, latest: int
                     ) -> tuple[int, int, int, int]:
         """:meth:`put_records` over the whole batches of ``buffer`` (a read of a segment) from ``start``:
-        the records at or after ``min_offset`` of the data batches (control and transactional batches
-        are not mapped); ``latest`` grows to the last offset of each batch reaching ``min_offset``.
+        the records at or after ``min_offset`` of the data batches; ``latest`` grows to the last
+        offset of each batch reaching ``min_offset``.
 
         Returns ``(position, latest, offset of the last put or -1, state)``: state 0, every whole
-        batch is done (``position`` is where the next read starts); 1, ``position`` is a compressed
-        batch the caller maps itself; 2, the map filled inside the batch at ``position``."""
+        batch is done (``position`` is where the next read starts); 1, ``position`` is a batch
+        reaching ``min_offset`` that the caller maps itself: a transactional or control batch (whether
+        its records count depends on how its transaction ended), or (C map only) a compressed one;
+        2, the map filled inside the batch at ``position``."""
         if not self.accelerated:
             return self._put_batches_py(buffer, start, min_offset, latest)
         while True:
@@ -261,7 +263,9 @@ class OffsetMap:
             if header.size > len(buffer) - position:
                 break
             if header.last_offset >= min_offset:
-                if not (header.is_control or header.is_transactional) and header.record_count:
+                if header.is_control or header.is_transactional:
+                    return position, latest, last_put, 1
+                if header.record_count:
                     codec = header.attributes & CODEC_MASK
                     section = memoryview(buffer)[position: position + header.size]
                     records_start = HEADER_SIZE
