@@ -6,10 +6,11 @@ Kafka's ``LogCleaner`` and ``LogCleanerManager`` over :mod:`kraftpy.storage.clea
 of the replica manager's nursery) reads each log directory's ``cleaner-offset-checkpoint``, then
 starts ``log.cleaner.threads`` cleaner tasks. Each, in a loop:
 
-1. measures every compacted replica not being cleaned (memory only: `log_to_clean`) and takes the
-   one with the highest dirty ratio among those due — over ``min.cleanable.dirty.ratio``, past
-   ``max.compaction.lag.ms``, or holding tombstones past their delete horizon — or, when none is,
-   waits ``log.cleaner.backoff.ms``;
+1. measures every compacted replica not being cleaned (memory only: `log_to_clean`, its cleanable
+   part ending at the replica's last stable offset, so an open transaction and everything after
+   it stay dirty) and takes the one with the highest dirty ratio among those due — over
+   ``min.cleanable.dirty.ratio``, past ``max.compaction.lag.ms``, or holding tombstones or
+   transaction markers past their delete horizon — or, when none is, waits ``log.cleaner.backoff.ms``;
 2. runs one pass through `Partition.run_cleaning`: the copy in a worker thread while producers go on
    appending, the swap as exclusive log work (retention, truncation and DeleteRecords abort a pass
    and hold the cleaner off while they run);
@@ -139,7 +140,8 @@ class LogCleaner:
             if (not log.config.compact or log.closed or part.tp in self.in_progress
                     or part.tp in self.uncleanable or part.cleaning):
                 continue
-            to_clean = log_to_clean(log, self._checkpointed(part), now, earliest_horizon=self.horizons.get(part.tp))
+            to_clean = log_to_clean(log, self._checkpointed(part), now, earliest_horizon=self.horizons.get(part.tp),
+                                    last_stable_offset=part.last_stable_offset)
             if to_clean.total_bytes == 0 or not to_clean.due(log.config.min_cleanable_ratio):
                 continue
             if best is None or to_clean.cleanable_ratio > best[0]:
@@ -157,11 +159,14 @@ class LogCleaner:
         now = self.clock()
         producers = part.producer_last_offsets()
         checkpointed, horizon = self._checkpointed(part), self.horizons.get(part.tp)
+        # Read here, not in the worker thread; it only grows meanwhile (a truncation aborts the pass).
+        last_stable = part.last_stable_offset
         measured = [to_clean]
 
         def copy(abort) -> CleaningPass:
             # Measured again now that nothing can cut the log under the pass (it would abort it).
-            measured[0] = log_to_clean(log, checkpointed, now, earliest_horizon=horizon)
+            measured[0] = log_to_clean(log, checkpointed, now, earliest_horizon=horizon,
+                                       last_stable_offset=last_stable)
             return cleaner.clean(log, measured[0], now, producers, abort)
 
         def swap(result: CleaningPass) -> CleaningPass:
