@@ -14,23 +14,35 @@ each partition is the ``cleaner-offset-checkpoint`` file of its log directory
 
 :func:`log_to_clean` measures a log (memory only): the cleanable part ends at the first segment
 that may not be touched — the active segment, the one holding the high watermark (records above
-it may still be truncated), or the first dirty segment with a record younger than
-``min.compaction.lag.ms`` — and its *dirty ratio* is cleanable bytes over clean plus cleanable
-bytes. A log is due when that ratio exceeds ``min.cleanable.dirty.ratio``, when a dirty segment's
-first batch is older than ``max.compaction.lag.ms``, or when tombstones it kept have outlived
+it may still be truncated), the one holding the last stable offset (an open transaction's
+records, and everything after them, stay dirty: how it ends is not known yet), or the first dirty
+segment with a record younger than ``min.compaction.lag.ms`` — and its *dirty ratio* is cleanable
+bytes over clean plus cleanable bytes. A log is due when that ratio exceeds
+``min.cleanable.dirty.ratio``, when a dirty segment's first batch is older than
+``max.compaction.lag.ms``, or when tombstones or markers it kept have outlived
 ``delete.retention.ms`` (:attr:`LogToClean.tombstones_due`).
+
+Transactions follow Kafka's rules (:mod:`kraftpy.storage.cleaner_txn`): every transactional batch a
+pass reads lies below the last stable offset, so its transaction has ended, and the ``.txnindex``
+entries say which ended aborted. Map and copy each walk the log with a :class:`CleanedTransactions`.
 
 A pass (:meth:`Cleaner.clean`, blocking, in a worker thread, beside appends) runs in two steps:
 
 1. *Map*: every keyed record of the cleanable part goes into an :class:`OffsetMap` (key →
-   its last offset). A map that fills stops there; the pass then ends at the last offset it holds.
+   its last offset) — but not those of control batches, nor those of aborted transactions, which
+   must never shadow an older committed value of their key. A map that fills stops there; the
+   pass then ends at the last offset it holds.
 2. *Copy*: the segments from the log start up to that point are rewritten, grouped so that a
    group's output stays within ``segment.bytes`` and its offsets within an int32 of its first
    segment's base offset, each group into one new segment ``<first base>.log.cleaned``. Batch by
    batch (Kafka's ``MemoryRecords.filterTo``):
 
-   * a control or transactional batch is copied as it is (kraftpy runs no transactions; such
-     batches can only come from elsewhere, and their fate depends on markers it does not track);
+   * a batch of an aborted transaction is dropped (the records of a committed one are cleaned as
+     any others, below);
+   * a control batch is kept, unless it is a transaction marker whose transaction has no batch
+     left in the cleaned log: the first pass that finds it so sets its delete horizon, as for
+     tombstones below, and a pass after that time drops it (an emptied marker, like any emptied
+     batch, stays only as the last batch of a live producer);
    * a record is kept when it is past the map, or it is the last of its key (see
      :mod:`kraftpy.storage.offset_map`), a tombstone only until its batch's delete horizon;
      records without a key go (they predate the compact policy: produce refuses them since);
@@ -48,10 +60,14 @@ A pass (:meth:`Cleaner.clean`, blocking, in a worker thread, beside appends) run
      up within ``delete.retention.ms`` therefore sees every delete.
 
    With the C record loops the copy of a whole read is one call (:meth:`OffsetMap.clean_batches`),
-   which makes these decisions for every uncompressed batch, checks CRCs and writes the new batches
-   (CRC-32C included); compressed batches, and any batch it finds damaged, come back to
-   :meth:`_Pass.clean_batch`, which makes them for every batch when C is missing. Both write the
-   same bytes (a test runs passes both ways and compares the files).
+   which makes these decisions for every uncompressed batch outside transactions, checks CRCs and
+   writes the new batches (CRC-32C included); compressed, transactional and control batches, and
+   any batch it finds damaged, come back to :meth:`_Pass.clean_batch`, which makes them for every
+   batch when C is missing. Both write the same bytes (a test runs passes both ways and compares
+   the files). The map's C loop likewise hands compressed, transactional and control batches back.
+
+   Each cleaned segment's ``.txnindex`` holds the entries of the aborted transactions whose marker
+   it holds and of which a batch is left (Kafka rewrites it so); the others go with their data.
 
    The group's output is fsynced, then (in the owner's exclusive section) swapped in by
    :meth:`kraftpy.storage.log.Log.replace_segments` with the crash-safe protocol described there.
