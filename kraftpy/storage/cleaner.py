@@ -39,10 +39,11 @@ A pass (:meth:`Cleaner.clean`, blocking, in a worker thread, beside appends) run
 
    * a batch of an aborted transaction is dropped (the records of a committed one are cleaned as
      any others, below);
-   * a control batch is kept, unless it is a transaction marker whose transaction has no batch
-     left in the cleaned log: the first pass that finds it so sets its delete horizon, as for
+   * a control batch is kept, unless it is a transaction marker of which the pass reads no batch
+     of its transaction: the first pass that finds it so sets its delete horizon, as for
      tombstones below, and a pass after that time drops it (an emptied marker, like any emptied
-     batch, stays only as the last batch of a live producer);
+     batch, stays only as the last batch of a live producer). The pass that removes a
+     transaction's last batches makes the log due again at once (its earliest horizon is now);
    * a record is kept when it is past the map, or it is the last of its key (see
      :mod:`kraftpy.storage.offset_map`), a tombstone only until its batch's delete horizon;
      records without a key go (they predate the compact policy: produce refuses them since);
@@ -67,7 +68,8 @@ A pass (:meth:`Cleaner.clean`, blocking, in a worker thread, beside appends) run
    the files). The map's C loop likewise hands compressed, transactional and control batches back.
 
    Each cleaned segment's ``.txnindex`` holds the entries of the aborted transactions whose marker
-   it holds and of which a batch is left (Kafka rewrites it so); the others go with their data.
+   it holds and of which the pass read a batch (Kafka rewrites it so): an entry goes one pass after
+   its transaction's last batch, so a read_committed fetch racing the swap still names it.
 
    The group's output is fsynced, then (in the owner's exclusive section) swapped in by
    :meth:`kraftpy.storage.log.Log.replace_segments` with the crash-safe protocol described there.
@@ -778,14 +780,20 @@ class _Pass:
 
     def clean_control_batch(self, header: BatchHeader, batch: memoryview,
                             last_of_producer: bool) -> memoryview | bytes | None:
-        """A control batch: kept, unless it is a transaction marker whose transaction has no batch left
-        (:mod:`kraftpy.storage.cleaner_txn`) and whose delete horizon has passed; the first pass that
-        finds it removable sets that horizon (KIP-534, as for tombstones)."""
+        """A control batch: kept, unless it is a transaction marker of which the pass read no batch of its
+        transaction (:mod:`kraftpy.storage.cleaner_txn`) and whose delete horizon has passed; the first
+        pass that finds it removable sets that horizon (KIP-534, as for tombstones)."""
         count = header.record_count
         stats = self.stats
         if count == 0:  # a marker emptied before: it stays only as the last batch of a live producer
             return batch if last_of_producer else None
-        removable = header.is_transactional and self.txns.on_marker(header, self.control_type(header, batch))
+        if not header.is_transactional:
+            stats.records_kept += count
+            return batch
+        fate = self.txns.on_marker(header, self.control_type(header, batch))
+        if fate.revisit:  # this pass removed its transaction's last batches: the next one may stamp it
+            self.note_horizon(self.now)
+        removable = fate.removable
         has_horizon = bool(header.attributes & DELETE_HORIZON_BIT)
         if removable and has_horizon and self.now >= header.base_timestamp:
             stats.markers_dropped += 1

@@ -12,7 +12,7 @@ from kraftpy.protocol.control_records import build_end_txn_marker, read_end_txn_
 from kraftpy.protocol.records import SimpleRecord, build_batch, decode_batch
 from kraftpy.storage import offset_map
 from kraftpy.storage.cleaner import DELETE_HORIZON_BIT, Cleaner, CleanerConfig, log_to_clean
-from kraftpy.storage.cleaner_txn import CleanedTransactions
+from kraftpy.storage.cleaner_txn import CleanedTransactions, MarkerFate
 from kraftpy.storage.log import Log
 from kraftpy.storage.log_config import LogConfig
 from kraftpy.storage.txn_index import AbortedTxn
@@ -149,11 +149,19 @@ def test_an_aborted_transactions_records_never_shadow_a_committed_value_and_go(t
     # a's committed value survived the aborted a=bad after it; every aborted record is gone.
     assert t.values() == [(b"a", b"1"), (b"b", b"2"), (b"tail", b"1")]
     assert result.stats.aborted_dropped == 3
-    # No batch of the transaction is left: its index entry goes, its marker waits for its horizon.
+    # The pass read the transaction's batches: its marker and index entry stay one pass more (a fetch that
+    # read the batches from a replaced segment still learns they were aborted), and the log is due at once.
+    (entry,) = t.txn_index()
+    assert (entry.producer_id, entry.first_offset) == (P, 2)
+    assert [m[1:] for m in t.markers()] == [(False, None)]
+    assert result.earliest_horizon == t.clock()
+    assert log_to_clean(t.log, result.next_dirty_offset, t.clock(), earliest_horizon=t.clock()).due(0.99)
+    # The next pass finds no batch of it: the entry goes, the marker gets its delete horizon.
+    _, result = t.clean(accelerated)
     assert t.txn_index() == []
-    (marker,) = t.markers()
-    assert marker[1] is False and marker[2] == t.clock() + DAY
+    assert [m[1:] for m in t.markers()] == [(False, t.clock() + DAY)]
     assert result.earliest_horizon == t.clock() + DAY
+    assert t.read_committed() == before
 
 
 def test_an_open_transaction_and_everything_after_it_stay_dirty(tmp_path, accelerated):
@@ -205,7 +213,9 @@ def test_a_marker_stays_while_its_transaction_has_a_batch_then_until_its_horizon
     t.producers.pop(P)  # P expired from the producer state; Q did not
 
     # Pass 1: a=t goes (a=2 is newer); Q's aborted batch stays as an empty batch, so its marker and its
-    # index entry stay; P's marker has no batch left: it gets its delete horizon.
+    # index entry stay; pass 2 reads no batch of P's transaction: P's marker gets its delete horizon.
+    t.clean(accelerated)
+    assert t.markers() == [(commit, True, None), (abort, False, None)]
     t.clean(accelerated)
     horizon = t.clock() + DAY
     assert t.markers() == [(commit, True, horizon), (abort, False, None)]
@@ -223,8 +233,10 @@ def test_a_marker_stays_while_its_transaction_has_a_batch_then_until_its_horizon
     assert result.stats.markers_dropped == 1
     assert t.read_committed() == before
 
-    # Q leaves the producer state: its empty batch goes, then its marker (horizon, then removal).
+    # Q leaves the producer state: its empty batch goes, then its index entry and marker (horizon, then removal).
     t.producers.pop(Q)
+    t.clean(accelerated)
+    assert t.markers() == [(abort, False, None)] and len(t.txn_index()) == 1
     t.clean(accelerated)
     assert t.txn_index() == []
     assert t.markers() == [(abort, False, t.clock() + DAY)]
@@ -281,18 +293,22 @@ def test_the_transaction_walk_decides_as_kafkas():
                            producer_epoch=0, base_sequence=0, is_transactional=True, is_control=control)
         return read_header(data)
 
-    walk = CleanedTransactions([AbortedTxn(P, 5, 9, 10)])
-    assert walk.on_data_batch(header(3, P)) is False  # before the aborted transaction: P's committed one
-    assert walk.on_marker(header(4, P, control=True), ControlRecordType.COMMIT) is True  # no batch kept
+    walk = CleanedTransactions([AbortedTxn(P, 5, 9, 10), AbortedTxn(P, 20, 21, 22)])
+    # P's committed transaction before its aborted one: its batch read and dropped, the marker stays a pass.
+    assert walk.on_data_batch(header(3, P)) is False
+    assert walk.on_marker(header(4, P, control=True), ControlRecordType.COMMIT) == MarkerFate(False, revisit=True)
     assert walk.on_data_batch(header(5, P)) is True
-    walk.on_data_kept(header(5, P))
+    walk.on_data_kept(header(5, P))  # kept (empty) as a live producer's last
     assert walk.on_data_batch(header(6, Q)) is False
     walk.on_data_kept(header(6, Q))
-    assert walk.on_marker(header(7, Q, control=True), ControlRecordType.COMMIT) is False  # Q's batch stays
-    assert walk.on_marker(header(9, P, control=True), ControlRecordType.ABORT) is False
+    assert walk.on_marker(header(7, Q, control=True), ControlRecordType.COMMIT) == MarkerFate(False)
+    assert walk.on_marker(header(9, P, control=True), ControlRecordType.ABORT) == MarkerFate(False)
+    assert walk.on_marker(header(10, Q, control=True), ControlRecordType.COMMIT) == MarkerFate(True)  # none read
+    # An aborted transaction with no batch read: its marker may go, its entry goes.
+    assert walk.on_marker(header(21, P, control=True), ControlRecordType.ABORT) == MarkerFate(True)
     assert walk.retained_index == [AbortedTxn(P, 5, 9, 10)]
     # An ABORT marker the index does not know keeps what it cannot account for.
-    assert walk.on_data_batch(header(11, Q)) is False
-    walk.on_data_kept(header(11, Q))
-    assert walk.on_marker(header(12, Q, control=True), ControlRecordType.ABORT) is False
-    assert walk.on_marker(header(13, Q, control=True), None) is False  # unreadable: kept
+    assert walk.on_data_batch(header(30, Q)) is False
+    walk.on_data_kept(header(30, Q))
+    assert walk.on_marker(header(31, Q, control=True), ControlRecordType.ABORT) == MarkerFate(False)
+    assert walk.on_marker(header(32, Q, control=True), None) == MarkerFate(False)  # unreadable: kept
