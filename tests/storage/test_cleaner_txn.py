@@ -251,13 +251,13 @@ def test_a_marker_stays_while_its_transaction_has_a_batch_then_until_its_horizon
     reopened.close()
 
 
-def test_a_read_committed_reader_sees_the_same_keys_after_cleaning(tmp_path, accelerated):
+def random_txn_log(path, seed: int) -> TxnLog:
     """Interleaved transactions of two producers, committed and aborted, over segments, with plain records
-    and tombstones: each pass leaves the read_committed key → value of the log as it was."""
+    and tombstones; every transaction ended."""
     import random
 
-    rng = random.Random(16)
-    t = TxnLog(tmp_path, segment_bytes=600)
+    rng = random.Random(seed)
+    t = TxnLog(path, segment_bytes=600)
     keys = [b"k%d" % i for i in range(6)]
     for step in range(120):
         choice = rng.random()
@@ -272,16 +272,35 @@ def test_a_read_committed_reader_sees_the_same_keys_after_cleaning(tmp_path, acc
     for producer in list(t.open):
         t.end(producer, committed=False)
     t.close_tail()
+    return t
+
+
+def test_a_read_committed_reader_sees_the_same_keys_after_cleaning(tmp_path, accelerated):
+    t = random_txn_log(tmp_path, 16)
     before = t.read_committed()
     dropped = 0
-    for _ in range(3):
+    for _ in range(4):
         _, result = t.clean(accelerated)
         dropped += result.stats.aborted_dropped
         assert t.read_committed() == before
         t.clock.advance(DAY)
     assert dropped > 0
-    # Every aborted record is gone; every key's committed value is there once.
+    # Every aborted record is gone; every key's committed value is there.
     assert all(not v.startswith(b"%d-" % p) or (k, v) in before.items() for k, v in t.values() for p in (P, Q))
+
+
+@pytest.mark.skipif(not offset_map.ACCELERATED, reason="the C record loops are not compiled")
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_c_and_python_copies_write_the_same_files_with_transactions(tmp_path, seed):
+    logs = {a: random_txn_log(tmp_path / str(a), seed) for a in (True, False)}
+    for advance in (0, 0, DAY, DAY):
+        files = {}
+        for accelerated, t in logs.items():
+            t.clock.advance(advance)
+            t.clean(accelerated)
+            files[accelerated] = {p.name: p.read_bytes() for p in sorted(t.log.directory.iterdir())
+                                  if p.suffix in (".log", ".txnindex")}
+        assert files[True] == files[False]
 
 
 def test_the_transaction_walk_decides_as_kafkas():
