@@ -62,6 +62,11 @@ _RETRIABLE_VERIFICATION = frozenset({
 })
 
 
+#: Above this many remembered decisions, those no try used for _PROGRESS_IDLE_S are forgotten.
+_PROGRESS_SWEEP_SIZE = 1000
+_PROGRESS_IDLE_S = 600.0
+
+
 class MarkersNotWritten(Exception):
     """Some partitions of a transaction did not take its marker yet (the coordinator retries)."""
 
@@ -116,6 +121,8 @@ class _Progress:
 
     decision: tuple[int, int, bool, int]
     done: set[TopicPartition] = attrs.field(factory=set)
+    #: When a try last used it (trio's clock): decisions no coordinator retries any more are dropped.
+    used: float = 0.0
 
 
 class TxnMarkerSender:
@@ -130,9 +137,14 @@ class TxnMarkerSender:
     async def send(self, transactional_id: str, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                    committed: bool, partitions: frozenset[TopicPartition]) -> None:
         decision = (producer_id, producer_epoch, committed, coordinator_epoch)
+        now = trio.current_time()
+        if len(self._progress) > _PROGRESS_SWEEP_SIZE:
+            # Completions that stopped (the coordinator moved away) leave theirs behind.
+            self._progress = {k: p for k, p in self._progress.items() if now - p.used < _PROGRESS_IDLE_S}
         progress = self._progress.get(transactional_id)
         if progress is None or progress.decision != decision:
             progress = self._progress[transactional_id] = _Progress(decision)
+        progress.used = now
         image = self.metadata.image
         by_leader: dict[int, list[TopicPartition]] = {}
         missing: list[str] = []
@@ -185,9 +197,6 @@ class TxnMarkerSender:
         raise MarkersNotWritten(f"{'COMMIT' if committed else 'ABORT'} markers of {transactional_id!r} "
                                 f"(producer {producer_id}, epoch {producer_epoch}) not all written: "
                                 + "; ".join(failures[:5]))
-
-    def forget(self, transactional_id: str) -> None:
-        self._progress.pop(transactional_id, None)
 
 
 @attrs.define
