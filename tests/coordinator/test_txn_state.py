@@ -573,3 +573,48 @@ class TxnClients(RuleBasedStateMachine):
 
 TestTxnClients = TxnClients.TestCase
 TestTxnClients.settings = settings(max_examples=150, stateful_step_count=80, deadline=None)
+
+
+# --- librdkafka's abort after a failed send (EndTxn(abort), then the KIP-360 epoch bump)
+
+def test_an_abortable_error_is_aborted_then_the_epoch_bumped_with_the_producers_own_epoch():
+    """The sequence librdkafka sends after its records timed out: EndTxn(abort) with its epoch, then
+    InitProducerId naming its producer id and epoch, retried while the abort completes."""
+    ongoing = meta(S.ONGOING, partitions=[T0])
+    aborting = written(ts.end_txn(ongoing, TID, 7, 3, False, 2000))
+    assert aborting.state is S.PREPARE_ABORT
+    mine = ProducerIdAndEpoch(7, 3)
+    assert init(aborting, expected=mine, now=2001).error is E.CONCURRENT_TRANSACTIONS
+    aborted = written(ts.complete(aborting, 2002))
+    bumped = written(init(aborted, expected=mine, now=2003))
+    assert (bumped.state, bumped.producer_id, bumped.producer_epoch) == (S.EMPTY, 7, 4)
+    # its retry (the answer was lost) gets the same epoch; the next transaction opens with it
+    assert written(init(bumped, expected=mine, now=2004)).producer_epoch == 4
+    assert written(add(bumped, [T1], epoch=4)).state is S.ONGOING
+
+
+def test_an_abort_of_a_transaction_the_coordinator_never_recorded_is_invalid_as_in_kafka():
+    """librdkafka sends EndTxn(abort) once it sent an AddPartitionsToTxn, even one that failed: the
+    coordinator still holds the transaction before. Kafka's coordinator answers INVALID_TXN_STATE in
+    COMPLETE_COMMIT and EMPTY (NONE in COMPLETE_ABORT), and so does this one; a new producer (no
+    expected epoch) continues with the next epoch."""
+    for state, error in ((S.COMPLETE_COMMIT, E.INVALID_TXN_STATE), (S.EMPTY, E.INVALID_TXN_STATE),
+                         (S.COMPLETE_ABORT, E.NONE)):
+        before = meta(state)
+        assert ts.end_txn(before, TID, 7, 3, False, 2000).error is error
+        fresh = written(init(before, now=2001))
+        assert (fresh.state, fresh.producer_id, fresh.producer_epoch) == (S.EMPTY, 7, 4)
+
+
+def test_a_transaction_the_coordinator_timed_out_fences_its_producer_abort_and_bump_alike():
+    """The coordinator's abort of a timed-out transaction bumps the epoch and forgets the last one
+    (Kafka's prepareFenceProducerEpoch): the producer's EndTxn(abort) and its InitProducerId with its
+    own epoch are both PRODUCER_FENCED, never INVALID_TXN_STATE; a new producer continues."""
+    fenced = written(ts.abort_timed_out(meta(S.ONGOING, partitions=[T0], start=0), 7, 70000))
+    mine = ProducerIdAndEpoch(7, 3)
+    assert ts.end_txn(fenced, TID, 7, 3, False, 70001).error is E.PRODUCER_FENCED
+    assert init(fenced, expected=mine, now=70001).error is E.CONCURRENT_TRANSACTIONS  # markers on their way
+    aborted = written(ts.complete(fenced, 70002))
+    assert ts.end_txn(aborted, TID, 7, 3, False, 70003).error is E.PRODUCER_FENCED
+    assert init(aborted, expected=mine, now=70003).error is E.PRODUCER_FENCED
+    assert written(init(aborted, now=70004)).producer_epoch == 5

@@ -10,6 +10,10 @@ confluent-kafka, kafka-python and aiokafka consumers under read_committed and re
 - A transaction left open past its transaction.timeout.ms is aborted by the coordinator: readers get
   past it and the producer's commit fails.
 - The last stable offset never passes an open transaction (ListOffsets latest, both isolation levels).
+- An abort after records timed out while every AddPartitionsToTxn failed (the coordinator could not
+  write its log): librdkafka's EndTxn(abort) meets a coordinator that never recorded the
+  transaction and is answered INVALID_TXN_STATE, as Kafka answers it (fatal to librdkafka); a new
+  producer with the same transactional.id goes on.
 - kill -9 of the transactional id's coordinator, and of the leader of one of its partitions, right after
   commit_transaction is called, on three controllers and three brokers (real processes): the
   transaction ends committed or aborted as a whole, never half.
@@ -21,6 +25,8 @@ Every wait is on data arriving (a consumer's poll, a log line), bounded by a tim
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
 import time
 import uuid
@@ -31,7 +37,7 @@ import pytest
 import trio
 
 from kraftpy.coordinator.group_coordinator import partition_for
-from kraftpy.coordinator.txn_state import TxnConfig
+from kraftpy.coordinator.txn_state import TxnConfig, TxnState
 from tests.helpers.cluster import open_cluster
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -530,3 +536,87 @@ def test_kill_9_of_a_partition_leader_mid_commit_ends_the_transaction_as_a_whole
         return next((b for b in led.values() if b != coordinator), led[0])
 
     commit_through_a_kill(processes, topic, txn_id, a_leader_not_the_coordinator)
+
+
+# -- an abort of a transaction its coordinator never recorded ---------------------------------------
+
+
+class _Lines(logging.Handler):
+    """librdkafka's log lines, as its ``logger`` hands them over."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+async def test_an_abort_whose_partitions_never_joined_is_answered_as_kafka_does_and_a_new_producer_recovers(
+        tmp_path):
+    """librdkafka sends EndTxn(abort) once it has sent an AddPartitionsToTxn, even when every one
+    failed: it counts them as possibly received. Here they fail because the coordinator cannot
+    write __transaction_state (its ISR below min.insync.replicas while the other broker is fenced),
+    the transaction's record times out unsent, and the coordinator still holds the transaction before,
+    COMPLETE_COMMIT. It answers EndTxn(abort) INVALID_TXN_STATE, as Kafka's coordinator does in that
+    state, which librdkafka makes fatal; a new producer with the same transactional.id goes on, and
+    readers see only committed records."""
+    txn = TxnConfig(state_log_num_partitions=1, state_log_replication_factor=2, state_log_min_isr=2)
+    async with open_cluster(tmp_path, brokers=2, offsets_topic_num_partitions=1, transaction=txn) as c:
+        await c.create_topic("out", partitions=1, replication_factor=2)
+        bootstrap = c.bootstrap
+        logger = logging.getLogger(f"{__name__}.never-joined")
+        lines = _Lines()
+        logger.addHandler(lines)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        first = await trio.to_thread.run_sync(lambda: transactional_producer(
+            bootstrap, "never-joined", logger=logger, debug="eos,protocol", **{"message.timeout.ms": 3000}))
+
+        def committed_then_open() -> None:
+            first.begin_transaction()
+            first.produce("out", value=b"committed-1", partition=0)
+            first.commit_transaction(30)
+
+        await trio.to_thread.run_sync(committed_then_open)
+        state = c.image.topics.get_by_name("__transaction_state").partitions[0]
+        assert len(state.replicas) == 2
+        shard = c.brokers[state.leader].txn_coordinator.shard_for("never-joined")
+        # The commit's markers are written and its COMPLETE_COMMIT too: no transaction is open.
+        await c.wait_for(lambda: shard.describe("never-joined").state is TxnState.COMPLETE_COMMIT)
+        follower = next(b for b in state.replicas if b != state.leader)
+        await c.fence(follower)  # the coordinator's writes now fail: NOT_ENOUGH_REPLICAS
+
+        def abort_unrecorded() -> None:
+            reports: list = []
+            first.begin_transaction()
+            first.produce("out", value=b"never-joined", partition=0, on_delivery=lambda err, _m: reports.append(err))
+            first.flush(30)
+            assert len(reports) == 1 and reports[0] is not None and \
+                reports[0].code() == KafkaError._MSG_TIMED_OUT, reports
+            assert any("AddPartitionsToTxn response" in line and "Coordinator not available" in line
+                       for line in lines.lines), \
+                "no AddPartitionsToTxn failed:\n" + "\n".join(lines.lines[-60:])
+            with pytest.raises(KafkaException) as failure:
+                first.abort_transaction(30)
+            error = failure.value.args[0]
+            assert error.code() == KafkaError.INVALID_TXN_STATE and error.fatal(), error
+            with contextlib.suppress(KafkaException):  # a fatal producer raises its error once more
+                first.poll(0)  # serves the log lines queued meanwhile
+            assert any("EndTxn returned INVALID_TXN_STATE" in line for line in lines.lines), \
+                "the abort's EndTxn was not the request refused:\n" + "\n".join(
+                    lines.lines[next(i for i, line in enumerate(lines.lines) if "abort_transaction" in line):])
+
+        await trio.to_thread.run_sync(abort_unrecorded)
+        assert shard.describe("never-joined").state is TxnState.COMPLETE_COMMIT
+        await c.unfence(follower)
+
+        def recover() -> None:
+            second = transactional_producer(bootstrap, "never-joined")
+            second.begin_transaction()
+            second.produce("out", value=b"committed-2", partition=0)
+            second.commit_transaction(30)
+            got = read("confluent", bootstrap, [("out", 0)], COMMITTED, has_all({"committed-1", "committed-2"}))
+            assert values(got) == Counter({"committed-1", "committed-2"}), sorted(values(got))
+
+        await trio.to_thread.run_sync(recover)

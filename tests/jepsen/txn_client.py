@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import random
 import signal
 import sys
@@ -96,7 +97,15 @@ class Client:
             "topic.metadata.refresh.interval.ms": 2000,
             "reconnect.backoff.max.ms": 1000,
             "logger": self.logger,
+            **self.debug_config(),
         }
+
+    @staticmethod
+    def debug_config() -> dict[str, Any]:
+        """librdkafka's debug contexts from JEPSEN_TXN_CLIENT_DEBUG (e.g. ``eos,protocol,msg``), to see
+        each request and answer in logs/txn-clients.log."""
+        contexts = os.environ.get("JEPSEN_TXN_CLIENT_DEBUG", "")
+        return {"debug": contexts} if contexts else {}
 
     def fresh_producer(self) -> Producer:
         """A new producer under the transactional id; init_transactions fences the one before (and
@@ -172,12 +181,20 @@ class Client:
             return "fail", False
 
     def abort_or_replace(self, producer: Producer) -> Producer:
-        """After a failed transaction: abort it when the producer can, else a new producer."""
+        """After a failed transaction: abort it when the producer can, else a new producer.
+
+        An abort can fail fatally where the coordinator did nothing wrong: librdkafka sends
+        EndTxn(abort) once it has sent an AddPartitionsToTxn, even when every one failed (the
+        coordinator unavailable during a kill), and the coordinator, which never recorded the
+        transaction, answers INVALID_TXN_STATE as Kafka's does (Java's producer sends no EndTxn
+        then). A fatal producer is replaced, as every client must: the new one's
+        init_transactions fences the old epoch and aborts whatever it left open."""
         try:
             producer.abort_transaction(self.args.op_timeout)
             return producer
         except KafkaException as e:
-            self.logger.info(f"abort_transaction: {error_name(e)}; a new producer")
+            fatal = bool(e.args) and isinstance(e.args[0], KafkaError) and e.args[0].fatal()
+            self.logger.info(f"abort_transaction: {error_name(e)}{' (fatal)' if fatal else ''}; a new producer")
             return self.fresh_producer()
 
     # the producer
@@ -311,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"%(asctime)s {args.name} %(message)s"))
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG if Client.debug_config() else logging.INFO)
     logger.propagate = False
     client = Client(args, logger)
 
