@@ -370,18 +370,21 @@ class ProcessCluster(Deployment):
         return {node_id: proc.mark() for node_id, proc in self.controllers.items()}
 
 
-def create_topics(bootstrap: str, topics: list[Any], timeout: float = 20.0, attempts: int = 4) -> None:
+def create_topics(bootstrap: str, topics: list[Any], timeout: float = 20.0, attempts: int = 4,
+                  deployment: Deployment | None = None) -> None:
     """Create ``topics`` (confluent_kafka NewTopic) with the admin client, retrying (with a new client)
     when the request was lost with the connection it was sent on, or got no answer in ``timeout``:
     librdkafka drops a broker's connection when a metadata answer does not list that broker (one
     another has not yet seen unfenced), failing what was in flight there with _DESTROY_BROKER. A
-    retried topic that exists already was made the first time."""
+    retried topic that exists already was made the first time. When it gives up, it says what each
+    attempt got, and the last log lines of ``deployment``'s processes."""
     from concurrent.futures import TimeoutError as FutureTimeout
 
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
     pending = {t.topic: t for t in topics}
+    seen: list[str] = []
     for attempt in range(attempts):
         admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         futures = admin.create_topics(list(pending.values()), operation_timeout=timeout / 2)
@@ -389,17 +392,21 @@ def create_topics(bootstrap: str, topics: list[Any], timeout: float = 20.0, atte
             try:
                 future.result(timeout=timeout)
             except FutureTimeout:
+                seen.append(f"attempt {attempt + 1}, {name}: no answer in {timeout:g}s")
                 continue
             except KafkaException as exc:
                 code = exc.args[0].code()
                 if code in (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+                    seen.append(f"attempt {attempt + 1}, {name}: {exc.args[0]}")
                     continue
                 if not (attempt > 0 and code == KafkaError.TOPIC_ALREADY_EXISTS):
                     raise
             del pending[name]
         if not pending:
             return
-    raise AssertionError(f"could not create {sorted(pending)}")
+    logs = "" if deployment is None else "\n" + "\n".join(
+        f"--- {proc.name}:\n{proc.tail(20)}" for proc in deployment.procs)
+    raise AssertionError(f"could not create {sorted(pending)}:\n" + "\n".join(seen) + logs)
 
 
 #: Group-coordinator answers a Kafka client retries (after FindCoordinator again): a coordinator that

@@ -178,7 +178,7 @@ def admin(cluster: ProcessCluster, bootstrap: str | None = None) -> AdminClient:
 
 
 def create_topic(cluster: ProcessCluster, topic: NewTopic) -> None:
-    create_topics(cluster.bootstrap, [topic])
+    create_topics(cluster.bootstrap, [topic], deployment=cluster)
 
 
 def partitions_of(cluster: ProcessCluster, topic: str, bootstrap: str | None = None) -> dict[int, Any]:

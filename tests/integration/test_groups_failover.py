@@ -71,7 +71,7 @@ def coordinator(bootstrap: str) -> int:
 
 def test_the_group_goes_on_after_its_coordinator_is_killed(tmp_path):
     with ProcessCluster(tmp_path, SETTINGS, log_level="info") as cluster, ExitStack() as stack:
-        create_topics(cluster.bootstrap, [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)])
+        create_topics(cluster.bootstrap, [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)], deployment=cluster)
         cond = threading.Condition()
         members = [stack.enter_context(Member("confluent", cluster.bootstrap, TOPIC, GROUP, session_timeout_ms=6000,
                                               cond=cond, name=f"member-{i}")) for i in range(2)]

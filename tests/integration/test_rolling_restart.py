@@ -105,7 +105,7 @@ def cluster(tmp_path_factory):
 
 
 def test_a_rolling_restart_of_every_node_loses_nothing_and_keeps_order(cluster):
-    create_topics(cluster.bootstrap, [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)])
+    create_topics(cluster.bootstrap, [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=3)], deployment=cluster)
     producer = IdempotentProducer(cluster.bootstrap, TOPIC, PARTITIONS, in_flight=20)
     reader = GroupReader(cluster.bootstrap, "rolling")
     producer.start()
