@@ -23,8 +23,9 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import trio
 import typer
 
-from kraftpy.admin.client import AdminClient, AdminError, ClientConfig, parse_addresses
+from kraftpy.admin.client import AdminClient, AdminError, ClientConfig, KafkaError, parse_addresses
 from kraftpy.config.properties import load_properties
+from kraftpy.protocol.errors import ErrorCode
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -130,3 +131,21 @@ def parse_key_values(items: Sequence[str] | None, flag: str) -> dict[str, str]:
             die(f"{flag} {item}: expected key=value", EXIT_USAGE)
         out[key.strip()] = value.strip()
     return out
+
+
+async def retrying(admin: AdminClient, what: str, attempt: Callable[[], Any]) -> Any:
+    """Run ``attempt()`` until it returns something other than a retriable `KafkaError` (a
+    coordinator moving or loading, a leader changing), within default.api.timeout.ms."""
+    last: KafkaError | None = None
+    with trio.move_on_after(admin.config.api_timeout_s):
+        while True:
+            try:
+                return await attempt()
+            except KafkaError as exc:
+                if not exc.code.retriable:
+                    raise
+                last = exc
+            await trio.sleep(0.1)
+    code = last.code if last is not None else ErrorCode.REQUEST_TIMED_OUT
+    raise KafkaError(code, f"{what}: no answer within default.api.timeout.ms="
+                     f"{int(admin.config.api_timeout_s * 1000)}", subject=last.subject if last else None)

@@ -33,6 +33,7 @@ from kraftpy.cli.admin_common import (
     die,
     emit_json,
     emit_table,
+    retrying,
     run_admin,
 )
 from kraftpy.protocol.api_keys import ApiKey
@@ -71,24 +72,6 @@ def _na(value: Any) -> Any:
 # -- requests --------------------------------------------------------------------------------------
 
 
-async def _retrying(admin: AdminClient, what: str, attempt: Callable[[], Any]) -> Any:
-    """Run ``attempt()`` until it returns something other than a retriable `KafkaError` (a
-    coordinator moving or loading, a leader changing), within default.api.timeout.ms."""
-    last: KafkaError | None = None
-    with trio.move_on_after(admin.config.api_timeout_s):
-        while True:
-            try:
-                return await attempt()
-            except KafkaError as exc:
-                if not exc.code.retriable:
-                    raise
-                last = exc
-            await trio.sleep(0.1)
-    code = last.code if last is not None else ErrorCode.REQUEST_TIMED_OUT
-    raise KafkaError(code, f"{what}: no answer within default.api.timeout.ms="
-                     f"{int(admin.config.api_timeout_s * 1000)}", subject=last.subject if last else None)
-
-
 async def list_groups(admin: AdminClient, states: list[str]) -> list[tuple[str, str, str]]:
     """(group, protocol type, state) of every group, asked of every broker."""
     await admin.refresh_metadata()
@@ -100,7 +83,7 @@ async def list_groups(admin: AdminClient, states: list[str]) -> list[tuple[str, 
             check(response.error_code, subject=f"broker {node_id}")
             return response
 
-        response = await _retrying(admin, "ListGroups", ask)
+        response = await retrying(admin, "ListGroups", ask)
         wanted = {s.lower() for s in states}
         for g in response.groups:
             state = g.group_state or ""
@@ -120,7 +103,7 @@ async def describe_group(admin: AdminClient, group: str) -> tuple[Any, int]:
         check(entry.error_code, subject=f"group {group}")
         return entry, node_id
 
-    return await _retrying(admin, "DescribeGroups", ask)
+    return await retrying(admin, "DescribeGroups", ask)
 
 
 async def fetch_committed(admin: AdminClient, group: str) -> dict[TopicPartition, int]:
@@ -147,7 +130,7 @@ async def fetch_committed(admin: AdminClient, group: str) -> dict[TopicPartition
                     out[(topic.name, p.partition_index)] = p.committed_offset
         return out
 
-    return await _retrying(admin, "OffsetFetch", ask)
+    return await retrying(admin, "OffsetFetch", ask)
 
 
 async def topic_partitions(admin: AdminClient, topics: list[str], *, strict: bool
@@ -410,7 +393,7 @@ async def _delete_groups(admin: AdminClient, groups: list[str]) -> dict[str, Err
                 raise KafkaError(code, subject=f"group {group}")
             return code
 
-        results[group] = await _retrying(admin, "DeleteGroups", ask)
+        results[group] = await retrying(admin, "DeleteGroups", ask)
     return results
 
 
@@ -427,7 +410,7 @@ async def _delete_offsets(admin: AdminClient, group: str, topics: list[str]
         check(response.error_code, _GROUP_MESSAGES.get(response.error_code), subject=f"group {group}")
         return response
 
-    response = await _retrying(admin, "OffsetDelete", ask)
+    response = await retrying(admin, "OffsetDelete", ask)
     return [(t.name, p.partition_index, ErrorCode.for_code(p.error_code))
             for t in response.topics for p in t.partitions]
 
@@ -626,7 +609,7 @@ async def _commit(admin: AdminClient, group: str, offsets: dict[TopicPartition, 
                                          f"the current state is {entry.group_state}.")
                     check(code, subject=f"group {group} {t.name}-{p.partition_index}")
 
-        await _retrying(admin, "OffsetCommit", ask)
+        await retrying(admin, "OffsetCommit", ask)
         if advance is not None:
             advance(len(chunk))
 

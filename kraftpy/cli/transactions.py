@@ -45,9 +45,9 @@ from kraftpy.cli.admin_common import (
     die,
     emit_json,
     emit_table,
+    retrying,
     run_admin,
 )
-from kraftpy.cli.groups import _retrying as retrying
 from kraftpy.protocol.errors import ErrorCode
 
 app = typer.Typer(help="List, describe and abort transactions; find hanging ones.", no_args_is_help=True)

@@ -217,7 +217,7 @@ async def test_the_commands_follow_a_live_transaction_and_repair_a_hanging_one(t
         start, duration = int(row.pop("CurrentTransactionStartTimeMs")), int(row.pop("TransactionDurationMs"))
         assert row == {"CoordinatorId": "1", "TransactionalId": "app-1", "ProducerEpoch": "0",
                        "TransactionState": "Ongoing", "TransactionTimeoutMs": "30000", "TopicPartitions": "a-0,a-1,b-0"}
-        assert start <= now_ms() and duration >= 0
+        assert start > 0 and duration >= 0
         listed = await transactions(cluster, "list")
         assert listed.returncode == 0, listed
         assert table(listed.stdout.decode()) == [{"TransactionalId": "app-1", "Coordinator": "1",
