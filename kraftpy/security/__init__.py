@@ -1,0 +1,1 @@
+"""Authentication and (later) authorization: SASL mechanisms as sans-IO state machines."""
