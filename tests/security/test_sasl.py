@@ -108,6 +108,25 @@ def test_round_trip(mechanism):
     assert isinstance(out, Authenticated) and out.username == "alice"
 
 
+@pytest.mark.parametrize("mechanism", [SCRAM_SHA_256, SCRAM_SHA_512])
+def test_kafka_python_client_authenticates(mechanism):
+    # An independent client implementation (kafka-python's) against our server, and a wrong password.
+    from kafka.net.sasl.scram import ScramClient as KafkaPythonScramClient
+
+    for password, ok in (("alice-secret", True), ("nope", False)):
+        server = server_for(mechanism, {"alice": "alice-secret"})
+        client = KafkaPythonScramClient("alice", password, mechanism)
+        challenge = server.respond(client.first_message())
+        assert isinstance(challenge, Challenge)
+        client.process_server_first_message(challenge.data)
+        out = server.respond(client.final_message())
+        if ok:
+            assert isinstance(out, Authenticated) and out.username == "alice"
+            client.process_server_final_message(out.data)  # raises if our signature were wrong
+        else:
+            assert out == Failed(invalid_credentials(mechanism), "Invalid client credentials")
+
+
 def test_sha512_credential_on_sha256_server_is_unknown_user():
     cred = ScramCredential.from_password(SCRAM_SHA_512, "pw")
     server = ScramServer(SCRAM_SHA_256, {"alice": cred}.get)
