@@ -44,6 +44,8 @@ class PlainServer:
         self._check: PasswordCheck = users_check(users) if isinstance(users, Mapping) else users
         self._generic = invalid_credentials(PLAIN, reauthentication=reauthentication)
         self._done = False
+        # The name the client gave, once its token parsed (for logging a failure).
+        self.username: str | None = None
 
     @property
     def done(self) -> bool:
@@ -64,6 +66,7 @@ class PlainServer:
             message = f"Invalid SASL/PLAIN response: expected 3 tokens, got {min(len(tokens), 4)}"
             return Failed(message, message)
         authzid, username, password = tokens
+        self.username = username or None
         if not username:
             return Failed("Authentication failed: username not specified", "username not specified")
         if not password:

@@ -293,6 +293,8 @@ class ScramServer:
         self._server_first: str | None = None
         self._credential: ScramCredential | None = None
         self._done = False
+        # The name the client gave, once its first message parsed (for logging a failure).
+        self.username: str | None = None
 
     @property
     def done(self) -> bool:
@@ -315,6 +317,7 @@ class ScramServer:
 
     def _handle_client_first(self, text: str) -> Outcome:
         first = parse_client_first(text)
+        self.username = first.username
         if first.extensions.get("tokenauth", "").lower() == "true":
             return self._fail(self._generic, "delegation token authentication (tokenauth) is not supported")
         try:

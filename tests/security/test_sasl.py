@@ -147,7 +147,7 @@ def test_wrong_password():
     out = exchange(server, ScramClient(SCRAM_SHA_512, "alice", "wrong"))
     assert out == Failed(invalid_credentials(SCRAM_SHA_512), "Invalid client credentials")
     assert "wrong" not in out.message + out.reason
-    assert server.done
+    assert server.done and server.username == "alice"
 
 
 def test_unknown_user_fails_at_first_message():
@@ -371,6 +371,12 @@ def test_plain_refused(token, message):
     out = PlainServer({"alice": "s3cret"}).respond(token)
     assert isinstance(out, Failed) and out.message == message
     assert "s3cret" not in out.reason and "wrong" not in out.reason
+
+
+def test_plain_failure_names_the_user_for_the_log():
+    server = PlainServer({"alice": "s3cret"})
+    assert isinstance(server.respond(plain_message("alice", "wrong")), Failed)
+    assert server.username == "alice"
 
 
 def test_plain_one_token_only():
