@@ -25,7 +25,9 @@ Lookup cost: per resource type, literal ACLs sit in a dict by name and prefixed 
 distinct names kept sorted, each name holding its ACLs by principal. A decision touches the literal name,
 the wildcard, and the prefixes of the name found by a bisect walk over the sorted names (Kafka's
 ``StandardAuthorizerData.findAclRule`` walk), then only the caller's and ``User:*``'s ACLs there: its cost
-does not grow with the number of ACLs on other resources or for other principals.
+does not grow with the number of ACLs on other resources or for other principals. A second index by
+(resource type, principal) serves ``authorize_by_resource_type``, which reads only the caller's and
+``User:*``'s ACLs of that type.
 
 ``authorize_by_resource_type`` is Kafka's ``Authorizer.authorizeByResourceType`` (used for
 IdempotentWrite and similar "on any resource of this type" checks). ``describe(filter)`` answers a
@@ -326,6 +328,8 @@ class AclIndex:
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self._by_id: dict[Hashable, AclBinding] = {}
         self._sections: dict[ResourceType, _TypeSection] = {}
+        # For authorize_by_resource_type, which looks at every ACL of one type for the caller.
+        self._by_type_principal: dict[tuple[ResourceType, str], dict[Hashable, AclBinding]] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -361,6 +365,7 @@ class AclIndex:
                 bisect.insort(section.prefix_names, binding.resource_name)
         bucket.by_principal.setdefault(binding.principal, {})[acl_id] = binding
         bucket.count += 1
+        self._by_type_principal.setdefault((binding.resource_type, binding.principal), {})[acl_id] = binding
 
     def remove(self, acl_id: Hashable) -> AclBinding:
         """Replay of a RemoveAccessControlEntryRecord; KeyError if no ACL has that id."""
@@ -380,6 +385,10 @@ class AclIndex:
                 del names[bisect.bisect_left(names, binding.resource_name)]
         if not section.literal and not section.prefixed:
             del self._sections[binding.resource_type]
+        same_caller = self._by_type_principal[(binding.resource_type, binding.principal)]
+        del same_caller[acl_id]
+        if not same_caller:
+            del self._by_type_principal[(binding.resource_type, binding.principal)]
         return binding
 
     # -- decisions --------------------------------------------------------------------------------
@@ -437,35 +446,28 @@ class AclIndex:
             is AuthorizationResult.ALLOWED
         ):
             return AuthorizationResult.ALLOWED
-        section = self._sections.get(resource_type)
-        if section is None:
-            return AuthorizationResult.DENIED
-        principals = _matching_principals(principal)
         deny_literal: set[str] = set()
         deny_prefixed: set[str] = set()
         allow: list[tuple[PatternType, str]] = []
-        for pattern_type, table in (
-            (PatternType.LITERAL, section.literal),
-            (PatternType.PREFIXED, section.prefixed),
-        ):
-            for name, bucket in table.items():
-                for who in principals:
-                    for binding in bucket.by_principal.get(who, {}).values():
-                        if binding.host != WILDCARD and binding.host != host:
-                            continue
-                        if binding.operation is not operation and binding.operation is not AclOperation.ALL:
-                            continue
-                        if binding.permission is AclPermissionType.DENY:
-                            if pattern_type is PatternType.LITERAL:
-                                if name == WILDCARD:
-                                    return AuthorizationResult.DENIED
-                                deny_literal.add(name)
-                            else:
-                                deny_prefixed.add(name)
-                        elif pattern_type is PatternType.LITERAL and name == WILDCARD:
-                            return AuthorizationResult.ALLOWED
-                        else:
-                            allow.append((pattern_type, name))
+        wildcard_allow = False
+        for who in _matching_principals(principal):
+            for binding in self._by_type_principal.get((resource_type, who), {}).values():
+                if binding.host != WILDCARD and binding.host != host:
+                    continue
+                if binding.operation is not operation and binding.operation is not AclOperation.ALL:
+                    continue
+                name = binding.resource_name
+                literal = binding.pattern_type is PatternType.LITERAL
+                if binding.permission is AclPermissionType.DENY:
+                    if literal and name == WILDCARD:
+                        return AuthorizationResult.DENIED
+                    (deny_literal if literal else deny_prefixed).add(name)
+                elif literal and name == WILDCARD:
+                    wildcard_allow = True
+                else:
+                    allow.append((binding.pattern_type, name))
+        if wildcard_allow:
+            return AuthorizationResult.ALLOWED
         for pattern_type, name in allow:
             if pattern_type is PatternType.LITERAL and name in deny_literal:
                 continue

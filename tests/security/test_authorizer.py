@@ -376,6 +376,17 @@ def test_by_type_wildcards_all_operation_host_and_principal():
     assert by_type(index_of(acl("orders", op=Op.WRITE)), Op.DESCRIBE) is DENIED
 
 
+def test_by_type_wildcard_deny_beats_wildcard_allow_whatever_the_order():
+    for principals in (("User:alice", "User:*"), ("User:*", "User:alice")):
+        allow_for, deny_for = principals
+        index = index_of(
+            acl("*", op=Op.WRITE, principal=allow_for),
+            acl("*", op=Op.WRITE, principal=deny_for, permission=DENY),
+            acl("orders", op=Op.WRITE),
+        )
+        assert by_type(index) is DENIED, principals
+
+
 def test_by_type_super_users_and_allow_everyone():
     deny_all = acl("*", op=Op.ALL, permission=DENY, principal="User:*")
     assert by_type(index_of(deny_all, super_users={"User:alice"})) is ALLOWED
@@ -548,3 +559,77 @@ def test_index_agrees_with_a_scan_of_every_acl(acls, removed, default_allow, sup
             name,
         )
     assert sorted(map(repr, index.describe(ANY_FILTER))) == sorted(map(repr, live))
+
+
+def reference_by_resource_type(bindings, super_users, default_allow, principal, host, op, rtype):
+    """Kafka's Authorizer.authorizeByResourceType over a plain list of every ACL."""
+    if (
+        reference_authorize(bindings, super_users, default_allow, principal, host, op, rtype, "hardcode")
+        is ALLOWED
+    ):
+        return ALLOWED
+    mine = [
+        b
+        for b in bindings
+        if b.resource_type is rtype
+        and b.principal in (principal, "User:*")
+        and b.host in ("*", host)
+        and b.operation in (op, Op.ALL)
+    ]
+    if any(b.permission is DENY and b.pattern_type is LITERAL and b.resource_name == "*" for b in mine):
+        return DENIED
+    if any(b.permission is ALLOW and b.pattern_type is LITERAL and b.resource_name == "*" for b in mine):
+        return ALLOWED
+    denies = [b for b in mine if b.permission is DENY]
+    for allow in (b for b in mine if b.permission is ALLOW):
+        dominated = any(
+            (d.pattern_type is PREFIXED and allow.resource_name.startswith(d.resource_name))
+            or (
+                d.pattern_type is LITERAL
+                and allow.pattern_type is LITERAL
+                and d.resource_name == allow.resource_name
+            )
+            for d in denies
+        )
+        if not dominated:
+            return ALLOWED
+    return DENIED
+
+
+# Fewer principals, hosts and operations than above, so that ALLOWs and the DENYs that may dominate
+# them are for the same caller and operation in most examples.
+by_type_bindings = st.builds(
+    AclBinding,
+    resource_type=resource_types,
+    resource_name=names,
+    pattern_type=st.sampled_from([LITERAL, PREFIXED]),
+    principal=st.sampled_from(["User:alice", "User:*", "User:bob"]),
+    host=st.sampled_from(["*", "10.0.0.1"]),
+    operation=st.sampled_from([Op.ALL, Op.READ, Op.WRITE]),
+    permission=st.sampled_from([ALLOW, DENY]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    acls=st.lists(by_type_bindings, max_size=30),
+    default_allow=st.booleans(),
+    queries=st.lists(
+        st.tuples(st.sampled_from(["User:alice", "User:bob"]), st.sampled_from(["10.0.0.1", "10.0.0.2"]),
+                  st.sampled_from([Op.READ, Op.WRITE]), resource_types),
+        min_size=1,
+        max_size=20,
+    ),
+)  # fmt: skip
+def test_by_resource_type_agrees_with_kafkas_rule_over_a_plain_list(acls, default_allow, queries):
+    index = AclIndex(allow_everyone_if_no_acl_found=default_allow)
+    for i, binding in enumerate(acls):
+        index.add(i, binding)
+    for principal, host, op, rtype in queries:
+        expected = reference_by_resource_type(acls, set(), default_allow, principal, host, op, rtype)
+        assert index.authorize_by_resource_type(principal, host, op, rtype) is expected, (
+            principal,
+            host,
+            op,
+            rtype,
+        )
