@@ -147,16 +147,11 @@ class AclBinding:
             raise InvalidAclError("Resource name should not be empty")
         if self.resource_type is ResourceType.CLUSTER and self.resource_name != CLUSTER_NAME:
             raise InvalidAclError(f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}")
-        principal_type, colon, principal_name = self.principal.partition(":")
-        if not colon:
+        if ":" not in self.principal:
             raise InvalidAclError(
                 f"Could not parse principal from `{self.principal}` "
                 "(no colon is present separating the principal type from the principal name)"
             )
-        if not principal_type or not principal_name:
-            raise InvalidAclError(f"Invalid principal `{self.principal}`: type and name must not be empty")
-        if not self.host:
-            raise InvalidAclError("Host should not be empty (use * for any host)")
 
 
 def binding_from_codes(
