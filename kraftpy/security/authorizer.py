@@ -29,6 +29,9 @@ does not grow with the number of ACLs on other resources or for other principals
 (resource type, principal) serves ``authorize_by_resource_type``, which reads only the caller's and
 ``User:*``'s ACLs of that type.
 
+``decide`` is the same decision with the rule behind it (SuperUser, MatchingAcl with the ACL,
+DefaultAllow, DefaultDeny), for an audit log line as Kafka writes one.
+
 ``authorize_by_resource_type`` is Kafka's ``Authorizer.authorizeByResourceType`` (used for
 IdempotentWrite and similar "on any resource of this type" checks). ``describe(filter)`` answers a
 DescribeAcls filter and ``to_delete(filters)`` lists, per DeleteAcls filter, the ids and bindings a
@@ -105,6 +108,24 @@ class AclPermissionType(enum.IntEnum):
 class AuthorizationResult(enum.Enum):
     ALLOWED = "ALLOWED"
     DENIED = "DENIED"
+
+
+@attrs.frozen
+class Decision:
+    """A result and the rule behind it: ``SuperUser``, ``MatchingAcl`` (with the ACL), ``DefaultAllow`` or
+    ``DefaultDeny`` (no ACL applied: the resource had none and the default says so, or it had some)."""
+
+    result: AuthorizationResult
+    rule: str
+    acl: AclBinding | None = None
+
+    def __str__(self) -> str:
+        return f"MatchingAcl(acl={self.acl})" if self.acl is not None else self.rule
+
+
+SUPER_USER = Decision(AuthorizationResult.ALLOWED, "SuperUser")
+DEFAULT_ALLOW = Decision(AuthorizationResult.ALLOWED, "DefaultAllow")
+DEFAULT_DENY = Decision(AuthorizationResult.DENIED, "DefaultDeny")
 
 
 #: An ALLOW ACL for one of these operations also allows DESCRIBE.
@@ -397,28 +418,39 @@ class AclIndex:
         name: str,
     ) -> AuthorizationResult:
         """May ``principal`` connected from ``host`` do ``operation`` on the resource ``resource_type:name``?"""
+        return self.decide(principal, host, operation, resource_type, name).result
+
+    def decide(
+        self,
+        principal: str,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> Decision:
+        """``authorize`` with the rule that decided, for the audit log (Kafka's "based on rule ...")."""
         _check_action(operation, resource_type)
         if principal in self.super_users:
-            return AuthorizationResult.ALLOWED
+            return SUPER_USER
         section = self._sections.get(resource_type)
         if section is None:
-            return self._no_acl_result()
+            return self._no_acl_decision()
         principals = _matching_principals(principal)
         has_resource_acls = False
-        allowed = False
+        allowed_by: AclBinding | None = None
         for bucket in self._buckets_for(section, name):
             has_resource_acls = True
             for who in principals:
                 for binding in bucket.by_principal.get(who, {}).values():
                     if acl_applies(binding, principals, host, operation):
                         if binding.permission is AclPermissionType.DENY:
-                            return AuthorizationResult.DENIED
-                        allowed = True
-        if allowed:
-            return AuthorizationResult.ALLOWED
+                            return Decision(AuthorizationResult.DENIED, "MatchingAcl", binding)
+                        allowed_by = binding
+        if allowed_by is not None:
+            return Decision(AuthorizationResult.ALLOWED, "MatchingAcl", allowed_by)
         if has_resource_acls:
-            return AuthorizationResult.DENIED
-        return self._no_acl_result()
+            return DEFAULT_DENY
+        return self._no_acl_decision()
 
     def authorize_by_resource_type(
         self,
@@ -481,10 +513,8 @@ class AclIndex:
                 yield wildcard
         yield from section.prefixes_of(name)
 
-    def _no_acl_result(self) -> AuthorizationResult:
-        return (
-            AuthorizationResult.ALLOWED if self.allow_everyone_if_no_acl_found else AuthorizationResult.DENIED
-        )
+    def _no_acl_decision(self) -> Decision:
+        return DEFAULT_ALLOW if self.allow_everyone_if_no_acl_found else DEFAULT_DENY
 
     # -- DescribeAcls / DeleteAcls ----------------------------------------------------------------
 

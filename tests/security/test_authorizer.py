@@ -285,6 +285,20 @@ def test_kafka_documented_example_bob_and_wildcard_deny_from_one_host():
     assert can(index, Op.READ, "Other", principal="User:BadBob", host="198.51.100.4") is ALLOWED
 
 
+def test_decide_names_the_rule_that_decided():
+    deny = acl(op=Op.WRITE, permission=DENY)
+    allow = acl(op=Op.READ)
+    index = index_of(deny, allow, super_users={"User:root"}, allow_everyone_if_no_acl_found=True)
+    assert str(index.decide("User:root", "h", Op.WRITE, TOPIC, "orders")) == "SuperUser"
+    decision = index.decide("User:alice", "h", Op.WRITE, TOPIC, "orders")
+    assert (decision.result, decision.acl) == (DENIED, deny)
+    assert str(decision).startswith("MatchingAcl(acl=AclBinding(")
+    decision = index.decide("User:alice", "h", Op.DESCRIBE, TOPIC, "orders")
+    assert (decision.result, decision.acl) == (ALLOWED, allow)
+    assert str(index.decide("User:alice", "h", Op.CREATE, TOPIC, "orders")) == "DefaultDeny"
+    assert str(index.decide("User:alice", "h", Op.CREATE, TOPIC, "payments")) == "DefaultAllow"
+
+
 def test_remove_by_id_undoes_add_and_unknown_ids_raise():
     index = AclIndex()
     deny = acl(permission=DENY)
@@ -556,6 +570,11 @@ def test_index_agrees_with_a_scan_of_every_acl(acls, removed, default_allow, sup
             rtype,
             name,
         )
+        decision = index.decide(principal, host, op, rtype, name)
+        if decision.acl is not None:  # the ACL named in the audit log is a live one that applies
+            assert decision.acl in live
+            assert decision.acl.principal in (principal, "User:*") and decision.acl.host in ("*", host)
+            assert (decision.acl.permission is ALLOW) == (decision.result is ALLOWED)
     assert sorted(map(repr, index.describe(ANY_FILTER))) == sorted(map(repr, live))
 
 
