@@ -140,13 +140,14 @@ def watermarks(consumer: Consumer, topic: str, partition: int) -> tuple[int, int
     """The partition's watermarks, asked again when the request was lost with its connection: librdkafka
     drops a broker's connection when a metadata answer leaves that broker out (one that was just
     stopped), failing what was in flight on it with _DESTROY_BROKER; and a first metadata answer from a
-    broker just restarted may not show the partition yet (_UNKNOWN_PARTITION)."""
+    broker just restarted may not show the partition yet (_UNKNOWN_PARTITION); a request that went to a
+    leader killed a moment before, as the metadata it had still said, may get no answer (_TIMED_OUT)."""
     for attempt in range(5):
         try:
             return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
         except KafkaException as exc:
             if attempt == 4 or exc.args[0].code() not in (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT,
-                                                           KafkaError._UNKNOWN_PARTITION):
+                                                           KafkaError._UNKNOWN_PARTITION, KafkaError._TIMED_OUT):
                 raise
     raise AssertionError("unreachable")
 
