@@ -236,6 +236,11 @@ class BrokerServer:
                 image, delta = update
                 await self.replicas.apply_delta(image, delta)
                 self.metadata.set_image(image)
+                if delta.changed_brokers:
+                    brokers = image.cluster.brokers
+                    self._log.info("brokers changed", changed=list(delta.changed_brokers),
+                                  serving=sorted(b for b, reg in brokers.items() if not reg.fenced),
+                                  fenced=sorted(b for b, reg in brokers.items() if reg.fenced))
                 self._check_caught_up()
             # Not while shutting down: the coordinator's nursery may already be closing.
             await trio.lowlevel.checkpoint_if_cancelled()

@@ -41,17 +41,28 @@ class BadRequest(Exception):
     """The frame does not parse as a request we serve; the connection is closed."""
 
 
-class Connection:
-    """What a handler may know about the connection a request came on."""
+#: The principal of a connection nobody authenticated (a PLAINTEXT listener, or SSL without a client
+#: certificate), as Kafka names it.
+ANONYMOUS = "User:ANONYMOUS"
 
-    def __init__(self, stream: trio.SocketStream, listener: str) -> None:
+
+class Connection:
+    """What a handler may know about the connection a request came on: the listener it arrived on
+    (its name and security protocol), the peer, and who it is (``principal``, ``User:NAME``: set by
+    the TLS client certificate or by SASL; ``User:ANONYMOUS`` until then)."""
+
+    def __init__(self, stream: trio.SocketStream, listener: str, security_protocol: str = "PLAINTEXT") -> None:
         self.stream = stream
         self.listener = listener
+        self.security_protocol = security_protocol
+        self.principal = ANONYMOUS
         try:
             host, port = stream.socket.getpeername()[:2]
             self.peer = f"{host}:{port}"
+            self.client_host = str(host)
         except (OSError, AttributeError):  # AttributeError: a stream without a socket (in tests)
             self.peer = "?"
+            self.client_host = "?"
         self._held: list[FileRegion] = []
 
     def hold(self, region: FileRegion) -> FileRegion:

@@ -338,10 +338,22 @@ class ProcessCluster(Deployment):
         format_storage(self.configs)
         for proc in self.controllers.values():
             proc.start()
-        for proc in self.brokers.values():
-            proc.start()
+        marks = {broker_id: proc.start() for broker_id, proc in self.brokers.items()}
         for proc in self.brokers.values():
             proc.wait_for("broker running")
+        self.wait_brokers_serving(marks)
+
+    def wait_brokers_serving(self, since: dict[int, int], brokers: set[int] | None = None,
+                             timeout: float = 60.0) -> None:
+        """Wait until each broker's metadata (what its Metadata answers list) has every broker of
+        ``brokers`` (default: all) unfenced, as its "brokers changed" lines after ``since`` say. Until
+        then a client may be told of a broker by one and not by another, and librdkafka drops a
+        broker it is not told of, failing what it had in flight there."""
+        want = sorted(self.brokers if brokers is None else brokers)
+        for broker_id, proc in self.brokers.items():
+            if proc.running:
+                proc.wait_for("brokers changed", timeout=timeout, since=since.get(broker_id, 0),
+                              where=lambda line: all(b in line.get("serving", ()) for b in want))
 
     def restart_broker(self, broker_id: int) -> None:
         """Start a stopped broker again and wait until the controller has unfenced it."""
