@@ -50,6 +50,8 @@ class ApiKey(enum.IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     UNREGISTER_BROKER = 64
@@ -102,6 +104,8 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: VersionRange(0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: VersionRange(0, 0),
     ApiKey.OFFSET_DELETE:             VersionRange(0, 0),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS:    VersionRange(0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS:       VersionRange(0, 1),
     ApiKey.DESCRIBE_CLUSTER:          VersionRange(0, 2),
     ApiKey.UNREGISTER_BROKER:         VersionRange(0, 0),
     ApiKey.WRITE_TXN_MARKERS:         VersionRange(0, 1),

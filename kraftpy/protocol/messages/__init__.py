@@ -12,6 +12,7 @@ from kraftpy.protocol.messages.add_partitions_to_txn import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
 )
+from kraftpy.protocol.messages.alter_client_quotas import AlterClientQuotasRequest, AlterClientQuotasResponse
 from kraftpy.protocol.messages.alter_partition_reassignments import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
@@ -22,6 +23,10 @@ from kraftpy.protocol.messages.create_topics import CreateTopicsRequest, CreateT
 from kraftpy.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from kraftpy.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
 from kraftpy.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from kraftpy.protocol.messages.describe_client_quotas import (
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
 from kraftpy.protocol.messages.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
 from kraftpy.protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kraftpy.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
@@ -97,6 +102,8 @@ _PAIRS = [
     (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse),
     (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse),
     (OffsetDeleteRequest, OffsetDeleteResponse),
+    (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
+    (AlterClientQuotasRequest, AlterClientQuotasResponse),
     (DescribeClusterRequest, DescribeClusterResponse),
     (DescribeProducersRequest, DescribeProducersResponse),
     (UnregisterBrokerRequest, UnregisterBrokerResponse),
