@@ -31,6 +31,7 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -44,6 +45,7 @@ class ApiKey(enum.IntEnum):
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
+    SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
@@ -52,6 +54,8 @@ class ApiKey(enum.IntEnum):
     OFFSET_DELETE = 47
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     UNREGISTER_BROKER = 64
@@ -119,5 +123,10 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.DESCRIBE_PRODUCERS:        VersionRange(0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS:     VersionRange(0, 0),
     ApiKey.LIST_TRANSACTIONS:         VersionRange(0, 1),
+    # SASL (served on SASL_PLAINTEXT and SASL_SSL listeners; kraftpy.broker.apis.sasl).
+    ApiKey.SASL_HANDSHAKE:            VersionRange(0, 1),
+    ApiKey.SASL_AUTHENTICATE:         VersionRange(0, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: VersionRange(0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: VersionRange(0, 0),
 }
 # fmt: on

@@ -17,6 +17,10 @@ from kraftpy.protocol.messages.alter_partition_reassignments import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
 )
+from kraftpy.protocol.messages.alter_user_scram_credentials import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+)
 from kraftpy.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kraftpy.protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from kraftpy.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
@@ -34,6 +38,10 @@ from kraftpy.protocol.messages.describe_producers import DescribeProducersReques
 from kraftpy.protocol.messages.describe_transactions import (
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
+)
+from kraftpy.protocol.messages.describe_user_scram_credentials import (
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
 )
 from kraftpy.protocol.messages.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
 from kraftpy.protocol.messages.end_txn import EndTxnRequest, EndTxnResponse
@@ -64,6 +72,8 @@ from kraftpy.protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochResponse,
 )
 from kraftpy.protocol.messages.produce import ProduceRequest, ProduceResponse
+from kraftpy.protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAuthenticateResponse
+from kraftpy.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
 from kraftpy.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from kraftpy.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from kraftpy.protocol.messages.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
@@ -109,6 +119,10 @@ _PAIRS = [
     (UnregisterBrokerRequest, UnregisterBrokerResponse),
     (DescribeTransactionsRequest, DescribeTransactionsResponse),
     (ListTransactionsRequest, ListTransactionsResponse),
+    (SaslHandshakeRequest, SaslHandshakeResponse),
+    (SaslAuthenticateRequest, SaslAuthenticateResponse),
+    (DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse),
+    (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
 ]
 
 #: api key -> request class
