@@ -24,10 +24,14 @@ from kraftpy.metadata.messages import (
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     ElectLeadersRequest,
@@ -69,6 +73,10 @@ class ControllerChannel(Protocol):
     ) -> ListPartitionReassignmentsResponse: ...
 
     async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse: ...
+
+    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse: ...
+
+    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsResponse: ...
 
 
 __all__ = ["ControllerChannel", "ControllerUnavailable"]

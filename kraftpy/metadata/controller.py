@@ -25,6 +25,7 @@ import random
 from collections.abc import Sequence
 
 from kraftpy.metadata import (
+    acl_control,
     cluster_control,
     config_control,
     feature_control,
@@ -48,10 +49,14 @@ from kraftpy.metadata.messages import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
@@ -226,3 +231,11 @@ class QuorumController:
 
     def handle_update_features(self, request: UpdateFeaturesRequest) -> ControllerResult[UpdateFeaturesResponse]:
         return feature_control.update_features(self.image, request, self.config)
+
+    # -- ACLs --------------------------------------------------------------------------------------
+
+    def handle_create_acls(self, request: CreateAclsRequest) -> ControllerResult[CreateAclsResponse]:
+        return acl_control.create_acls(self.image, request, self.rng)
+
+    def handle_delete_acls(self, request: DeleteAclsRequest) -> ControllerResult[DeleteAclsResponse]:
+        return acl_control.delete_acls(self.image, request)

@@ -39,6 +39,7 @@ import attrs
 from kraftpy.ids import Uuid
 from kraftpy.metadata.errors import MetadataReplayError
 from kraftpy.metadata.image import (
+    AclsImage,
     BrokerRegistration,
     ClusterImage,
     ConfigResource,
@@ -54,6 +55,7 @@ from kraftpy.metadata.image import (
 )
 from kraftpy.metadata.persistent import PersistentMap
 from kraftpy.metadata.records import (
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResourceType,
@@ -68,11 +70,13 @@ from kraftpy.metadata.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RegisterControllerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
+from kraftpy.security.authorizer import AclBinding, binding_from_codes
 
 # -- what a delta changed ----------------------------------------------------------------------------
 
@@ -163,6 +167,8 @@ class MetadataDelta:
         #: Config resources a record touched: their overrides now (empty: none left).
         self._configs: dict[ConfigResource, dict[str, str]] = {}
         self._next_producer_id: int | None = None
+        #: ACLs a record added (id -> binding) or removed (id -> None), as replayed so far.
+        self._acls: dict[Uuid, AclBinding | None] = {}
 
     @classmethod
     def between(cls, before: MetadataImage, after: MetadataImage) -> MetadataDelta:
@@ -190,6 +196,10 @@ class MetadataDelta:
                     delta._configs[resource] = dict(new.config(resource))
         if after.producer_ids != before.producer_ids:
             delta._next_producer_id = after.producer_ids.next_producer_id
+        if after.acls != before.acls:
+            old_acls, new_acls = before.acls.by_id, after.acls.by_id
+            delta._acls = {acl_id: new_acls.get(acl_id) for acl_id in {*old_acls, *new_acls}
+                           if old_acls.get(acl_id) != new_acls.get(acl_id)}
         return delta
 
     def _diff_topics(self, before: TopicsImage, after: TopicsImage) -> None:
@@ -249,6 +259,10 @@ class MetadataDelta:
         producer_ids = old.producer_ids
         if self._next_producer_id is not None:
             producer_ids = ProducerIdsImage(self._next_producer_id)
+        acls = old.acls
+        if self._acls:
+            acls = AclsImage(old.acls.by_id.update(
+                {i: b for i, b in self._acls.items() if b is not None}, [i for i, b in self._acls.items() if b is None]))
         return MetadataImage(
             provenance=self._provenance,
             features=features,
@@ -256,6 +270,7 @@ class MetadataDelta:
             topics=topics,
             configs=configs,
             producer_ids=producer_ids,
+            acls=acls,
         )
 
     def _apply_topics(self, old: TopicsImage) -> TopicsImage:
@@ -316,6 +331,12 @@ class MetadataDelta:
         """Names of the topics whose overrides changed. A BROKER resource in ``changed_configs`` (the
         cluster default ``""`` or one broker) changes the effective configs of every topic besides."""
         return frozenset(r.name for r in self.changed_configs if r.type is ConfigResourceType.TOPIC)
+
+    @property
+    def changed_acls(self) -> dict[Uuid, AclBinding | None]:
+        """ACLs added (id -> binding) or removed (id -> None) relative to the starting image."""
+        old = self.image.acls.by_id
+        return {acl_id: b for acl_id, b in self._acls.items() if old.get(acl_id) != b}
 
     @property
     def changed_brokers(self) -> tuple[int, ...]:
@@ -494,6 +515,23 @@ class MetadataDelta:
     def _replay_no_op(self, record: NoOpRecord) -> None:
         pass
 
+    def _acl_exists(self, acl_id: Uuid) -> bool:
+        if acl_id in self._acls:
+            return self._acls[acl_id] is not None
+        return acl_id in self.image.acls.by_id
+
+    def _replay_access_control_entry(self, record: AccessControlEntryRecord) -> None:
+        if self._acl_exists(record.id):
+            raise MetadataReplayError(f"AccessControlEntryRecord for existing ACL id {record.id}")
+        self._acls[record.id] = binding_from_codes(
+            record.resource_type, record.resource_name, record.pattern_type, record.principal, record.host,
+            record.operation, record.permission_type)
+
+    def _replay_remove_access_control_entry(self, record: RemoveAccessControlEntryRecord) -> None:
+        if not self._acl_exists(record.id):
+            raise MetadataReplayError(f"RemoveAccessControlEntryRecord for unknown ACL id {record.id}")
+        self._acls[record.id] = None
+
 
 _HANDLERS = {
     FeatureLevelRecord: MetadataDelta._replay_feature_level,
@@ -510,6 +548,8 @@ _HANDLERS = {
     ConfigRecord: MetadataDelta._replay_config,
     ProducerIdsRecord: MetadataDelta._replay_producer_ids,
     NoOpRecord: MetadataDelta._replay_no_op,
+    AccessControlEntryRecord: MetadataDelta._replay_access_control_entry,
+    RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_access_control_entry,
 }
 
 

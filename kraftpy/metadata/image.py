@@ -40,6 +40,7 @@ from kraftpy.metadata.records import (
     RegisterControllerRecord,
 )
 from kraftpy.metadata.topics_index import PartitionKey, TopicsIndex
+from kraftpy.security.authorizer import AclBinding
 
 METADATA_VERSION = "metadata.version"
 
@@ -371,6 +372,17 @@ class ProducerIdsImage:
     next_producer_id: int = 0
 
 
+# -- ACLs ------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class AclsImage:
+    """The ACLs (AccessControlEntryRecord) by the id their record gave them. The broker's authorizer
+    keeps its ``AclIndex`` from the deltas' ``changed_acls``; this map is what snapshots carry."""
+
+    by_id: PersistentMap[Uuid, AclBinding] = _persistent_field()
+
+
 # -- the whole image -----------------------------------------------------------------------------
 
 
@@ -382,6 +394,7 @@ class MetadataImage:
     topics: TopicsImage = TopicsImage()
     configs: ConfigurationsImage = ConfigurationsImage()
     producer_ids: ProducerIdsImage = ProducerIdsImage()
+    acls: AclsImage = AclsImage()
 
     @property
     def is_empty(self) -> bool:

@@ -511,3 +511,78 @@ class ListPartitionReassignmentsResponse:
     error_code: Int16
     error_message: str | None = None
     topics: tuple[OngoingTopicReassignment, ...] = _seq()
+
+
+# -- ACLs (CreateAcls, DeleteAcls) ------------------------------------------------------------------
+
+
+@attrs.frozen
+class AclCreation:
+    """One ACL to create; the enums carry Kafka's wire codes (kraftpy.security.authorizer)."""
+
+    resource_type: Int8
+    resource_name: str
+    resource_pattern_type: Int8
+    principal: str
+    host: str
+    operation: Int8
+    permission_type: Int8
+
+
+@attrs.frozen
+class CreateAclsRequest:
+    creations: tuple[AclCreation, ...] = _seq()
+
+
+@attrs.frozen
+class AclCreationResult:
+    error_code: Int16
+    error_message: str | None = None
+
+
+@attrs.frozen
+class CreateAclsResponse:
+    results: tuple[AclCreationResult, ...] = _seq()
+
+
+@attrs.frozen
+class DeleteAclsFilter:
+    """None fields and the ANY codes match everything."""
+
+    resource_type_filter: Int8
+    resource_name_filter: str | None
+    pattern_type_filter: Int8
+    principal_filter: str | None
+    host_filter: str | None
+    operation: Int8
+    permission_type: Int8
+
+
+@attrs.frozen
+class DeleteAclsRequest:
+    filters: tuple[DeleteAclsFilter, ...] = _seq()
+
+
+@attrs.frozen
+class DeleteAclsMatchingAcl:
+    error_code: Int16
+    error_message: str | None
+    resource_type: Int8
+    resource_name: str
+    pattern_type: Int8
+    principal: str
+    host: str
+    operation: Int8
+    permission_type: Int8
+
+
+@attrs.frozen
+class DeleteAclsFilterResult:
+    error_code: Int16
+    error_message: str | None = None
+    matching_acls: tuple[DeleteAclsMatchingAcl, ...] = _seq()
+
+
+@attrs.frozen
+class DeleteAclsResponse:
+    filter_results: tuple[DeleteAclsFilterResult, ...] = _seq()

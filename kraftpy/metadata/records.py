@@ -336,6 +336,30 @@ class BrokerRegistrationChangeRecord:
     in_controlled_shutdown: int = _int_field(default=InControlledShutdownChange.NONE)
 
 
+@_record(type_tag=18, version=0)
+@attrs.frozen
+class AccessControlEntryRecord:
+    """An ACL (kraftpy.security.authorizer.AclBinding) and the id a RemoveAccessControlEntryRecord names it by.
+    The enums carry Kafka's wire codes."""
+
+    id: Uuid = _uuid_field()
+    resource_type: int = _int_field()
+    resource_name: str = attrs.field(validator=_is_str)
+    pattern_type: int = _int_field()
+    principal: str = attrs.field(validator=_is_str)
+    host: str = attrs.field(validator=_is_str)
+    operation: int = _int_field()
+    permission_type: int = _int_field()
+
+
+@_record(type_tag=19, version=0)
+@attrs.frozen
+class RemoveAccessControlEntryRecord:
+    """The ACL of this id is gone."""
+
+    id: Uuid = _uuid_field()
+
+
 @_record(type_tag=20, version=0)
 @attrs.frozen
 class NoOpRecord:
@@ -366,6 +390,8 @@ MetadataRecord = (
     | BrokerRegistrationChangeRecord
     | NoOpRecord
     | RegisterControllerRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
 )
 
 #: Every record class, by Kafka type tag.

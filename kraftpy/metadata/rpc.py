@@ -27,10 +27,14 @@ from kraftpy.metadata.messages import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
@@ -71,6 +75,8 @@ CONTROLLER_APIS: dict[str, tuple[type, type]] = {
     "UpdateFeatures": (UpdateFeaturesRequest, UpdateFeaturesResponse),
     "AlterPartitionReassignments": (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse),
     "ListPartitionReassignments": (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse),
+    "CreateAcls": (CreateAclsRequest, CreateAclsResponse),
+    "DeleteAcls": (DeleteAclsRequest, DeleteAclsResponse),
 }
 API_OF: dict[type, str] = {req: name for name, (req, _) in CONTROLLER_APIS.items()}
 
@@ -197,4 +203,10 @@ class ControllerClient:
         return await self.call(request)
 
     async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse:
+        return await self.call(request)
+
+    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
+        return await self.call(request)
+
+    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsResponse:
         return await self.call(request)

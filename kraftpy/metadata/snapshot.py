@@ -5,7 +5,7 @@ reader needs it before anything else), controller and broker registrations (with
 controlled-shutdown state folded in), each topic's TopicRecord followed by its PartitionRecords, the
 config overrides, and the producer-id position. Replaying that list on an empty image gives back the
 image (``load_snapshot``); that is the property a snapshot must have, and the tests check it against
-replaying the log itself.
+replaying the log itself. The ACLs (AccessControlEntryRecords) come after the producer-id position.
 
 ``encode_snapshot``/``decode_snapshot`` turn the list into record values (``records.encode_record``)
 and back; the snapshot file format that holds them belongs to the storage layer.
@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.image import EMPTY_IMAGE, METADATA_VERSION, MetadataImage, MetadataProvenance
 from kraftpy.metadata.records import (
+    AccessControlEntryRecord,
     ConfigRecord,
     FeatureLevelRecord,
     MetadataRecord,
@@ -43,6 +44,10 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
         records += [ConfigRecord(resource.type, resource.name, key, value) for key, value in sorted(entries.items())]
     if image.producer_ids.next_producer_id > 0:
         records.append(ProducerIdsRecord(-1, -1, image.producer_ids.next_producer_id))
+    for acl_id, acl in sorted(image.acls.by_id.items(), key=lambda item: item[0].raw):
+        records.append(AccessControlEntryRecord(
+            acl_id, acl.resource_type, acl.resource_name, acl.pattern_type, acl.principal, acl.host,
+            acl.operation, acl.permission))
     return records
 
 

@@ -18,6 +18,7 @@ from kraftpy.ids import ZERO_UUID, Uuid
 from kraftpy.metadata.records import (
     OMITTED_KAFKA_FIELDS,
     RECORD_TYPES,
+    AccessControlEntryRecord,
     BrokerEndpoint,
     BrokerFeature,
     BrokerRegistrationChangeRecord,
@@ -31,6 +32,7 @@ from kraftpy.metadata.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RegisterControllerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
@@ -72,6 +74,8 @@ STRATEGIES = {
     BrokerRegistrationChangeRecord: st.builds(BrokerRegistrationChangeRecord, int32, int64, int8, int8),
     NoOpRecord: st.just(NoOpRecord()),
     RegisterControllerRecord: st.builds(RegisterControllerRecord, int32, uuids, endpoints, features),
+    AccessControlEntryRecord: st.builds(AccessControlEntryRecord, uuids, int8, text, int8, text, text, int8, int8),
+    RemoveAccessControlEntryRecord: st.builds(RemoveAccessControlEntryRecord, uuids),
 }
 
 
