@@ -19,7 +19,7 @@ to other replicas.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import trio
 
@@ -46,14 +46,22 @@ class BrokerState(enum.Enum):
     STOPPING = "stopping"
 
 
-def advertised_endpoints(config: KraftConfig, bound_port: int | None) -> tuple[BrokerEndpoint, ...]:
+#: Kafka's SecurityProtocol ids, as a registration carries them.
+_PROTOCOL_CODES = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+def advertised_endpoints(config: KraftConfig, bound_port: int | Mapping[str, int] | None
+                         ) -> tuple[BrokerEndpoint, ...]:
     """The endpoints clients are told: advertised.listeners, else the listeners, with a bound port
-    standing in for port 0 and 127.0.0.1 for an empty (all interfaces) host."""
+    (the listener's, when ``bound_port`` maps names to ports) standing in for port 0 and 127.0.0.1 for
+    an empty (all interfaces) host."""
     out = []
     for listener in config.advertised_listeners:
-        port = listener.port or (bound_port or 0)
+        bound = bound_port.get(listener.name) if isinstance(bound_port, Mapping) else bound_port
+        port = listener.port or (bound or 0)
         host = listener.host or "127.0.0.1"
-        out.append(BrokerEndpoint(listener.name, host, port))
+        protocol = _PROTOCOL_CODES.get(config.security_protocol(listener.name), 0)
+        out.append(BrokerEndpoint(listener.name, host, port, protocol))
     return tuple(out)
 
 
@@ -93,7 +101,7 @@ class BrokerLifecycle:
         features = tuple(BrokerFeature(name, low, high) for name, (low, high) in DEFAULT_SUPPORTED_FEATURES.items())
         request = BrokerRegistrationRequest(
             self.node_id, self.cluster_id, self.incarnation_id,
-            listeners=advertised_endpoints(self.config, self.server.port),
+            listeners=advertised_endpoints(self.config, getattr(self.server, "ports", None) or self.server.port),
             features=features, rack=self.config["broker.rack"])
         refusals = 0
         while True:

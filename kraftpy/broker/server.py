@@ -134,8 +134,10 @@ class BrokerServer:
         self._updates_send, self._updates_receive = trio.open_memory_channel[_Update](math.inf)
         self._queued = self._applied = 0
         self._caught_up = trio.Event()
-        #: The port the Kafka listener is bound to, once ``run`` has started.
+        #: The port the inter-broker listener is bound to, once ``run`` has started.
         self.port: int | None = None
+        #: The bound port of every listener, by name, once ``run`` has started.
+        self.ports: dict[str, int] = {}
 
     @classmethod
     def from_config(cls, config, channel: ControllerChannel, *, cluster_id: str,
@@ -254,6 +256,11 @@ class BrokerServer:
 
     # -- serving ----------------------------------------------------------------------------------
 
+    def _listeners_inter_broker_first(self) -> list:
+        served = list(self.settings.served_listeners())
+        served.sort(key=lambda listener: listener.name != self.settings.inter_broker_listener_name)
+        return served
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``task_status.started`` gets the bound port."""
         try:
@@ -263,9 +270,20 @@ class BrokerServer:
                 await nursery.start(self.txn_coordinator.run)
                 await nursery.start(self.txn_verifier.run)
                 nursery.start_soon(self._run_publisher)
-                self.port = await nursery.start(self.kafka_server.serve, self.settings.host, self.settings.port)
+                listeners = self._listeners_inter_broker_first()
+                self.ports = await nursery.start(self.kafka_server.serve_listeners, listeners)
+                self.port = self.ports[listeners[0].name]
+                reload_interval = self.settings.ssl_reload_check_interval_ms / 1000
+                for listener in listeners:
+                    if listener.tls is not None:
+                        await nursery.start(listener.tls.watch, reload_interval,
+                                            self._log.bind(listener=listener.name))
+                if self.settings.inter_broker_tls is not None:
+                    await nursery.start(self.settings.inter_broker_tls.watch, reload_interval, self._log)
                 await nursery.start(self.fetchers.run)
-                self._log.info("broker serving", port=self.port)
+                self._log.info("broker serving", port=self.port,
+                               listeners={listener.name: f"{listener.security_protocol}:{self.ports[listener.name]}"
+                                          for listener in listeners})
                 task_status.started(self.port)
         finally:
             with trio.CancelScope(shield=True):

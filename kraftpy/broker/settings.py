@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import attrs
 
@@ -21,6 +22,19 @@ def _paths(value: object) -> tuple[Path, ...]:
 
 
 @attrs.frozen
+class ListenerSettings:
+    """One listener the broker serves the Kafka protocol on."""
+
+    name: str
+    host: str
+    port: int
+    #: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (listener.security.protocol.map).
+    security_protocol: str = "PLAINTEXT"
+    #: The listener's `kraftpy.security.tls.ServerTls` when its protocol runs over TLS.
+    tls: Any = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
 class BrokerSettings:
     node_id: int
     cluster_id: str
@@ -32,6 +46,14 @@ class BrokerSettings:
     listener_name: str = "PLAINTEXT"
     #: inter.broker.listener.name: the listener followers connect to on their leaders.
     inter_broker_listener_name: str = "PLAINTEXT"
+    #: Every listener served (listeners, without the controller's); empty: the one above (host, port,
+    #: listener_name), PLAINTEXT.
+    listeners: tuple[ListenerSettings, ...] = ()
+    #: The `kraftpy.security.tls.ClientTls` of connections to other brokers' inter-broker listener,
+    #: when that listener runs over TLS.
+    inter_broker_tls: Any = attrs.field(default=None, eq=False)
+    #: ssl.reload.check.interval.ms
+    ssl_reload_check_interval_ms: int = 30000
     #: socket.request.max.bytes
     socket_request_max_bytes: int = 104857600
     #: queued.max.request.bytes (-1: no bound) and connections.max.idle.ms (-1: never)
@@ -93,13 +115,23 @@ class BrokerSettings:
     #: message.max.bytes, ...): what topics inherit when neither they nor the cluster override a key.
     static_broker_configs: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen)
 
+    def served_listeners(self) -> tuple[ListenerSettings, ...]:
+        return self.listeners or (ListenerSettings(self.listener_name, self.host, self.port),)
+
     @classmethod
     def from_config(cls, config, *, cluster_id: str, **overrides) -> BrokerSettings:
-        """The broker settings of a validated ``KraftConfig``."""
+        """The broker settings of a validated ``KraftConfig``; ``host``/``port`` are the inter-broker
+        listener's."""
+        from kraftpy.security.tls import connecting_tls, listener_tls
+
+        inter = config.inter_broker_listener_name
         listener = None
         for candidate in config.broker_listeners:
-            if candidate.name == config["inter.broker.listener.name"] or listener is None:
+            if candidate.name == inter or listener is None:
                 listener = candidate
+        listeners = tuple(ListenerSettings(item.name, item.host, item.port, config.security_protocol(item.name),
+                                           listener_tls(config, item.name))
+                          for item in config.broker_listeners)
         values = dict(
             node_id=config.node_id,
             cluster_id=cluster_id,
@@ -107,7 +139,10 @@ class BrokerSettings:
             host=listener.host if listener else "",
             port=listener.port if listener else 9092,
             listener_name=listener.name if listener else "PLAINTEXT",
-            inter_broker_listener_name=config["inter.broker.listener.name"],
+            inter_broker_listener_name=inter,
+            listeners=listeners,
+            inter_broker_tls=connecting_tls(config, inter),
+            ssl_reload_check_interval_ms=config["ssl.reload.check.interval.ms"],
             socket_request_max_bytes=config["socket.request.max.bytes"],
             queued_max_request_bytes=config["queued.max.request.bytes"],
             connections_max_idle_ms=config["connections.max.idle.ms"],

@@ -8,7 +8,9 @@ from kraftpy.config.schema import REQUIRED, ConfigKey
 GROUPS = [
     ("The process", ("process.", "node.", "broker.rack")),
     ("The controller quorum", ("controller.",)),
-    ("Listeners", ("listener", "advertised.", "inter.broker", "socket.", "queued.", "connections.")),
+    ("Listeners", ("listener", "advertised.", "inter.broker", "security.inter", "socket.", "queued.",
+                   "connections.")),
+    ("TLS", ("ssl.",)),
     ("Logs", ("log.", "metadata.log", "metadata.max", "message.max", "compression.")),
     ("Topics and replication", ("num.partitions", "default.replication", "min.insync", "unclean.",
                                 "auto.", "leader.", "follower.", "delete.topic", "replica.", "num.replica",

@@ -17,6 +17,14 @@ from kraftpy.config.schema import (
 )
 
 B = ("broker",)
+
+
+def _pem_only(value: str) -> None:
+    if value != "PEM":
+        raise ValueError(f"{value} stores are not supported; kraftpy reads PEM (convert with openssl or keytool)")
+
+
+_pem_only.describe = "PEM"  # type: ignore[attr-defined]
 C = ("controller",)
 BC = ("broker", "controller")
 
@@ -58,8 +66,14 @@ KEYS: list[ConfigKey] = [
     ConfigKey("listener.security.protocol.map", "protocol map",
               "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
               "Security protocol of each listener name, as NAME:PROTOCOL pairs."),
-    ConfigKey("inter.broker.listener.name", "string", "PLAINTEXT",
-              "The listener brokers use to replicate from each other.", roles=B),
+    ConfigKey("inter.broker.listener.name", "string", None,
+              "The listener brokers use to replicate from each other (and to send each other transaction "
+              "markers); when unset, the listener named by security.inter.broker.protocol.", roles=B,
+              default_doc="the security.inter.broker.protocol listener", nullable=True),
+    ConfigKey("security.inter.broker.protocol", "string", "PLAINTEXT",
+              "The security protocol brokers use between themselves; only read when "
+              "inter.broker.listener.name is not set, and then names the listener of that name.",
+              one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), roles=B),
     ConfigKey("socket.request.max.bytes", "int", 104857600,
               "Largest request frame accepted; a larger one closes that connection.", at_least(1)),
     ConfigKey("queued.max.request.bytes", "long", 209715200,
@@ -72,6 +86,44 @@ KEYS: list[ConfigKey] = [
     ConfigKey("connections.max.idle.ms", "long", 600000,
               "A connection on which nothing arrives for this long, while none of its requests is being "
               "handled, is closed; -1 never closes one.", at_least(-1)),
+    # --- TLS (ssl.*; each may be set for one listener as listener.name.<listener>.ssl.*)
+    ConfigKey("ssl.keystore.type", "string", "PEM",
+              "Format of the key store; kraftpy reads PEM only (JKS and PKCS12 are refused).", _pem_only),
+    ConfigKey("ssl.keystore.location", "string", None,
+              "PEM file holding the private key and the certificate chain of this server (or client).",
+              nullable=True),
+    ConfigKey("ssl.keystore.certificate.chain", "string", None,
+              "The certificate chain in PEM form, inline (instead of ssl.keystore.location).", nullable=True),
+    ConfigKey("ssl.keystore.key", "string", None,
+              "The private key in PEM form, inline (with ssl.keystore.certificate.chain).", nullable=True),
+    ConfigKey("ssl.key.password", "string", None,
+              "Password of an encrypted private key.", nullable=True, default_doc="(unset)"),
+    ConfigKey("ssl.truststore.type", "string", "PEM",
+              "Format of the trust store; kraftpy reads PEM only (JKS and PKCS12 are refused).", _pem_only),
+    ConfigKey("ssl.truststore.location", "string", None,
+              "PEM file of the CA certificates trusted to sign peers' certificates.", nullable=True),
+    ConfigKey("ssl.truststore.certificates", "string", None,
+              "The trusted CA certificates in PEM form, inline (instead of ssl.truststore.location).",
+              nullable=True),
+    ConfigKey("ssl.client.auth", "string", "none",
+              "Whether a TLS listener asks clients for a certificate: none, requested (verified when "
+              "given) or required (a client without one signed by the trust store is refused).",
+              one_of("none", "requested", "required")),
+    ConfigKey("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3",
+              "TLS versions accepted.", one_of("TLSv1.2", "TLSv1.3")),
+    ConfigKey("ssl.protocol", "string", "TLSv1.3",
+              "The TLS version asked for first; with ssl.enabled.protocols it bounds the versions used.",
+              one_of("TLS", "TLSv1.2", "TLSv1.3")),
+    ConfigKey("ssl.cipher.suites", "list", "",
+              "Cipher suites allowed for TLSv1.2, by OpenSSL or IANA name; empty for the defaults "
+              "(TLSv1.3 suites are always OpenSSL's)."),
+    ConfigKey("ssl.endpoint.identification.algorithm", "string", "https",
+              "https: a client checks that the server's certificate names the host it connected to; "
+              "empty: it does not."),
+    ConfigKey("ssl.reload.check.interval.ms", "long", 30000,
+              "kraftpy: how often a TLS listener looks at its key store and trust store files; when they "
+              "changed, new connections use the new certificates (a broken new file is logged and the "
+              "old certificates stay).", at_least(1)),
     # --- logs
     ConfigKey("log.dirs", "list", None,
               "Directories holding the partition logs; defaults to log.dir.", nullable=True),

@@ -16,6 +16,12 @@ from kraftpy.config.keys import BY_NAME, IGNORED
 from kraftpy.config.properties import Entry, PropertiesSyntaxError, load_properties, parse_properties
 from kraftpy.config.schema import REQUIRED, Listener, Voter
 
+#: Kafka's security protocols; a listener named like one of them uses it unless the map says otherwise.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+#: ``listener.name.<listener>.<key>``: a key set for one listener (Kafka's per-listener prefix).
+LISTENER_PREFIX = "listener.name."
+
 
 class ConfigError(ValueError):
     """A configuration value that kraftpy cannot run with."""
@@ -111,6 +117,37 @@ class KraftConfig:
         return [listener for listener in self.listeners if listener.name not in names]
 
     @property
+    def inter_broker_listener_name(self) -> str:
+        """inter.broker.listener.name, else the listener named by security.inter.broker.protocol."""
+        name = self.values["inter.broker.listener.name"]
+        return (name or self.values["security.inter.broker.protocol"]).upper()
+
+    def security_protocol(self, listener_name: str) -> str:
+        """The security protocol of a listener: listener.security.protocol.map, else its own name when
+        that is a protocol (as in Kafka), else PLAINTEXT."""
+        name = listener_name.upper()
+        protocol_map = self.values["listener.security.protocol.map"]
+        if name in protocol_map:
+            return protocol_map[name]
+        return name if name in SECURITY_PROTOCOLS else "PLAINTEXT"
+
+    def listener_value(self, listener_name: str, key: str) -> Any:
+        """``listener.name.<listener>.<key>`` when set, else ``key`` (Kafka's per-listener override)."""
+        prefixed = f"{LISTENER_PREFIX}{listener_name.lower()}.{key}"
+        if prefixed in self.values:
+            return self.values[prefixed]
+        return self[key]
+
+    def listener_key(self, listener_name: str, key: str) -> str:
+        """The key ``listener_value`` read: the prefixed one when it is set."""
+        prefixed = f"{LISTENER_PREFIX}{listener_name.lower()}.{key}"
+        return prefixed if prefixed in self.values else key
+
+    def fail(self, key: str, reason: str) -> ConfigError:
+        """A `ConfigError` naming ``key``, its value and where it was set."""
+        return _fail(self, key, reason)
+
+    @property
     def advertised_listeners(self) -> list[Listener]:
         advertised = self.values["advertised.listeners"]
         return advertised if advertised is not None else self.broker_listeners
@@ -186,7 +223,7 @@ def build_config(entries: Iterable[Entry], source: str | None = None) -> KraftCo
     raw: dict[str, str] = {}
     unknown: list[Entry] = []
     for entry in entries:  # a later entry wins: overrides come last
-        spec = BY_NAME.get(entry.key)
+        spec = BY_NAME.get(entry.key) or _listener_key_spec(entry.key)
         if spec is None:
             if entry.key not in IGNORED:
                 unknown.append(entry)
@@ -207,6 +244,14 @@ def build_config(entries: Iterable[Entry], source: str | None = None) -> KraftCo
     config = KraftConfig(values, origins, raw, tuple(unknown), source)
     _validate(config)
     return config
+
+
+def _listener_key_spec(key: str) -> Any:
+    """The spec of ``listener.name.<listener>.<key>`` when ``<key>`` is a kraftpy key."""
+    if not key.startswith(LISTENER_PREFIX):
+        return None
+    _listener, sep, rest = key[len(LISTENER_PREFIX):].partition(".")
+    return BY_NAME.get(rest) if sep else None
 
 
 def _fail(config: KraftConfig, key: str, reason: str) -> ConfigError:
@@ -234,10 +279,20 @@ def _validate(c: KraftConfig) -> None:
     if not c.controller_listener_names:
         raise _fail(c, "controller.listener.names", "must name at least one listener")
     protocol_map = c.values["listener.security.protocol.map"]
+    for name, proto in protocol_map.items():
+        if proto not in SECURITY_PROTOCOLS:
+            raise _fail(c, "listener.security.protocol.map",
+                        f"listener {name} maps to {proto}, not one of {', '.join(SECURITY_PROTOCOLS)}")
     for listener in c.listeners:
-        proto = protocol_map.get(listener.name, listener.name)
-        if proto != "PLAINTEXT":
-            raise _fail(c, "listeners", f"listener {listener.name} uses {proto}; only PLAINTEXT is supported")
+        if listener.name not in protocol_map and listener.name not in SECURITY_PROTOCOLS \
+                and listener.name not in c.controller_listener_names:
+            raise _fail(c, "listener.security.protocol.map",
+                        f"listener {listener.name} has no security protocol here")
+    for key in c.values:
+        if key.startswith(LISTENER_PREFIX):
+            name = key[len(LISTENER_PREFIX):].partition(".")[0].upper()
+            if name not in {listener.name for listener in c.listeners}:
+                raise _fail(c, key, f"there is no listener {name} in listeners")
     if c.is_controller:
         if c.node_id not in {v.node_id for v in c.voters}:
             raise _fail(c, "node.id", "a controller's node.id must be one of controller.quorum.voters")
@@ -252,10 +307,12 @@ def _validate(c: KraftConfig) -> None:
                         f"{sorted(clash)[0]}")
     if c.is_broker:
         if not c.broker_listeners:
-            raise _fail(c, "listeners", "a broker needs a PLAINTEXT listener besides the controller's")
-        inter = c.values["inter.broker.listener.name"].upper()
+            raise _fail(c, "listeners", "a broker needs a listener besides the controller's")
+        inter = c.inter_broker_listener_name
         if inter not in {listener.name for listener in c.broker_listeners}:
-            raise _fail(c, "inter.broker.listener.name", f"no listener is named {inter}")
+            key = "inter.broker.listener.name" if c.values["inter.broker.listener.name"] \
+                else "security.inter.broker.protocol"
+            raise _fail(c, key, f"no listener is named {inter}")
         advertised = c.values["advertised.listeners"]
         if advertised is not None:
             names = {listener.name for listener in c.broker_listeners}
@@ -267,6 +324,7 @@ def _validate(c: KraftConfig) -> None:
                                 f"{listener} advertises a wildcard address clients cannot reach")
                 if listener.port == 0:
                     raise _fail(c, "advertised.listeners", f"{listener} advertises port 0")
+    _validate_tls(c)
     if c.values["default.replication.factor"] > 32767:
         raise _fail(c, "default.replication.factor", "must be at most 32767")
     if not c.log_dirs:
@@ -282,6 +340,36 @@ def _validate(c: KraftConfig) -> None:
                     f"must be smaller than broker.session.timeout.ms ({session})")
     if c.values["group.min.session.timeout.ms"] > c.values["group.max.session.timeout.ms"]:
         raise _fail(c, "group.min.session.timeout.ms", "must not exceed group.max.session.timeout.ms")
+
+
+def _validate_tls(c: KraftConfig) -> None:
+    """Build the TLS context of every TLS listener (server side) and of the listeners this process
+    connects to (the inter-broker listener, the controller listener), so a missing or broken PEM file
+    stops the process at start with its key."""
+    from kraftpy.security.tls import (
+        HIDDEN_KEYS,
+        TlsConfigError,
+        client_context,
+        listener_settings,
+        server_context,
+    )
+
+    checks = [(listener.name, server_context) for listener in c.listeners]
+    checks.append((c.controller_listener_names[0], client_context))
+    if c.is_broker:
+        checks.append((c.inter_broker_listener_name, client_context))
+    for name, build in checks:
+        if c.security_protocol(name) not in ("SSL", "SASL_SSL"):
+            continue
+        try:
+            build(listener_settings(c, name))
+        except TlsConfigError as exc:
+            hidden = any(exc.key.endswith(k) for k in HIDDEN_KEYS)
+            origin = c.origins.get(exc.key)
+            if origin is None:
+                raise ConfigError(exc.reason, exc.key, None, c.source) from None
+            value = "[hidden]" if hidden else c.raw[exc.key]
+            raise ConfigError(exc.reason, exc.key, value, origin.source, origin.line) from None
 
 
 def defaults() -> dict[str, Any]:

@@ -17,11 +17,20 @@ been sent, and a connection that would go over the budget stops reading until ot
 connection on which nothing arrives for ``connections.max.idle.ms`` (while no request of its is being
 handled) is closed. Failing accepts (the open-files limit) back off and log once per interval
 (kraftpy.rpc.listeners).
+
+Listeners: `serve_listeners` serves several (each with its name and security protocol) from one accept
+nursery and one request budget. On an SSL or SASL_SSL listener each accepted stream is wrapped in a
+`trio.SSLStream` and its handshake done before the first frame is read; a handshake that fails (a
+plaintext client, an unknown CA, a missing client certificate when one is required) closes that
+connection with one log line. A verified client certificate names the connection's principal. File
+regions go out with ``sendfile`` on plaintext sockets only: over TLS their bytes are read (in a worker
+thread, at most `TLS_READ_CHUNK` at a time) and encrypted like any other part.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,11 +44,17 @@ from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.types import FileRegion
 from kraftpy.rpc.framing import FramedStream, FrameError, IdleConnection, RequestBudget
 from kraftpy.rpc.listeners import Acceptor
+from kraftpy.security.tls import handshake_failure, peer_principal
 
 
 class BadRequest(Exception):
     """The frame does not parse as a request we serve; the connection is closed."""
 
+
+#: How long a TLS client has to finish its handshake.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+#: The most bytes of a file region read at once to be sent over TLS.
+TLS_READ_CHUNK = 1 << 20
 
 #: The principal of a connection nobody authenticated (a PLAINTEXT listener, or SSL without a client
 #: certificate), as Kafka names it.
@@ -79,19 +94,34 @@ class Connection:
 Handler = Callable[[bytes, Connection], Awaitable[Sequence[Any] | None]]
 
 
-async def send_parts(stream: trio.SocketStream, parts: Sequence[Any]) -> None:
-    """Write bytes parts and file regions, in order, to the socket."""
+async def send_parts(stream: trio.abc.Stream, parts: Sequence[Any]) -> None:
+    """Write bytes parts and file regions, in order, to the stream (file regions with sendfile when it
+    is a plain socket, read and sent through it otherwise)."""
     pending: list[bytes | bytearray | memoryview] = []
     for part in parts:
         if isinstance(part, FileRegion):
             if pending:
                 await stream.send_all(b"".join(pending))
                 pending = []
-            await _sendfile(stream, part.fd, part.offset, part.length)
+            if isinstance(stream, trio.SocketStream):
+                await _sendfile(stream, part.fd, part.offset, part.length)
+            else:
+                await _send_region_read(stream, part.fd, part.offset, part.length)
         else:
             pending.append(part)
     if pending:
         await stream.send_all(b"".join(pending) if len(pending) > 1 else pending[0])
+
+
+async def _send_region_read(stream: trio.abc.Stream, fd: int, offset: int, length: int) -> None:
+    """A file region through a stream that is not a socket (TLS): read in bounded chunks, then sent."""
+    while length > 0:
+        chunk = await trio.to_thread.run_sync(os.pread, fd, min(length, TLS_READ_CHUNK), offset)
+        if not chunk:
+            raise trio.BrokenResourceError("file region ended early: the segment was truncated")
+        await stream.send_all(chunk)
+        offset += len(chunk)
+        length -= len(chunk)
 
 
 async def _sendfile(stream: trio.SocketStream, fd: int, offset: int, length: int) -> None:
@@ -161,8 +191,48 @@ class KafkaServer:
             await nursery.start(self.acceptor.serve, listeners)
             task_status.started(self.port)
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        conn = Connection(stream, self.listener)
+    async def serve_listeners(self, specs: Sequence[Any], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve every listener of ``specs`` (each with ``name``, ``host``, ``port``,
+        ``security_protocol`` and ``tls``: a `kraftpy.security.tls.ServerTls` or None) until cancelled;
+        ``task_status.started`` gets ``{name: bound port}``. The first is ``self.port``."""
+        bound = []
+        for spec in specs:
+            bound.append((spec, await trio.open_tcp_listeners(spec.port, host=spec.host or None)))
+        ports = {spec.name: sockets[0].socket.getsockname()[1] for spec, sockets in bound}
+        self.port = ports[specs[0].name]
+        async with trio.open_nursery() as nursery:
+            for spec, sockets in bound:
+                await nursery.start(functools.partial(
+                    self.acceptor.serve, sockets, handler=functools.partial(self._serve_listener_connection, spec)))
+            task_status.started(ports)
+
+    async def _serve_listener_connection(self, spec: Any, stream: trio.SocketStream) -> None:
+        await self._serve_connection(stream, spec.name, spec.security_protocol, spec.tls)
+
+    async def _handshake(self, conn: Connection, stream: trio.SocketStream, tls: Any) -> trio.SSLStream | None:
+        """The TLS stream of an accepted connection, or None (logged) when the handshake fails."""
+        ssl_stream = tls.wrap(stream)
+        reason = None
+        with trio.move_on_after(TLS_HANDSHAKE_TIMEOUT_S):
+            try:
+                await ssl_stream.do_handshake()
+                return ssl_stream
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                reason = handshake_failure(exc)
+        self.log.warning("closing connection: TLS handshake failed", listener=conn.listener, peer=conn.peer,
+                         reason=reason or f"no handshake within {TLS_HANDSHAKE_TIMEOUT_S:g}s")
+        return None
+
+    async def _serve_connection(self, stream: trio.SocketStream, listener: str | None = None,
+                                security_protocol: str = "PLAINTEXT", tls: Any = None) -> None:
+        conn = Connection(stream, listener or self.listener, security_protocol)
+        if tls is not None:
+            ssl_stream = await self._handshake(conn, stream, tls)
+            if ssl_stream is None:
+                return
+            conn.stream = ssl_stream
+            conn.principal = peer_principal(ssl_stream)
+        stream = conn.stream
         framed = FramedStream(stream, self.max_frame_bytes, budget=self.budget, idle_timeout=self.idle_timeout)
         self.connections += 1
         CONNECTIONS.inc()

@@ -47,11 +47,14 @@ class Acceptor:
         """Wait for the next failed accept (tests)."""
         await self._failed.wait()
 
-    async def serve(self, listeners: Sequence[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Accept on every listener until cancelled; each connection's handler runs in this nursery."""
+    async def serve(self, listeners: Sequence[trio.SocketListener], *,
+                    handler: Callable[[trio.SocketStream], Awaitable[Any]] | None = None,
+                    task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Accept on every listener until cancelled; each connection's handler (``handler``, else the
+        acceptor's) runs in this nursery."""
         async with trio.open_nursery() as nursery:
             for listener in listeners:
-                nursery.start_soon(self._accept_loop, listener, nursery)
+                nursery.start_soon(self._accept_loop, listener, nursery, handler or self.handler)
             task_status.started(listeners)
 
     def _note_failure(self) -> None:
@@ -59,7 +62,8 @@ class Acceptor:
         self._failed.set()
         self._failed = trio.Event()
 
-    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery,
+                           handler: Callable[[trio.SocketStream], Awaitable[Any]]) -> None:
         log = self.log
         backoff = MIN_BACKOFF
         failures = 0  # since the last line logged
@@ -98,7 +102,7 @@ class Acceptor:
                     failures = 0
                     last_warning = -math.inf
                 backoff = MIN_BACKOFF
-                nursery.start_soon(_run_handler, self.handler, stream)
+                nursery.start_soon(_run_handler, handler, stream)
 
 
 async def _run_handler(handler: Callable[[trio.SocketStream], Awaitable[Any]], stream: trio.SocketStream) -> None:
