@@ -24,6 +24,8 @@ from kraftpy.metadata.messages import (
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     CreateAclsRequest,
     CreateAclsResponse,
     CreatePartitionsRequest,
@@ -73,6 +75,10 @@ class ControllerChannel(Protocol):
     ) -> ListPartitionReassignmentsResponse: ...
 
     async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse: ...
+
+    async def alter_user_scram_credentials(
+        self, request: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse: ...
 
     async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse: ...
 

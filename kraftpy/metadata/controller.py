@@ -45,6 +45,8 @@ from kraftpy.metadata.messages import (
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -74,6 +76,7 @@ from kraftpy.metadata.messages import (
 )
 from kraftpy.metadata.records import MetadataRecord, UnregisterBrokerRecord
 from kraftpy.metadata.result import ControllerResult
+from kraftpy.metadata.scram_control import alter_user_scram_credentials
 
 
 class QuorumController:
@@ -145,6 +148,11 @@ class QuorumController:
 
     def handle_unregister_broker(self, request: UnregisterBrokerRequest) -> ControllerResult[UnregisterBrokerResponse]:
         return cluster_control.unregister_broker(self.image, request, self.config)
+
+    def handle_alter_user_scram_credentials(
+        self, request: AlterUserScramCredentialsRequest
+    ) -> ControllerResult[AlterUserScramCredentialsResponse]:
+        return alter_user_scram_credentials(self.image, request)
 
     def fence_stale_brokers(self, now: float) -> ControllerResult[tuple[int, ...]]:
         """Fence every broker whose session ran out; the response lists the brokers fenced. An expired

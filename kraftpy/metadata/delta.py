@@ -50,6 +50,7 @@ from kraftpy.metadata.image import (
     MetadataProvenance,
     PartitionRegistration,
     ProducerIdsImage,
+    ScramImage,
     TopicImage,
     TopicsImage,
 )
@@ -72,9 +73,11 @@ from kraftpy.metadata.records import (
     RegisterControllerRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 from kraftpy.security.authorizer import AclBinding, binding_from_codes
 
@@ -167,6 +170,8 @@ class MetadataDelta:
         #: Config resources a record touched: their overrides now (empty: none left).
         self._configs: dict[ConfigResource, dict[str, str]] = {}
         self._next_producer_id: int | None = None
+        #: SCRAM credentials by user and mechanism, copied from the image on the first SCRAM record.
+        self._scram: dict[str, dict[int, UserScramCredentialRecord]] | None = None
         #: ACLs a record added (id -> binding) or removed (id -> None), as replayed so far.
         self._acls: dict[Uuid, AclBinding | None] = {}
 
@@ -196,6 +201,8 @@ class MetadataDelta:
                     delta._configs[resource] = dict(new.config(resource))
         if after.producer_ids != before.producer_ids:
             delta._next_producer_id = after.producer_ids.next_producer_id
+        if after.scram != before.scram:
+            delta._scram = {name: dict(creds) for name, creds in after.scram.users.items()}
         if after.acls != before.acls:
             old_acls, new_acls = before.acls.by_id, after.acls.by_id
             delta._acls = {acl_id: new_acls.get(acl_id) for acl_id in {*old_acls, *new_acls}
@@ -259,6 +266,9 @@ class MetadataDelta:
         producer_ids = old.producer_ids
         if self._next_producer_id is not None:
             producer_ids = ProducerIdsImage(self._next_producer_id)
+        scram = old.scram
+        if self._scram is not None:
+            scram = ScramImage({name: MappingProxyType(dict(c)) for name, c in self._scram.items() if c})
         acls = old.acls
         if self._acls:
             acls = AclsImage(old.acls.by_id.update(
@@ -270,6 +280,7 @@ class MetadataDelta:
             topics=topics,
             configs=configs,
             producer_ids=producer_ids,
+            scram=scram,
             acls=acls,
         )
 
@@ -515,6 +526,26 @@ class MetadataDelta:
     def _replay_no_op(self, record: NoOpRecord) -> None:
         pass
 
+    def _scram_users(self) -> dict[str, dict[int, UserScramCredentialRecord]]:
+        if self._scram is None:
+            self._scram = {name: dict(creds) for name, creds in self.image.scram.users.items()}
+        return self._scram
+
+    def _replay_user_scram_credential(self, record: UserScramCredentialRecord) -> None:
+        self._scram_users().setdefault(record.name, {})[record.mechanism] = record
+
+    def _replay_remove_user_scram_credential(self, record: RemoveUserScramCredentialRecord) -> None:
+        creds = self._scram_users().get(record.name, {})
+        if creds.pop(record.mechanism, None) is None:
+            raise MetadataReplayError(
+                f"RemoveUserScramCredentialRecord removes {record.name}'s mechanism {record.mechanism}, which it has not"
+            )
+
+    @property
+    def changed_scram_credentials(self) -> bool:
+        """Whether a record added, replaced or removed a SCRAM credential."""
+        return self._scram is not None
+
     def _acl_exists(self, acl_id: Uuid) -> bool:
         if acl_id in self._acls:
             return self._acls[acl_id] is not None
@@ -548,6 +579,8 @@ _HANDLERS = {
     ConfigRecord: MetadataDelta._replay_config,
     ProducerIdsRecord: MetadataDelta._replay_producer_ids,
     NoOpRecord: MetadataDelta._replay_no_op,
+    UserScramCredentialRecord: MetadataDelta._replay_user_scram_credential,
+    RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_user_scram_credential,
     AccessControlEntryRecord: MetadataDelta._replay_access_control_entry,
     RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_access_control_entry,
 }

@@ -38,6 +38,7 @@ from kraftpy.metadata.records import (
     PartitionRecord,
     RegisterBrokerRecord,
     RegisterControllerRecord,
+    UserScramCredentialRecord,
 )
 from kraftpy.metadata.topics_index import PartitionKey, TopicsIndex
 from kraftpy.security.authorizer import AclBinding
@@ -383,6 +384,25 @@ class AclsImage:
     by_id: PersistentMap[Uuid, AclBinding] = _persistent_field()
 
 
+# -- SCRAM credentials ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ScramImage:
+    """Users' SCRAM credentials (UserScramCredentialRecord): ``users[name][mechanism]`` is the record
+    that set it (mechanism 1 SCRAM-SHA-256, 2 SCRAM-SHA-512).
+
+    Invariant: every value in ``users`` is a non-empty read-only mapping."""
+
+    users: Mapping[str, Mapping[int, UserScramCredentialRecord]] = _map_field()
+
+    def credential(self, name: str, mechanism: int) -> UserScramCredentialRecord | None:
+        return self.users.get(name, _NO_CREDENTIALS).get(mechanism)
+
+
+_NO_CREDENTIALS: Mapping[int, UserScramCredentialRecord] = MappingProxyType({})
+
+
 # -- the whole image -----------------------------------------------------------------------------
 
 
@@ -390,6 +410,7 @@ class AclsImage:
 class MetadataImage:
     provenance: MetadataProvenance = MetadataProvenance()
     features: FeaturesImage = FeaturesImage()
+    scram: ScramImage = ScramImage()
     cluster: ClusterImage = ClusterImage()
     topics: TopicsImage = TopicsImage()
     configs: ConfigurationsImage = ConfigurationsImage()

@@ -586,3 +586,42 @@ class DeleteAclsFilterResult:
 @attrs.frozen
 class DeleteAclsResponse:
     filter_results: tuple[DeleteAclsFilterResult, ...] = _seq()
+
+
+# -- SCRAM credentials (KIP-554) ------------------------------------------------------------------
+
+
+@attrs.frozen
+class ScramCredentialDeletion:
+    name: str
+    mechanism: Int8
+
+
+@attrs.frozen(repr=False)
+class ScramCredentialUpsertion:
+    name: str
+    mechanism: Int8
+    iterations: Int32
+    salt: bytes
+    salted_password: bytes
+
+    def __repr__(self) -> str:  # the salted password is a password equivalent
+        return f"ScramCredentialUpsertion(name={self.name!r}, mechanism={self.mechanism}, iterations={self.iterations})"
+
+
+@attrs.frozen
+class AlterUserScramCredentialsRequest:
+    deletions: tuple[ScramCredentialDeletion, ...] = _seq()
+    upsertions: tuple[ScramCredentialUpsertion, ...] = _seq()
+
+
+@attrs.frozen
+class AlterUserScramCredentialsResult:
+    user: str
+    error_code: Int16
+    error_message: str | None = None
+
+
+@attrs.frozen
+class AlterUserScramCredentialsResponse:
+    results: tuple[AlterUserScramCredentialsResult, ...] = _seq()

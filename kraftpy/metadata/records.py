@@ -308,6 +308,37 @@ class RemoveTopicRecord:
     topic_id: Uuid = _uuid_field()
 
 
+def _is_bytes(_inst: object, attribute: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, bytes):
+        raise TypeError(f"{attribute.name} must be bytes, got {type(value).__name__}")
+
+
+@_record(type_tag=11, version=0)
+@attrs.frozen(repr=False)
+class UserScramCredentialRecord:
+    """User ``name``'s SCRAM credential for ``mechanism`` (1 SCRAM-SHA-256, 2 SCRAM-SHA-512), adding it or
+    replacing the one before. The keys are password equivalents for a server: kept out of ``repr``."""
+
+    name: str = attrs.field(validator=_is_str)
+    mechanism: int = _int_field()
+    salt: bytes = attrs.field(validator=_is_bytes)
+    stored_key: bytes = attrs.field(validator=_is_bytes)
+    server_key: bytes = attrs.field(validator=_is_bytes)
+    iterations: int = _int_field()
+
+    def __repr__(self) -> str:
+        return f"UserScramCredentialRecord(name={self.name!r}, mechanism={self.mechanism}, iterations={self.iterations})"
+
+
+@_record(type_tag=22, version=0)
+@attrs.frozen
+class RemoveUserScramCredentialRecord:
+    """User ``name`` has no ``mechanism`` credential any more."""
+
+    name: str = attrs.field(validator=_is_str)
+    mechanism: int = _int_field()
+
+
 @_record(type_tag=12, version=0)
 @attrs.frozen
 class FeatureLevelRecord:
@@ -377,6 +408,8 @@ class RegisterControllerRecord:
 
 MetadataRecord = (
     RegisterBrokerRecord
+    | UserScramCredentialRecord
+    | RemoveUserScramCredentialRecord
     | UnregisterBrokerRecord
     | TopicRecord
     | PartitionRecord

@@ -23,6 +23,8 @@ from kraftpy.metadata.messages import (
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -75,6 +77,7 @@ CONTROLLER_APIS: dict[str, tuple[type, type]] = {
     "UpdateFeatures": (UpdateFeaturesRequest, UpdateFeaturesResponse),
     "AlterPartitionReassignments": (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse),
     "ListPartitionReassignments": (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse),
+    "AlterUserScramCredentials": (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
     "CreateAcls": (CreateAclsRequest, CreateAclsResponse),
     "DeleteAcls": (DeleteAclsRequest, DeleteAclsResponse),
 }
@@ -203,6 +206,11 @@ class ControllerClient:
         return await self.call(request)
 
     async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse:
+        return await self.call(request)
+
+    async def alter_user_scram_credentials(
+        self, request: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse:
         return await self.call(request)
 
     async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:

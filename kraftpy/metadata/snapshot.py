@@ -42,6 +42,8 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
         records += [part.to_record(topic.id, pid) for pid, part in sorted(topic.partitions.items())]
     for resource, entries in sorted(image.configs.resources.items()):
         records += [ConfigRecord(resource.type, resource.name, key, value) for key, value in sorted(entries.items())]
+    for _, creds in sorted(image.scram.users.items()):
+        records += [record for _, record in sorted(creds.items())]
     if image.producer_ids.next_producer_id > 0:
         records.append(ProducerIdsRecord(-1, -1, image.producer_ids.next_producer_id))
     for acl_id, acl in sorted(image.acls.by_id.items(), key=lambda item: item[0].raw):

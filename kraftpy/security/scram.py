@@ -60,6 +60,10 @@ MAX_ITERATIONS = 16384
 _HASHES = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
 MECHANISMS = frozenset(_HASHES)
 
+#: Kafka's ScramMechanism wire codes (AlterUserScramCredentials, UserScramCredentialRecord).
+MECHANISM_CODES = {SCRAM_SHA_256: 1, SCRAM_SHA_512: 2}
+MECHANISM_NAMES = {code: name for name, code in MECHANISM_CODES.items()}
+
 AUTHZID_MISMATCH = "Authentication failed: Client requested an authorization id that is different from username"
 INVALID_NONCE = "Invalid client nonce in the final client message."
 UNKNOWN_USER = "Authentication failed: Invalid user credentials"
@@ -90,6 +94,12 @@ def _salted_password(hash_name: str, password: str, salt: bytes, iterations: int
 
 def _xor(a: bytes, b: bytes) -> bytes:
     return bytes(x ^ y for x, y in zip(a, b, strict=True))
+
+
+def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """SaltedPassword = PBKDF2-HMAC-H(password, salt, iterations): what a client sends in
+    AlterUserScramCredentials."""
+    return _salted_password(_hash_name(mechanism), password, salt, iterations)
 
 
 def new_nonce() -> str:
@@ -123,7 +133,17 @@ class ScramCredential:
             salt = secrets.token_bytes(32)
         if not salt:
             raise ScramError("salt must not be empty")
-        salted = _salted_password(hash_name, password, salt, iterations)
+        return cls.from_salted_password(mechanism, salt, _salted_password(hash_name, password, salt, iterations),
+                                        iterations)
+
+    @classmethod
+    def from_salted_password(
+        cls, mechanism: str, salt: bytes, salted_password: bytes, iterations: int
+    ) -> ScramCredential:
+        """The credential of a SaltedPassword the client computed (AlterUserScramCredentials carries
+        only the salt and SaltedPassword, never the password)."""
+        hash_name = _hash_name(mechanism)
+        salted = salted_password
         client_key = _hmac(hash_name, salted, b"Client Key")
         return cls(
             mechanism=mechanism,

@@ -146,6 +146,10 @@ class InProcessController:
     async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse:
         return await self._call("unregister_broker", request, self.controller.handle_unregister_broker)
 
+    async def alter_user_scram_credentials(self, request):
+        return await self._call("alter_user_scram_credentials", request,
+                                self.controller.handle_alter_user_scram_credentials)
+
     # -- broker lifecycle, as the control plane would drive it -----------------------------------
 
     def register(self, broker: BrokerServer, port: int) -> int:

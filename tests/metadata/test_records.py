@@ -34,11 +34,13 @@ from kraftpy.metadata.records import (
     RegisterControllerRecord,
     RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnknownMetadataRecordError,
     UnregisterBrokerRecord,
     UnsupportedMetadataRecordVersionError,
+    UserScramCredentialRecord,
     decode_record,
     encode_record,
 )
@@ -55,6 +57,10 @@ endpoints = st.lists(st.builds(BrokerEndpoint, text, text, uint16, int16), max_s
 features = st.lists(st.builds(BrokerFeature, text, int16, int16), max_size=3).map(tuple)
 
 STRATEGIES = {
+    UserScramCredentialRecord: st.builds(
+        UserScramCredentialRecord, text, int8, st.binary(max_size=64), st.binary(max_size=64), st.binary(max_size=64), int32
+    ),
+    RemoveUserScramCredentialRecord: st.builds(RemoveUserScramCredentialRecord, text, int8),
     RegisterBrokerRecord: st.builds(
         RegisterBrokerRecord, int32, uuids, int64, endpoints, features, st.none() | text, st.booleans(), st.booleans()
     ),
