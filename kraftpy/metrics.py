@@ -78,6 +78,21 @@ ISR_SHRINKS = Counter("kraftpy_isr_shrinks", "ISR shrinks of partitions this bro
 ISR_EXPANDS = Counter("kraftpy_isr_expands", "ISR expansions of partitions this broker leads (Kafka's "
                       "IsrExpandsPerSec).", ["node_id"], registry=REGISTRY)
 
+QUOTA_THROTTLE_TIME = Counter(
+    "kraftpy_quota_throttle_time_ms", "Milliseconds clients were throttled for going over a client quota, by "
+    "quota type (Produce, Fetch, Request; Kafka's throttle-time of each ClientQuotaManager).", ["quota_type"],
+    registry=REGISTRY)
+QUOTA_THROTTLED_REQUESTS = Counter(
+    "kraftpy_quota_throttled_requests", "Responses sent with a throttle time, by quota type.", ["quota_type"],
+    registry=REGISTRY)
+CONNECTIONS_REFUSED = Counter(
+    "kraftpy_connections_refused", "Connections closed at accept for going over a connection limit, by listener "
+    "and limit (max.connections, max.connections.per.ip, max.connection.creation.rate).", ["listener", "limit"],
+    registry=REGISTRY)
+LISTENER_CONNECTIONS = Gauge(
+    "kraftpy_listener_connections", "Open connections counted against max.connections, by listener.",
+    ["listener"], registry=REGISTRY)
+
 
 def count_produced(node_id: int, topic: str, size: int, records: int) -> None:
     """One appended batch set of one partition (produce path)."""

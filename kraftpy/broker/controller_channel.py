@@ -45,6 +45,7 @@ from kraftpy.metadata.messages import (
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
 )
+from kraftpy.metadata.quota_control import AlterClientQuotasRequest, AlterClientQuotasResponse
 from kraftpy.metadata.rpc import ControllerUnavailable
 
 
@@ -76,13 +77,15 @@ class ControllerChannel(Protocol):
 
     async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse: ...
 
+    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse: ...
+
+    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsResponse: ...
+
     async def alter_user_scram_credentials(
         self, request: AlterUserScramCredentialsRequest
     ) -> AlterUserScramCredentialsResponse: ...
 
-    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse: ...
-
-    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsResponse: ...
+    async def alter_client_quotas(self, request: AlterClientQuotasRequest) -> AlterClientQuotasResponse: ...
 
 
 __all__ = ["ControllerChannel", "ControllerUnavailable"]

@@ -30,6 +30,7 @@ from kraftpy.metadata import (
     config_control,
     feature_control,
     producer_id_control,
+    quota_control,
     reassignment,
     replication_control,
 )
@@ -247,3 +248,8 @@ class QuorumController:
 
     def handle_delete_acls(self, request: DeleteAclsRequest) -> ControllerResult[DeleteAclsResponse]:
         return acl_control.delete_acls(self.image, request)
+
+    def handle_alter_client_quotas(
+        self, request: quota_control.AlterClientQuotasRequest
+    ) -> ControllerResult[quota_control.AlterClientQuotasResponse]:
+        return quota_control.alter_client_quotas(self.image, request)

@@ -218,9 +218,10 @@ class ControllerServer:
             "ElectLeaders": lambda c, now: c.handle_elect_leaders(request),
             "AlterPartitionReassignments": lambda c, now: c.handle_alter_partition_reassignments(request),
             "UpdateFeatures": lambda c, now: c.handle_update_features(request),
-            "AlterUserScramCredentials": lambda c, now: c.handle_alter_user_scram_credentials(request),
             "CreateAcls": lambda c, now: c.handle_create_acls(request),
             "DeleteAcls": lambda c, now: c.handle_delete_acls(request),
+            "AlterUserScramCredentials": lambda c, now: c.handle_alter_user_scram_credentials(request),
+            "AlterClientQuotas": lambda c, now: c.handle_alter_client_quotas(request),
         }
         handler = handlers[api]
         return await self.write(lambda c, now, _next: handler(c, now))

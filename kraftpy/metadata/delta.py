@@ -41,6 +41,7 @@ from kraftpy.metadata.errors import MetadataReplayError
 from kraftpy.metadata.image import (
     AclsImage,
     BrokerRegistration,
+    ClientQuotasImage,
     ClusterImage,
     ConfigResource,
     ConfigurationsImage,
@@ -53,11 +54,13 @@ from kraftpy.metadata.image import (
     ScramImage,
     TopicImage,
     TopicsImage,
+    quota_entity,
 )
 from kraftpy.metadata.persistent import PersistentMap
 from kraftpy.metadata.records import (
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     ConfigResourceType,
     FeatureLevelRecord,
@@ -170,10 +173,12 @@ class MetadataDelta:
         #: Config resources a record touched: their overrides now (empty: none left).
         self._configs: dict[ConfigResource, dict[str, str]] = {}
         self._next_producer_id: int | None = None
-        #: SCRAM credentials by user and mechanism, copied from the image on the first SCRAM record.
-        self._scram: dict[str, dict[int, UserScramCredentialRecord]] | None = None
         #: ACLs a record added (id -> binding) or removed (id -> None), as replayed so far.
         self._acls: dict[Uuid, AclBinding | None] = {}
+        #: SCRAM credentials by user and mechanism, copied from the image on the first SCRAM record.
+        self._scram: dict[str, dict[int, UserScramCredentialRecord]] | None = None
+        #: Client quotas by entity, copied from the image on the first ClientQuotaRecord.
+        self._client_quotas: dict | None = None
 
     @classmethod
     def between(cls, before: MetadataImage, after: MetadataImage) -> MetadataDelta:
@@ -201,12 +206,14 @@ class MetadataDelta:
                     delta._configs[resource] = dict(new.config(resource))
         if after.producer_ids != before.producer_ids:
             delta._next_producer_id = after.producer_ids.next_producer_id
-        if after.scram != before.scram:
-            delta._scram = {name: dict(creds) for name, creds in after.scram.users.items()}
         if after.acls != before.acls:
             old_acls, new_acls = before.acls.by_id, after.acls.by_id
             delta._acls = {acl_id: new_acls.get(acl_id) for acl_id in {*old_acls, *new_acls}
                            if old_acls.get(acl_id) != new_acls.get(acl_id)}
+        if after.scram != before.scram:
+            delta._scram = {name: dict(creds) for name, creds in after.scram.users.items()}
+        if after.client_quotas != before.client_quotas:
+            delta._client_quotas = {e: dict(q) for e, q in after.client_quotas.entities.items()}
         return delta
 
     def _diff_topics(self, before: TopicsImage, after: TopicsImage) -> None:
@@ -266,13 +273,16 @@ class MetadataDelta:
         producer_ids = old.producer_ids
         if self._next_producer_id is not None:
             producer_ids = ProducerIdsImage(self._next_producer_id)
-        scram = old.scram
-        if self._scram is not None:
-            scram = ScramImage({name: MappingProxyType(dict(c)) for name, c in self._scram.items() if c})
         acls = old.acls
         if self._acls:
             acls = AclsImage(old.acls.by_id.update(
                 {i: b for i, b in self._acls.items() if b is not None}, [i for i, b in self._acls.items() if b is None]))
+        scram = old.scram
+        if self._scram is not None:
+            scram = ScramImage({name: MappingProxyType(dict(c)) for name, c in self._scram.items() if c})
+        client_quotas = old.client_quotas
+        if self._client_quotas is not None:
+            client_quotas = ClientQuotasImage({e: MappingProxyType(dict(q)) for e, q in self._client_quotas.items() if q})
         return MetadataImage(
             provenance=self._provenance,
             features=features,
@@ -280,8 +290,9 @@ class MetadataDelta:
             topics=topics,
             configs=configs,
             producer_ids=producer_ids,
-            scram=scram,
             acls=acls,
+            scram=scram,
+            client_quotas=client_quotas,
         )
 
     def _apply_topics(self, old: TopicsImage) -> TopicsImage:
@@ -526,6 +537,23 @@ class MetadataDelta:
     def _replay_no_op(self, record: NoOpRecord) -> None:
         pass
 
+    def _acl_exists(self, acl_id: Uuid) -> bool:
+        if acl_id in self._acls:
+            return self._acls[acl_id] is not None
+        return acl_id in self.image.acls.by_id
+
+    def _replay_access_control_entry(self, record: AccessControlEntryRecord) -> None:
+        if self._acl_exists(record.id):
+            raise MetadataReplayError(f"AccessControlEntryRecord for existing ACL id {record.id}")
+        self._acls[record.id] = binding_from_codes(
+            record.resource_type, record.resource_name, record.pattern_type, record.principal, record.host,
+            record.operation, record.permission_type)
+
+    def _replay_remove_access_control_entry(self, record: RemoveAccessControlEntryRecord) -> None:
+        if not self._acl_exists(record.id):
+            raise MetadataReplayError(f"RemoveAccessControlEntryRecord for unknown ACL id {record.id}")
+        self._acls[record.id] = None
+
     def _scram_users(self) -> dict[str, dict[int, UserScramCredentialRecord]]:
         if self._scram is None:
             self._scram = {name: dict(creds) for name, creds in self.image.scram.users.items()}
@@ -546,22 +574,20 @@ class MetadataDelta:
         """Whether a record added, replaced or removed a SCRAM credential."""
         return self._scram is not None
 
-    def _acl_exists(self, acl_id: Uuid) -> bool:
-        if acl_id in self._acls:
-            return self._acls[acl_id] is not None
-        return acl_id in self.image.acls.by_id
+    def _replay_client_quota(self, record: ClientQuotaRecord) -> None:
+        if self._client_quotas is None:
+            self._client_quotas = {e: dict(q) for e, q in self.image.client_quotas.entities.items()}
+        entity = quota_entity((part.entity_type, part.entity_name) for part in record.entity)
+        quotas = self._client_quotas.setdefault(entity, {})
+        if record.remove:
+            quotas.pop(record.key, None)
+        else:
+            quotas[record.key] = record.value
 
-    def _replay_access_control_entry(self, record: AccessControlEntryRecord) -> None:
-        if self._acl_exists(record.id):
-            raise MetadataReplayError(f"AccessControlEntryRecord for existing ACL id {record.id}")
-        self._acls[record.id] = binding_from_codes(
-            record.resource_type, record.resource_name, record.pattern_type, record.principal, record.host,
-            record.operation, record.permission_type)
-
-    def _replay_remove_access_control_entry(self, record: RemoveAccessControlEntryRecord) -> None:
-        if not self._acl_exists(record.id):
-            raise MetadataReplayError(f"RemoveAccessControlEntryRecord for unknown ACL id {record.id}")
-        self._acls[record.id] = None
+    @property
+    def changed_client_quotas(self) -> bool:
+        """Whether a record set or removed a client quota."""
+        return self._client_quotas is not None
 
 
 _HANDLERS = {
@@ -579,10 +605,11 @@ _HANDLERS = {
     ConfigRecord: MetadataDelta._replay_config,
     ProducerIdsRecord: MetadataDelta._replay_producer_ids,
     NoOpRecord: MetadataDelta._replay_no_op,
-    UserScramCredentialRecord: MetadataDelta._replay_user_scram_credential,
-    RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_user_scram_credential,
     AccessControlEntryRecord: MetadataDelta._replay_access_control_entry,
     RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_access_control_entry,
+    UserScramCredentialRecord: MetadataDelta._replay_user_scram_credential,
+    RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_user_scram_credential,
+    ClientQuotaRecord: MetadataDelta._replay_client_quota,
 }
 
 

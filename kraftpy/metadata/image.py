@@ -373,15 +373,31 @@ class ProducerIdsImage:
     next_producer_id: int = 0
 
 
-# -- ACLs ------------------------------------------------------------------------------------------
+# -- client quotas --------------------------------------------------------------------------------
+
+#: A client-quota entity: its (entity type, entity name) pairs sorted by type, a None name being the
+#: type's default; ``(("client-id", None), ("user", "alice"))`` is /users/alice/clients/<default>.
+QuotaEntity = tuple[tuple[str, str | None], ...]
+
+
+def quota_entity(parts: Iterable[tuple[str, str | None]]) -> QuotaEntity:
+    """The canonical (sorted by type) form of an entity."""
+    return tuple(sorted(((t, n) for t, n in parts), key=lambda part: part[0]))
 
 
 @attrs.frozen
-class AclsImage:
-    """The ACLs (AccessControlEntryRecord) by the id their record gave them. The broker's authorizer
-    keeps its ``AclIndex`` from the deltas' ``changed_acls``; this map is what snapshots carry."""
+class ClientQuotasImage:
+    """Client quotas (ClientQuotaRecord) by entity.
 
-    by_id: PersistentMap[Uuid, AclBinding] = _persistent_field()
+    Invariant: every value in ``entities`` is a non-empty read-only mapping of quota key to value."""
+
+    entities: Mapping[QuotaEntity, Mapping[str, float]] = _map_field()
+
+    def quotas(self, entity: QuotaEntity) -> Mapping[str, float]:
+        return self.entities.get(entity, _EMPTY_QUOTAS)
+
+
+_EMPTY_QUOTAS: Mapping[str, float] = MappingProxyType({})
 
 
 # -- SCRAM credentials ---------------------------------------------------------------------------
@@ -403,6 +419,17 @@ class ScramImage:
 _NO_CREDENTIALS: Mapping[int, UserScramCredentialRecord] = MappingProxyType({})
 
 
+# -- ACLs ------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class AclsImage:
+    """The ACLs (AccessControlEntryRecord) by the id their record gave them. The broker's authorizer
+    keeps its ``AclIndex`` from the deltas' ``changed_acls``; this map is what snapshots carry."""
+
+    by_id: PersistentMap[Uuid, AclBinding] = _persistent_field()
+
+
 # -- the whole image -----------------------------------------------------------------------------
 
 
@@ -416,6 +443,7 @@ class MetadataImage:
     configs: ConfigurationsImage = ConfigurationsImage()
     producer_ids: ProducerIdsImage = ProducerIdsImage()
     acls: AclsImage = AclsImage()
+    client_quotas: ClientQuotasImage = ClientQuotasImage()
 
     @property
     def is_empty(self) -> bool:

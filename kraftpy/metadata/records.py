@@ -197,6 +197,21 @@ class BrokerFeature:
     max_supported_version: int = _int_field()
 
 
+@attrs.frozen
+class ClientQuotaEntityData:
+    """One part of a client-quota entity: ``entity_type`` is ``user`` or ``client-id``, ``entity_name``
+    None for that type's default."""
+
+    entity_type: str = attrs.field(validator=_is_str)
+    entity_name: str | None = attrs.field(validator=_is_optional_str)
+
+
+def _to_float(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"must be a number, got {value!r}")
+    return float(value)
+
+
 # -- the records -----------------------------------------------------------------------------------
 
 _REGISTRY: dict[int, type] = {}
@@ -348,6 +363,17 @@ class FeatureLevelRecord:
     feature_level: int = _int_field()
 
 
+@_record(type_tag=14, version=0)
+@attrs.frozen
+class ClientQuotaRecord:
+    """Set the quota ``key`` of a client-quota entity to ``value``, or remove it when ``remove``."""
+
+    entity: tuple[ClientQuotaEntityData, ...] = attrs.field(converter=_nested(ClientQuotaEntityData))
+    key: str = attrs.field(validator=_is_str)
+    value: float = attrs.field(converter=_to_float)
+    remove: bool = attrs.field(default=False, validator=_is_bool)
+
+
 @_record(type_tag=15, version=0)
 @attrs.frozen
 class ProducerIdsRecord:
@@ -425,6 +451,7 @@ MetadataRecord = (
     | RegisterControllerRecord
     | AccessControlEntryRecord
     | RemoveAccessControlEntryRecord
+    | ClientQuotaRecord
 )
 
 #: Every record class, by Kafka type tag.

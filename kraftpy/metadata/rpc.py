@@ -15,7 +15,7 @@ import trio
 
 from kraftpy.ids import Uuid
 from kraftpy.logs import get_logger
-from kraftpy.metadata import messages, records
+from kraftpy.metadata import messages, quota_control, records
 from kraftpy.metadata.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
@@ -58,7 +58,7 @@ from kraftpy.rpc.control import ControlClient, RpcError
 from kraftpy.rpc.wire import WireCodec, WireError, wire_types
 from kraftpy.rpc.wire_schema import WireSchema
 
-WIRE = WireCodec([Uuid, ErrorCode, *wire_types(records), *wire_types(messages)])
+WIRE = WireCodec([Uuid, ErrorCode, *wire_types(records), *wire_types(messages), *wire_types(quota_control)])
 SCHEMA = WireSchema()
 
 #: API name → (request type, response type).
@@ -77,9 +77,10 @@ CONTROLLER_APIS: dict[str, tuple[type, type]] = {
     "UpdateFeatures": (UpdateFeaturesRequest, UpdateFeaturesResponse),
     "AlterPartitionReassignments": (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse),
     "ListPartitionReassignments": (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse),
-    "AlterUserScramCredentials": (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
     "CreateAcls": (CreateAclsRequest, CreateAclsResponse),
     "DeleteAcls": (DeleteAclsRequest, DeleteAclsResponse),
+    "AlterUserScramCredentials": (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
+    "AlterClientQuotas": (quota_control.AlterClientQuotasRequest, quota_control.AlterClientQuotasResponse),
 }
 API_OF: dict[type, str] = {req: name for name, (req, _) in CONTROLLER_APIS.items()}
 
@@ -208,13 +209,18 @@ class ControllerClient:
     async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse:
         return await self.call(request)
 
+    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
+        return await self.call(request)
+
+    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsResponse:
+        return await self.call(request)
+
     async def alter_user_scram_credentials(
         self, request: AlterUserScramCredentialsRequest
     ) -> AlterUserScramCredentialsResponse:
         return await self.call(request)
 
-    async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
-        return await self.call(request)
-
-    async def delete_acls(self, request: DeleteAclsRequest) -> DeleteAclsResponse:
+    async def alter_client_quotas(
+        self, request: quota_control.AlterClientQuotasRequest
+    ) -> quota_control.AlterClientQuotasResponse:
         return await self.call(request)

@@ -3,7 +3,7 @@
 ``image_to_records(image)`` lists, in this order: the feature levels (metadata.version first, since a
 reader needs it before anything else), controller and broker registrations (with their fenced and
 controlled-shutdown state folded in), each topic's TopicRecord followed by its PartitionRecords, the
-config overrides, and the producer-id position. Replaying that list on an empty image gives back the
+config overrides, the producer-id position and the client quotas. Replaying that list on an empty image gives back the
 image (``load_snapshot``); that is the property a snapshot must have, and the tests check it against
 replaying the log itself. The ACLs (AccessControlEntryRecords) come after the producer-id position.
 
@@ -19,6 +19,8 @@ from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.image import EMPTY_IMAGE, METADATA_VERSION, MetadataImage, MetadataProvenance
 from kraftpy.metadata.records import (
     AccessControlEntryRecord,
+    ClientQuotaEntityData,
+    ClientQuotaRecord,
     ConfigRecord,
     FeatureLevelRecord,
     MetadataRecord,
@@ -50,6 +52,9 @@ def image_to_records(image: MetadataImage) -> list[MetadataRecord]:
         records.append(AccessControlEntryRecord(
             acl_id, acl.resource_type, acl.resource_name, acl.pattern_type, acl.principal, acl.host,
             acl.operation, acl.permission))
+    for entity, quotas in sorted(image.client_quotas.entities.items(), key=lambda item: repr(item[0])):
+        parts = tuple(ClientQuotaEntityData(t, n) for t, n in entity)
+        records += [ClientQuotaRecord(parts, key, value) for key, value in sorted(quotas.items())]
     return records
 
 

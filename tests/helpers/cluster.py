@@ -150,6 +150,9 @@ class InProcessController:
         return await self._call("alter_user_scram_credentials", request,
                                 self.controller.handle_alter_user_scram_credentials)
 
+    async def alter_client_quotas(self, request):
+        return await self._call("alter_client_quotas", request, self.controller.handle_alter_client_quotas)
+
     # -- broker lifecycle, as the control plane would drive it -----------------------------------
 
     def register(self, broker: BrokerServer, port: int) -> int:

@@ -22,6 +22,8 @@ from kraftpy.metadata.records import (
     BrokerEndpoint,
     BrokerFeature,
     BrokerRegistrationChangeRecord,
+    ClientQuotaEntityData,
+    ClientQuotaRecord,
     ConfigRecord,
     CorruptMetadataRecordError,
     FeatureLevelRecord,
@@ -82,6 +84,10 @@ STRATEGIES = {
     RegisterControllerRecord: st.builds(RegisterControllerRecord, int32, uuids, endpoints, features),
     AccessControlEntryRecord: st.builds(AccessControlEntryRecord, uuids, int8, text, int8, text, text, int8, int8),
     RemoveAccessControlEntryRecord: st.builds(RemoveAccessControlEntryRecord, uuids),
+    ClientQuotaRecord: st.builds(
+        ClientQuotaRecord, st.lists(st.builds(ClientQuotaEntityData, text, st.none() | text), max_size=2).map(tuple),
+        text, st.floats(allow_nan=False), st.booleans(),
+    ),
 }
 
 
@@ -177,7 +183,7 @@ def test_record_fields_match_kafka_schema(cls):
     assert [_snake(n) for n in expected] == list(ours), "fields (in Kafka's order) differ"
     for name, nested in expected.items():
         if nested:
-            element = {"EndPoints": BrokerEndpoint, "Features": BrokerFeature}[name]
+            element = {"EndPoints": BrokerEndpoint, "Features": BrokerFeature, "Entity": ClientQuotaEntityData}[name]
             assert [_snake(f["name"]) for f in nested] == [f.name for f in attrs.fields(element)]
 
 
