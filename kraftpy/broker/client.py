@@ -3,7 +3,8 @@
 Followers fetch from their leaders through it (``fetcher.py``), and tests use it to speak the
 protocol to a broker directly. Frames are encoded and decoded by ``kraftpy.protocol.frames``; a
 response's ``records`` fields are slices of the received frame, so fetched batches reach the
-follower's log without another copy.
+follower's log without another copy. Given a `kraftpy.security.tls.ClientTls`, ``connect`` does the
+TLS handshake first (the inter-broker listener over SSL).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import trio
 
 from kraftpy.protocol.frames import DEFAULT_MAX_FRAME_SIZE, decode_response, encode_request, join_frame
 from kraftpy.rpc.framing import FramedStream, FrameError
+from kraftpy.security.tls import handshake_failure
 
 
 class ConnectionClosed(Exception):
@@ -24,7 +26,7 @@ class ConnectionClosed(Exception):
 class KafkaConnection:
     """One TCP connection to a broker. Not for concurrent use: callers send one request at a time."""
 
-    def __init__(self, stream: trio.SocketStream, client_id: str, max_frame_bytes: int) -> None:
+    def __init__(self, stream: trio.abc.Stream, client_id: str, max_frame_bytes: int) -> None:
         self._stream = stream
         self._framed = FramedStream(stream, max_frame_bytes)
         self.client_id = client_id
@@ -32,12 +34,19 @@ class KafkaConnection:
 
     @classmethod
     async def connect(
-        cls, host: str, port: int, *, client_id: str = "kraftpy", max_frame_bytes: int = DEFAULT_MAX_FRAME_SIZE
+        cls, host: str, port: int, *, client_id: str = "kraftpy", max_frame_bytes: int = DEFAULT_MAX_FRAME_SIZE,
+        tls: Any = None,
     ) -> KafkaConnection:
         try:
-            stream = await trio.open_tcp_stream(host, port)
+            stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
         except OSError as exc:
             raise ConnectionClosed(f"cannot connect to {host}:{port}: {exc}") from exc
+        if tls is not None:
+            try:
+                stream = await tls.connect(stream, host)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                await trio.aclose_forcefully(stream)
+                raise ConnectionClosed(f"TLS handshake with {host}:{port} failed: {handshake_failure(exc)}") from None
         return cls(stream, client_id, max_frame_bytes)
 
     async def send_raw(self, frame: bytes) -> None:

@@ -119,7 +119,8 @@ class ReplicaFetcher:
                 continue
             try:
                 conn = await KafkaConnection.connect(
-                    *endpoint, client_id=f"broker-{self.node_id}-fetcher", max_frame_bytes=2**31 - 1
+                    *endpoint, client_id=f"broker-{self.node_id}-fetcher", max_frame_bytes=2**31 - 1,
+                    tls=self.settings.inter_broker_tls,
                 )
             except ConnectionClosed as exc:
                 self._log.info("cannot reach the leader", error=str(exc))

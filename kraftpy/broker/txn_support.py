@@ -93,7 +93,8 @@ class BrokerConnections:
                     conn = self._connections.get(node_id)
                     if conn is None:
                         conn = await KafkaConnection.connect(*endpoint, client_id=self.client_id,
-                                                             max_frame_bytes=2**31 - 1)
+                                                             max_frame_bytes=2**31 - 1,
+                                                             tls=self.replicas.settings.inter_broker_tls)
                         self._connections[node_id] = conn
                     return await conn.request(api_key, version, request)
                 except (ConnectionClosed, OSError):

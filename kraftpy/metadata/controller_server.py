@@ -48,6 +48,7 @@ from kraftpy.raft.effects import Commit, LeaderChange, SnapshotLoaded
 from kraftpy.raft.errors import NotLeaderError
 from kraftpy.raft.log import RaftLog
 from kraftpy.rpc.control import ControlServer, RpcError
+from kraftpy.security.tls import listener_tls
 
 
 class RaftRunner(Protocol):
@@ -111,7 +112,11 @@ class ControllerServer:
             server = ControlServer(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],
                                    name="controller",
                                    queued_max_request_bytes=self.config["queued.max.request.bytes"],
-                                   connections_max_idle_ms=self.config["connections.max.idle.ms"])
+                                   connections_max_idle_ms=self.config["connections.max.idle.ms"],
+                                   tls=listener_tls(self.config, listener.name))
+            if server.tls is not None:
+                await nursery.start(server.tls.watch, self.config["ssl.reload.check.interval.ms"] / 1000,
+                                    self.log.bind(listener=listener.name))
             self.port = await nursery.start(server.serve, listener.host, listener.port)
             self.log.info("controller started", port=self.port, voters=sorted(self.raft.voters))
             task_status.started(self.port)

@@ -124,12 +124,14 @@ class ControllerClient:
     """Sends controller requests to whichever voter is active, retrying until ``deadline`` seconds."""
 
     def __init__(self, nursery: trio.Nursery, voters: dict[int, tuple[str, int]], *,
-                 request_timeout: float = 5.0, retry_backoff: float = 0.05, node_id: int | None = None) -> None:
+                 request_timeout: float = 5.0, retry_backoff: float = 0.05, node_id: int | None = None,
+                 tls: Any = None) -> None:
+        """``tls``: the `kraftpy.security.tls.ClientTls` of the controller listener over TLS."""
         self.voters = dict(voters)
         self.request_timeout = request_timeout
         self.retry_backoff = retry_backoff
         self._clients = {vid: ControlClient(nursery, host, port, request_timeout=request_timeout,
-                                            connect_timeout=request_timeout, max_backoff=0.5)
+                                            connect_timeout=request_timeout, max_backoff=0.5, tls=tls)
                          for vid, (host, port) in self.voters.items()}
         self._order = sorted(self.voters)
         self._guess: int | None = None

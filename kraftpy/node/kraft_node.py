@@ -80,6 +80,8 @@ class KraftNode:
                 self.metrics_port = await nursery.start(
                     functools.partial(serve_metrics, port, host, ready=self.readiness))
         self.raft = await RaftNode.open(config, self.cluster_id)
+        if self.raft.client_tls is not None:
+            await nursery.start(self.raft.client_tls.watch, config["ssl.reload.check.interval.ms"] / 1000, self.log)
         if config.is_controller:
             self.controller = ControllerServer(config, self.cluster_id, self.raft)
             self.loader = self.controller.loader
@@ -112,7 +114,8 @@ class KraftNode:
     async def _run_broker(self, nursery: trio.Nursery) -> None:
         config = self.config
         client = ControllerClient(nursery, voter_addresses(config), node_id=config.node_id,
-                                  request_timeout=config["controller.quorum.request.timeout.ms"] / 1000)
+                                  request_timeout=config["controller.quorum.request.timeout.ms"] / 1000,
+                                  tls=self.raft.client_tls if self.raft is not None else None)
         self.broker = BrokerServer.from_config(config, client, cluster_id=self.cluster_id)
         with binding(self.broker.settings.host, self.broker.settings.port, self._listeners_setting()):
             await nursery.start(self.broker.run)

@@ -14,6 +14,12 @@ Like the Kafka port, the server's connections share one request budget (``queued
 kraftpy.rpc.framing): a request's bytes count from the moment they are read until it is answered,
 and a connection that would go over the budget stops reading. ``connections.max.idle.ms`` closes
 connections on which nothing arrives; failing accepts back off (kraftpy.rpc.listeners).
+
+TLS: a server given a `kraftpy.security.tls.ServerTls` (the controller listener over SSL) does the
+handshake before reading a frame; one that fails (no certificate signed by the trust store when
+``ssl.client.auth=required``, a plaintext peer) closes that connection with one log line, so a node
+without a valid certificate cannot vote, fetch or register. A client given a `ClientTls` does the
+handshake after connecting; a failed handshake is a failed connect (logged once per failure streak).
 """
 
 from __future__ import annotations
@@ -31,8 +37,11 @@ from kraftpy.logs import get_logger
 from kraftpy.rpc.framing import FramedStream, FrameError, IdleConnection, RequestBudget
 from kraftpy.rpc.listeners import Acceptor
 from kraftpy.rpc.wire import WireError
+from kraftpy.security.tls import handshake_failure
 
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
+#: How long a TLS peer has to finish its handshake.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 Handler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -69,11 +78,13 @@ class ControlServer:
 
     def __init__(self, handler: Handler, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  name: str = "control", queued_max_request_bytes: int = -1,
-                 connections_max_idle_ms: int = -1) -> None:
+                 connections_max_idle_ms: int = -1, tls: Any = None) -> None:
         """``queued_max_request_bytes`` (-1: no bound) and ``connections_max_idle_ms`` (-1: never)
         are Kafka's ``queued.max.request.bytes`` and ``connections.max.idle.ms``."""
         self.handler = handler
         self.max_frame_bytes = max_frame_bytes
+        #: The listener's `ServerTls` when it runs over TLS.
+        self.tls = tls
         self.log = get_logger(name)
         self.port: int | None = None
         #: Request bytes held by all connections of this server (queued.max.request.bytes).
@@ -90,6 +101,11 @@ class ControlServer:
             task_status.started(self.port)
 
     async def _handle_connection(self, stream: trio.SocketStream) -> None:
+        if self.tls is not None:
+            ssl_stream = await self._handshake(stream)
+            if ssl_stream is None:
+                return
+            stream = ssl_stream
         framed = FramedStream(stream, self.max_frame_bytes, budget=self.budget, idle_timeout=self.idle_timeout)
         try:
             async with trio.open_nursery() as nursery:
@@ -106,6 +122,18 @@ class ControlServer:
         finally:
             with trio.CancelScope(shield=True):
                 await framed.aclose()
+
+    async def _handshake(self, stream: trio.SocketStream) -> trio.SSLStream | None:
+        ssl_stream = self.tls.wrap(stream)
+        reason = f"no handshake within {TLS_HANDSHAKE_TIMEOUT_S:g}s"
+        with trio.move_on_after(TLS_HANDSHAKE_TIMEOUT_S):
+            try:
+                await ssl_stream.do_handshake()
+                return ssl_stream
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                reason = handshake_failure(exc)
+        self.log.warning("closing connection: TLS handshake failed", peer=_peer(stream), reason=reason)
+        return None
 
     async def _read_requests(self, framed: FramedStream, nursery: trio.Nursery) -> None:
         while True:
@@ -150,6 +178,14 @@ class ControlServer:
             pass
 
 
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+        return f"{host}:{port}"
+    except (OSError, AttributeError):
+        return "?"
+
+
 class _Connection:
     def __init__(self, framed: FramedStream) -> None:
         self.framed = framed
@@ -175,8 +211,10 @@ class ControlClient:
 
     def __init__(self, nursery: trio.Nursery, host: str, port: int, *, request_timeout: float = 2.0,
                  connect_timeout: float = 2.0, retry_backoff: float = 0.02, max_backoff: float = 1.0,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, tls: Any = None) -> None:
+        """``tls``: the `kraftpy.security.tls.ClientTls` of a controller listener over TLS."""
         self.nursery = nursery
+        self.tls = tls
         self.host = host
         self.port = port
         self.request_timeout = request_timeout
@@ -203,8 +241,8 @@ class ControlClient:
                 await trio.sleep(wait)
             try:
                 with trio.fail_after(self.connect_timeout):
-                    stream = await trio.open_tcp_stream(self.host, self.port)
-            except (OSError, trio.TooSlowError) as exc:
+                    stream = await self._open_stream()
+            except (OSError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self._next_attempt = trio.current_time() + self._backoff
                 self._backoff = min(self._backoff * 2, self.max_backoff)
                 raise ConnectionLost(f"cannot connect to {self.address}: {exc}") from None
@@ -214,6 +252,18 @@ class ControlClient:
             self._conn = conn
             self.nursery.start_soon(self._read_responses, conn)
             return conn
+
+    async def _open_stream(self) -> trio.abc.Stream:
+        stream = await trio.open_tcp_stream(self.host, self.port)
+        if self.tls is None:
+            return stream
+        try:
+            return await self.tls.connect(stream, self.host)
+        except BaseException as exc:
+            await trio.aclose_forcefully(stream)
+            if isinstance(exc, trio.BrokenResourceError):
+                raise OSError(f"TLS handshake failed: {handshake_failure(exc)}") from None
+            raise
 
     async def _read_responses(self, conn: _Connection) -> None:
         reason = "connection closed by peer"

@@ -9,7 +9,8 @@ from typing import Any
 
 import trustme
 
-from tests.helpers.deployments import Deployment, Proc, format_storage
+from kraftpy.config.properties import format_properties, load_properties
+from tests.helpers.deployments import Deployment, Proc, ProcessCluster, format_storage
 from tests.helpers.processes import free_ports
 
 
@@ -86,3 +87,38 @@ class TlsNode(Deployment):
         format_storage([self.config])
         self.proc.start()
         self.proc.wait_for("broker running")
+
+
+class TlsCluster(ProcessCluster):
+    """Three controllers and three brokers with TLS on the controller listener and on the inter-broker
+    listener (INTERNAL), both with ``ssl.client.auth=required``; clients use each broker's PLAINTEXT
+    listener. Every node has its own certificate from ``pki``."""
+
+    def __init__(self, root: Path, pki: Pki, settings: dict[str, Any] | None = None) -> None:
+        super().__init__(root, settings)
+        self.pki = pki
+        internal = free_ports(len(self.BROKER_IDS))
+        self.internal_ports = dict(zip(self.BROKER_IDS, internal, strict=True))
+        for path in self.configs:
+            props = dict(load_properties_dict(path))
+            node_id = int(props["node.id"])
+            props.update(self.tls_settings(f"node-{node_id}"))
+            if props["process.roles"] == "broker":
+                plain = self.broker_ports[node_id]
+                internal_port = self.internal_ports[node_id]
+                props["listeners"] = f"PLAINTEXT://127.0.0.1:{plain},INTERNAL://127.0.0.1:{internal_port}"
+                props["advertised.listeners"] = props["listeners"]
+                props["inter.broker.listener.name"] = "INTERNAL"
+            path.write_text(format_properties(props))
+
+    def tls_settings(self, name: str | None) -> dict[str, str]:
+        """What a node's properties say of TLS; ``name`` None: a node without a certificate."""
+        props = {"listener.security.protocol.map": "CONTROLLER:SSL,PLAINTEXT:PLAINTEXT,INTERNAL:SSL",
+                 "ssl.truststore.location": str(self.pki.ca_file), "ssl.client.auth": "required"}
+        if name is not None:
+            props["ssl.keystore.location"] = str(self.pki.server(name))
+        return props
+
+
+def load_properties_dict(path: Path) -> dict[str, str]:
+    return {entry.key: entry.value for entry in load_properties(path)}
