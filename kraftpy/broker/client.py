@@ -4,7 +4,8 @@ Followers fetch from their leaders through it (``fetcher.py``), and tests use it
 protocol to a broker directly. Frames are encoded and decoded by ``kraftpy.protocol.frames``; a
 response's ``records`` fields are slices of the received frame, so fetched batches reach the
 follower's log without another copy. Given a `kraftpy.security.tls.ClientTls`, ``connect`` does the
-TLS handshake first (the inter-broker listener over SSL).
+TLS handshake first (the inter-broker listener over SSL); given a `SaslLogin`, it then authenticates with
+SaslHandshake v1 and SaslAuthenticate (PLAIN or SCRAM-SHA-256/512) before the first request.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import attrs
 import trio
 
+from kraftpy.protocol.api_keys import ApiKey
+from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.frames import DEFAULT_MAX_FRAME_SIZE, decode_response, encode_request, join_frame
 from kraftpy.rpc.framing import FramedStream, FrameError
 from kraftpy.security.tls import handshake_failure
@@ -21,6 +25,18 @@ from kraftpy.security.tls import handshake_failure
 
 class ConnectionClosed(Exception):
     """The broker closed the connection, or it broke."""
+
+
+@attrs.frozen(repr=False)
+class SaslLogin:
+    """Who a client authenticates as on a SASL listener."""
+
+    mechanism: str
+    username: str
+    password: str
+
+    def __repr__(self) -> str:  # never the password
+        return f"SaslLogin({self.mechanism!r}, {self.username!r})"
 
 
 class KafkaConnection:
@@ -35,7 +51,7 @@ class KafkaConnection:
     @classmethod
     async def connect(
         cls, host: str, port: int, *, client_id: str = "kraftpy", max_frame_bytes: int = DEFAULT_MAX_FRAME_SIZE,
-        tls: Any = None,
+        tls: Any = None, sasl: SaslLogin | None = None,
     ) -> KafkaConnection:
         try:
             stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
@@ -47,7 +63,43 @@ class KafkaConnection:
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 await trio.aclose_forcefully(stream)
                 raise ConnectionClosed(f"TLS handshake with {host}:{port} failed: {handshake_failure(exc)}") from None
-        return cls(stream, client_id, max_frame_bytes)
+        conn = cls(stream, client_id, max_frame_bytes)
+        if sasl is not None:
+            try:
+                await conn.authenticate(sasl)
+            except BaseException:
+                await conn.aclose()
+                raise
+        return conn
+
+    async def authenticate(self, login: SaslLogin) -> None:
+        """SaslHandshake v1 then SaslAuthenticate v1 until the mechanism is done; raises
+        `ConnectionClosed` with the broker's error when refused."""
+        from kraftpy.protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
+        from kraftpy.security.plain import plain_message
+        from kraftpy.security.scram import ScramClient, ScramError
+
+        answer = await self.request(ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism=login.mechanism))
+        if answer.error_code != ErrorCode.NONE:
+            raise ConnectionClosed(f"SASL mechanism {login.mechanism} refused: {ErrorCode(answer.error_code).name} "
+                                   f"(enabled: {', '.join(answer.mechanisms)})")
+
+        async def step(token: bytes) -> bytes:
+            reply = await self.request(ApiKey.SASL_AUTHENTICATE, 1, SaslAuthenticateRequest(auth_bytes=token))
+            if reply.error_code != ErrorCode.NONE:
+                raise ConnectionClosed(f"SASL authentication as {login.username!r} failed: "
+                                       f"{ErrorCode(reply.error_code).name}: {reply.error_message}")
+            return bytes(reply.auth_bytes)
+
+        if login.mechanism == "PLAIN":
+            await step(plain_message(login.username, login.password))
+            return
+        client = ScramClient(login.mechanism, login.username, login.password)
+        try:
+            server_first = await step(client.first_message())
+            client.verify_server_final(await step(client.final_message(server_first)))
+        except ScramError as exc:
+            raise ConnectionClosed(f"SASL authentication as {login.username!r} failed: {exc}") from None
 
     async def send_raw(self, frame: bytes) -> None:
         """Write bytes as they are (tests send malformed frames with this)."""

@@ -120,7 +120,7 @@ class ReplicaFetcher:
             try:
                 conn = await KafkaConnection.connect(
                     *endpoint, client_id=f"broker-{self.node_id}-fetcher", max_frame_bytes=2**31 - 1,
-                    tls=self.settings.inter_broker_tls,
+                    tls=self.settings.inter_broker_tls, sasl=self.settings.inter_broker_sasl,
                 )
             except ConnectionClosed as exc:
                 self._log.info("cannot reach the leader", error=str(exc))

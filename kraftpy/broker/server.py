@@ -47,6 +47,8 @@ from kraftpy.broker.apis.metadata import MetadataApi
 from kraftpy.broker.apis.offsets import OffsetsApi
 from kraftpy.broker.apis.produce import ProduceApi
 from kraftpy.broker.apis.reassignments import ReassignmentsApi
+from kraftpy.broker.apis.sasl import SaslApi, SaslSettings
+from kraftpy.broker.apis.scram_credentials import ScramCredentialsApi
 from kraftpy.broker.apis.topics import TopicsApi
 from kraftpy.broker.apis.txn import TxnApi
 from kraftpy.broker.apis.txn_markers import TxnMarkersApi
@@ -127,6 +129,14 @@ class BrokerServer:
             TxnMarkersApi(self.replicas, self.metadata, clock, on_markers_written=self._markers_written),
         ):
             self.apis.register_all(area.handlers())
+        #: SASL_PLAINTEXT and SASL_SSL listeners: the authentication gate and its handlers (PLAIN users
+        #: from the JAAS config, SCRAM credentials from the metadata image).
+        self.sasl = SaslApi(settings.sasl or SaslSettings(),
+                            lambda name, mechanism: self.metadata.image.scram.credential(name, mechanism),
+                            node_id=node_id)
+        self.apis.gate = self.sasl
+        self.apis.register_all(self.sasl.handlers())
+        self.apis.register_all(ScramCredentialsApi(self.metadata, channel).handlers())
         self.kafka_server = KafkaServer(self.apis.handle, max_frame_bytes=settings.socket_request_max_bytes,
                                         listener=settings.listener_name, log=self._log,
                                         queued_max_request_bytes=settings.queued_max_request_bytes,

@@ -52,6 +52,11 @@ class BrokerSettings:
     #: The `kraftpy.security.tls.ClientTls` of connections to other brokers' inter-broker listener,
     #: when that listener runs over TLS.
     inter_broker_tls: Any = attrs.field(default=None, eq=False)
+    #: SASL on SASL_PLAINTEXT / SASL_SSL listeners (a `kraftpy.broker.apis.sasl.SaslSettings`; None: defaults).
+    sasl: Any = attrs.field(default=None, eq=False)
+    #: The `kraftpy.broker.client.SaslLogin` of connections to other brokers when the inter-broker listener
+    #: is SASL_PLAINTEXT or SASL_SSL (sasl.mechanism.inter.broker.protocol, the listener's JAAS username).
+    inter_broker_sasl: Any = attrs.field(default=None, eq=False)
     #: ssl.reload.check.interval.ms
     ssl_reload_check_interval_ms: int = 30000
     #: socket.request.max.bytes
@@ -122,6 +127,7 @@ class BrokerSettings:
     def from_config(cls, config, *, cluster_id: str, **overrides) -> BrokerSettings:
         """The broker settings of a validated ``KraftConfig``; ``host``/``port`` are the inter-broker
         listener's."""
+        from kraftpy.broker.apis.sasl import SaslSettings, inter_broker_login
         from kraftpy.security.tls import connecting_tls, listener_tls
 
         inter = config.inter_broker_listener_name
@@ -143,6 +149,8 @@ class BrokerSettings:
             listeners=listeners,
             inter_broker_tls=connecting_tls(config, inter),
             ssl_reload_check_interval_ms=config["ssl.reload.check.interval.ms"],
+            sasl=SaslSettings.from_config(config),
+            inter_broker_sasl=inter_broker_login(config),
             socket_request_max_bytes=config["socket.request.max.bytes"],
             queued_max_request_bytes=config["queued.max.request.bytes"],
             connections_max_idle_ms=config["connections.max.idle.ms"],

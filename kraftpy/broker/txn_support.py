@@ -94,7 +94,8 @@ class BrokerConnections:
                     if conn is None:
                         conn = await KafkaConnection.connect(*endpoint, client_id=self.client_id,
                                                              max_frame_bytes=2**31 - 1,
-                                                             tls=self.replicas.settings.inter_broker_tls)
+                                                             tls=self.replicas.settings.inter_broker_tls,
+                                                             sasl=self.replicas.settings.inter_broker_sasl)
                         self._connections[node_id] = conn
                     return await conn.request(api_key, version, request)
                 except (ConnectionClosed, OSError):

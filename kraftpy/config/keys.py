@@ -124,6 +124,27 @@ KEYS: list[ConfigKey] = [
               "kraftpy: how often a TLS listener looks at its key store and trust store files; when they "
               "changed, new connections use the new certificates (a broken new file is logged and the "
               "old certificates stay).", at_least(1)),
+    # --- SASL (each may be set for one listener as listener.name.<listener>.<key>)
+    ConfigKey("sasl.enabled.mechanisms", "list", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+              "The SASL mechanisms a SASL_PLAINTEXT or SASL_SSL listener offers; a client asking for another "
+              "is refused with UNSUPPORTED_SASL_MECHANISM. Kafka's default is GSSAPI, which kraftpy does not "
+              "have.", one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), roles=B),
+    ConfigKey("sasl.jaas.config", "string", None,
+              "JAAS login module config, Kafka's syntax. On a broker, set per listener and mechanism as "
+              "listener.name.<listener>.plain.sasl.jaas.config: PlainLoginModule's user_<name>=\"<password>\" "
+              "options are the PLAIN users, and username/password are what this broker authenticates "
+              "with on a SASL inter-broker listener.", nullable=True, default_doc="(unset)", roles=B),
+    ConfigKey("sasl.mechanism.inter.broker.protocol", "string", "PLAIN",
+              "The SASL mechanism brokers authenticate with to each other when the inter-broker listener "
+              "is SASL_PLAINTEXT or SASL_SSL (Kafka's default is GSSAPI, which kraftpy does not have).",
+              one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), roles=B),
+    ConfigKey("connection.failed.authentication.delay.ms", "int", 100,
+              "How long a failed SASL authentication waits before its error is answered and the "
+              "connection closed (slows down password guessing).", at_least(0), roles=B),
+    ConfigKey("connections.max.reauth.ms", "long", 0,
+              "KIP-368: the longest a SASL session lasts; a client must re-authenticate on the same "
+              "connection before then, and a connection whose session expired is closed at its next "
+              "request. 0: sessions never expire.", at_least(0), roles=B),
     # --- logs
     ConfigKey("log.dirs", "list", None,
               "Directories holding the partition logs; defaults to log.dir.", nullable=True),

@@ -251,7 +251,13 @@ def _listener_key_spec(key: str) -> Any:
     if not key.startswith(LISTENER_PREFIX):
         return None
     _listener, sep, rest = key[len(LISTENER_PREFIX):].partition(".")
+    mechanism, _, tail = rest.partition(".")
+    if mechanism.lower() in _SASL_MECHANISM_PREFIXES and tail == "sasl.jaas.config":
+        return BY_NAME[tail]  # listener.name.<listener>.<mechanism>.sasl.jaas.config, as Kafka reads it
     return BY_NAME.get(rest) if sep else None
+
+
+_SASL_MECHANISM_PREFIXES = frozenset({"plain", "scram-sha-256", "scram-sha-512"})
 
 
 def _fail(config: KraftConfig, key: str, reason: str) -> ConfigError:

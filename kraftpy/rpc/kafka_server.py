@@ -79,6 +79,9 @@ class Connection:
             self.peer = "?"
             self.client_host = "?"
         self._held: list[FileRegion] = []
+        #: Set by the client quotas (kraftpy.broker.quotas) when the request just answered put its client
+        #: over a quota: nothing more is read from this connection for that many ms (KIP-219 muting).
+        self.throttle_ms = 0
 
     def hold(self, region: FileRegion) -> FileRegion:
         """Own ``region`` until the current request is answered (or fails), then close it."""
@@ -255,6 +258,10 @@ class KafkaServer:
                     conn.release()
                     framed.release(frame)
                     del frame
+                if conn.throttle_ms > 0:
+                    # The response went out at once, carrying the throttle time; the connection is muted.
+                    throttle, conn.throttle_ms = conn.throttle_ms, 0
+                    await trio.sleep(throttle / 1000)
         except (FrameError, BadRequest) as exc:
             self.log.warning("closing connection", peer=conn.peer, reason=str(exc))
         except IdleConnection as exc:

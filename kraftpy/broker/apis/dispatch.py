@@ -68,6 +68,12 @@ class KafkaApis:
         self._log = _logger.bind(node_id=node_id)
         self.handlers: dict[int, Handler] = {ApiKey.API_VERSIONS: self.handle_api_versions}
         self._large_requests = trio.CapacityLimiter(LARGE_REQUEST_THREADS)
+        #: Client quotas (kraftpy.broker.quotas.ClientQuotas): told what each answered request cost;
+        #: they set its throttle time and mute its connection when its client is over a quota.
+        self.quotas: Any = None
+        #: Sees every frame first (``admit(frame, conn)``): the SASL authentication gate
+        #: (kraftpy.broker.apis.sasl). It returns parts to send instead, or None to go on.
+        self.gate: Any = None
 
     def register(self, api_key: ApiKey, handler: Handler) -> None:
         """Serve ``api_key`` with ``handler``."""
@@ -85,6 +91,10 @@ class KafkaApis:
     async def handle(self, frame: bytes | memoryview, conn: Connection) -> list | None:
         if self.ready is not None and not self.ready.is_set():
             await self.ready.wait()
+        if self.gate is not None:
+            answer = await self.gate.admit(frame, conn)
+            if answer is not None:
+                return answer
         large = _is_large(frame)
         try:
             if large:
@@ -112,6 +122,8 @@ class KafkaApis:
         except Exception as exc:
             self._log.exception("request handler failed", api=ApiKey(api_key).name, peer=conn.peer)
             raise BadRequest(f"{ApiKey(api_key).name} failed: {exc}") from exc
+        if self.quotas is not None:
+            self.quotas.after_request(api_key, header, request, len(frame), response, conn)
         del request
         if response is None:
             return None
