@@ -191,7 +191,7 @@ class KafkaServer:
         listeners = await trio.open_tcp_listeners(port, host=host or None)
         self.port = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.acceptor.serve, listeners)
+            await nursery.start(functools.partial(self.acceptor.serve, listeners, listener_name=self.listener))
             task_status.started(self.port)
 
     async def serve_listeners(self, specs: Sequence[Any], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -206,7 +206,8 @@ class KafkaServer:
         async with trio.open_nursery() as nursery:
             for spec, sockets in bound:
                 await nursery.start(functools.partial(
-                    self.acceptor.serve, sockets, handler=functools.partial(self._serve_listener_connection, spec)))
+                    self.acceptor.serve, sockets, handler=functools.partial(self._serve_listener_connection, spec),
+                    listener_name=spec.name))
             task_status.started(ports)
 
     async def _serve_listener_connection(self, spec: Any, stream: trio.SocketStream) -> None:

@@ -42,6 +42,9 @@ class Acceptor:
         #: Accepts that failed for want of resources, since the start.
         self.failed_accepts = 0
         self._failed = trio.Event()
+        #: Connection limits (kraftpy.rpc.connection_limits.ConnectionLimits) asked about every accepted
+        #: connection before its handler starts; None: no limits.
+        self.limits: Any = None
 
     async def accept_failed(self) -> None:
         """Wait for the next failed accept (tests)."""
@@ -49,12 +52,12 @@ class Acceptor:
 
     async def serve(self, listeners: Sequence[trio.SocketListener], *,
                     handler: Callable[[trio.SocketStream], Awaitable[Any]] | None = None,
-                    task_status=trio.TASK_STATUS_IGNORED) -> None:
+                    listener_name: str = "", task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Accept on every listener until cancelled; each connection's handler (``handler``, else the
         acceptor's) runs in this nursery."""
         async with trio.open_nursery() as nursery:
             for listener in listeners:
-                nursery.start_soon(self._accept_loop, listener, nursery, handler or self.handler)
+                nursery.start_soon(self._accept_loop, listener, nursery, handler or self.handler, listener_name)
             task_status.started(listeners)
 
     def _note_failure(self) -> None:
@@ -63,7 +66,7 @@ class Acceptor:
         self._failed = trio.Event()
 
     async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery,
-                           handler: Callable[[trio.SocketStream], Awaitable[Any]]) -> None:
+                           handler: Callable[[trio.SocketStream], Awaitable[Any]], name: str = "") -> None:
         log = self.log
         backoff = MIN_BACKOFF
         failures = 0  # since the last line logged
@@ -102,9 +105,31 @@ class Acceptor:
                     failures = 0
                     last_warning = -math.inf
                 backoff = MIN_BACKOFF
+                if self.limits is not None:
+                    host = _peer_host(stream)
+                    if not self.limits.admit(name, host):
+                        await stream.aclose()
+                        continue
+                    nursery.start_soon(_run_limited, handler, stream, self.limits, name, host)
+                    continue
                 nursery.start_soon(_run_handler, handler, stream)
 
 
 async def _run_handler(handler: Callable[[trio.SocketStream], Awaitable[Any]], stream: trio.SocketStream) -> None:
     async with stream:
         await handler(stream)
+
+
+def _peer_host(stream: trio.SocketStream) -> str:
+    try:
+        return str(stream.socket.getpeername()[0])
+    except (OSError, AttributeError, IndexError):
+        return "?"
+
+
+async def _run_limited(handler: Callable[[trio.SocketStream], Awaitable[Any]], stream: trio.SocketStream,
+                       limits: Any, name: str, host: str) -> None:
+    try:
+        await _run_handler(handler, stream)
+    finally:
+        limits.release(name, host)
