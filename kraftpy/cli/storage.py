@@ -8,6 +8,7 @@ import typer
 
 from kraftpy.cli.common import ConfigOption, OverrideOption, fail, load_config_or_exit
 from kraftpy.ids import random_uuid_str
+from kraftpy.metadata.bootstrap import BootstrapError, parse_add_scram, write_bootstrap
 from kraftpy.storage.formatter import FormatError, format_dirs, inspect_dirs
 
 app = typer.Typer(help="Format log directories and show their state.", no_args_is_help=True)
@@ -27,13 +28,25 @@ def format_(
         bool, typer.Option("--ignore-formatted", "-g", help="Skip directories that are already formatted.")
     ] = False,
     override: OverrideOption = None,
+    add_scram: Annotated[list[str] | None, typer.Option(
+        "--add-scram", "-S", help="A SCRAM credential the new cluster starts with, as Kafka's "
+        "'SCRAM-SHA-512=[name=admin,password=admin-secret]' (also iterations=, salt=, saltedpassword=).",
+        show_default=False)] = None,
 ) -> None:
     """Write meta.properties into every log directory and the metadata log directory."""
     cfg = load_config_or_exit(config, override)
     try:
+        scram = [parse_add_scram(text) for text in add_scram or ()]
+    except BootstrapError as exc:
+        fail(str(exc))
+    try:
         result = format_dirs(cfg.all_dirs, cluster_id, cfg.node_id, ignore_formatted)
     except FormatError as exc:
         fail(str(exc))
+    if scram and cfg.metadata_log_dir in result.formatted:
+        write_bootstrap(cfg.metadata_log_dir, scram)
+        typer.echo(f"Bootstrap metadata in {cfg.metadata_log_dir}: SCRAM credentials for "
+                   f"{', '.join(sorted({r.name for r in scram}))}.")
     for d in result.formatted:
         typer.echo(f"Formatted {d} for cluster {cluster_id}, node {cfg.node_id}.")
     for d in result.skipped:

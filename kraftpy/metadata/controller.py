@@ -108,6 +108,7 @@ class QuorumController:
         records: list[MetadataRecord] = []
         if METADATA_VERSION not in self.image.features.levels:
             records += feature_control.bootstrap_records()
+            records += self.config.bootstrap_records
         return ControllerResult(records, None)
 
     def replay(

@@ -48,6 +48,9 @@ class ControllerConfig:
     #: process. That broker lives exactly as long as this controller, so when the controller becomes
     #: active, a registration of that id from before is of a process that is gone.
     local_broker_id: int | None = None
+    #: Records `storage format` left for a new cluster's log (kraftpy.metadata.bootstrap: --add-scram's
+    #: credentials), written by the first active controller after metadata.version.
+    bootstrap_records: tuple = ()
     #: Features and the level ranges this controller supports.
     supported_features: Mapping[str, tuple[int, int]] = attrs.field(
         default=DEFAULT_SUPPORTED_FEATURES, converter=_frozen

@@ -24,6 +24,7 @@ import trio
 
 from kraftpy.config import KraftConfig
 from kraftpy.logs import get_logger
+from kraftpy.metadata.bootstrap import read_bootstrap
 from kraftpy.metadata.cluster_describe import describe_cluster
 from kraftpy.metadata.configs import static_broker_configs
 from kraftpy.metadata.controller import QuorumController
@@ -73,6 +74,7 @@ def controller_config(config: KraftConfig, cluster_id: str) -> ControllerConfig:
         leader_imbalance_check_interval_seconds=config["leader.imbalance.check.interval.seconds"],
         static_broker_configs=static_broker_configs(config),
         local_broker_id=config.node_id if config.is_broker else None,
+        bootstrap_records=read_bootstrap(config.metadata_log_dir),
     )
 
 

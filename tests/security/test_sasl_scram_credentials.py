@@ -84,3 +84,40 @@ def test_replay_of_record_types():
     assert image.scram.credential("u", SHA256) == record
     image = replay_records(image, [RemoveUserScramCredentialRecord("u", SHA256)])
     assert image.scram.users == {}
+
+
+def test_add_scram_syntax_and_bootstrap_file(tmp_path):
+    import base64
+
+    import pytest
+
+    from kraftpy.metadata.bootstrap import BootstrapError, parse_add_scram, read_bootstrap, write_bootstrap
+    from kraftpy.metadata.controller import QuorumController
+    from kraftpy.metadata.controller_config import ControllerConfig
+
+    by_password = parse_add_scram("SCRAM-SHA-512=[name=admin,password=admin-secret]")
+    assert (by_password.name, by_password.mechanism, by_password.iterations) == ("admin", SHA512, 4096)
+    salt = b"0123456789abcdef"
+    salted = salted_password("SCRAM-SHA-256", "pw", salt, 8192)
+    by_salted = parse_add_scram(
+        f'SCRAM-SHA-256=[name="alice",salt="{base64.b64encode(salt).decode()}",'
+        f'saltedpassword="{base64.b64encode(salted).decode()}",iterations=8192]')
+    assert by_salted == parse_add_scram(
+        f"SCRAM-SHA-256=[name=alice,password=pw,salt={base64.b64encode(salt).decode()},iterations=8192]")
+    for bad in ("SCRAM-SHA-1=[name=a,password=b]", "SCRAM-SHA-512=[password=b]", "SCRAM-SHA-512=[name=a]",
+                "SCRAM-SHA-512=[name=a,password=b,iterations=10]"):
+        with pytest.raises(BootstrapError) as info:
+            parse_add_scram(bad)
+        assert "\n" not in str(info.value) and "password=b" not in str(info.value)
+    assert read_bootstrap(tmp_path) == ()
+    write_bootstrap(tmp_path, [by_password, by_salted])
+    assert read_bootstrap(tmp_path) == (by_password, by_salted)
+    # The first active controller writes them after metadata.version.
+    controller = QuorumController(ControllerConfig("c", bootstrap_records=read_bootstrap(tmp_path)),
+                                  rng=__import__("random").Random(0))
+    records = controller.activate(0.0).records
+    assert records[-2:] == (by_password, by_salted)
+    data = (tmp_path / "bootstrap.checkpoint").read_bytes()
+    (tmp_path / "bootstrap.checkpoint").write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(BootstrapError, match="damaged"):
+        read_bootstrap(tmp_path)
