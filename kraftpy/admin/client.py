@@ -29,7 +29,9 @@ from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode, ProtocolError
 from kraftpy.protocol.messages import (
     REQUESTS,
+    AlterClientQuotasRequest,
     ApiVersionsRequest,
+    DescribeClientQuotasRequest,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
     FindCoordinatorRequest,
@@ -346,3 +348,32 @@ class AdminClient:
                 WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=topic, partition_indexes=sorted(parts))
                 for topic, parts in partitions.items()])])
         return await self.request(ApiKey.WRITE_TXN_MARKERS, request, node_id=node_id)
+
+    # -- client quotas -------------------------------------------------------------------------------
+
+    async def describe_client_quotas(self, components: list[tuple[str, int, str | None]], *, strict: bool = False
+                                     ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """DescribeClientQuotas: each matching entity ({entity type: name, None for the default}) with
+        its quotas. ``components`` are (entity type, match type, match) as in Kafka's filter (match type
+        0 exact name, 1 the default, 2 any name); KafkaError when the broker refuses the filter."""
+        Component = DescribeClientQuotasRequest.ComponentData
+        request = DescribeClientQuotasRequest(strict=strict, components=[
+            Component(entity_type=t, match_type=m, match=v) for t, m, v in components])
+        response = await self.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, request)
+        check(response.error_code, response.error_message, subject="client quotas")
+        return [({e.entity_type: e.entity_name for e in entry.entity}, {v.key: v.value for v in entry.values})
+                for entry in response.entries or ()]
+
+    async def alter_client_quotas(self, entries: list[tuple[Mapping[str, str | None], Mapping[str, float | None]]],
+                                  *, validate_only: bool = False) -> list[tuple[int, str | None]]:
+        """AlterClientQuotas: for each (entity, {key: value, or None to remove}), the (error code,
+        message) the controller gave, in order."""
+        Entry = AlterClientQuotasRequest.EntryData
+        Entity = AlterClientQuotasRequest.EntityData
+        Op = AlterClientQuotasRequest.OpData
+        request = AlterClientQuotasRequest(validate_only=validate_only, entries=[
+            Entry(entity=[Entity(entity_type=t, entity_name=n) for t, n in entity.items()],
+                  ops=[Op(key=k, value=0.0 if v is None else float(v), remove=v is None) for k, v in ops.items()])
+            for entity, ops in entries])
+        response = await self.request(ApiKey.ALTER_CLIENT_QUOTAS, request)
+        return [(r.error_code, r.error_message) for r in response.entries]

@@ -46,6 +46,7 @@ from kraftpy.broker.apis.groups import GroupsApi
 from kraftpy.broker.apis.metadata import MetadataApi
 from kraftpy.broker.apis.offsets import OffsetsApi
 from kraftpy.broker.apis.produce import ProduceApi
+from kraftpy.broker.apis.quotas import QuotasApi
 from kraftpy.broker.apis.reassignments import ReassignmentsApi
 from kraftpy.broker.apis.sasl import SaslApi, SaslSettings
 from kraftpy.broker.apis.scram_credentials import ScramCredentialsApi
@@ -57,6 +58,7 @@ from kraftpy.broker.fetcher import FetcherManager
 from kraftpy.broker.group_support import OffsetsLeadership, group_config
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.producer_ids import ProducerIdManager
+from kraftpy.broker.quotas import ClientQuotas
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.broker.settings import BrokerSettings
 from kraftpy.broker.txn_support import BrokerConnections, TxnMarkerSender, TxnVerifier
@@ -137,10 +139,17 @@ class BrokerServer:
         self.apis.gate = self.sasl
         self.apis.register_all(self.sasl.handlers())
         self.apis.register_all(ScramCredentialsApi(self.metadata, channel).handlers())
+        self.apis.register_all(QuotasApi(self.metadata, channel).handlers())
+        #: Client quotas (byte rates, request percentage) of this broker's clients, from the metadata image.
+        self.quotas = self.apis.quotas = ClientQuotas(lambda: self.metadata.image, window_num=settings.quota_window_num,
+                                                      window_size_s=settings.quota_window_size_seconds)
         self.kafka_server = KafkaServer(self.apis.handle, max_frame_bytes=settings.socket_request_max_bytes,
                                         listener=settings.listener_name, log=self._log,
                                         queued_max_request_bytes=settings.queued_max_request_bytes,
                                         connections_max_idle_ms=settings.connections_max_idle_ms)
+        if settings.connection_limits is not None:
+            settings.connection_limits.log = self._log
+            self.kafka_server.acceptor.limits = settings.connection_limits
         self._updates_send, self._updates_receive = trio.open_memory_channel[_Update](math.inf)
         self._queued = self._applied = 0
         self._caught_up = trio.Event()

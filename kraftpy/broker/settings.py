@@ -11,6 +11,7 @@ import attrs
 
 from kraftpy.coordinator.txn_state import TxnConfig
 from kraftpy.metadata.configs import static_broker_configs
+from kraftpy.rpc.connection_limits import ConnectionLimits
 
 
 def _frozen(value: Mapping[str, str]) -> Mapping[str, str]:
@@ -64,6 +65,11 @@ class BrokerSettings:
     #: queued.max.request.bytes (-1: no bound) and connections.max.idle.ms (-1: never)
     queued_max_request_bytes: int = -1
     connections_max_idle_ms: int = -1
+    #: quota.window.num and quota.window.size.seconds: the samples of client quota rates.
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
+    #: The connection limits of this broker's listeners (kraftpy.rpc.connection_limits); None: none.
+    connection_limits: Any = attrs.field(default=None, eq=False)
     #: replica.lag.time.max.ms
     replica_lag_time_max_ms: int = 30000
     #: replica.fetch.max.bytes
@@ -154,6 +160,9 @@ class BrokerSettings:
             socket_request_max_bytes=config["socket.request.max.bytes"],
             queued_max_request_bytes=config["queued.max.request.bytes"],
             connections_max_idle_ms=config["connections.max.idle.ms"],
+            quota_window_num=config["quota.window.num"],
+            quota_window_size_seconds=config["quota.window.size.seconds"],
+            connection_limits=ConnectionLimits.from_config(config),
             replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
             replica_fetch_max_bytes=config["replica.fetch.max.bytes"],
             replica_fetch_response_max_bytes=config["replica.fetch.response.max.bytes"],

@@ -11,6 +11,7 @@ GROUPS = [
     ("Listeners", ("listener", "advertised.", "inter.broker", "security.inter", "socket.", "queued.",
                    "connections.")),
     ("TLS", ("ssl.",)),
+    ("Connection limits and client quotas", ("max.connection", "quota.")),
     ("Logs", ("log.", "metadata.log", "metadata.max", "message.max", "compression.")),
     ("Topics and replication", ("num.partitions", "default.replication", "min.insync", "unclean.",
                                 "auto.", "leader.", "follower.", "delete.topic", "replica.", "num.replica",

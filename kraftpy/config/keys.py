@@ -86,6 +86,27 @@ KEYS: list[ConfigKey] = [
     ConfigKey("connections.max.idle.ms", "long", 600000,
               "A connection on which nothing arrives for this long, while none of its requests is being "
               "handled, is closed; -1 never closes one.", at_least(-1)),
+    # --- connection limits and client quotas (each max.connection* key may also be set for one listener
+    # as listener.name.<listener>.<key>)
+    ConfigKey("max.connections", "int", 2147483647,
+              "Connections the broker keeps open at once, over all its listeners; one more is closed at accept. "
+              "Set as listener.name.<listener>.max.connections it bounds that listener alone. Connections of "
+              "the inter-broker listener count but are never refused for the broker-wide limit.",
+              at_least(0), roles=B),
+    ConfigKey("max.connections.per.ip", "int", 2147483647,
+              "Connections one client address may keep open at once, over all listeners; one more is closed "
+              "at accept.", at_least(0), roles=B),
+    ConfigKey("max.connections.per.ip.overrides", "string", "",
+              "Per-address exceptions to max.connections.per.ip, as address:count pairs separated by commas "
+              "(IP addresses as the broker sees them; IPv6 may be bracketed).", roles=B),
+    ConfigKey("max.connection.creation.rate", "int", 2147483647,
+              "New connections per second a listener accepts, measured over quota.window.num windows of "
+              "quota.window.size.seconds; a connection past the rate is closed at accept (and not counted).",
+              at_least(0), roles=B),
+    ConfigKey("quota.window.num", "int", 11,
+              "Samples kept to measure client quota rates and connection creation rates.", at_least(1), roles=B),
+    ConfigKey("quota.window.size.seconds", "int", 1,
+              "Length of each sample of a client quota or connection creation rate.", at_least(1), roles=B),
     # --- TLS (ssl.*; each may be set for one listener as listener.name.<listener>.ssl.*)
     ConfigKey("ssl.keystore.type", "string", "PEM",
               "Format of the key store; kraftpy reads PEM only (JKS and PKCS12 are refused).", _pem_only),

@@ -23,6 +23,7 @@ from kraftpy.metadata.image import MetadataImage
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import (
+    AlterClientQuotasResponse,
     AlterPartitionReassignmentsResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
@@ -104,7 +105,17 @@ def _unregister_broker(request: Any, version: int, message: str) -> UnregisterBr
     return UnregisterBrokerResponse(throttle_time_ms=0, error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=message)
 
 
+def _alter_client_quotas(request: Any, version: int, message: str) -> AlterClientQuotasResponse:
+    Entity = AlterClientQuotasResponse.EntityData
+    return AlterClientQuotasResponse(throttle_time_ms=0, entries=[
+        AlterClientQuotasResponse.EntryData(
+            error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=message,
+            entity=[Entity(entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity])
+        for entry in request.entries])
+
+
 _ERROR_RESPONSES: dict[int, Callable[[Any, int, str], Any]] = {
+    ApiKey.ALTER_CLIENT_QUOTAS: _alter_client_quotas,
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.DELETE_TOPICS: _delete_topics,
     ApiKey.CREATE_PARTITIONS: _create_partitions,

@@ -1,0 +1,165 @@
+"""Client quotas on a running broker: AlterClientQuotas and DescribeClientQuotas over the Kafka protocol,
+and enforcement — a confluent-kafka producer held to producer_byte_rate and a consumer to
+consumer_byte_rate, measured from the broker's bytes, with the throttle time seen by the client."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import trio
+
+from kraftpy.admin.client import AdminClient, parse_addresses
+from kraftpy.metrics import TOPIC_BYTES_IN, TOPIC_BYTES_OUT
+from kraftpy.protocol.errors import ErrorCode
+from tests.helpers.cluster import open_cluster
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+QUIET = {"log_level": 0}
+
+
+async def test_alter_then_describe_client_quotas(tmp_path):
+    async with open_cluster(tmp_path, brokers=1) as cluster, \
+            AdminClient(parse_addresses(cluster.bootstrap)) as admin:
+        answers = await admin.alter_client_quotas([
+            ({"user": "alice"}, {"producer_byte_rate": 1024, "consumer_byte_rate": 2048}),
+            ({"user": None, "client-id": None}, {"request_percentage": 25.5}),
+            ({"client-id": "app"}, {"producer_byte_rate": 10.5}),  # not an integer: refused alone
+            ({"ip": "10.0.0.1"}, {"connection_creation_rate": 5}),
+        ])
+        assert [code for code, _ in answers] == [ErrorCode.NONE, ErrorCode.NONE, ErrorCode.INVALID_REQUEST,
+                                                 ErrorCode.INVALID_REQUEST]
+        assert "producer_byte_rate is not an integer" in answers[2][1]
+        # Answered once this broker's image holds the change: the next read here sees it.
+        everything = await admin.describe_client_quotas([])
+        assert sorted(everything, key=repr) == sorted([
+            ({"user": "alice"}, {"producer_byte_rate": 1024.0, "consumer_byte_rate": 2048.0}),
+            ({"client-id": None, "user": None}, {"request_percentage": 25.5}),
+        ], key=repr)
+        assert await admin.describe_client_quotas([("user", 0, "alice")], strict=True) == [
+            ({"user": "alice"}, {"consumer_byte_rate": 2048.0, "producer_byte_rate": 1024.0})]
+        assert await admin.describe_client_quotas([("client-id", 1, None)]) == [
+            ({"client-id": None, "user": None}, {"request_percentage": 25.5})]
+        # Removing a key.
+        assert await admin.alter_client_quotas([({"user": "alice"}, {"consumer_byte_rate": None})]) == [
+            (ErrorCode.NONE, None)]
+        assert await admin.describe_client_quotas([("user", 0, "alice")]) == [
+            ({"user": "alice"}, {"producer_byte_rate": 1024.0})]
+        # A malformed filter is the response's error.
+        from kraftpy.admin.client import KafkaError
+        with pytest.raises(KafkaError) as info:
+            await admin.describe_client_quotas([("user", 0, None)])
+        assert info.value.code == ErrorCode.INVALID_REQUEST
+        # validate_only writes nothing.
+        assert await admin.alter_client_quotas([({"user": "bob"}, {"producer_byte_rate": 1})],
+                                               validate_only=True) == [(ErrorCode.NONE, None)]
+        assert await admin.describe_client_quotas([("user", 0, "bob")]) == []
+
+
+QUOTA = 100_000  # bytes per second
+MEASURE_S = 10.0
+
+
+def _produce_flat_out(bootstrap: str, topic: str, stop: list[bool], throttles: list[int]) -> int:
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": bootstrap, "client.id": "quota-producer", "linger.ms": 5,
+        "batch.size": 16384, "compression.type": "none", "acks": 1,
+        "throttle_cb": lambda event: throttles.append(event.throttle_time), **QUIET})
+    value = b"x" * 1000
+    sent = 0
+    while not stop[0]:
+        try:
+            producer.produce(topic, value)
+            sent += 1
+        except BufferError:
+            producer.poll(0.05)
+            continue
+        producer.poll(0)
+    producer.purge()
+    producer.flush(5)
+    return sent
+
+
+async def test_producer_held_to_its_byte_rate(tmp_path):
+    async with open_cluster(tmp_path, brokers=1) as cluster, \
+            AdminClient(parse_addresses(cluster.bootstrap)) as admin:
+        await cluster.create_topic("quota-produce")
+        assert await admin.alter_client_quotas([({"client-id": "quota-producer"},
+                                                 {"producer_byte_rate": QUOTA})]) == [(ErrorCode.NONE, None)]
+        produced = TOPIC_BYTES_IN.labels("1", "quota-produce")
+        stop, throttles = [False], []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: trio.to_thread.run_sync(
+                _produce_flat_out, cluster.bootstrap, "quota-produce", stop, throttles, abandon_on_cancel=True))
+            await cluster.wait_for(lambda: produced._value.get() > 0)
+            # The rate is a measurement over real time: ten seconds of producing, by nature of the test,
+            # after one second of it.
+            await trio.sleep(1.0)
+            before, started = produced._value.get(), time.monotonic()
+            await trio.sleep(MEASURE_S)
+            after, ended = produced._value.get(), time.monotonic()
+            stop[0] = True
+        rate = (after - before) / (ended - started)
+        print(f"produce rate {rate:.0f} B/s over {ended - started:.1f} s, quota {QUOTA} B/s")
+        assert abs(rate - QUOTA) / QUOTA <= 0.10, f"{rate:.0f} B/s against a quota of {QUOTA}"
+        quotas = cluster.brokers[1].quotas
+        assert quotas.throttled_ms["Produce"] > 0
+        assert throttles and max(throttles) > 0  # librdkafka saw throttle_time_ms
+
+
+def _consume(bootstrap: str, topic: str, stop: list[bool], throttles: list[int]) -> int:
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "client.id": "quota-consumer", "group.id": "quota-group",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False, "fetch.max.bytes": 16384,
+        "message.max.bytes": 16384,
+        "max.partition.fetch.bytes": 16384, "fetch.wait.max.ms": 100,
+        "throttle_cb": lambda event: throttles.append(event.throttle_time), **QUIET})
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    got = 0
+    while not stop[0]:
+        message = consumer.poll(0.1)
+        if message is not None and message.error() is None:
+            got += 1
+    consumer.close()
+    return got
+
+
+async def test_consumer_held_to_its_byte_rate(tmp_path):
+    async with open_cluster(tmp_path, brokers=1) as cluster, \
+            AdminClient(parse_addresses(cluster.bootstrap)) as admin:
+        await cluster.create_topic("quota-fetch")
+        await trio.to_thread.run_sync(_fill, cluster.bootstrap, "quota-fetch", 2_000_000)
+        assert await admin.alter_client_quotas([({"client-id": "quota-consumer"},
+                                                 {"consumer_byte_rate": QUOTA})]) == [(ErrorCode.NONE, None)]
+        fetched = TOPIC_BYTES_OUT.labels("1", "quota-fetch")
+        stop, throttles = [False], []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: trio.to_thread.run_sync(
+                _consume, cluster.bootstrap, "quota-fetch", stop, throttles, abandon_on_cancel=True))
+            # A rate over real time: five seconds of consuming after two (the consumer connects and starts).
+            await trio.sleep(2.0)
+            before, started = fetched._value.get(), time.monotonic()
+            await trio.sleep(5.0)
+            after, ended = fetched._value.get(), time.monotonic()
+            stop[0] = True
+        rate = (after - before) / (ended - started)
+        print(f"fetch rate {rate:.0f} B/s over {ended - started:.1f} s, quota {QUOTA} B/s")
+        assert abs(rate - QUOTA) / QUOTA <= 0.10, f"{rate:.0f} B/s against a quota of {QUOTA}"
+        assert cluster.brokers[1].quotas.throttled_ms["Fetch"] > 0
+        assert throttles and max(throttles) > 0
+
+
+def _fill(bootstrap: str, topic: str, size: int) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 16384,
+                                       **QUIET})
+    value = b"y" * 1000
+    for _ in range(size // len(value)):
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(30) == 0
