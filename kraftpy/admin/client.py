@@ -13,7 +13,9 @@ Errors: a broker that cannot be reached, or does not answer within ``request.tim
 the code, Kafka's name for it and the broker's message).
 
 Client settings come from ``--command-config FILE`` (a ``.properties`` file of Kafka client keys,
-see `CLIENT_CONFIG_KEYS`): ``client.id``, ``request.timeout.ms`` and ``default.api.timeout.ms``.
+see `CLIENT_CONFIG_KEYS`): ``client.id``, ``request.timeout.ms`` and ``default.api.timeout.ms``, and
+``security.protocol`` with the client ``ssl.*`` keys (``ssl.truststore.location``, ``ssl.keystore.*``,
+``ssl.endpoint.identification.algorithm``, PEM form) to reach a TLS listener.
 """
 
 from __future__ import annotations
@@ -39,12 +41,14 @@ from kraftpy.protocol.messages import (
     MetadataRequest,
     WriteTxnMarkersRequest,
 )
+from kraftpy.security.tls import HIDDEN_KEYS, TLS_PROTOCOLS, ClientTls, TlsConfigError, client_settings
 
 #: The client keys ``--command-config`` accepts, with their defaults (Kafka's names and meanings).
 CLIENT_CONFIG_KEYS: dict[str, str] = {
     "client.id": "kraftpy-admin",
     "request.timeout.ms": "30000",
     "default.api.timeout.ms": "60000",
+    "security.protocol": "PLAINTEXT",
 }
 
 
@@ -109,6 +113,10 @@ class ClientConfig:
     client_id: str = "kraftpy-admin"
     request_timeout_s: float = 30.0
     api_timeout_s: float = 60.0
+    #: security.protocol: PLAINTEXT or SSL (the SASL ones are for SASL clients).
+    security_protocol: str = "PLAINTEXT"
+    #: The TLS side of connections when security.protocol runs over TLS.
+    tls: ClientTls | None = None
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ClientConfig:
@@ -119,8 +127,19 @@ class ClientConfig:
             text = values[key]
             if not text.strip().isdigit() or int(text) <= 0:
                 raise ValueError(f"{key}={text}: not a positive number of milliseconds")
+        protocol = values["security.protocol"].strip().upper()
+        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise ValueError(f"security.protocol={values['security.protocol']}: not PLAINTEXT, SSL, SASL_PLAINTEXT "
+                             "or SASL_SSL")
+        tls = None
+        if protocol in TLS_PROTOCOLS:
+            try:
+                tls = ClientTls(client_settings(values))
+            except TlsConfigError as exc:
+                shown = "[hidden]" if exc.key in HIDDEN_KEYS else values.get(exc.key, "")
+                raise ValueError(f"{exc.key}={shown}: {exc.reason}") from None
         return cls(client_id=values["client.id"], request_timeout_s=int(values["request.timeout.ms"]) / 1000,
-                   api_timeout_s=int(values["default.api.timeout.ms"]) / 1000)
+                   api_timeout_s=int(values["default.api.timeout.ms"]) / 1000, security_protocol=protocol, tls=tls)
 
 
 @attrs.define
@@ -167,7 +186,7 @@ class AdminClient:
 
     async def _open(self, key: Any, host: str, port: int) -> KafkaConnection:
         with trio.move_on_after(self.config.request_timeout_s) as scope:
-            conn = await KafkaConnection.connect(host, port, client_id=self.config.client_id)
+            conn = await KafkaConnection.connect(host, port, client_id=self.config.client_id, tls=self.config.tls)
         if scope.cancelled_caught:
             raise AdminConnectionError(f"cannot connect to {host}:{port}: timed out")
         try:

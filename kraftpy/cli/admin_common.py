@@ -42,7 +42,8 @@ BootstrapControllerOption = Annotated[
                              show_default=False)]
 CommandConfigOption = Annotated[
     Path | None, typer.Option("--command-config", help="A .properties file of client settings "
-                              "(client.id, request.timeout.ms, default.api.timeout.ms).", show_default=False)]
+                              "(client.id, request.timeout.ms, default.api.timeout.ms, security.protocol, "
+                              "ssl.*).", show_default=False)]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a table.")]
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import trio
 import typer
 
+from kraftpy.cli.admin_common import CommandConfigOption, client_config
 from kraftpy.cli.common import fail
 from kraftpy.config.schema import parse_list
 from kraftpy.metadata.rpc import QUORUM_STATUS_API
@@ -30,7 +31,7 @@ def parse_addresses(text: str) -> list[tuple[str, int]]:
     return out
 
 
-async def fetch_status(addresses: list[tuple[str, int]], timeout: float = 5.0) -> dict[str, Any]:
+async def fetch_status(addresses: list[tuple[str, int]], timeout: float = 5.0, tls: Any = None) -> dict[str, Any]:
     """Ask the bootstrap controllers, following a non-leader's pointer to the leader."""
     errors = []
     queue = list(addresses)
@@ -41,7 +42,7 @@ async def fetch_status(addresses: list[tuple[str, int]], timeout: float = 5.0) -
             if address in seen:
                 continue
             seen.add(address)
-            client = ControlClient(nursery, *address, request_timeout=timeout, connect_timeout=timeout)
+            client = ControlClient(nursery, *address, request_timeout=timeout, connect_timeout=timeout, tls=tls)
             try:
                 return await client.request(QUORUM_STATUS_API, {})
             except RpcError as exc:
@@ -84,6 +85,7 @@ def status(
         "--bootstrap-controller", help="Controllers to ask, as host:port[,host:port...].", show_default=False)],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for each controller.")] = 5.0,
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Print the leader, epoch, high watermark, and every voter's and observer's progress."""
     try:
@@ -91,7 +93,7 @@ def status(
     except ValueError as exc:
         fail(f"--bootstrap-controller={bootstrap_controller}: {exc}")
     try:
-        result = trio.run(fetch_status, addresses, timeout)
+        result = trio.run(fetch_status, addresses, timeout, client_config(command_config).tls)
     except RpcError as exc:
         fail(exc.message or str(exc))
     typer.echo(json.dumps(result, indent=2, sort_keys=True) if as_json else render(result))

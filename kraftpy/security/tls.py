@@ -427,6 +427,8 @@ class _Reloadable:
         self._stamp = _stamp(settings.files())
         #: Times the context was rebuilt from changed files.
         self.reloads = 0
+        #: Set (and replaced) each time `watch` put a new context in use.
+        self.reloaded = trio.Event()
 
     def check_reload(self, log: Any = None) -> bool:
         """Rebuild the context if its files changed (blocking: run it in a worker thread). True when
@@ -456,7 +458,9 @@ class _Reloadable:
             return
         while True:
             await trio.sleep(interval_s)
-            await trio.to_thread.run_sync(self.check_reload, log)
+            if await trio.to_thread.run_sync(self.check_reload, log):
+                event, self.reloaded = self.reloaded, trio.Event()
+                event.set()
 
 
 class ServerTls(_Reloadable):
