@@ -87,6 +87,26 @@ class ConnectionLimits:
         self._last_log: dict[tuple[str, str], float] = {}
         self._released: trio.Event | None = None
 
+    @classmethod
+    def from_config(cls, config: Any) -> ConnectionLimits | None:
+        """The limits a validated broker config sets (None when it sets none); a malformed
+        max.connections.per.ip.overrides stops the process with the key and its value."""
+        try:
+            overrides = parse_ip_overrides(config["max.connections.per.ip.overrides"])
+        except ValueError as exc:
+            raise config.fail("max.connections.per.ip.overrides", str(exc)) from None
+        listeners = {}
+        for listener in config.broker_listeners:
+            own = config.listener_key(listener.name, "max.connections") != "max.connections"
+            listeners[listener.name] = ListenerLimits(
+                max_connections=config.listener_value(listener.name, "max.connections") if own else UNLIMITED,
+                max_connection_creation_rate=config.listener_value(listener.name, "max.connection.creation.rate"))
+        limits = cls(max_connections=config["max.connections"],
+                     max_connections_per_ip=config["max.connections.per.ip"], per_ip_overrides=overrides,
+                     listeners=listeners, inter_broker_listener=config.inter_broker_listener_name,
+                     window_num=config["quota.window.num"], window_size_s=float(config["quota.window.size.seconds"]))
+        return limits if limits.is_limited() else None
+
     def is_limited(self) -> bool:
         return (self.max_connections < UNLIMITED or self.max_connections_per_ip < UNLIMITED
                 or bool(self.per_ip_overrides)
