@@ -33,6 +33,9 @@ from kraftpy.protocol.messages import (
     REQUESTS,
     AlterClientQuotasRequest,
     ApiVersionsRequest,
+    CreateAclsRequest,
+    DeleteAclsRequest,
+    DescribeAclsRequest,
     DescribeClientQuotasRequest,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
@@ -42,6 +45,7 @@ from kraftpy.protocol.messages import (
     WriteTxnMarkersRequest,
 )
 from kraftpy.security.tls import HIDDEN_KEYS, TLS_PROTOCOLS, ClientTls, TlsConfigError, client_settings
+from kraftpy.security.authorizer import AclBinding, AclBindingFilter, binding_from_codes
 
 #: The client keys ``--command-config`` accepts, with their defaults (Kafka's names and meanings).
 CLIENT_CONFIG_KEYS: dict[str, str] = {
@@ -367,6 +371,45 @@ class AdminClient:
                 WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=topic, partition_indexes=sorted(parts))
                 for topic, parts in partitions.items()])])
         return await self.request(ApiKey.WRITE_TXN_MARKERS, request, node_id=node_id)
+
+    # -- ACLs ----------------------------------------------------------------------------------------
+
+    async def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        """The ACLs matching ``acl_filter`` (DescribeAcls); KafkaError when the broker refuses."""
+        request = DescribeAclsRequest(
+            resource_type_filter=int(acl_filter.resource_type), resource_name_filter=acl_filter.resource_name,
+            pattern_type_filter=int(acl_filter.pattern_type), principal_filter=acl_filter.principal,
+            host_filter=acl_filter.host, operation=int(acl_filter.operation),
+            permission_type=int(acl_filter.permission))
+        response = await self.request(ApiKey.DESCRIBE_ACLS, request)
+        check(response.error_code, response.error_message, subject="ACLs")
+        return [binding_from_codes(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host,
+                                   a.operation, a.permission_type)
+                for r in response.resources for a in r.acls]
+
+    async def create_acls(self, bindings: list[AclBinding]) -> list[tuple[int, str | None]]:
+        """CreateAcls: (error code, message) for each binding, in order."""
+        Creation = CreateAclsRequest.AclCreation
+        request = CreateAclsRequest(creations=[
+            Creation(resource_type=int(b.resource_type), resource_name=b.resource_name,
+                     resource_pattern_type=int(b.pattern_type), principal=b.principal, host=b.host,
+                     operation=int(b.operation), permission_type=int(b.permission)) for b in bindings])
+        response = await self.request(ApiKey.CREATE_ACLS, request)
+        return [(r.error_code, r.error_message) for r in response.results]
+
+    async def delete_acls(self, filters: list[AclBindingFilter]
+                          ) -> list[tuple[int, str | None, list[AclBinding]]]:
+        """DeleteAcls: for each filter, (error code, message, the ACLs it removed)."""
+        Filter = DeleteAclsRequest.DeleteAclsFilter
+        request = DeleteAclsRequest(filters=[
+            Filter(resource_type_filter=int(f.resource_type), resource_name_filter=f.resource_name,
+                   pattern_type_filter=int(f.pattern_type), principal_filter=f.principal, host_filter=f.host,
+                   operation=int(f.operation), permission_type=int(f.permission)) for f in filters])
+        response = await self.request(ApiKey.DELETE_ACLS, request)
+        return [(r.error_code, r.error_message,
+                 [binding_from_codes(a.resource_type, a.resource_name, a.pattern_type, a.principal, a.host,
+                                     a.operation, a.permission_type) for a in r.matching_acls])
+                for r in response.filter_results]
 
     # -- client quotas -------------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ import structlog
 import trio
 
 from kraftpy.broker.apis import KafkaApis
+from kraftpy.broker.apis.acls import AclsApi
 from kraftpy.broker.apis.brokers import BrokersApi
 from kraftpy.broker.apis.configs import ConfigsApi
 from kraftpy.broker.apis.fetch import FetchApi
@@ -53,6 +54,7 @@ from kraftpy.broker.apis.scram_credentials import ScramCredentialsApi
 from kraftpy.broker.apis.topics import TopicsApi
 from kraftpy.broker.apis.txn import TxnApi
 from kraftpy.broker.apis.txn_markers import TxnMarkersApi
+from kraftpy.broker.authorization import BrokerAuthorizer
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.fetcher import FetcherManager
 from kraftpy.broker.group_support import OffsetsLeadership, group_config
@@ -117,6 +119,8 @@ class BrokerServer:
         self.txn_verifier = TxnVerifier(self.metadata, self.connections, self.txn_coordinator, node_id=node_id)
         verify = self.txn_verifier.verify if settings.transaction_partition_verification_enable else None
         self.apis = KafkaApis(self.metadata, node_id=node_id, ready=self.caught_up_with_registration)
+        #: authorizer.class.name: the ACLs of the metadata log, checked by every handler (kraftpy.broker.authorization).
+        self.authorizer = BrokerAuthorizer.from_settings(settings)
         for area in (
             ProduceApi(self.replicas, self.metadata, clock, node_id=node_id, verify=verify),
             TxnApi(self.txn_coordinator, self.replicas, self.metadata, self.producer_ids.generate, node_id=node_id),
@@ -129,7 +133,9 @@ class BrokerServer:
             ConfigsApi(self.metadata, channel, settings),
             GroupsApi(self.coordinator, self.metadata, channel, settings),
             TxnMarkersApi(self.replicas, self.metadata, clock, on_markers_written=self._markers_written),
+            AclsApi(self.metadata, channel),
         ):
+            area.authz = self.authorizer
             self.apis.register_all(area.handlers())
         #: SASL_PLAINTEXT and SASL_SSL listeners: the authentication gate and its handlers (PLAIN users
         #: from the JAAS config, SCRAM credentials from the metadata image).
@@ -256,6 +262,7 @@ class BrokerServer:
             else:
                 image, delta = update
                 await self.replicas.apply_delta(image, delta)
+                self.authorizer.apply_delta(delta)
                 self.metadata.set_image(image)
                 if delta.changed_brokers:
                     brokers = image.cluster.brokers

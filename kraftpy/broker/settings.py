@@ -122,6 +122,10 @@ class BrokerSettings:
     log_cleaner_io_buffer_size: int = 524288
     log_cleaner_io_buffer_load_factor: float = 0.9
     log_cleaner_backoff_ms: int = 15000
+    #: authorizer.class.name (empty: no authorization), super.users, allow.everyone.if.no.acl.found.
+    authorizer_class_name: str = ""
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
     #: Broker-level values of topic configs from the properties file (log.retention.ms, min.insync.replicas,
     #: message.max.bytes, ...): what topics inherit when neither they nor the cluster override a key.
     static_broker_configs: Mapping[str, str] = attrs.field(factory=dict, converter=_frozen)
@@ -197,6 +201,9 @@ class BrokerSettings:
             log_cleaner_io_buffer_load_factor=config["log.cleaner.io.buffer.load.factor"],
             log_cleaner_backoff_ms=config["log.cleaner.backoff.ms"],
             static_broker_configs=static_broker_configs(config),
+            authorizer_class_name=config["authorizer.class.name"],
+            super_users=config["super.users"],
+            allow_everyone_if_no_acl_found=config["allow.everyone.if.no.acl.found"],
         )
         values.update(overrides)
         return cls(**values)

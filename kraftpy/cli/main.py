@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from kraftpy.cli import config_cmd, dev, metadata_cmd, perf, quorum, servers, storage
+from kraftpy.cli.acls import app as acls_app
 from kraftpy.cli.cluster import app as cluster_app
 from kraftpy.cli.configs import app as configs_app
 from kraftpy.cli.console import app as console_app
@@ -38,6 +39,7 @@ app.add_typer(console_app, name="console")
 app.add_typer(reassign_app, name="reassign")
 app.add_typer(leaders_app, name="leaders")
 app.add_typer(transactions_app, name="transactions")
+app.add_typer(acls_app, name="acls")
 servers.register(app)
 app.command("dev")(dev.dev)
 app.command("dump-log")(dump_log)

@@ -258,6 +258,18 @@ KEYS: list[ConfigKey] = [
               "Fewest in-sync replicas an acks=all write needs.", at_least(1)),
     ConfigKey("unclean.leader.election.enable", "boolean", False,
               "Whether a replica outside the ISR may become leader when no ISR member is alive (may lose data)."),
+    # --- authorization (ACLs)
+    ConfigKey("authorizer.class.name", "string", "",
+              "The authorizer of Kafka API requests: empty for none (every request is allowed), or "
+              "org.apache.kafka.metadata.authorizer.StandardAuthorizer to check every request against the "
+              "ACLs stored in the metadata log.",
+              one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"), roles=B),
+    ConfigKey("super.users", "string", "",
+              "Principals allowed everything whatever the ACLs say, separated by semicolons "
+              "(User:admin;User:ops).", roles=B),
+    ConfigKey("allow.everyone.if.no.acl.found", "boolean", False,
+              "Whether a resource without any ACL is open to everybody (true) or to super users only.",
+              roles=B),
     ConfigKey("auto.create.topics.enable", "boolean", True,
               "Whether a produce or metadata request for an unknown topic creates it."),
     ConfigKey("auto.leader.rebalance.enable", "boolean", True,

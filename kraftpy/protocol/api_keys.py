@@ -43,6 +43,9 @@ class ApiKey(enum.IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
     SASL_AUTHENTICATE = 36
@@ -111,6 +114,10 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.DESCRIBE_CLIENT_QUOTAS:    VersionRange(0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS:       VersionRange(0, 1),
     ApiKey.DESCRIBE_CLUSTER:          VersionRange(0, 2),
+    # ACLs (kraftpy.broker.apis.acls): DescribeAcls from the broker's image, Create/DeleteAcls forwarded.
+    ApiKey.DESCRIBE_ACLS:             VersionRange(0, 3),
+    ApiKey.CREATE_ACLS:               VersionRange(0, 3),
+    ApiKey.DELETE_ACLS:               VersionRange(0, 3),
     ApiKey.UNREGISTER_BROKER:         VersionRange(0, 0),
     ApiKey.WRITE_TXN_MARKERS:         VersionRange(0, 1),
     # Transactions. EndTxn v5 is KIP-890 part 2 (an epoch bump with every transaction), which

@@ -146,6 +146,12 @@ class InProcessController:
     async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse:
         return await self._call("unregister_broker", request, self.controller.handle_unregister_broker)
 
+    async def create_acls(self, request):
+        return await self._call("create_acls", request, self.controller.handle_create_acls)
+
+    async def delete_acls(self, request):
+        return await self._call("delete_acls", request, self.controller.handle_delete_acls)
+
     async def alter_user_scram_credentials(self, request):
         return await self._call("alter_user_scram_credentials", request,
                                 self.controller.handle_alter_user_scram_credentials)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from kraftpy.broker.apis.forwarding import await_propagation
+from kraftpy.broker.authorization import ALTER, NO_AUTHORIZATION, BrokerAuthorizer, cluster_refusal
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.metadata import messages as m
@@ -24,6 +25,9 @@ from kraftpy.rpc.kafka_server import Connection
 
 
 class BrokersApi:
+    #: Set by the broker: ALTER on the cluster.
+    authz: BrokerAuthorizer = NO_AUTHORIZATION
+
     def __init__(self, metadata: MetadataCache, channel: ControllerChannel) -> None:
         self.metadata = metadata
         self.channel = channel
@@ -32,6 +36,8 @@ class BrokersApi:
         return {ApiKey.UNREGISTER_BROKER: self.handle_unregister_broker}
 
     async def handle_unregister_broker(self, header: Any, request: Any, conn: Connection) -> UnregisterBrokerResponse:
+        if (refused := cluster_refusal(self.authz, conn, ALTER, ApiKey.UNREGISTER_BROKER)) is not None:
+            return refused
         broker_id = request.broker_id
         mresp = await self.channel.unregister_broker(m.UnregisterBrokerRequest(broker_id))
         if mresp.error_code == ErrorCode.NONE:

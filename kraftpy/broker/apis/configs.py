@@ -13,12 +13,20 @@ topics does not hold up other connections. Every resource is described from the 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import trio
 
 from kraftpy.broker.apis.forwarding import await_propagation
 from kraftpy.broker.apis.pacing import Pacer, first_seen
+from kraftpy.broker.authorization import (
+    ALTER_CONFIGS,
+    DESCRIBE_CONFIGS,
+    NO_AUTHORIZATION,
+    BrokerAuthorizer,
+    config_resource_denied,
+)
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.settings import BrokerSettings
@@ -35,6 +43,9 @@ RESOURCES_PER_TURN = 50
 
 
 class ConfigsApi:
+    #: Set by the broker: DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, the cluster (brokers) or the group.
+    authz: BrokerAuthorizer = NO_AUTHORIZATION
+
     def __init__(self, metadata: MetadataCache, channel: ControllerChannel, settings: BrokerSettings) -> None:
         self.metadata = metadata
         self.channel = channel
@@ -78,7 +89,16 @@ class ConfigsApi:
                                    config_source=int(c.config_source), is_sensitive=c.is_sensitive)
                              for c in r.configs])
             await trio.lowlevel.checkpoint()
-        return DescribeConfigsResponse(throttle_time_ms=0, results=[answers[resource] for resource in named])
+        results = [answers[resource] for resource in named]
+        if self.authz.enabled:
+            for i, resource in enumerate(named):
+                error = config_resource_denied(self.authz, conn, resource.resource_type, resource.resource_name,
+                                               DESCRIBE_CONFIGS)
+                if error is not None:
+                    results[i] = Result(error_code=error, error_message="Authorization failed.",
+                                        resource_type=resource.resource_type, resource_name=resource.resource_name,
+                                        configs=[])
+        return DescribeConfigsResponse(throttle_time_ms=0, results=results)
 
     async def _await_applied(self, request: Any, mresp: m.IncrementalAlterConfigsResponse) -> None:
         """Wait (bounded, like topic creation) until this broker runs with what the controller accepted,
@@ -102,22 +122,35 @@ class ConfigsApi:
 
     async def handle_incremental_alter_configs(self, header: Any, request: Any,
                                                conn: Connection) -> IncrementalAlterConfigsResponse:
+        denied = {i: error for i, r in enumerate(request.resources)
+                  if (error := config_resource_denied(self.authz, conn, r.resource_type, r.resource_name,
+                                                      ALTER_CONFIGS)) is not None}
+        kept = [r for i, r in enumerate(request.resources) if i not in denied]
         mreq = m.IncrementalAlterConfigsRequest(
             tuple(
                 m.AlterConfigsResource(
                     r.resource_type, r.resource_name,
                     tuple(m.AlterableConfig(c.name, c.config_operation, c.value) for c in r.configs),
                 )
-                for r in request.resources
+                for r in kept
             ),
             validate_only=request.validate_only,
         )
-        mresp = await self.channel.incremental_alter_configs(mreq)
-        if not request.validate_only:
-            await self._await_applied(request, mresp)
+        if denied and not kept:
+            mresp = m.IncrementalAlterConfigsResponse(())
+        else:
+            mresp = await self.channel.incremental_alter_configs(mreq)
+        if not request.validate_only and kept:
+            await self._await_applied(SimpleNamespace(resources=kept), mresp)
         Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
-        return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
-            Result(error_code=r.error_code, error_message=r.error_message, resource_type=r.resource_type,
-                   resource_name=r.resource_name)
-            for r in mresp.responses
-        ])
+        answers = iter(mresp.responses)
+        responses = []
+        for i, r in enumerate(request.resources):
+            if i in denied:
+                responses.append(Result(error_code=denied[i], error_message="Authorization failed.",
+                                        resource_type=r.resource_type, resource_name=r.resource_name))
+            else:
+                a = next(answers)
+                responses.append(Result(error_code=a.error_code, error_message=a.error_message,
+                                        resource_type=a.resource_type, resource_name=a.resource_name))
+        return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)

@@ -28,6 +28,7 @@ import trio
 
 from kraftpy.broker.apis.common import from_wire_uuid, leader_partition
 from kraftpy.broker.apis.offsets import READ_COMMITTED
+from kraftpy.broker.authorization import CLUSTER_ACTION, NO_AUTHORIZATION, READ, TOPIC, BrokerAuthorizer
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.partition import Partition
 from kraftpy.broker.purgatory import wait_for_change
@@ -54,7 +55,23 @@ def divergence(part: Partition, fp: Any) -> tuple[int, int] | None:
     return None
 
 
+def _named_topics(request: Any, image: Any, version: int) -> set[str]:
+    """The names of the known topics a fetch asks for."""
+    if version < 13:
+        return {t.topic for t in request.topics}
+    names = set()
+    for t in request.topics:
+        topic_id = from_wire_uuid(t.topic_id)
+        topic_image = image.topics.get_by_id(topic_id) if topic_id is not None else None
+        if topic_image is not None:
+            names.add(topic_image.name)
+    return names
+
+
 class FetchApi:
+    #: Set by the broker: READ on each topic (consumers), CLUSTER_ACTION on the cluster (followers).
+    authz: BrokerAuthorizer = NO_AUTHORIZATION
+
     def __init__(self, replicas: ReplicaManager, metadata: MetadataCache) -> None:
         self.replicas = replicas
         self.metadata = metadata
@@ -76,6 +93,12 @@ class FetchApi:
         #: Each partition once, however often it is named (Kafka keys a fetch's partitions): the
         #: last mention's position and offsets stand, in the first mention's place.
         index_of: dict[tuple[Any, int], int] = {}
+        if is_replica:
+            follower_denied = not self.authz.allows_cluster(conn, CLUSTER_ACTION)
+            unauthorized: set[str] = set()
+        else:
+            follower_denied = False
+            unauthorized = self.authz.denied(conn, READ, TOPIC, _named_topics(request, image, version))
         for topic in request.topics:
             if version >= 13:
                 topic_id = from_wire_uuid(topic.topic_id)
@@ -91,6 +114,8 @@ class FetchApi:
             for fp in topic.partitions:
                 if name is None:
                     item = (topic_response, fp, None, unknown)
+                elif follower_denied or name in unauthorized:
+                    item = (topic_response, fp, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 else:
                     part, error = leader_partition(self.replicas, self.metadata, name, fp.partition,
                                                    fp.current_leader_epoch)

@@ -25,8 +25,10 @@ from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import (
     AlterClientQuotasResponse,
     AlterPartitionReassignmentsResponse,
+    CreateAclsResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
+    DeleteAclsResponse,
     DeleteTopicsResponse,
     ElectLeadersResponse,
     IncrementalAlterConfigsResponse,
@@ -114,7 +116,22 @@ def _alter_client_quotas(request: Any, version: int, message: str) -> AlterClien
         for entry in request.entries])
 
 
+def _create_acls(request: Any, version: int, message: str) -> CreateAclsResponse:
+    return CreateAclsResponse(throttle_time_ms=0, results=[
+        CreateAclsResponse.AclCreationResult(error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=message)
+        for _ in request.creations])
+
+
+def _delete_acls(request: Any, version: int, message: str) -> DeleteAclsResponse:
+    return DeleteAclsResponse(throttle_time_ms=0, filter_results=[
+        DeleteAclsResponse.DeleteAclsFilterResult(error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=message,
+                                                  matching_acls=[])
+        for _ in request.filters])
+
+
 _ERROR_RESPONSES: dict[int, Callable[[Any, int, str], Any]] = {
+    ApiKey.CREATE_ACLS: _create_acls,
+    ApiKey.DELETE_ACLS: _delete_acls,
     ApiKey.ALTER_CLIENT_QUOTAS: _alter_client_quotas,
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.DELETE_TOPICS: _delete_topics,

@@ -29,6 +29,8 @@ import structlog
 import trio
 
 from kraftpy.broker.apis.forwarding import await_propagation
+from kraftpy.broker.apis.group_acls import authorized_call
+from kraftpy.broker.authorization import DESCRIBE, GROUP, NO_AUTHORIZATION, TRANSACTIONAL_ID, BrokerAuthorizer
 from kraftpy.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.settings import BrokerSettings
@@ -78,6 +80,9 @@ def request_context(header: Any, conn: Connection) -> RequestContext:
 
 
 class GroupsApi:
+    #: Set by the broker: the group APIs' rules (kraftpy.broker.apis.group_acls), DESCRIBE for FindCoordinator.
+    authz: BrokerAuthorizer = NO_AUTHORIZATION
+
     def __init__(self, coordinator: GroupCoordinator, metadata: MetadataCache, channel: ControllerChannel,
                  settings: BrokerSettings) -> None:
         self.coordinator = coordinator
@@ -93,7 +98,9 @@ class GroupsApi:
 
         def relay(method):
             async def handle(header: Any, request: Any, conn: Connection) -> Any:
-                return await method(request_context(header, conn), request)
+                async def call(checked: Any) -> Any:
+                    return await method(request_context(header, conn), checked)
+                return await authorized_call(self.authz, header.request_api_key, header, request, conn, call)
             handle.__name__ = f"handle_{method.__name__}"
             return handle
 
@@ -117,7 +124,15 @@ class GroupsApi:
     async def handle_find_coordinator(self, header: Any, request: Any, conn: Connection) -> FindCoordinatorResponse:
         version = header.request_api_version
         keys = [request.key] if version < 4 else list(request.coordinator_keys)
-        answers = await self.find_coordinators(request.key_type, keys, conn.listener)
+        # DESCRIBE on the group or transactional id each key names.
+        resource, denied_error = ((TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                                  if request.key_type == TRANSACTION_KEY_TYPE else
+                                  (GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED))
+        denied = self.authz.denied(conn, DESCRIBE, resource, keys) if request.key_type in (
+            GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE) else set()
+        allowed = [k for k in keys if k not in denied]
+        found = iter(await self.find_coordinators(request.key_type, allowed, conn.listener) if allowed else [])
+        answers = [(denied_error, "Authorization failed.", _NO_NODE) if k in denied else next(found) for k in keys]
         if version < 4:
             error, message, (node_id, host, port) = answers[0]
             return FindCoordinatorResponse(

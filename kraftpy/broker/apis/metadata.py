@@ -32,6 +32,7 @@ import trio
 from kraftpy.broker.apis.common import from_wire_uuid, to_wire_uuid
 from kraftpy.broker.apis.forwarding import await_propagation
 from kraftpy.broker.apis.pacing import Pacer
+from kraftpy.broker.authorization import CREATE, DESCRIBE, NO_AUTHORIZATION, TOPIC, BrokerAuthorizer
 from kraftpy.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.settings import BrokerSettings
@@ -77,6 +78,9 @@ def topic_metadata(image: MetadataImage, topic_image: TopicImage,
 
 
 class MetadataApi:
+    #: Set by the broker: DESCRIBE on each topic (others hidden or refused), CREATE to auto-create.
+    authz: BrokerAuthorizer = NO_AUTHORIZATION
+
     def __init__(self, metadata: MetadataCache, channel: ControllerChannel, settings: BrokerSettings,
                  offline_here: Callable[[str, int], bool] | None = None) -> None:
         """``offline_here(topic, partition)``: whether this broker's replica is offline (its log failed)."""
@@ -95,6 +99,8 @@ class MetadataApi:
         pace = Pacer()
         if request.topics is None or (version == 0 and not request.topics):
             wanted = [(name, None) for name in sorted(image.topics.by_name)]
+            if self.authz.enabled:  # every topic the caller may describe; the others are not mentioned
+                wanted = [(n, i) for n, i in wanted if self.authz.allows(conn, DESCRIBE, TOPIC, n, log_denied=False)]
             may_create = False
         else:
             # Each topic once, however often the request names it: Kafka answers a set of topics.
@@ -112,8 +118,24 @@ class MetadataApi:
             may_create = self.settings.auto_create_topics_enable and (version < 4 or request.allow_auto_topic_creation)
         #: Why an unknown topic named by name is not there (UNKNOWN_TOPIC_OR_PARTITION when absent).
         errors: dict[str, ErrorCode] = {}
+        #: Named topics the caller may not describe (or not create), by name or id.
+        unauthorized: set[Any] = set()
+        if self.authz.enabled and request.topics:
+            may_create_any = may_create and self.authz.allows_cluster(conn, CREATE, log_denied=False)
+            for name, topic_id in wanted:
+                known = image.topics.get_by_id(topic_id) if topic_id is not None else image.topics.get_by_name(name)
+                if known is not None:
+                    if not self.authz.allows(conn, DESCRIBE, TOPIC, known.name):
+                        unauthorized.add(topic_id if topic_id is not None else name)
+                elif topic_id is None and not self.authz.allows(conn, DESCRIBE, TOPIC, name):
+                    unauthorized.add(name)
+                elif (topic_id is None and may_create and not may_create_any
+                      and not self.authz.allows(conn, CREATE, TOPIC, name)):
+                    unauthorized.add(name)
         creatable = []
         for name, topic_id in wanted:
+            if unauthorized and (topic_id if topic_id is not None else name) in unauthorized:
+                continue
             if topic_id is None and name is not None and image.topics.get_by_name(name) is None:
                 if topic_name_error(name) is not None:
                     errors[name] = ErrorCode.INVALID_TOPIC_EXCEPTION
@@ -129,6 +151,10 @@ class MetadataApi:
         Topic = MetadataResponse.MetadataResponseTopic
         topics = []
         for name, topic_id in wanted:
+            if unauthorized and (topic_id if topic_id is not None else name) in unauthorized:
+                topics.append(Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name,
+                                    topic_id=to_wire_uuid(topic_id), partitions=_NONE))
+                continue
             topic_image = image.topics.get_by_id(topic_id) if topic_id is not None else image.topics.get_by_name(name)
             if topic_image is None:
                 if topic_id is not None:
@@ -181,6 +207,10 @@ class MetadataApi:
         return errors
 
     async def handle_describe_cluster(self, header: Any, request: Any, conn: Connection) -> DescribeClusterResponse:
+        if not self.authz.allows_cluster(conn, DESCRIBE):
+            return DescribeClusterResponse(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                           error_message="Cluster authorization failed.",
+                                           cluster_id=self.settings.cluster_id)
         if header.request_api_version >= 1 and request.endpoint_type != 1:
             return DescribeClusterResponse(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
                                            error_message="only broker endpoints are described",

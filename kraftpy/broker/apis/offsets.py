@@ -17,6 +17,14 @@ import trio
 
 from kraftpy.broker.apis.common import leader_partition
 from kraftpy.broker.apis.pacing import Pacer
+from kraftpy.broker.authorization import (
+    CLUSTER_ACTION,
+    DELETE,
+    DESCRIBE,
+    NO_AUTHORIZATION,
+    TOPIC,
+    BrokerAuthorizer,
+)
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.partition import Partition
 from kraftpy.broker.replica_manager import ReplicaManager
@@ -73,6 +81,9 @@ def list_offset(part: Partition, timestamp: int, is_consumer: bool, version: int
 
 
 class OffsetsApi:
+    #: Set by the broker: DESCRIBE on each topic (ListOffsets, OffsetForLeaderEpoch), DELETE (DeleteRecords).
+    authz: BrokerAuthorizer = NO_AUTHORIZATION
+
     def __init__(self, replicas: ReplicaManager, metadata: MetadataCache) -> None:
         self.replicas = replicas
         self.metadata = metadata
@@ -97,6 +108,7 @@ class OffsetsApi:
             if pace.due(len(topic.partitions)):
                 await trio.lowlevel.checkpoint()
         topics = []
+        unauthorized = self.authz.denied(conn, DESCRIBE, TOPIC, (t.name for t in request.topics))
         for topic in request.topics:
             out = ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name)
             topics.append(out)
@@ -106,6 +118,9 @@ class OffsetsApi:
                 out.partitions.append(result)
                 if pace.due():
                     await trio.lowlevel.checkpoint()
+                if topic.name in unauthorized:
+                    result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    continue
                 if named[topic.name, lp.partition_index] > 1:
                     result.error_code = ErrorCode.INVALID_REQUEST
                     continue
@@ -121,6 +136,11 @@ class OffsetsApi:
         topics = []
         pace = Pacer()
         Result = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+        if request.replica_id >= 0:  # a follower broker: CLUSTER_ACTION, every topic or none
+            everything = {t.topic for t in request.topics}
+            unauthorized = set() if self.authz.allows_cluster(conn, CLUSTER_ACTION) else everything
+        else:
+            unauthorized = self.authz.denied(conn, DESCRIBE, TOPIC, (t.topic for t in request.topics))
         for topic in request.topics:
             out = Result(topic=topic.topic)
             topics.append(out)
@@ -129,6 +149,9 @@ class OffsetsApi:
                 out.partitions.append(entry)
                 if pace.due():
                     await trio.lowlevel.checkpoint()
+                if topic.topic in unauthorized:
+                    entry.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    continue
                 part, error = self._leader(topic.topic, p.partition, p.current_leader_epoch)
                 if part is None:
                     entry.error_code = error
@@ -145,6 +168,7 @@ class OffsetsApi:
         pace = Pacer()
         Result = DeleteRecordsResponse.DeleteRecordsTopicResult
         PartitionResult = DeleteRecordsResponse.DeleteRecordsPartitionResult
+        unauthorized = self.authz.denied(conn, DELETE, TOPIC, (t.name for t in request.topics))
         for topic in request.topics:
             out = Result(name=topic.name)
             topics.append(out)
@@ -153,6 +177,9 @@ class OffsetsApi:
                 out.partitions.append(entry)
                 if pace.due():
                     await trio.lowlevel.checkpoint()
+                if topic.name in unauthorized:
+                    entry.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    continue
                 part, error = self._leader(topic.name, p.partition_index)
                 if part is None:
                     entry.error_code = error

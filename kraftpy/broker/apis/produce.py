@@ -31,6 +31,7 @@ import structlog
 import trio
 
 from kraftpy.broker.apis.common import leader_partition
+from kraftpy.broker.authorization import NO_AUTHORIZATION, TOPIC, TRANSACTIONAL_ID, WRITE, BrokerAuthorizer
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.partition import Partition
 from kraftpy.broker.purgatory import wait_for_change
@@ -66,6 +67,9 @@ INLINE_DECOMPRESSED_SIZE = 8 * 1024 * 1024
 
 
 class ProduceApi:
+    #: Set by the broker: WRITE on each topic, and on the transactional id of transactional batches.
+    authz: BrokerAuthorizer = NO_AUTHORIZATION
+
     def __init__(self, replicas: ReplicaManager, metadata: MetadataCache, clock: Callable[[], int], *,
                  node_id: int = -1, verify: Verify | None = None) -> None:
         """``verify``: asks the transaction coordinator about a producer's first transactional batches
@@ -100,6 +104,7 @@ class ProduceApi:
         no_transactional_id = request.transactional_id is None
         #: The batches that passed validation, appended once the transactional ones are verified.
         accepted: list[tuple[Any, str, Any, Partition, Accepted]] = []
+        unauthorized = self.authz.denied(conn, WRITE, TOPIC, (t.name for t in request.topic_data))
         for topic in request.topic_data:
             answers: list[Any] = []
             order.append((topic.name, answers))
@@ -115,6 +120,9 @@ class ProduceApi:
                     # Which batch would an answer be for? None is appended (Kafka silently keeps the last).
                     result.error_code = ErrorCode.INVALID_REQUEST
                     result.error_message = "the partition is named more than once in this request"
+                    continue
+                if topic.name in unauthorized:
+                    result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                     continue
                 if internal_refused and is_internal_topic(topic.name):
                     # Only the group and transaction coordinators write their topics (as in Kafka).
@@ -144,6 +152,11 @@ class ProduceApi:
             for result in results:
                 result.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                 result.error_message = "a transactional batch needs the request's transactional id"
+            accepted = []
+        elif (not no_transactional_id and any(v.header.is_transactional for _, _, _, _, v in accepted)
+              and not self.authz.allows(conn, WRITE, TRANSACTIONAL_ID, request.transactional_id)):
+            for result in results:
+                result.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             accepted = []
         guards = await self._verify(request.transactional_id, accepted, results) if accepted else {}
         for key, topic_name, data, part, verdict in accepted:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kraftpy.broker.apis.forwarding import await_propagation
+from kraftpy.broker.authorization import ALTER, DESCRIBE, NO_AUTHORIZATION, BrokerAuthorizer, cluster_refusal
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.metadata import messages as m
@@ -33,6 +34,9 @@ def _partition(image: MetadataImage, topic: str, pid: int) -> PartitionRegistrat
 
 
 class ReassignmentsApi:
+    #: Set by the broker: ALTER on the cluster (DESCRIBE to list reassignments).
+    authz: BrokerAuthorizer = NO_AUTHORIZATION
+
     def __init__(self, metadata: MetadataCache, channel: ControllerChannel) -> None:
         self.metadata = metadata
         self.channel = channel
@@ -47,6 +51,8 @@ class ReassignmentsApi:
     # -- ElectLeaders ---------------------------------------------------------------------------
 
     async def handle_elect_leaders(self, header: Any, request: Any, conn: Connection) -> ElectLeadersResponse:
+        if (refused := cluster_refusal(self.authz, conn, ALTER, ApiKey.ELECT_LEADERS)) is not None:
+            return refused
         version = header.request_api_version
         kind = request.election_type if version >= 1 else 0
         if kind not in {e.value for e in m.ElectionType}:
@@ -85,6 +91,8 @@ class ReassignmentsApi:
     async def handle_alter_partition_reassignments(
         self, header: Any, request: Any, conn: Connection
     ) -> AlterPartitionReassignmentsResponse:
+        if (refused := cluster_refusal(self.authz, conn, ALTER, ApiKey.ALTER_PARTITION_REASSIGNMENTS)) is not None:
+            return refused
         mreq = m.AlterPartitionReassignmentsRequest(tuple(
             m.ReassignableTopic(t.name, tuple(
                 m.ReassignablePartition(p.partition_index, None if p.replicas is None else tuple(p.replicas))
@@ -126,6 +134,8 @@ class ReassignmentsApi:
     async def handle_list_partition_reassignments(
         self, header: Any, request: Any, conn: Connection
     ) -> ListPartitionReassignmentsResponse:
+        if (refused := cluster_refusal(self.authz, conn, DESCRIBE, ApiKey.LIST_PARTITION_REASSIGNMENTS)) is not None:
+            return refused
         topics = None if request.topics is None else tuple(
             m.ListPartitionReassignmentsTopics(t.name, tuple(t.partition_indexes)) for t in request.topics)
         mresp = await self.channel.list_partition_reassignments(m.ListPartitionReassignmentsRequest(topics))

@@ -12,6 +12,7 @@ from typing import Any
 
 from kraftpy.broker.apis.common import from_wire_uuid, to_wire_uuid
 from kraftpy.broker.apis.forwarding import await_propagation
+from kraftpy.broker.authorization import ALTER, CREATE, DELETE, NO_AUTHORIZATION, TOPIC, BrokerAuthorizer
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.settings import BrokerSettings
@@ -25,6 +26,9 @@ from kraftpy.rpc.kafka_server import Connection
 
 
 class TopicsApi:
+    #: Set by the broker: CREATE on the cluster or each topic, DELETE / ALTER on each topic.
+    authz: BrokerAuthorizer = NO_AUTHORIZATION
+
     def __init__(self, metadata: MetadataCache, channel: ControllerChannel, settings: BrokerSettings) -> None:
         self.metadata = metadata
         self.channel = channel
@@ -39,6 +43,10 @@ class TopicsApi:
 
     async def handle_create_topics(self, header: Any, request: Any, conn: Connection) -> CreateTopicsResponse:
         version = header.request_api_version
+        # CREATE on the cluster allows every topic; otherwise CREATE on each topic (Kafka's rule).
+        unauthorized: set[str] = set()
+        if self.authz.enabled and not self.authz.allows_cluster(conn, CREATE, log_denied=False):
+            unauthorized = self.authz.denied(conn, CREATE, TOPIC, (t.name for t in request.topics))
         mreq = m.CreateTopicsRequest(
             tuple(
                 m.CreatableTopic(
@@ -46,11 +54,11 @@ class TopicsApi:
                     tuple(m.CreatableReplicaAssignment(a.partition_index, tuple(a.broker_ids)) for a in t.assignments),
                     tuple(m.CreatableTopicConfig(c.name, c.value) for c in t.configs),
                 )
-                for t in request.topics
+                for t in request.topics if t.name not in unauthorized
             ),
             validate_only=request.validate_only,
         )
-        mresp = await self.channel.create_topics(mreq)
+        mresp = await self.channel.create_topics(mreq) if mreq.topics or not unauthorized else m.CreateTopicsResponse(())
         created = [r.name for r in mresp.topics if r.error_code == ErrorCode.NONE]
         if created and not request.validate_only:
             await await_propagation(self.metadata, lambda image: all(image.topics.get_by_name(n) is not None
@@ -65,6 +73,9 @@ class TopicsApi:
             if version >= 5 and r.error_code == ErrorCode.NONE:
                 out.configs = self._created_topic_configs(r.name, by_name.get(r.name))
             topics.append(out)
+        topics += [Result(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                          error_message="Authorization failed.", num_partitions=-1, replication_factor=-1)
+                   for name in sorted(unauthorized)]
         return CreateTopicsResponse(throttle_time_ms=0, topics=topics)
 
     def _created_topic_configs(self, name: str, requested: Any) -> list:
@@ -90,7 +101,11 @@ class TopicsApi:
         forwarded = []
         for state in states:
             name = state.name if state.name is not None else self._name_of(state.topic_id)
-            if name is not None and is_internal_topic(name):
+            if self.authz.enabled and name is not None and not self.authz.allows(conn, DELETE, TOPIC, name):
+                responses.append(Result(name=state.name, topic_id=to_wire_uuid(state.topic_id),
+                                        error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                        error_message="Authorization failed."))
+            elif name is not None and is_internal_topic(name):
                 # Kafka leaves this to its command-line tool; a client deleting the offsets topic would
                 # lose every group's commits, so the broker refuses it for every client.
                 responses.append(Result(name=name, topic_id=to_wire_uuid(state.topic_id),
@@ -114,18 +129,23 @@ class TopicsApi:
         return topic.name if topic is not None else None
 
     async def handle_create_partitions(self, header: Any, request: Any, conn: Connection) -> CreatePartitionsResponse:
+        unauthorized = self.authz.denied(conn, ALTER, TOPIC, (t.name for t in request.topics))
         mreq = m.CreatePartitionsRequest(
             tuple(
                 m.CreatePartitionsTopic(
                     t.name, t.count,
                     None if t.assignments is None else tuple(tuple(a.broker_ids) for a in t.assignments),
                 )
-                for t in request.topics
+                for t in request.topics if t.name not in unauthorized
             ),
             validate_only=request.validate_only,
         )
-        mresp = await self.channel.create_partitions(mreq)
-        grown = {r.name: t.count for r, t in zip(mresp.results, request.topics, strict=False)
+        if unauthorized and not mreq.topics:
+            mresp = m.CreatePartitionsResponse(())
+        else:
+            mresp = await self.channel.create_partitions(mreq)
+        kept = [t for t in request.topics if t.name not in unauthorized]
+        grown = {r.name: t.count for r, t in zip(mresp.results, kept, strict=False)
                  if r.error_code == ErrorCode.NONE and r.name == t.name}
         if grown and not request.validate_only:
             await await_propagation(
@@ -136,4 +156,5 @@ class TopicsApi:
         Result = CreatePartitionsResponse.CreatePartitionsTopicResult
         return CreatePartitionsResponse(throttle_time_ms=0, results=[
             Result(name=r.name, error_code=r.error_code, error_message=r.error_message) for r in mresp.results
-        ])
+        ] + [Result(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed.")
+             for name in sorted(unauthorized)])

@@ -28,6 +28,17 @@ from typing import Any
 import structlog
 
 from kraftpy.broker.apis.common import leader_partition
+from kraftpy.broker.authorization import (
+    CLUSTER_ACTION,
+    DESCRIBE,
+    GROUP,
+    NO_AUTHORIZATION,
+    READ,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+    BrokerAuthorizer,
+)
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.coordinator.txn_coordinator import TxnCoordinator
@@ -50,6 +61,9 @@ _EXPECTED_SINCE = 3
 
 
 class TxnApi:
+    #: Set by the broker: WRITE on the transactional id (and on topics, READ on groups); see API_RULES.
+    authz: BrokerAuthorizer = NO_AUTHORIZATION
+
     def __init__(self, coordinator: TxnCoordinator, replicas: ReplicaManager, metadata: MetadataCache,
                  generate_producer_id: Callable[[], Awaitable[int]], *, node_id: int = -1) -> None:
         self.coordinator = coordinator
@@ -73,6 +87,14 @@ class TxnApi:
 
     async def handle_init_producer_id(self, header: Any, request: Any, conn: Connection) -> InitProducerIdResponse:
         version = header.request_api_version
+        if self.authz.enabled:
+            if request.transactional_id is not None:
+                if not self.authz.allows(conn, WRITE, TRANSACTIONAL_ID, request.transactional_id):
+                    return InitProducerIdResponse(throttle_time_ms=0, producer_id=-1, producer_epoch=-1,
+                                                  error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            elif not self.authz.may_produce_idempotently(conn):
+                return InitProducerIdResponse(throttle_time_ms=0, producer_id=-1, producer_epoch=-1,
+                                              error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         if request.transactional_id is None:
             producer_id = await self.generate_producer_id()  # ControllerUnavailable: see forwarding
             return InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=producer_id,
@@ -104,9 +126,15 @@ class TxnApi:
         version = header.request_api_version
         if version < 4:
             partitions = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+            refused = self._refused_partitions(conn, request.v3_and_below_transactional_id, partitions)
+            if refused is not None:
+                return AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=_by_topic(refused))
             answer = await self._add(request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                                      request.v3_and_below_producer_epoch, partitions, version)
             return AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=_by_topic(answer))
+        if not self.authz.allows_cluster(conn, CLUSTER_ACTION):  # v4+: brokers only (KIP-890)
+            return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                              results_by_transaction=[])
         results = []
         for txn in request.transactions:
             partitions = [(t.name, p) for t in txn.topics for p in t.partitions]
@@ -121,6 +149,20 @@ class TxnApi:
         return AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
                                           results_by_transaction=results)
 
+    def _refused_partitions(self, conn: Connection, transactional_id: str, partitions: list[tuple[str, int]]
+                            ) -> dict[tuple[str, int], ErrorCode] | None:
+        """A client's AddPartitionsToTxn: WRITE on the transactional id and on each topic; the answer when
+        something is refused (the others OPERATION_NOT_ATTEMPTED), else None."""
+        if not self.authz.enabled:
+            return None
+        if not self.authz.allows(conn, WRITE, TRANSACTIONAL_ID, transactional_id):
+            return dict.fromkeys(partitions, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        denied = self.authz.denied(conn, WRITE, TOPIC, (name for name, _ in partitions))
+        if not denied:
+            return None
+        return {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied else ErrorCode.OPERATION_NOT_ATTEMPTED
+                for tp in partitions}
+
     async def _add(self, transactional_id: str, producer_id: int, producer_epoch: int,
                    partitions: list[tuple[str, int]], version: int) -> dict[tuple[str, int], ErrorCode]:
         unknown = self._unknown(partitions)
@@ -133,6 +175,10 @@ class TxnApi:
     # -- AddOffsetsToTxn, EndTxn ------------------------------------------------------------------
 
     async def handle_add_offsets_to_txn(self, header: Any, request: Any, conn: Connection) -> AddOffsetsToTxnResponse:
+        if not self.authz.allows(conn, WRITE, TRANSACTIONAL_ID, request.transactional_id):
+            return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not self.authz.allows(conn, READ, GROUP, request.group_id):
+            return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
         error = await self.coordinator.add_offsets(request.transactional_id, request.producer_id,
                                                    request.producer_epoch, request.group_id)
         return AddOffsetsToTxnResponse(
@@ -140,6 +186,8 @@ class TxnApi:
             error_code=error_for_version(error, ApiKey.ADD_OFFSETS_TO_TXN, header.request_api_version))
 
     async def handle_end_txn(self, header: Any, request: Any, conn: Connection) -> EndTxnResponse:
+        if not self.authz.allows(conn, WRITE, TRANSACTIONAL_ID, request.transactional_id):
+            return EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         error = await self.coordinator.end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
                                                request.committed)
         return EndTxnResponse(throttle_time_ms=0,
@@ -148,18 +196,39 @@ class TxnApi:
     # -- the tools' APIs --------------------------------------------------------------------------
 
     async def handle_describe_transactions(self, header: Any, request: Any, conn: Connection) -> Any:
-        return await self.coordinator.describe_transactions(request)
+        denied = self.authz.denied(conn, DESCRIBE, TRANSACTIONAL_ID, request.transactional_ids)
+        if not denied:
+            return await self.coordinator.describe_transactions(request)
+        asked = list(request.transactional_ids)
+        request.transactional_ids = [t for t in asked if t not in denied]
+        response = await self.coordinator.describe_transactions(request)
+        State = type(response).TransactionState
+        response.transaction_states = list(response.transaction_states) + [
+            State(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=t, transaction_state="",
+                  transaction_timeout_ms=0, transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1, topics=[])
+            for t in asked if t in denied]
+        return response
 
     async def handle_list_transactions(self, header: Any, request: Any, conn: Connection) -> Any:
-        return await self.coordinator.list_transactions(request)
+        response = await self.coordinator.list_transactions(request)
+        if self.authz.enabled:
+            response.transaction_states = [
+                s for s in response.transaction_states
+                if self.authz.allows(conn, DESCRIBE, TRANSACTIONAL_ID, s.transactional_id, log_denied=False)]
+        return response
 
     async def handle_describe_producers(self, header: Any, request: Any, conn: Connection
                                         ) -> DescribeProducersResponse:
         R = DescribeProducersResponse
         topics = []
+        denied = self.authz.denied(conn, READ, TOPIC, (t.name for t in request.topics))
         for topic in request.topics:
             partitions = []
             for index in topic.partition_indexes:
+                if topic.name in denied:
+                    partitions.append(R.PartitionResponse(partition_index=index,
+                                                          error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                    continue
                 part, error = leader_partition(self.replicas, self.metadata, topic.name, index)
                 if part is None:
                     partitions.append(R.PartitionResponse(partition_index=index, error_code=error))

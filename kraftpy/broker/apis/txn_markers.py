@@ -27,6 +27,7 @@ from typing import Any
 import trio
 
 from kraftpy.broker.apis.common import leader_partition
+from kraftpy.broker.authorization import CLUSTER_ACTION, NO_AUTHORIZATION, BrokerAuthorizer
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.partition import Partition, TopicPartition
 from kraftpy.broker.purgatory import wait_for_change
@@ -45,6 +46,9 @@ MarkersWritten = Callable[[int, bool, list[tuple[TopicPartition, int]]], None]
 
 
 class TxnMarkersApi:
+    #: Set by the broker: CLUSTER_ACTION on the cluster (the transaction coordinators' brokers).
+    authz: BrokerAuthorizer = NO_AUTHORIZATION
+
     def __init__(self, replicas: ReplicaManager, metadata: MetadataCache, clock: Callable[[], int], *,
                  timeout_ms: int = DEFAULT_TIMEOUT_MS, on_markers_written: MarkersWritten | None = None) -> None:
         self.replicas = replicas
@@ -66,6 +70,7 @@ class TxnMarkersApi:
         #: (partition result, partition, offset the high watermark must reach, marker index)
         waiting: list[tuple[Any, Partition, int, int]] = []
         now = self.clock()
+        cluster_denied = not self.authz.allows_cluster(conn, CLUSTER_ACTION)
         for marker in request.markers:
             result = Result(producer_id=marker.producer_id)
             results.append(result)
@@ -75,6 +80,9 @@ class TxnMarkersApi:
                 for index in topic.partition_indexes:
                     out = PartitionResult(partition_index=index, error_code=ErrorCode.NONE)
                     topic_result.partitions.append(out)
+                    if cluster_denied:
+                        out.error_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                        continue
                     part, error = leader_partition(self.replicas, self.metadata, topic.name, index)
                     if part is None:
                         out.error_code = error

@@ -22,11 +22,14 @@ from kraftpy.protocol.messages.alter_user_scram_credentials import (
     AlterUserScramCredentialsResponse,
 )
 from kraftpy.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from kraftpy.protocol.messages.create_acls import CreateAclsRequest, CreateAclsResponse
 from kraftpy.protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from kraftpy.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
+from kraftpy.protocol.messages.delete_acls import DeleteAclsRequest, DeleteAclsResponse
 from kraftpy.protocol.messages.delete_groups import DeleteGroupsRequest, DeleteGroupsResponse
 from kraftpy.protocol.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
 from kraftpy.protocol.messages.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
+from kraftpy.protocol.messages.describe_acls import DescribeAclsRequest, DescribeAclsResponse
 from kraftpy.protocol.messages.describe_client_quotas import (
     DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
@@ -104,6 +107,9 @@ _PAIRS = [
     (EndTxnRequest, EndTxnResponse),
     (WriteTxnMarkersRequest, WriteTxnMarkersResponse),
     (TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+    (DescribeAclsRequest, DescribeAclsResponse),
+    (CreateAclsRequest, CreateAclsResponse),
+    (DeleteAclsRequest, DeleteAclsResponse),
     (DescribeConfigsRequest, DescribeConfigsResponse),
     (CreatePartitionsRequest, CreatePartitionsResponse),
     (DeleteGroupsRequest, DeleteGroupsResponse),
