@@ -9,6 +9,7 @@ import struct
 import pytest
 import trio
 
+from kraftpy.config import ConfigError, load_config
 from kraftpy.rpc.connection_limits import ConnectionLimits, ListenerLimits, parse_ip_overrides
 from kraftpy.rpc.kafka_server import KafkaServer
 
@@ -139,3 +140,31 @@ def test_parse_ip_overrides():
     assert parse_ip_overrides("") == {}
     with pytest.raises(ValueError, match="'nohost' is not address:count"):
         parse_ip_overrides("nohost")
+
+
+BROKER = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:9093
+listeners=PLAINTEXT://127.0.0.1:9092,CLIENTS://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CLIENTS:PLAINTEXT,CONTROLLER:PLAINTEXT
+controller.listener.names=CONTROLLER
+log.dirs=/tmp/a
+"""
+
+
+def test_limits_from_the_broker_config():
+    assert ConnectionLimits.from_config(load_config(text=BROKER)) is None  # nothing limited
+    config = load_config(text=BROKER + "max.connections=100\nmax.connections.per.ip=5\n"
+                         "max.connections.per.ip.overrides=10.0.0.1:50\nmax.connection.creation.rate=20\n"
+                         "listener.name.clients.max.connections=10\n"
+                         "listener.name.clients.max.connection.creation.rate=7\n")
+    limits = ConnectionLimits.from_config(config)
+    assert (limits.max_connections, limits.max_connections_per_ip) == (100, 5)
+    assert limits.per_ip_overrides == {"10.0.0.1": 50}
+    assert limits.inter_broker_listener == "PLAINTEXT"
+    assert limits.listeners == {"PLAINTEXT": ListenerLimits(max_connection_creation_rate=20),
+                                "CLIENTS": ListenerLimits(max_connections=10, max_connection_creation_rate=7)}
+    with pytest.raises(ConfigError) as info:
+        ConnectionLimits.from_config(load_config(text=BROKER + "max.connections.per.ip.overrides=10.0.0.1\n"))
+    assert str(info.value) == "<string>:8: max.connections.per.ip.overrides=10.0.0.1: '10.0.0.1' is not address:count"
