@@ -493,6 +493,8 @@ class ClientTls(_Reloadable):
 def handshake_failure(exc: BaseException) -> str:
     """One line saying why a TLS handshake failed."""
     cause = exc.__cause__ or exc.__context__ or exc
+    if isinstance(cause, ssl.SSLCertVerificationError) and cause.verify_message:
+        return f"{cause.reason or 'CERTIFICATE_VERIFY_FAILED'}: {cause.verify_message}"
     if isinstance(cause, ssl.SSLError):
         return cause.reason or str(cause)
     return str(cause) or type(cause).__name__

@@ -1,0 +1,214 @@
+"""Kafka clients over TLS on a real kraftpy process serving a PLAINTEXT, an SSL and a mutual-TLS
+listener: confluent-kafka, kafka-python and aiokafka produce and consume on each TLS listener, told
+that listener's endpoints; refused handshakes (expired certificate, unknown CA, no certificate where one
+is required, a plaintext client) are logged and leave the broker serving; the admin CLI over SSL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+import trio
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.helpers.deployments import create_topics
+from tests.security.tls_support import Pki, TlsNode
+
+RECORDS = 20
+HANDSHAKE_FAILED = "closing connection: TLS handshake failed"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> Pki:
+    return Pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory, pki):
+    with TlsNode(tmp_path_factory.mktemp("node"), pki) as deployment:
+        yield deployment
+
+
+@pytest.fixture(scope="module")
+def alice(pki):
+    return pki.issue("alice", common_name="alice")
+
+
+def new_topic(node: TlsNode) -> str:
+    name = f"tls-{uuid.uuid4().hex[:8]}"
+    create_topics(node.bootstrap, [NewTopic(name, 1, 1)], deployment=node)
+    return name
+
+
+def confluent_config(node: TlsNode, pki: Pki, listener: str, keystore=None) -> dict:
+    conf = {"bootstrap.servers": node.endpoints[listener], "security.protocol": "SSL",
+            "ssl.ca.location": str(pki.ca_file)}
+    if keystore is not None:
+        conf.update({"ssl.certificate.location": str(keystore), "ssl.key.location": str(keystore)})
+    return conf
+
+
+def run_confluent(node, pki, listener, keystore, topic) -> list[bytes]:
+    conf = confluent_config(node, pki, listener, keystore)
+    brokers = AdminClient(conf).list_topics(timeout=20).brokers
+    assert f"{brokers[1].host}:{brokers[1].port}" == node.endpoints[listener]  # this listener's endpoint
+    producer = Producer({**conf, "acks": "all"})
+    for i in range(RECORDS):
+        producer.produce(topic, f"{listener}-{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < RECORDS and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is not None and message.error() is None:
+            got.append(message.value())
+    consumer.close()
+    return got
+
+
+def run_kafka_python(node, pki, listener, keystore, topic) -> list[bytes]:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    conf = {"bootstrap_servers": node.endpoints[listener], "security_protocol": "SSL",
+            "ssl_cafile": str(pki.ca_file)}
+    if keystore is not None:
+        conf.update({"ssl_certfile": str(keystore), "ssl_keyfile": str(keystore)})
+    producer = KafkaProducer(acks="all", **conf)
+    for i in range(RECORDS):
+        producer.send(topic, f"{listener}-{i}".encode())
+    producer.flush(30)
+    brokers = {f"{b.host}:{b.port}" for b in producer._metadata.brokers()}
+    assert brokers == {node.endpoints[listener]}
+    producer.close()
+    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=20000,
+                             group_id=f"g-{topic}", **conf)
+    got = []
+    for message in consumer:
+        got.append(message.value)
+        if len(got) == RECORDS:
+            break
+    consumer.close()
+    return got
+
+
+def run_aiokafka(node, pki, listener, keystore, topic) -> list[bytes]:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+
+    async def main() -> list[bytes]:
+        context = create_ssl_context(cafile=str(pki.ca_file), certfile=str(keystore) if keystore else None,
+                                     keyfile=str(keystore) if keystore else None)
+        conf = {"bootstrap_servers": node.endpoints[listener], "security_protocol": "SSL", "ssl_context": context}
+        producer = AIOKafkaProducer(acks="all", **conf)
+        await producer.start()
+        try:
+            for i in range(RECORDS):
+                await producer.send_and_wait(topic, f"{listener}-{i}".encode())
+            brokers = {f"{b.host}:{b.port}" for b in producer.client.cluster.brokers()}
+            assert brokers == {node.endpoints[listener]}
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, auto_offset_reset="earliest", group_id=f"g-{topic}", **conf)
+        await consumer.start()
+        got = []
+        try:
+            async with asyncio.timeout(30):
+                async for message in consumer:
+                    got.append(message.value)
+                    if len(got) == RECORDS:
+                        break
+        finally:
+            await consumer.stop()
+        return got
+
+    return asyncio.run(main())
+
+
+CLIENTS = {"confluent-kafka": run_confluent, "kafka-python": run_kafka_python, "aiokafka": run_aiokafka}
+
+
+@pytest.mark.parametrize("listener", ["SSL", "MTLS"])
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_clients_produce_and_consume_over_tls(node, pki, alice, client, listener):
+    topic = new_topic(node)
+    keystore = alice if listener == "MTLS" else None
+    got = CLIENTS[client](node, pki, listener, keystore, topic)
+    assert got == [f"{listener}-{i}".encode() for i in range(RECORDS)]
+
+
+async def _handshake(port: int, context) -> None:
+    """Connect, handshake and ask something; the refusal may come as the first read (TLSv1.3)."""
+    stream = await trio.open_ssl_over_tcp_stream("127.0.0.1", port, ssl_context=context)
+    try:
+        await stream.send_all(b"\x00\x00\x00\x08\x00\x12\x00\x03\x00\x00\x00\x01")
+        if not await stream.receive_some(4):
+            raise trio.BrokenResourceError("closed")
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+def refused(node: TlsNode, listener: str, context, reason: str) -> None:
+    mark = node.proc.mark()
+    with pytest.raises((trio.BrokenResourceError, OSError)):
+        trio.run(_handshake, int(node.endpoints[listener].rsplit(":", 1)[1]), context)
+    line = node.proc.wait_for(HANDSHAKE_FAILED, since=mark, listener=listener, timeout=20)
+    assert reason.lower() in line["reason"].lower(), line
+    assert line["peer"].startswith("127.0.0.1:")
+
+
+def test_refused_handshakes_are_logged_and_the_broker_keeps_serving(node, pki, tmp_path):
+    import ssl
+
+    def context(keystore=None):
+        ctx = ssl.create_default_context(cafile=str(pki.ca_file))
+        if keystore is not None:
+            ctx.load_cert_chain(str(keystore))
+        return ctx
+
+    refused(node, "MTLS", context(pki.issue("expired", common_name="old", expired=True)), "expired")
+    rogue = Pki(tmp_path / "rogue", "rogue")
+    refused(node, "MTLS", context(rogue.issue("mallory", common_name="mallory")), "unable to get local issuer")
+    refused(node, "MTLS", context(), "certificate")
+
+    # A plaintext Kafka client on the TLS port: a frame that is no TLS record.
+    mark = node.proc.mark()
+    producer = Producer({"bootstrap.servers": node.endpoints["SSL"], "message.timeout.ms": 3000})
+    producer.produce("never", b"x")
+    producer.flush(5)
+    node.proc.wait_for(HANDSHAKE_FAILED, since=mark, listener="SSL", timeout=20)
+
+    # Nothing else was affected: the PLAINTEXT and SSL listeners still serve.
+    topic = new_topic(node)
+    assert run_confluent(node, pki, "SSL", None, topic) == [f"SSL-{i}".encode() for i in range(RECORDS)]
+    assert node.proc.running
+
+
+def test_admin_cli_over_ssl_with_command_config(node, pki, tmp_path):
+    topic = new_topic(node)
+    settings = tmp_path / "ssl.properties"
+    settings.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={pki.ca_file}\n")
+    out = subprocess.run([sys.executable, "-m", "kraftpy", "topics", "list", "--bootstrap-server",
+                          node.endpoints["SSL"], "--command-config", str(settings)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert topic in out.stdout.split()
+    # Without the SSL settings the admin client cannot speak to the TLS port: one line, no traceback.
+    plain = tmp_path / "plain.properties"
+    plain.write_text("client.id=plain\nrequest.timeout.ms=10000\n")
+    out = subprocess.run([sys.executable, "-m", "kraftpy", "topics", "list", "--bootstrap-server",
+                          node.endpoints["SSL"], "--command-config", str(plain)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    settings.write_text("security.protocol=SSL\nssl.truststore.type=JKS\n")
+    out = subprocess.run([sys.executable, "-m", "kraftpy", "topics", "list", "--bootstrap-server",
+                          node.endpoints["SSL"], "--command-config", str(settings)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "ssl.truststore.type=JKS" in out.stderr and "Traceback" not in out.stderr
