@@ -44,8 +44,8 @@ from kraftpy.protocol.messages import (
     MetadataRequest,
     WriteTxnMarkersRequest,
 )
-from kraftpy.security.tls import HIDDEN_KEYS, TLS_PROTOCOLS, ClientTls, TlsConfigError, client_settings
 from kraftpy.security.authorizer import AclBinding, AclBindingFilter, binding_from_codes
+from kraftpy.security.tls import HIDDEN_KEYS, TLS_PROTOCOLS, ClientTls, TlsConfigError, client_settings
 
 #: The client keys ``--command-config`` accepts, with their defaults (Kafka's names and meanings).
 CLIENT_CONFIG_KEYS: dict[str, str] = {
@@ -359,6 +359,48 @@ class AdminClient:
             DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=sorted(parts))
             for topic, parts in partitions.items()])
         return await self.request(ApiKey.DESCRIBE_PRODUCERS, request, node_id=node_id)
+
+    # -- SCRAM credentials (KIP-554) -------------------------------------------------------------
+
+    async def describe_user_scram_credentials(self, users: list[str] | None = None
+                                              ) -> list[tuple[str, int, str | None, list[tuple[str, int]]]]:
+        """DescribeUserScramCredentials: for each user (every user with credentials when None), its
+        (name, error code, message, [(mechanism name, iterations)])."""
+        from kraftpy.protocol.messages import DescribeUserScramCredentialsRequest
+        from kraftpy.security.scram import MECHANISM_NAMES
+
+        request = DescribeUserScramCredentialsRequest(
+            users=None if users is None else [DescribeUserScramCredentialsRequest.UserName(name=u) for u in users])
+        response = await self.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, request)
+        check(response.error_code, response.error_message, subject="SCRAM credentials")
+        return [(r.user, r.error_code, r.error_message,
+                 [(MECHANISM_NAMES.get(c.mechanism, str(c.mechanism)), c.iterations) for c in r.credential_infos])
+                for r in response.results]
+
+    async def alter_user_scram_credentials(
+        self, upsertions: list[tuple[str, str, str, int]], deletions: list[tuple[str, str]]
+    ) -> list[tuple[str, int, str | None]]:
+        """AlterUserScramCredentials: ``upsertions`` are (user, mechanism name, password, iterations) --
+        the password is salted and hashed here, only the salt and SaltedPassword are sent --
+        ``deletions`` (user, mechanism name). Returns (user, error code, message) per user."""
+        import secrets
+
+        from kraftpy.protocol.messages import AlterUserScramCredentialsRequest as Req
+        from kraftpy.security.scram import MECHANISM_CODES, salted_password
+
+        def code(mechanism: str) -> int:
+            return MECHANISM_CODES.get(mechanism, 0)  # 0 (UNKNOWN): refused by the controller
+
+        ups = []
+        for user, mechanism, password, iterations in upsertions:
+            salt = secrets.token_bytes(32)
+            salted = salted_password(mechanism, password, salt, iterations) if mechanism in MECHANISM_CODES else b""
+            ups.append(Req.ScramCredentialUpsertion(name=user, mechanism=code(mechanism), iterations=iterations,
+                                                    salt=salt, salted_password=salted))
+        request = Req(deletions=[Req.ScramCredentialDeletion(name=u, mechanism=code(m)) for u, m in deletions],
+                      upsertions=ups)
+        response = await self.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, request)
+        return [(r.user, r.error_code, r.error_message) for r in response.results]
 
     async def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, *,
                                 committed: bool, partitions: Mapping[str, list[int]], node_id: int) -> Any:

@@ -11,6 +11,7 @@ SaslHandshake v1 and SaslAuthenticate (PLAIN or SCRAM-SHA-256/512) before the fi
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -37,6 +38,31 @@ class SaslLogin:
 
     def __repr__(self) -> str:  # never the password
         return f"SaslLogin({self.mechanism!r}, {self.username!r})"
+
+
+def client_sasl_login(values: Mapping[str, str]) -> SaslLogin | None:
+    """The login of a client config (Kafka's client keys) whose security.protocol is SASL_PLAINTEXT or
+    SASL_SSL: ``sasl.mechanism`` with the username and password of ``sasl.jaas.config``
+    (PlainLoginModule or ScramLoginModule) or of ``sasl.username``/``sasl.password`` (librdkafka's
+    keys). None for other protocols; ValueError naming the key (never a password) otherwise."""
+    from kraftpy.security.jaas import JaasConfigError, parse_listener_jaas_config
+
+    if values.get("security.protocol", "PLAINTEXT").strip().upper() not in ("SASL_PLAINTEXT", "SASL_SSL"):
+        return None
+    mechanism = values.get("sasl.mechanism", "GSSAPI").strip().upper()
+    if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise ValueError(f"sasl.mechanism={mechanism}: not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+    username, password = values.get("sasl.username"), values.get("sasl.password")
+    if values.get("sasl.jaas.config"):
+        try:
+            options = parse_listener_jaas_config(values["sasl.jaas.config"]).options
+        except JaasConfigError as exc:
+            raise ValueError(f"sasl.jaas.config=[hidden]: {exc}") from None
+        username, password = options.get("username", username), options.get("password", password)
+    if not username or password is None:
+        raise ValueError(f"security.protocol={values['security.protocol']}: sasl.jaas.config (username=, password=) "
+                         "or sasl.username and sasl.password are needed")
+    return SaslLogin(mechanism, username, password)
 
 
 class KafkaConnection:

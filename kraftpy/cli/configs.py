@@ -1,7 +1,8 @@
 """`kraftpy configs describe|alter`, in the shape of Kafka's kafka-configs.sh.
 
 Entities: ``topics``, ``brokers`` (one broker by id, or ``--entity-default``: the dynamic default of
-every broker, resource name ``""``) and ``groups`` (a consumer group's configs, KIP-848). ``describe``
+every broker, resource name ``""``), ``groups`` (a consumer group's configs, KIP-848) and ``users`` (SCRAM
+credentials, kraftpy.cli.configs_users). ``describe``
 lists each entity's own dynamic overrides, or with ``--all`` every key with its value and source;
 ``alter`` sends one IncrementalAlterConfigs with ``--add-config`` (SET) and ``--delete-config``
 (DELETE), all of it or none of it applied, validated only with ``--dry-run``.
@@ -25,6 +26,7 @@ from kraftpy.cli.admin_common import (
     emit_table,
     run_admin,
 )
+from kraftpy.cli.configs_users import alter_users, describe_users
 from kraftpy.metadata.records import ConfigResourceType
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
@@ -38,6 +40,7 @@ class EntityType(enum.StrEnum):
     topics = "topics"
     brokers = "brokers"
     groups = "groups"
+    users = "users"
 
 
 _RESOURCE_TYPE = {
@@ -59,7 +62,7 @@ SOURCE_NAMES = {
     8: "DYNAMIC_GROUP_CONFIG",
 }
 
-EntityTypeOption = Annotated[EntityType, typer.Option("--entity-type", help="topics, brokers or groups.",
+EntityTypeOption = Annotated[EntityType, typer.Option("--entity-type", help="topics, brokers, groups or users.",
                                                       show_default=False, case_sensitive=False)]
 EntityNameOption = Annotated[str | None, typer.Option(
     "--entity-name", help="The topic, broker id or group.", show_default=False)]
@@ -150,6 +153,9 @@ def describe(
 ) -> None:
     """Describe an entity's configs (every topic's or broker's when no --entity-name is given)."""
     name = _entity(entity_type, entity_name, entity_default, required=False)
+    if entity_type is EntityType.users:
+        describe_users(name, bootstrap_server, command_config, as_json)
+        return
     resource_type = _RESOURCE_TYPE[entity_type]
 
     async def body(admin: AdminClient) -> list[tuple[str, list[Any]]]:
@@ -220,6 +226,9 @@ def alter(
     both = sorted(set(added) & set(deleted))
     if both:
         die(f"{', '.join(both)}: both in --add-config and --delete-config", EXIT_USAGE)
+    if entity_type is EntityType.users:
+        alter_users(name, added, deleted, bootstrap_server, command_config, as_json)
+        return
     label = _label(entity_type, name)
 
     async def body(admin: AdminClient) -> None:

@@ -190,3 +190,22 @@ async def test_reauthentication_cannot_change_the_principal(autojump_clock):
             auth_bytes=plain_message("eve", "eve-secret")))
     assert info.value.sent.error_message == "Cannot change principals during re-authentication from User:bob: User:eve"
     assert h.conn.principal == "User:bob"
+
+
+async def test_describe_user_scram_credentials_from_the_image():
+    """Mechanisms and iterations only; every user when none is named; Kafka's per-user errors."""
+    from kraftpy.broker.apis.scram_credentials import ScramCredentialsApi
+    from kraftpy.metadata.delta import replay_records
+    from kraftpy.metadata.image import EMPTY_IMAGE
+    from kraftpy.protocol.messages import DescribeUserScramCredentialsRequest as Req
+
+    cache = MetadataCache()
+    cache.set_image(replay_records(EMPTY_IMAGE, [ALICE_512]))
+    api = ScramCredentialsApi(cache, channel=None)
+    everyone = await api.handle_describe_user_scram_credentials(None, Req(users=None), None)
+    assert [(r.user, r.error_code, [(c.mechanism, c.iterations) for c in r.credential_infos])
+            for r in everyone.results] == [("alice", 0, [(2, 4096)])]
+    named = await api.handle_describe_user_scram_credentials(None, Req(users=[
+        Req.UserName(name="bob"), Req.UserName(name="alice"), Req.UserName(name="alice")]), None)
+    assert [(r.user, r.error_code) for r in named.results] == [
+        ("bob", ErrorCode.RESOURCE_NOT_FOUND), ("alice", ErrorCode.DUPLICATE_RESOURCE)]

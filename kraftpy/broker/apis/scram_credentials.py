@@ -38,7 +38,7 @@ class ScramCredentialsApi:
         self, header: Any, request: Any, conn: Connection
     ) -> DescribeUserScramCredentialsResponse:
         Result = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
-        Info = Result.CredentialInfo
+        Info = DescribeUserScramCredentialsResponse.CredentialInfo
         users = self.metadata.image.scram.users
         names = [u.name for u in request.users] if request.users else sorted(users)
         results = []
