@@ -96,14 +96,15 @@ class TaskTime(trio.abc.Instrument):
         self._running.pop(task, None)
 
     def take(self, task: Any) -> float:
-        """The time ``task`` ran since the last take (watching it from now on), the current step included."""
+        """The time ``task`` ran since the last take (watching it from now on), the current step included;
+        called from ``task`` itself."""
         now = time.perf_counter()
         spent = self._spent.get(task, 0.0)
         started = self._running.get(task)
         if started is not None:
             spent += now - started
-            self._running[task] = now
         self._spent[task] = 0.0
+        self._running[task] = now
         return spent
 
 
