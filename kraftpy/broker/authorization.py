@@ -145,12 +145,17 @@ class BrokerAuthorizer:
 
     def apply_delta(self, delta: MetadataDelta) -> None:
         """The ACLs a delta added or removed (call before its image is published)."""
-        for acl_id, binding in delta.changed_acls.items():
+        changed = delta.changed_acls
+        if not changed:
+            return
+        for acl_id, binding in changed.items():
             if binding is None:
                 if self.index.get(acl_id) is not None:
                     self.index.remove(acl_id)
             else:
                 self.index.add(acl_id, binding)
+        self._log.info("acls changed", added=sum(b is not None for b in changed.values()),
+                       removed=sum(b is None for b in changed.values()), acls=len(self.index))
 
     def load(self, image: MetadataImage) -> None:
         """Start over from an image's ACLs."""
