@@ -286,7 +286,8 @@ class ControlClient:
                     slot[1] = msg.get("body", {})
                 slot[0].set()
         except (FrameError, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            reason = str(exc) or type(exc).__name__
+            # Over TLS 1.3 a refused client certificate shows as the first read failing.
+            reason = str(exc) or handshake_failure(exc)
         finally:
             conn.fail_all(reason)
             with trio.CancelScope(shield=True):
