@@ -25,6 +25,13 @@ def _pem_only(value: str) -> None:
 
 
 _pem_only.describe = "PEM"  # type: ignore[attr-defined]
+def _authorizer_class(value: str) -> None:
+    if value not in ("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"):
+        raise ValueError("kraftpy's authorizer is org.apache.kafka.metadata.authorizer.StandardAuthorizer "
+                         "(empty: no authorization)")
+
+
+_authorizer_class.describe = "empty, org.apache.kafka.metadata.authorizer.StandardAuthorizer"  # type: ignore[attr-defined]
 C = ("controller",)
 BC = ("broker", "controller")
 
@@ -263,7 +270,7 @@ KEYS: list[ConfigKey] = [
               "The authorizer of Kafka API requests: empty for none (every request is allowed), or "
               "org.apache.kafka.metadata.authorizer.StandardAuthorizer to check every request against the "
               "ACLs stored in the metadata log.",
-              one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"), roles=B),
+              _authorizer_class, roles=B),
     ConfigKey("super.users", "string", "",
               "Principals allowed everything whatever the ACLs say, separated by semicolons "
               "(User:admin;User:ops).", roles=B),

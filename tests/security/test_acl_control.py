@@ -137,3 +137,35 @@ def test_quorum_controller_serves_acl_writes():
     deleted = controller.handle_delete_acls(DeleteAclsRequest((everything,)))
     controller.replay(deleted.records)
     assert len(controller.image.acls.by_id) == 0
+
+
+BROKER_CONFIG = """process.roles=broker
+node.id=4
+controller.quorum.voters=1@127.0.0.1:9093
+controller.listener.names=CONTROLLER
+listeners=PLAINTEXT://127.0.0.1:9092
+log.dirs=/var/lib/kraftpy
+"""
+
+
+def test_authorizer_settings_come_from_kafkas_keys():
+    from kraftpy.broker.authorization import STANDARD_AUTHORIZER, BrokerAuthorizer
+    from kraftpy.broker.settings import BrokerSettings
+    from kraftpy.config import load_config
+
+    off = BrokerAuthorizer.from_settings(BrokerSettings.from_config(load_config(text=BROKER_CONFIG), cluster_id="c"))
+    assert not off.enabled and not off.index.super_users and not off.index.allow_everyone_if_no_acl_found
+    config = load_config(text=BROKER_CONFIG + f"authorizer.class.name={STANDARD_AUTHORIZER}\n"
+                         "super.users=User:admin; User:broker\nallow.everyone.if.no.acl.found=true\n")
+    on = BrokerAuthorizer.from_settings(BrokerSettings.from_config(config, cluster_id="c"))
+    assert on.enabled and on.index.super_users == {"User:admin", "User:broker"}
+    assert on.index.allow_everyone_if_no_acl_found
+
+
+def test_an_unknown_authorizer_stops_with_key_value_and_line():
+    from kraftpy.config import load_config
+    from kraftpy.config.loader import ConfigError
+
+    with pytest.raises(ConfigError) as failed:
+        load_config(text=BROKER_CONFIG + "authorizer.class.name=kafka.security.authorizer.AclAuthorizer\n")
+    assert "7: authorizer.class.name=kafka.security.authorizer.AclAuthorizer" in str(failed.value)
