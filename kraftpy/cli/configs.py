@@ -1,8 +1,9 @@
 """`kraftpy configs describe|alter`, in the shape of Kafka's kafka-configs.sh.
 
 Entities: ``topics``, ``brokers`` (one broker by id, or ``--entity-default``: the dynamic default of
-every broker, resource name ``""``), ``groups`` (a consumer group's configs, KIP-848) and ``users`` (SCRAM
-credentials, kraftpy.cli.configs_users). ``describe``
+every broker, resource name ``""``), ``groups`` (a consumer group's configs, KIP-848), ``users`` (SCRAM
+credentials, kraftpy.cli.configs_users, and client quotas) and ``clients`` (client quotas by client id,
+kraftpy.cli.configs_quotas; ``--entity-default`` for the default user or client id). ``describe``
 lists each entity's own dynamic overrides, or with ``--all`` every key with its value and source;
 ``alter`` sends one IncrementalAlterConfigs with ``--add-config`` (SET) and ``--delete-config``
 (DELETE), all of it or none of it applied, validated only with ``--dry-run``.
@@ -26,6 +27,7 @@ from kraftpy.cli.admin_common import (
     emit_table,
     run_admin,
 )
+from kraftpy.cli.configs_quotas import alter_quotas, describe_clients, describe_users_and_quotas, is_quota_key
 from kraftpy.cli.configs_users import alter_users, describe_users
 from kraftpy.metadata.records import ConfigResourceType
 from kraftpy.protocol.api_keys import ApiKey
@@ -41,6 +43,7 @@ class EntityType(enum.StrEnum):
     brokers = "brokers"
     groups = "groups"
     users = "users"
+    clients = "clients"
 
 
 _RESOURCE_TYPE = {
@@ -62,12 +65,12 @@ SOURCE_NAMES = {
     8: "DYNAMIC_GROUP_CONFIG",
 }
 
-EntityTypeOption = Annotated[EntityType, typer.Option("--entity-type", help="topics, brokers, groups or users.",
+EntityTypeOption = Annotated[EntityType, typer.Option("--entity-type", help="topics, brokers, groups, users or clients.",
                                                       show_default=False, case_sensitive=False)]
 EntityNameOption = Annotated[str | None, typer.Option(
     "--entity-name", help="The topic, broker id or group.", show_default=False)]
 EntityDefaultOption = Annotated[bool, typer.Option(
-    "--entity-default", help="brokers only: the dynamic default of every broker.")]
+    "--entity-default", help="brokers: the dynamic default of every broker; users, clients: the default quotas.")]
 
 _SET, _DELETE = 0, 1
 
@@ -110,13 +113,15 @@ def _entity(entity_type: EntityType, name: str | None, default: bool, *, require
     if default and name is not None:
         die("--entity-name and --entity-default are exclusive", EXIT_USAGE)
     if default:
-        if entity_type is not EntityType.brokers:
-            die(f"--entity-default is for --entity-type brokers, not {entity_type.value}", EXIT_USAGE)
+        if entity_type not in (EntityType.brokers, EntityType.users, EntityType.clients):
+            die(f"--entity-default is for --entity-type brokers, users or clients, not {entity_type.value}",
+                EXIT_USAGE)
         return ""
     if name is None:
         if required or entity_type is EntityType.groups:
             die(f"--entity-type {entity_type.value} needs --entity-name"
-                + (" or --entity-default" if entity_type is EntityType.brokers else ""), EXIT_USAGE)
+                + (" or --entity-default" if entity_type in (EntityType.brokers, EntityType.users, EntityType.clients)
+                   else ""), EXIT_USAGE)
         return None
     if entity_type is EntityType.brokers and not (name.isdigit() and name.isascii()):
         die(f"--entity-name {name}: a broker is named by its id", EXIT_USAGE)
@@ -153,8 +158,12 @@ def describe(
 ) -> None:
     """Describe an entity's configs (every topic's or broker's when no --entity-name is given)."""
     name = _entity(entity_type, entity_name, entity_default, required=False)
+    if entity_type is EntityType.clients:
+        describe_clients(name or None, entity_default, bootstrap_server, command_config, as_json)
+        return
     if entity_type is EntityType.users:
-        describe_users(name, bootstrap_server, command_config, as_json)
+        describe_users_and_quotas(name or None, entity_default, bootstrap_server, command_config, as_json,
+                                  describe_scram=describe_users)
         return
     resource_type = _RESOURCE_TYPE[entity_type]
 
@@ -226,8 +235,21 @@ def alter(
     both = sorted(set(added) & set(deleted))
     if both:
         die(f"{', '.join(both)}: both in --add-config and --delete-config", EXIT_USAGE)
+    if entity_type is EntityType.clients:
+        alter_quotas("clients", name or None, added, deleted, dry_run, bootstrap_server, command_config, as_json)
+        return
     if entity_type is EntityType.users:
-        alter_users(name, added, deleted, bootstrap_server, command_config, as_json)
+        quota_added = {k: v for k, v in added.items() if is_quota_key(k)}
+        quota_deleted = [k for k in deleted if is_quota_key(k)]
+        scram_added = {k: v for k, v in added.items() if not is_quota_key(k)}
+        scram_deleted = [k for k in deleted if not is_quota_key(k)]
+        if entity_default and (scram_added or scram_deleted):
+            die("--entity-default: the default user has quotas only, no SCRAM credentials", EXIT_USAGE)
+        if quota_added or quota_deleted:
+            alter_quotas("users", name or None, quota_added, quota_deleted, dry_run, bootstrap_server,
+                         command_config, as_json, quiet=bool(scram_added or scram_deleted))
+        if scram_added or scram_deleted:
+            alter_users(name, scram_added, scram_deleted, bootstrap_server, command_config, as_json)
         return
     label = _label(entity_type, name)
 

@@ -99,7 +99,7 @@ def test_errors_name_kafkas_code_and_the_key(dev):
                  ["alter", "--entity-type", "topics", "--entity-name", topic, "--add-config", "a=1",
                   "--delete-config", "a"],
                  ["describe", "--entity-type", "groups"],
-                 ["describe", "--entity-type", "users"]):
+                 ["describe", "--entity-type", "clients", "--entity-name", "app", "--entity-default"]):
         result = configs(dev, *args)
         assert result.returncode == 2, (args, result.stderr)
         assert "Traceback" not in result.stderr
