@@ -15,7 +15,8 @@ the code, Kafka's name for it and the broker's message).
 Client settings come from ``--command-config FILE`` (a ``.properties`` file of Kafka client keys,
 see `CLIENT_CONFIG_KEYS`): ``client.id``, ``request.timeout.ms`` and ``default.api.timeout.ms``, and
 ``security.protocol`` with the client ``ssl.*`` keys (``ssl.truststore.location``, ``ssl.keystore.*``,
-``ssl.endpoint.identification.algorithm``, PEM form) to reach a TLS listener.
+``ssl.endpoint.identification.algorithm``, PEM form) to reach a TLS listener, and ``sasl.mechanism`` with
+``sasl.jaas.config`` (or ``sasl.username``/``sasl.password``) to authenticate on a SASL listener.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import attrs
 import trio
 
-from kraftpy.broker.client import ConnectionClosed, KafkaConnection
+from kraftpy.broker.client import ConnectionClosed, KafkaConnection, SaslLogin, client_sasl_login
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode, ProtocolError
 from kraftpy.protocol.messages import (
@@ -121,6 +122,8 @@ class ClientConfig:
     security_protocol: str = "PLAINTEXT"
     #: The TLS side of connections when security.protocol runs over TLS.
     tls: ClientTls | None = None
+    #: Who to authenticate as when security.protocol is SASL_PLAINTEXT or SASL_SSL.
+    sasl: SaslLogin | None = None
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ClientConfig:
@@ -143,7 +146,8 @@ class ClientConfig:
                 shown = "[hidden]" if exc.key in HIDDEN_KEYS else values.get(exc.key, "")
                 raise ValueError(f"{exc.key}={shown}: {exc.reason}") from None
         return cls(client_id=values["client.id"], request_timeout_s=int(values["request.timeout.ms"]) / 1000,
-                   api_timeout_s=int(values["default.api.timeout.ms"]) / 1000, security_protocol=protocol, tls=tls)
+                   api_timeout_s=int(values["default.api.timeout.ms"]) / 1000, security_protocol=protocol, tls=tls,
+                   sasl=client_sasl_login(values))
 
 
 @attrs.define
@@ -190,7 +194,8 @@ class AdminClient:
 
     async def _open(self, key: Any, host: str, port: int) -> KafkaConnection:
         with trio.move_on_after(self.config.request_timeout_s) as scope:
-            conn = await KafkaConnection.connect(host, port, client_id=self.config.client_id, tls=self.config.tls)
+            conn = await KafkaConnection.connect(host, port, client_id=self.config.client_id, tls=self.config.tls,
+                                                 sasl=self.config.sasl)
         if scope.cancelled_caught:
             raise AdminConnectionError(f"cannot connect to {host}:{port}: timed out")
         try:

@@ -298,3 +298,30 @@ def test_a_session_past_its_lifetime_is_closed(cluster):
         assert call(sock, ApiKey.METADATA, 12, MetadataRequest(topics=None), 4) is None
     cluster.brokers[2].wait_for("closing connection", since=mark,
                                 where=lambda line: "SASL session of User:bob expired" in line.get("reason", ""))
+
+
+def test_admin_tool_over_sasl_creates_a_user_who_can_produce(cluster, tmp_path):
+    """`kraftpy configs` with a --command-config of Kafka's client keys authenticates with SCRAM as the
+    bootstrapped admin and creates a SCRAM-SHA-256 user, who then produces with librdkafka."""
+    command_config = tmp_path / "admin.properties"
+    command_config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="admin" password="{ADMIN_PASSWORD}";\n')
+    base = [sys.executable, "-m", "kraftpy", "configs"]
+    where = ["--bootstrap-server", cluster.bootstrap, "--command-config", str(command_config)]
+    altered = subprocess.run([*base, "alter", "--entity-type", "users", "--entity-name", "carol", "--add-config",
+                              "SCRAM-SHA-256=[iterations=8192,password=carol-secret]", *where],
+                             capture_output=True, text=True)
+    assert altered.returncode == 0, altered.stderr
+    described = subprocess.run([*base, "describe", "--entity-type", "users", "--entity-name", "carol", *where],
+                               capture_output=True, text=True)
+    assert "SCRAM credential configs for user-principal 'carol' are SCRAM-SHA-256=iterations=8192" in \
+        described.stdout.splitlines()
+    got = confluent_round_trip(confluent(cluster.bootstrap, "SCRAM-SHA-256", "carol", "carol-secret"), "carol", 2)
+    assert got == [b"m0", b"m1"]
+    command_config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+                              "sasl.username=admin\nsasl.password=not-it\n")
+    refused = subprocess.run([*base, "describe", "--entity-type", "users", *where], capture_output=True, text=True)
+    assert refused.returncode != 0 and "SASL_AUTHENTICATION_FAILED" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "not-it" not in refused.stderr
