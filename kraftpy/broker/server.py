@@ -31,6 +31,7 @@ batch with it through `TxnVerifier` (kraftpy.broker.txn_support); a replicated m
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -144,8 +145,9 @@ class BrokerServer:
                             node_id=node_id)
         self.apis.gate = self.sasl
         self.apis.register_all(self.sasl.handlers())
-        self.apis.register_all(ScramCredentialsApi(self.metadata, channel).handlers())
-        self.apis.register_all(QuotasApi(self.metadata, channel).handlers())
+        for area in (ScramCredentialsApi(self.metadata, channel), QuotasApi(self.metadata, channel)):
+            area.authz = self.authorizer
+            self.apis.register_all(area.handlers())
         #: Client quotas (byte rates, request percentage) of this broker's clients, from the metadata image.
         self.quotas = self.apis.quotas = ClientQuotas(lambda: self.metadata.image, window_num=settings.quota_window_num,
                                                       window_size_s=settings.quota_window_size_seconds)
@@ -297,7 +299,8 @@ class BrokerServer:
                 await nursery.start(self.txn_verifier.run)
                 nursery.start_soon(self._run_publisher)
                 listeners = self._listeners_inter_broker_first()
-                self.ports = await nursery.start(self.kafka_server.serve_listeners, listeners)
+                self.ports = await nursery.start(functools.partial(
+                    self.kafka_server.serve_listeners, listeners, setting=self.settings.listeners_setting))
                 self.port = self.ports[listeners[0].name]
                 reload_interval = self.settings.ssl_reload_check_interval_ms / 1000
                 for listener in listeners:

@@ -60,6 +60,8 @@ class BrokerSettings:
     inter_broker_sasl: Any = attrs.field(default=None, eq=False)
     #: ssl.reload.check.interval.ms
     ssl_reload_check_interval_ms: int = 30000
+    #: How a listener that cannot be bound names the setting that chose it (``listeners=...``).
+    listeners_setting: str | None = None
     #: socket.request.max.bytes
     socket_request_max_bytes: int = 104857600
     #: queued.max.request.bytes (-1: no bound) and connections.max.idle.ms (-1: never)
@@ -159,6 +161,7 @@ class BrokerSettings:
             listeners=listeners,
             inter_broker_tls=connecting_tls(config, inter),
             ssl_reload_check_interval_ms=config["ssl.reload.check.interval.ms"],
+            listeners_setting="listeners=" + ",".join(str(item) for item in config.listeners),
             sasl=SaslSettings.from_config(config),
             inter_broker_sasl=inter_broker_login(config),
             socket_request_max_bytes=config["socket.request.max.bytes"],

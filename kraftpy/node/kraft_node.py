@@ -117,8 +117,8 @@ class KraftNode:
                                   request_timeout=config["controller.quorum.request.timeout.ms"] / 1000,
                                   tls=self.raft.client_tls if self.raft is not None else None)
         self.broker = BrokerServer.from_config(config, client, cluster_id=self.cluster_id)
-        with binding(self.broker.settings.host, self.broker.settings.port, self._listeners_setting()):
-            await nursery.start(self.broker.run)
+        # A broker listener that cannot be bound stops the process naming its own address (BrokerServer).
+        await nursery.start(self.broker.run)
         loader = self.loader
         assert loader is not None
         loader.subscribe(self.broker.publish)

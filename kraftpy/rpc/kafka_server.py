@@ -38,6 +38,7 @@ from typing import Any
 
 import trio
 
+from kraftpy.fatal import binding
 from kraftpy.logs import get_logger
 from kraftpy.metrics import BYTES_IN, CONNECTIONS, REQUEST_TIME, REQUESTS
 from kraftpy.protocol.api_keys import ApiKey
@@ -194,13 +195,16 @@ class KafkaServer:
             await nursery.start(functools.partial(self.acceptor.serve, listeners, listener_name=self.listener))
             task_status.started(self.port)
 
-    async def serve_listeners(self, specs: Sequence[Any], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def serve_listeners(self, specs: Sequence[Any], *, setting: str | None = None,
+                              task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve every listener of ``specs`` (each with ``name``, ``host``, ``port``,
         ``security_protocol`` and ``tls``: a `kraftpy.security.tls.ServerTls` or None) until cancelled;
-        ``task_status.started`` gets ``{name: bound port}``. The first is ``self.port``."""
+        ``task_status.started`` gets ``{name: bound port}``. The first is ``self.port``. A listener
+        that cannot be bound is a `kraftpy.fatal.ListenerError` naming its address and ``setting``."""
         bound = []
         for spec in specs:
-            bound.append((spec, await trio.open_tcp_listeners(spec.port, host=spec.host or None)))
+            with binding(spec.host, spec.port, setting or f"listener {spec.name}"):
+                bound.append((spec, await trio.open_tcp_listeners(spec.port, host=spec.host or None)))
         ports = {spec.name: sockets[0].socket.getsockname()[1] for spec, sockets in bound}
         self.port = ports[specs[0].name]
         async with trio.open_nursery() as nursery:

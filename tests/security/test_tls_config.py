@@ -316,3 +316,28 @@ async def test_the_watch_task_reloads_on_its_interval(pki, tmp_path):
             await server_tls.reloaded.wait()
             nursery.cancel_scope.cancel()
     assert [event for event, _ in log.lines] == ["ssl certificates reloaded"]
+
+
+def test_a_taken_port_of_a_second_listener_is_named_in_one_line(pki, tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from tests.helpers.deployments import format_storage
+    from tests.helpers.processes import free_ports
+
+    plain, controller = free_ports(2)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ssl_port = taken.getsockname()[1]
+        listeners = f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{ssl_port},CONTROLLER://127.0.0.1:{controller}"
+        path = tmp_path / "server.properties"
+        path.write_text(BASE.replace("9093", str(controller)).replace("/tmp/kraftpy-tls-test", str(tmp_path / "d"))
+                        + f"listeners={listeners}\nssl.keystore.location={pki.server()}\n")
+        format_storage([path])
+        run = subprocess.run([sys.executable, "-m", "kraftpy", "server", "-c", str(path)], capture_output=True,
+                             text=True, timeout=60)
+    assert run.returncode != 0
+    assert [line for line in run.stderr.splitlines() if not line.startswith("{")] == [
+        f"kraftpy: cannot listen on 127.0.0.1:{ssl_port}: Address already in use (EADDRINUSE) (listeners={listeners})"]
