@@ -213,3 +213,40 @@ async def test_acl_apis_answer_security_disabled_without_an_authorizer(tmp_path)
     async with open_cluster(tmp_path, brokers=1) as cluster:
         code, _, err = await kraftpy_acls(cluster, "list")
         assert code == 1 and "SECURITY_DISABLED" in err
+
+
+async def test_metadata_auto_creation_needs_create(secured):
+    cluster = secured
+
+    async def ask(name: str) -> int:
+        async with AdminClient(parse_addresses(cluster.bootstrap)) as admin:
+            response = await admin.request(ApiKey.METADATA, MetadataRequest(
+                topics=[MetadataRequest.MetadataRequestTopic(name=name)], allow_auto_topic_creation=True))
+        return response.topics[0].error_code
+
+    await grant(cluster, acl(ResourceType.TOPIC, "auto-", AclOperation.DESCRIBE, pattern=PatternType.PREFIXED))
+    assert await ask("auto-1") == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    assert cluster.image.topics.get_by_name("auto-1") is None
+    await grant(cluster, acl(ResourceType.TOPIC, "auto-", AclOperation.CREATE, pattern=PatternType.PREFIXED))
+    assert await ask("auto-1") in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE)
+    assert cluster.image.topics.get_by_name("auto-1") is not None
+
+
+async def test_cluster_apis_need_their_cluster_operation(secured):
+    """DescribeAcls needs DESCRIBE on the cluster, CreateAcls ALTER; client quotas DESCRIBE_CONFIGS /
+    ALTER_CONFIGS; the fixture granted ALTER and DESCRIBE only."""
+    from kraftpy.protocol.messages import DescribeClientQuotasRequest, DescribeClusterRequest
+
+    cluster = secured
+    async with AdminClient(parse_addresses(cluster.bootstrap)) as admin:
+        quotas = await admin.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, DescribeClientQuotasRequest(components=[],
+                                                                                              strict=False))
+        assert quotas.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        described = await admin.request(ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest(
+            include_cluster_authorized_operations=False))
+        assert described.error_code == ErrorCode.NONE
+    await grant(cluster, acl(ResourceType.CLUSTER, CLUSTER_NAME, AclOperation.DESCRIBE_CONFIGS))
+    async with AdminClient(parse_addresses(cluster.bootstrap)) as admin:
+        quotas = await admin.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, DescribeClientQuotasRequest(components=[],
+                                                                                              strict=False))
+        assert quotas.error_code == ErrorCode.NONE

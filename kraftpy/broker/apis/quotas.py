@@ -11,6 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from kraftpy.broker.apis.forwarding import await_propagation
+from kraftpy.broker.authorization import (
+    ALTER_CONFIGS,
+    DESCRIBE_CONFIGS,
+    NO_AUTHORIZATION,
+    BrokerAuthorizer,
+    cluster_refusal,
+)
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.metadata import quota_control as q
@@ -23,6 +30,9 @@ from kraftpy.rpc.kafka_server import Connection
 
 
 class QuotasApi:
+    #: Set by the broker: DESCRIBE_CONFIGS (describe) and ALTER_CONFIGS (alter) on the cluster.
+    authz: BrokerAuthorizer = NO_AUTHORIZATION
+
     def __init__(self, metadata: MetadataCache, channel: ControllerChannel) -> None:
         self.metadata = metadata
         self.channel = channel
@@ -35,6 +45,8 @@ class QuotasApi:
 
     async def handle_describe_client_quotas(self, header: Any, request: Any,
                                             conn: Connection) -> DescribeClientQuotasResponse:
+        if (refused := cluster_refusal(self.authz, conn, DESCRIBE_CONFIGS, ApiKey.DESCRIBE_CLIENT_QUOTAS)) is not None:
+            return refused
         components = [q.QuotaFilterComponent(c.entity_type, c.match_type, c.match) for c in request.components]
         try:
             found = q.describe_client_quotas(self.metadata.image, components, request.strict)
@@ -51,6 +63,11 @@ class QuotasApi:
 
     async def handle_alter_client_quotas(self, header: Any, request: Any,
                                          conn: Connection) -> AlterClientQuotasResponse:
+        if not self.authz.allows_cluster(conn, ALTER_CONFIGS):
+            return AlterClientQuotasResponse(throttle_time_ms=0, entries=[AlterClientQuotasResponse.EntryData(
+                error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.",
+                entity=[AlterClientQuotasResponse.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
+                        for e in entry.entity]) for entry in request.entries])
         mreq = q.AlterClientQuotasRequest(
             tuple(q.ClientQuotaAlteration(
                 tuple(ClientQuotaEntityData(e.entity_type, e.entity_name) for e in entry.entity),

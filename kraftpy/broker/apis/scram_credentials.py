@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from kraftpy.broker.apis.forwarding import await_propagation
+from kraftpy.broker.authorization import ALTER, DESCRIBE, NO_AUTHORIZATION, BrokerAuthorizer, cluster_refusal
 from kraftpy.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.metadata import messages as m
@@ -26,6 +27,9 @@ from kraftpy.rpc.kafka_server import Connection
 
 
 class ScramCredentialsApi:
+    #: Set by the broker: DESCRIBE (describe) and ALTER (alter) on the cluster.
+    authz: BrokerAuthorizer = NO_AUTHORIZATION
+
     def __init__(self, metadata: MetadataCache, channel: ControllerChannel) -> None:
         self.metadata = metadata
         self.channel = channel
@@ -37,6 +41,8 @@ class ScramCredentialsApi:
     async def handle_describe_user_scram_credentials(
         self, header: Any, request: Any, conn: Connection
     ) -> DescribeUserScramCredentialsResponse:
+        if (refused := cluster_refusal(self.authz, conn, DESCRIBE, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)) is not None:
+            return refused
         Result = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
         Info = DescribeUserScramCredentialsResponse.CredentialInfo
         users = self.metadata.image.scram.users
@@ -65,6 +71,11 @@ class ScramCredentialsApi:
         self, header: Any, request: Any, conn: Connection
     ) -> AlterUserScramCredentialsResponse:
         Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+        if not self.authz.allows_cluster(conn, ALTER):
+            names = dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions])
+            return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
+                Result(user=name, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                       error_message="Cluster authorization failed.") for name in names])
         forwarded = m.AlterUserScramCredentialsRequest(
             deletions=tuple(m.ScramCredentialDeletion(d.name, d.mechanism) for d in request.deletions),
             upsertions=tuple(m.ScramCredentialUpsertion(u.name, u.mechanism, u.iterations, bytes(u.salt),
