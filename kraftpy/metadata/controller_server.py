@@ -24,7 +24,7 @@ import trio
 
 from kraftpy.config import KraftConfig
 from kraftpy.logs import get_logger
-from kraftpy.metadata.bootstrap import read_bootstrap
+from kraftpy.metadata.bootstrap import BootstrapError, read_bootstrap
 from kraftpy.metadata.cluster_describe import describe_cluster
 from kraftpy.metadata.configs import static_broker_configs
 from kraftpy.metadata.controller import QuorumController
@@ -74,8 +74,17 @@ def controller_config(config: KraftConfig, cluster_id: str) -> ControllerConfig:
         leader_imbalance_check_interval_seconds=config["leader.imbalance.check.interval.seconds"],
         static_broker_configs=static_broker_configs(config),
         local_broker_id=config.node_id if config.is_broker else None,
-        bootstrap_records=read_bootstrap(config.metadata_log_dir),
+        bootstrap_records=_bootstrap_records(config),
     )
+
+
+def _bootstrap_records(config: KraftConfig) -> tuple:
+    """What `storage format --add-scram` left in the metadata log directory; a damaged file stops the
+    process with one line naming it."""
+    try:
+        return read_bootstrap(config.metadata_log_dir)
+    except BootstrapError as exc:
+        raise config.fail("metadata.log.dir", str(exc)) from None
 
 
 class ControllerServer:
