@@ -29,7 +29,7 @@ def pki(tmp_path_factory) -> Pki:
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory, pki):
-    with TlsNode(tmp_path_factory.mktemp("node"), pki) as deployment:
+    with TlsNode(tmp_path_factory.mktemp("node"), pki, {"ssl.reload.check.interval.ms": 200}) as deployment:
         yield deployment
 
 
@@ -212,3 +212,41 @@ def test_admin_cli_over_ssl_with_command_config(node, pki, tmp_path):
                           node.endpoints["SSL"], "--command-config", str(settings)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "ssl.truststore.type=JKS" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(node, pki):
+    import ssl
+
+    def served_subject() -> str:
+        async def main() -> str:
+            stream = await trio.open_ssl_over_tcp_stream(
+                "127.0.0.1", int(node.endpoints["SSL"].rsplit(":", 1)[1]),
+                ssl_context=ssl.create_default_context(cafile=str(pki.ca_file)))
+            await stream.do_handshake()
+            cert = stream.getpeercert()
+            await trio.aclose_forcefully(stream)
+            return dict(rdn[0] for rdn in cert["subject"])["commonName"]
+
+        return trio.run(main)
+
+    assert served_subject() == "server"
+    pid = node.proc.pid
+    mark = node.proc.mark()
+    renewed = pki.server("renewed")
+    keystore = pki.directory / "server.pem"
+    tmp = keystore.with_suffix(".tmp")
+    tmp.write_bytes(renewed.read_bytes())
+    tmp.replace(keystore)  # as a renewal tool does it: a new file renamed over the old one
+    line = node.proc.wait_for("ssl certificates reloaded", since=mark, listener="SSL", timeout=20)
+    assert line["subject"].startswith("CN=renewed,") and line["not_after"]
+    assert served_subject() == "renewed"
+    assert node.proc.pid == pid and node.proc.running
+    # A broken file: logged once, the renewed certificate stays.
+    mark = node.proc.mark()
+    keystore.write_text("-----BEGIN PRIVATE KEY-----\ncut short\n")
+    line = node.proc.wait_for("ssl certificates not reloaded, keeping the old ones", since=mark, listener="SSL",
+                              timeout=20)
+    assert line["key"] == "ssl.keystore.location"
+    assert served_subject() == "renewed"
+    keystore.write_bytes(renewed.read_bytes())
+    node.proc.wait_for("ssl certificates reloaded", since=mark, listener="SSL", timeout=20)
