@@ -4,6 +4,7 @@ rest; the broker's config keys build them."""
 
 from __future__ import annotations
 
+import socket
 import struct
 
 import pytest
@@ -12,6 +13,7 @@ import trio
 from kraftpy.config import ConfigError, load_config
 from kraftpy.rpc.connection_limits import ConnectionLimits, ListenerLimits, parse_ip_overrides
 from kraftpy.rpc.kafka_server import KafkaServer
+from tests.helpers.deployments import DevDeployment
 
 
 def frame(payload: bytes) -> bytes:
@@ -168,3 +170,36 @@ def test_limits_from_the_broker_config():
     with pytest.raises(ConfigError) as info:
         ConnectionLimits.from_config(load_config(text=BROKER + "max.connections.per.ip.overrides=10.0.0.1\n"))
     assert str(info.value) == "<string>:8: max.connections.per.ip.overrides=10.0.0.1: '10.0.0.1' is not address:count"
+
+
+def _api_versions(sock: socket.socket) -> bool:
+    """Whether the broker answers an ApiVersions v0 request on ``sock`` (False: it closed it)."""
+    client_id = b"limits"
+    body = struct.pack(">hhih", 18, 0, 7, len(client_id)) + client_id
+    try:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        response = b""
+        while len(response) < 4 or len(response) < 4 + struct.unpack(">i", response[:4])[0]:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return False
+            response += chunk
+    except (ConnectionResetError, BrokenPipeError):
+        return False
+    return struct.unpack(">i", response[4:8])[0] == 7
+
+
+def test_a_broker_process_refuses_past_max_connections_per_ip(tmp_path):
+    dev = DevDeployment(tmp_path / "dev")
+    dev.proc.argv += ["--override", "max.connections.per.ip=3"]
+    host, port = dev.bootstrap.split(":")
+    with dev:
+        socks = [socket.create_connection((host, int(port)), timeout=30) for _ in range(3)]
+        assert all(_api_versions(s) for s in socks)
+        extra = socket.create_connection((host, int(port)), timeout=30)
+        assert not _api_versions(extra)
+        line = dev.proc.wait_for("connection refused: over a connection limit")
+        assert line["limit"] == "max.connections.per.ip" and line["peer_host"] == "127.0.0.1"
+        assert all(_api_versions(s) for s in socks)  # the others are served
+        for s in (*socks, extra):
+            s.close()
