@@ -16,7 +16,7 @@ from kraftpy.storage.formatter import format_dirs
 from kraftpy.storage.meta_properties import read_meta_properties
 from tests.helpers.deployments import Proc, create_topics
 from tests.helpers.processes import free_ports
-from tests.security.tls_support import Pki, TlsCluster
+from tests.security.tls_support import Pki, TlsCluster, load_properties_dict
 
 HANDSHAKE_FAILED = "closing connection: TLS handshake failed"
 RECORDS = 200
@@ -84,3 +84,27 @@ def test_cluster_replicates_over_tls_and_a_node_without_a_certificate_cannot_joi
         assert sorted(brokers) == [4, 5, 6]
     finally:
         outsider.kill()
+
+    # A controller whose certificate no trusted CA signed cannot take part: the others refuse its
+    # fetches and votes, and the quorum goes on without it.
+    leaders = [line["leader_id"] for proc in cluster.controllers.values() for line in proc.lines
+               if line.get("event") == "leader changed" and line.get("leader_id") is not None]
+    follower = next(node_id for node_id in (3, 2, 1) if node_id != leaders[-1])
+    others = {node_id: proc for node_id, proc in cluster.controllers.items() if node_id != follower}
+    proc = cluster.controllers[follower]
+    proc.stop()
+    config = next(path for path in cluster.configs if path.name == f"controller-{follower}.properties")
+    props = load_properties_dict(config)
+    props["ssl.keystore.location"] = str(Pki(tmp_path / "rogue", "rogue").server(f"rogue-{follower}"))
+    config.write_text(format_properties(props))
+    marks = {node_id: other.mark() for node_id, other in others.items()}
+    proc.start()
+    cluster.wait_until(lambda: all(sum(1 for line in other.lines[marks[node_id]:]
+                                       if line.get("event") == HANDSHAKE_FAILED) >= 5
+                                   for node_id, other in others.items()),
+                       f"controllers {sorted(others)} refusing controller {follower}", timeout=30)
+    for node_id, other in others.items():
+        assert other.find("leader changed", since=marks[node_id]) is None  # no vote got through
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    producer.produce("replicated", b"after")
+    assert producer.flush(30) == 0
