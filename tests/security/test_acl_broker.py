@@ -250,3 +250,52 @@ async def test_cluster_apis_need_their_cluster_operation(secured):
         quotas = await admin.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, DescribeClientQuotasRequest(components=[],
                                                                                               strict=False))
         assert quotas.error_code == ErrorCode.NONE
+
+
+def produce_kafka_python(bootstrap: str, topic: str) -> int:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, max_block_ms=20000, request_timeout_ms=20000)
+    try:
+        return producer.send(topic, b"kp").get(timeout=30).offset
+    finally:
+        producer.close()
+
+
+async def test_librdkafka_admin_acls_and_a_kafka_python_producer(secured):
+    """confluent-kafka's AdminClient speaks CreateAcls / DescribeAcls / DeleteAcls to the broker; a
+    kafka-python producer is refused the topic until its ACL exists."""
+    from confluent_kafka.admin import AclBinding as CAclBinding
+    from confluent_kafka.admin import AclBindingFilter as CAclBindingFilter
+    from confluent_kafka.admin import AclOperation as COp
+    from confluent_kafka.admin import AclPermissionType as CPerm
+    from confluent_kafka.admin import AdminClient as ConfluentAdmin
+    from confluent_kafka.admin import ResourcePatternType as CPattern
+    from confluent_kafka.admin import ResourceType as CType
+
+    cluster = secured
+    await cluster.create_topic("kp")
+    with pytest.raises(kafka.errors.TopicAuthorizationFailedError):
+        await trio.to_thread.run_sync(produce_kafka_python, cluster.bootstrap, "kp")
+
+    def admin_calls():
+        admin = ConfluentAdmin({"bootstrap.servers": cluster.bootstrap, **QUIET})
+        binding = CAclBinding(CType.TOPIC, "kp", CPattern.LITERAL, ANONYMOUS, "*", COp.WRITE, CPerm.ALLOW)
+        for future in admin.create_acls([binding]).values():
+            future.result(timeout=30)
+        described = admin.describe_acls(CAclBindingFilter(CType.TOPIC, None, CPattern.ANY, None, None, COp.ANY,
+                                                          CPerm.ANY)).result(timeout=30)
+        return admin, binding, described
+
+    admin, binding, described = await trio.to_thread.run_sync(admin_calls)
+    assert [(b.name, b.principal, b.operation) for b in described] == [("kp", ANONYMOUS, COp.WRITE)]
+    assert await trio.to_thread.run_sync(produce_kafka_python, cluster.bootstrap, "kp") == 0
+
+    def delete():
+        everything = CAclBindingFilter(CType.TOPIC, "kp", CPattern.LITERAL, None, None, COp.ANY, CPerm.ANY)
+        return [f.result(timeout=30) for f in admin.delete_acls([everything]).values()]
+
+    (deleted,) = await trio.to_thread.run_sync(delete)
+    assert [(b.name, b.operation) for b in deleted] == [("kp", COp.WRITE)]
+    assert cluster.image.acls.by_id and all(b.resource_type is ResourceType.CLUSTER
+                                            for b in cluster.image.acls.by_id.values())
