@@ -297,8 +297,9 @@ def _validate(c: KraftConfig) -> None:
     for key in c.values:
         if key.startswith(LISTENER_PREFIX):
             name = key[len(LISTENER_PREFIX):].partition(".")[0].upper()
-            if name not in {listener.name for listener in c.listeners}:
-                raise _fail(c, key, f"there is no listener {name} in listeners")
+            # A broker-only process connects to the controller listener without serving it.
+            if name not in {listener.name for listener in c.listeners} | set(c.controller_listener_names):
+                raise _fail(c, key, f"there is no listener {name} in listeners or controller.listener.names")
     if c.is_controller:
         if c.node_id not in {v.node_id for v in c.voters}:
             raise _fail(c, "node.id", "a controller's node.id must be one of controller.quorum.voters")

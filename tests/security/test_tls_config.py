@@ -341,3 +341,16 @@ def test_a_taken_port_of_a_second_listener_is_named_in_one_line(pki, tmp_path):
     assert run.returncode != 0
     assert [line for line in run.stderr.splitlines() if not line.startswith("{")] == [
         f"kraftpy: cannot listen on 127.0.0.1:{ssl_port}: Address already in use (EADDRINUSE) (listeners={listeners})"]
+
+
+def test_a_broker_only_process_reads_the_controller_listeners_prefixed_client_keys(pki, tmp_path):
+    alice = pki.issue("broker-client", common_name="broker")
+    c = load_config(text=BASE.replace("process.roles=broker,controller", "process.roles=broker")
+                    .replace("node.id=1", "node.id=4")
+                    + "listeners=PLAINTEXT://:9092\n"
+                    "listener.security.protocol.map=CONTROLLER:SSL,PLAINTEXT:PLAINTEXT\n"
+                    f"listener.name.controller.ssl.truststore.location={pki.ca_file}\n"
+                    f"listener.name.controller.ssl.keystore.location={alice}\n")
+    client = tls.connecting_tls(c, "CONTROLLER")
+    assert client is not None and client.settings.keystore_location == str(alice)
+    assert client.settings.key("ssl.truststore.location") == "listener.name.controller.ssl.truststore.location"
