@@ -168,6 +168,11 @@ class SaslSession:
         self.reauthenticating = False
 
 
+def _is_sasl(conn: Connection) -> bool:
+    # A connection-like object without a protocol (an embedding's or a test's) is a plaintext one.
+    return getattr(conn, "security_protocol", "PLAINTEXT") in SASL_PROTOCOLS
+
+
 def _request_name(api_key: int) -> str:
     try:
         return "".join(word.capitalize() for word in ApiKey(api_key).name.split("_"))
@@ -198,7 +203,7 @@ class SaslApi:
         return session
 
     def _listener(self, conn: Connection) -> SaslListener | None:
-        if conn.security_protocol not in SASL_PROTOCOLS:
+        if not _is_sasl(conn):
             return None
         return self.settings.listeners.get(conn.listener.upper()) or SaslListener(SUPPORTED_MECHANISMS)
 
@@ -207,7 +212,7 @@ class SaslApi:
     async def admit(self, frame: bytes | memoryview, conn: Connection) -> list | None:
         """Called with every frame before it is parsed: None to serve it, the parts to send instead (a
         raw token's answer), or `BadRequest` to close the connection."""
-        if conn.security_protocol not in SASL_PROTOCOLS:
+        if not _is_sasl(conn):
             return None
         session = self.session(conn)
         if session.state is _State.RAW:
