@@ -31,7 +31,6 @@ from typing import Any
 import structlog
 
 from kraftpy.metadata.delta import MetadataDelta
-from kraftpy.metadata.image import MetadataImage
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.security.authorizer import (
@@ -163,13 +162,6 @@ class BrokerAuthorizer:
                 self.index.add(acl_id, binding)
         self._log.info("acls changed", added=sum(b is not None for b in changed.values()),
                        removed=sum(b is None for b in changed.values()), acls=len(self.index))
-
-    def load(self, image: MetadataImage) -> None:
-        """Start over from an image's ACLs."""
-        for acl_id, _ in self.index.items():
-            self.index.remove(acl_id)
-        for acl_id, binding in image.acls.by_id.items():
-            self.index.add(acl_id, binding)
 
     # -- decisions --------------------------------------------------------------------------------------
 
