@@ -125,6 +125,8 @@ class ValueGen:
             return self.integer(name, owner)
         if hint is str:
             return self.string(name, owner)
+        if hint is float:
+            return rng.choice((0.0, 1.0, 1024.0, 10.5, -1.0, 1e300))
         if hint is bytes:
             return batches.random_bytes(rng, rng.choice((0, 0, 10)))
         if hint is Uuid:
