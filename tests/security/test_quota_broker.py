@@ -163,3 +163,24 @@ def _fill(bootstrap: str, topic: str, size: int) -> None:
                 producer.poll(0.05)
         producer.poll(0)
     assert producer.flush(30) == 0
+
+
+async def test_every_broker_holds_the_quotas_and_a_controller_outage_is_answered_per_entry(tmp_path):
+    from kraftpy.protocol.api_keys import ApiKey
+    from kraftpy.protocol.messages import DescribeClientQuotasRequest
+
+    async with open_cluster(tmp_path, brokers=2) as cluster, \
+            AdminClient(parse_addresses(cluster.bootstrap)) as admin:
+        assert await admin.alter_client_quotas([({"user": "carol"}, {"producer_byte_rate": 5000})]) == [
+            (ErrorCode.NONE, None)]
+        await cluster.wait_for(lambda: all(
+            b.metadata.image.client_quotas.entities for b in cluster.brokers.values()))
+        for node in (1, 2):
+            response = await admin.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, DescribeClientQuotasRequest(
+                strict=False, components=[DescribeClientQuotasRequest.ComponentData(
+                    entity_type="user", match_type=0, match="carol")]), node_id=node)
+            assert [(e.entity[0].entity_name, e.values[0].value) for e in response.entries] == [("carol", 5000.0)]
+        cluster.controller.available = False
+        answers = await admin.alter_client_quotas([({"user": "dave"}, {"producer_byte_rate": 1}),
+                                                   ({"client-id": "x"}, {"consumer_byte_rate": 2})])
+        assert [code for code, _ in answers] == [ErrorCode.REQUEST_TIMED_OUT] * 2
