@@ -35,15 +35,16 @@ Over a quota ``Q`` with rate ``R`` measured over window ``W``, the throttle time
 is at least one window, where Kafka's is at least ``num - 1`` windows. Kafka's floor lets a new client
 send ten windows' worth of quota at once, and a client that keeps sending then repeats that burst each
 time its first sample expires, so over any ten seconds it may be 10% above or 20% below its quota; with
-a one-window floor the first burst is one window's worth and a busy client is paced evenly. The user is the connection's principal
-without ``User:`` (``ANONYMOUS`` for a connection nobody authenticated), the client id the request
-header's (an absent one is "").
+a one-window floor the first burst is one window's worth and a busy client is paced evenly.
+
+The user is the connection's principal without ``User:`` (``ANONYMOUS`` for a connection nobody
+authenticated), the client id the request header's (an absent one is "").
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -228,15 +229,13 @@ class ClientQuotas:
         for key in [k for k, (_, last) in self._sensors.items() if now - last > SENSOR_EXPIRY_S]:
             del self._sensors[key]
 
-    def sensors(self) -> Mapping[tuple[str, str, str], Any]:
-        return {k: v[0] for k, v in self._sensors.items()}
-
     # -- the dispatcher's hook ------------------------------------------------------------------------
 
     def after_request(self, api_key: int, header: Any, request: Any, request_bytes: int, response: Any,
                       conn: Any) -> int:
-        """Record what the request cost (see the module doc); when its client is over a quota, put the throttle time on the
-        response (if it has the field) and mute ``conn`` for it. Returns the throttle time in ms."""
+        """Record what the request cost (see the module doc); when its client is over a quota, put the
+        throttle time on the response (if it has the field) and mute ``conn`` for it. Returns the
+        throttle time in ms."""
         quotas = self._image().client_quotas
         request_s = self._request_time(quotas)
         if not quotas.entities:
