@@ -470,7 +470,10 @@ class ServerTls(_Reloadable):
         super().__init__(settings, server_context)
 
     def wrap(self, stream: trio.abc.Stream) -> trio.SSLStream:
-        return trio.SSLStream(stream, self.context, server_side=True, https_compatible=False)
+        # https_compatible: close without waiting to send a close_notify (a peer that reads nothing
+        # would hold a shielded close forever); Kafka's frames carry their own lengths, so a cut
+        # stream is noticed without one.
+        return trio.SSLStream(stream, self.context, server_side=True, https_compatible=True)
 
     def describe(self) -> dict[str, str]:
         return _keystore_description(self.settings)
@@ -485,7 +488,7 @@ class ClientTls(_Reloadable):
     async def connect(self, stream: trio.abc.Stream, host: str) -> trio.SSLStream:
         """Wrap ``stream`` and do the handshake (checking ``host`` when endpoint identification is on);
         raises `trio.BrokenResourceError` when it fails."""
-        ssl_stream = trio.SSLStream(stream, self.context, server_hostname=host or None, https_compatible=False)
+        ssl_stream = trio.SSLStream(stream, self.context, server_hostname=host or None, https_compatible=True)
         await ssl_stream.do_handshake()
         return ssl_stream
 
