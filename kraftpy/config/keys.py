@@ -156,7 +156,7 @@ KEYS: list[ConfigKey] = [
     ConfigKey("sasl.enabled.mechanisms", "list", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
               "The SASL mechanisms a SASL_PLAINTEXT or SASL_SSL listener offers; a client asking for another "
               "is refused with UNSUPPORTED_SASL_MECHANISM. Kafka's default is GSSAPI, which kraftpy does not "
-              "have.", one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), roles=B),
+              "have.", one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"), roles=B),
     ConfigKey("sasl.jaas.config", "string", None,
               "JAAS login module config, Kafka's syntax. On a broker, set per listener and mechanism as "
               "listener.name.<listener>.plain.sasl.jaas.config: PlainLoginModule's user_<name>=\"<password>\" "
@@ -166,6 +166,20 @@ KEYS: list[ConfigKey] = [
               "The SASL mechanism brokers authenticate with to each other when the inter-broker listener "
               "is SASL_PLAINTEXT or SASL_SSL (Kafka's default is GSSAPI, which kraftpy does not have).",
               one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), roles=B),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.url", "string", None,
+              "OAUTHBEARER: the JSON Web Key Set whose keys sign valid tokens, as a file: URL (read at "
+              "start). Unset: tokens are validated as Kafka's unsecured validator does (unsigned, for "
+              "development only).", nullable=True, roles=B),
+    ConfigKey("sasl.oauthbearer.expected.audience", "list", "",
+              "OAUTHBEARER with a JWKS: a token's aud must name one of these (empty: not checked).", roles=B),
+    ConfigKey("sasl.oauthbearer.expected.issuer", "string", None,
+              "OAUTHBEARER with a JWKS: the iss a token must have (unset: not checked).", nullable=True, roles=B),
+    ConfigKey("sasl.oauthbearer.sub.claim.name", "string", "sub",
+              "OAUTHBEARER with a JWKS: the claim naming the principal.", roles=B),
+    ConfigKey("sasl.oauthbearer.scope.claim.name", "string", "scope",
+              "OAUTHBEARER with a JWKS: the claim holding the token's scope.", roles=B),
+    ConfigKey("sasl.oauthbearer.clock.skew.seconds", "int", 30,
+              "OAUTHBEARER with a JWKS: tolerance when checking exp, iat and nbf.", at_least(0), roles=B),
     ConfigKey("connection.failed.authentication.delay.ms", "int", 100,
               "How long a failed SASL authentication waits before its error is answered and the "
               "connection closed (slows down password guessing).", at_least(0), roles=B),

@@ -257,7 +257,7 @@ def _listener_key_spec(key: str) -> Any:
     return BY_NAME.get(rest) if sep else None
 
 
-_SASL_MECHANISM_PREFIXES = frozenset({"plain", "scram-sha-256", "scram-sha-512"})
+_SASL_MECHANISM_PREFIXES = frozenset({"plain", "scram-sha-256", "scram-sha-512", "oauthbearer"})
 
 
 def _fail(config: KraftConfig, key: str, reason: str) -> ConfigError:

@@ -30,6 +30,7 @@ created with AlterUserScramCredentials works on a broker as soon as its metadata
 from __future__ import annotations
 
 import enum
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -45,6 +46,13 @@ from kraftpy.protocol.frames import encode_response
 from kraftpy.protocol.messages import SaslAuthenticateResponse, SaslHandshakeResponse
 from kraftpy.rpc.kafka_server import BadRequest, Connection, send_parts
 from kraftpy.security.jaas import JaasConfigError, parse_listener_jaas_config, plain_users
+from kraftpy.security.oauthbearer import (
+    OAUTHBEARER,
+    JwksValidator,
+    OAuthBearerServer,
+    UnsecuredValidator,
+    load_jwks,
+)
 from kraftpy.security.plain import PlainServer
 from kraftpy.security.sasl import PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, Authenticated, Challenge, Failed
 from kraftpy.security.scram import MECHANISM_CODES, ScramCredential, ScramServer
@@ -52,7 +60,7 @@ from kraftpy.security.scram import MECHANISM_CODES, ScramCredential, ScramServer
 _logger = structlog.get_logger(__name__)
 
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
-SUPPORTED_MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
+SUPPORTED_MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 
 #: What an unauthenticated connection may send.
 _BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
@@ -67,6 +75,8 @@ class SaslListener:
     plain_users: Mapping[str, str] = attrs.field(factory=dict, converter=lambda v: MappingProxyType(dict(v)))
     #: connections.max.reauth.ms (0: sessions never expire).
     max_reauth_ms: int = 0
+    #: OAUTHBEARER's token validator (kraftpy.security.oauthbearer), when the listener enables it.
+    oauth_validator: Any = attrs.field(default=None, eq=False)
 
     def __repr__(self) -> str:  # plain_users holds passwords
         return f"SaslListener({self.mechanisms}, users={sorted(self.plain_users)}, max_reauth_ms={self.max_reauth_ms})"
@@ -89,6 +99,7 @@ class SaslSettings:
                 tuple(config.listener_value(listener.name, "sasl.enabled.mechanisms")),
                 plain_users=_plain_users(config, listener.name),
                 max_reauth_ms=config.listener_value(listener.name, "connections.max.reauth.ms"),
+                oauth_validator=_oauth_validator(config, listener.name),
             )
         return cls(listeners, config["connection.failed.authentication.delay.ms"])
 
@@ -111,6 +122,33 @@ def _plain_users(config: Any, listener: str) -> dict[str, str]:
         return plain_users(config.values[key])
     except JaasConfigError as exc:
         raise config.fail(key, str(exc)) from None
+
+
+def _oauth_validator(config: Any, listener: str) -> Any:
+    """OAUTHBEARER's validator of a listener that enables it: JWKS signature validation when
+    sasl.oauthbearer.jwks.endpoint.url is set, else Kafka's unsecured validator (development only)."""
+    if OAUTHBEARER not in config.listener_value(listener, "sasl.enabled.mechanisms"):
+        return None
+    url = config.listener_value(listener, "sasl.oauthbearer.jwks.endpoint.url")
+    if url:
+        try:
+            keys = load_jwks(url)
+        except ValueError as exc:
+            raise config.fail(config.listener_key(listener, "sasl.oauthbearer.jwks.endpoint.url"), str(exc)) from None
+        issuer = config.listener_value(listener, "sasl.oauthbearer.expected.issuer")
+        return JwksValidator(keys, tuple(config.listener_value(listener, "sasl.oauthbearer.expected.audience")),
+                             issuer or None, config.listener_value(listener, "sasl.oauthbearer.sub.claim.name"),
+                             config.listener_value(listener, "sasl.oauthbearer.scope.claim.name"),
+                             config.listener_value(listener, "sasl.oauthbearer.clock.skew.seconds"))
+    key = jaas_key(config, listener, OAUTHBEARER)
+    options: dict[str, str] = {}
+    if key is not None:
+        try:
+            options = parse_listener_jaas_config(config.values[key]).options
+            return UnsecuredValidator.from_jaas_options(options)
+        except (JaasConfigError, ValueError) as exc:
+            raise config.fail(key, str(exc)) from None
+    return UnsecuredValidator()
 
 
 def jaas_login(config: Any, listener: str, mechanism: str) -> tuple[str, str] | None:
@@ -260,6 +298,8 @@ class SaslApi:
     def _mechanism_server(self, mechanism: str, listener: SaslListener, reauthentication: bool) -> Any:
         if mechanism == PLAIN:
             return PlainServer(listener.plain_users, reauthentication=reauthentication)
+        if mechanism == OAUTHBEARER:
+            return OAuthBearerServer(listener.oauth_validator or UnsecuredValidator())
         code = MECHANISM_CODES[mechanism]
 
         def lookup(name: str) -> ScramCredential | None:
@@ -303,11 +343,14 @@ class SaslApi:
 
     def _open_session(self, session: SaslSession, conn: Connection, principal: str, listener: SaslListener) -> int:
         reauthenticated = session.reauthenticating
+        token_expires_at = getattr(session.server, "expires_at", None)
         session.state = _State.AUTHENTICATED
         session.principal = conn.principal = principal
         session.reauthenticating = False
         session.server = None
         lifetime_ms = listener.max_reauth_ms
+        if lifetime_ms > 0 and token_expires_at is not None:  # an OAUTHBEARER session ends with its token
+            lifetime_ms = max(0, min(lifetime_ms, int((token_expires_at - time.time()) * 1000)))
         session.expires_at = self._clock() + lifetime_ms / 1000 if lifetime_ms > 0 else None
         self._log.debug("SASL re-authenticated" if reauthenticated else "SASL authenticated",
                         mechanism=session.mechanism, principal=principal, peer=conn.peer, listener=conn.listener)
