@@ -23,6 +23,9 @@ from kraftpy.protocol.frames import DEFAULT_MAX_FRAME_SIZE, decode_response, enc
 from kraftpy.rpc.framing import FramedStream, FrameError
 from kraftpy.security.tls import handshake_failure
 
+#: How long a TLS handshake with a broker may take.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
 
 class ConnectionClosed(Exception):
     """The broker closed the connection, or it broke."""
@@ -85,8 +88,9 @@ class KafkaConnection:
             raise ConnectionClosed(f"cannot connect to {host}:{port}: {exc}") from exc
         if tls is not None:
             try:
-                stream = await tls.connect(stream, host)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
+                    stream = await tls.connect(stream, host)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
                 await trio.aclose_forcefully(stream)
                 raise ConnectionClosed(f"TLS handshake with {host}:{port} failed: {handshake_failure(exc)}") from None
         conn = cls(stream, client_id, max_frame_bytes)
