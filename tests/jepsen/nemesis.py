@@ -22,6 +22,10 @@ Fault kinds and their variants:
   in the metadata with every partition fully replicated again, a controller caught up with the
   quorum's leader). The fault's start runs the whole roll and records how long each node took; its
   stop has nothing left to heal. Nothing acknowledged may be lost across it.
+- `cert-rotate`, `acl-flap`, `credential-flap` (a cluster with `--security sasl_ssl` only; `all`
+  includes them there, `security` names the three): a node's key store rewritten with a fresh
+  certificate, the workload user's WRITE ACL removed, its SCRAM password changed; each undone (or, for
+  a certificate, checked to have been reloaded) at the heal. `tests.jepsen.security` does them.
 
 A fault starts every ~`interval` seconds and is healed before the next one starts; everything is
 healed at the end.
@@ -64,12 +68,17 @@ from typing import Any, Protocol
 import attrs
 
 KINDS = ("kill", "pause", "partition", "link", "roll")
+#: faults of a cluster with --security sasl_ssl (`tests.jepsen.security`); `all` includes them there
+SECURITY_KINDS = ("cert-rotate", "acl-flap", "credential-flap")
 VARIANTS: dict[str, tuple[str, ...]] = {
     "kill": ("one", "leader", "controller", "majority"),
     "pause": ("one", "leader", "controller", "majority"),
     "partition": ("one", "majority", "bridge", "ring"),
     "link": ("slow", "lossy"),
     "roll": ("all",),
+    "cert-rotate": ("one",),
+    "acl-flap": ("write",),
+    "credential-flap": ("password",),
 }
 #: what a campaign with a consumer group adds: its coordinator as a target
 GROUP_VARIANTS: dict[str, tuple[str, ...]] = {"kill": ("coordinator",), "pause": ("coordinator",)}
@@ -77,19 +86,23 @@ GROUP_VARIANTS: dict[str, tuple[str, ...]] = {"kill": ("coordinator",), "pause":
 Pair = tuple[str, str]
 
 
-def parse_kinds(spec: str | Iterable[str]) -> tuple[str, ...]:
-    """`kill,pause` -> ("kill", "pause"); `all` -> every kind; `none` or empty -> no faults."""
+def parse_kinds(spec: str | Iterable[str], *, security: bool = False) -> tuple[str, ...]:
+    """`kill,pause` -> ("kill", "pause"); `all` -> every kind (with `security`, the security kinds
+    too); `security` -> the security kinds; `none` or empty -> no faults."""
     items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
     kinds: list[str] = []
     for item in items:
         if item == "all":
-            kinds.extend(KINDS)
+            kinds.extend(KINDS + (SECURITY_KINDS if security else ()))
+        elif item == "security":
+            kinds.extend(SECURITY_KINDS)
         elif item == "none":
             continue
-        elif item in KINDS:
+        elif item in KINDS or item in SECURITY_KINDS:
             kinds.append(item)
         else:
-            raise ValueError(f"unknown nemesis {item!r}: choose from {', '.join(KINDS)}, all, none")
+            raise ValueError(f"unknown nemesis {item!r}: choose from {', '.join(KINDS + SECURITY_KINDS)}, "
+                             f"all, security, none")
     return tuple(dict.fromkeys(kinds))
 
 
@@ -177,7 +190,7 @@ def schedule(seed: int, kinds: Sequence[str], controllers: Sequence[str], broker
     `group` adds the GROUP_VARIANTS (a campaign without it is scheduled as before)."""
     kinds = tuple(kinds)
     for k in kinds:
-        if k not in KINDS:
+        if k not in KINDS and k not in SECURITY_KINDS:
             raise ValueError(f"unknown nemesis kind {k!r}")
     if not kinds:
         return []
@@ -220,6 +233,10 @@ def _make_fault(fid: int, kind: str, variant: str, start: float, stop: float, rn
         return Fault(cut=partition_cut(variant, nodes, rnd), **common)
     if kind == "roll":
         return Fault(nodes=tuple(brokers) + tuple(controllers), **common)
+    if kind == "cert-rotate":
+        return Fault(nodes=(rnd.choice(list(nodes)),), **common)
+    if kind in ("acl-flap", "credential-flap"):
+        return Fault(**common)
     victim = rnd.choice(list(nodes))
     links = tuple(sorted(_pairs_between([victim], nodes)))
     if variant == "slow":
@@ -266,15 +283,25 @@ class Network(Protocol):
     def heal(self) -> None: ...
 
 
+class SecurityFaults(Protocol):
+    """The security faults of a cluster with --security (`tests.jepsen.security.SecurityFaults`):
+    `start` and `stop` return what the fault's record adds (its targets, and what happened)."""
+
+    def start(self, fault: Fault) -> dict[str, Any]: ...
+
+    def stop(self, fault: Fault) -> dict[str, Any]: ...
+
+
 class Nemesis:
     """Applies faults to a cluster (processes) and a network backend. `start` returns the fault as
     resolved (the actual targets), which the caller records."""
 
     def __init__(self, cluster: Cluster, network: Network | None = None, *,
-                 stop_timeout: float = 10.0, roll_node_timeout: float = 90.0,
-                 poll_interval: float = 0.2) -> None:
+                 security: SecurityFaults | None = None, stop_timeout: float = 10.0,
+                 roll_node_timeout: float = 90.0, poll_interval: float = 0.2) -> None:
         self.cluster = cluster
         self.network = network
+        self.security = security
         self.stop_timeout = stop_timeout
         self.roll_node_timeout = roll_node_timeout
         self.poll_interval = poll_interval
@@ -320,6 +347,10 @@ class Nemesis:
             targets = fault.nodes
             self._active[fault.id] = (fault, targets)
             return {**fault.to_json(), "targets": list(targets), "roll": self._roll(fault)}
+        elif fault.kind in SECURITY_KINDS:
+            done = self._require_security().start(fault)
+            self._active[fault.id] = (fault, tuple(done.get("targets", ())))
+            return {**fault.to_json(), **done}
         else:
             raise ValueError(f"unknown fault kind {fault.kind!r}")
         self._active[fault.id] = (fault, targets)
@@ -358,6 +389,8 @@ class Nemesis:
         elif fault.kind == "roll":
             done = [r for r in self.rolls if r["fault"] == fault.id]
             return {**fault.to_json(), "targets": list(targets), "roll": done[-1] if done else None}
+        elif fault.kind in SECURITY_KINDS:
+            return {**fault.to_json(), "targets": list(targets), **self._require_security().stop(fault)}
         return {**fault.to_json(), "targets": list(targets)}
 
     def heal_all(self) -> None:
@@ -372,6 +405,11 @@ class Nemesis:
                     os.kill(proc.pid, signal.SIGCONT)
         if self.network is not None:
             self.network.heal()
+
+    def _require_security(self) -> SecurityFaults:
+        if self.security is None:
+            raise RuntimeError("a security fault needs a cluster with --security sasl_ssl")
+        return self.security
 
     def _require_network(self) -> Network:
         if self.network is None:

@@ -54,6 +54,7 @@ import attrs
 from kraftpy.config.properties import format_properties
 from kraftpy.ids import uuid_to_str
 from tests.jepsen import nemesis as nm
+from tests.jepsen import security as sec
 from tests.jepsen.checker import check
 from tests.jepsen.group import ASSIGNORS, GroupWorkload, offsets_partition_for
 from tests.jepsen.history import FINAL_READ, POLL, SEND, Recorder
@@ -67,6 +68,7 @@ CLIENT_LOG = "clients.log"
 CLIENT_LOGGER = logging.getLogger("tests.jepsen.clients")
 CLIENT_LOGGER.propagate = False
 BROKER_PORT = 9092
+CLIENT_PORT = 9094  # netns: the SASL_SSL client listener of a broker with --security sasl_ssl
 NETWORKS = ("auto", "netns", "proxy", "none")
 WORKLOADS = ("queue", "group", "txn")
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -91,6 +93,7 @@ class NodeSpec:
     advertised_port: int
     data_dir: Path
     config: Path
+    client_port: int = 0  # brokers with --security sasl_ssl: the SASL_SSL client listener (never proxied)
 
     @property
     def advertised(self) -> str:
@@ -109,6 +112,7 @@ class Plan:
     min_insync: int
     offsets_partitions: int = 50
     txn_partitions: int = 50
+    security: str = "none"  # none | sasl_ssl (tests.jepsen.security)
 
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
@@ -120,6 +124,8 @@ class Plan:
 
     @property
     def bootstrap(self) -> str:
+        if self.security != "none":
+            return ",".join(f"{b.host}:{b.client_port}" for b in self.brokers)
         return ",".join(b.advertised for b in self.brokers)
 
     def node(self, name: str) -> NodeSpec:
@@ -139,13 +145,18 @@ def cluster_id_for(seed: int) -> str:
 
 def plan_cluster(out: Path, *, seed: int, controllers: int = 3, brokers: int = 3, network: str = "netns",
                  base_port: int = 19000, partitions: int = 3, replication_factor: int = 3,
-                 min_insync: int = 2, offsets_partitions: int = 50, txn_partitions: int = 50) -> Plan:
+                 min_insync: int = 2, offsets_partitions: int = 50, txn_partitions: int = 50,
+                 security: str = "none") -> Plan:
     """Names, ids, addresses and files of every node. Controllers are c1..cN with node ids 1..N,
     brokers b1..bM with node ids 101..100+M.
 
     netns: node k listens on 10.77.0.(10+k), controllers on 9093 and brokers on 9092.
     proxy: node k listens on 127.0.0.1:(base_port+k) and is reached through the proxy at
-    127.0.0.1:(base_port+100+k). none: 127.0.0.1:(base_port+k), no network faults."""
+    127.0.0.1:(base_port+100+k). none: 127.0.0.1:(base_port+k), no network faults. With `security`
+    sasl_ssl a broker's SASL_SSL client listener is on 9094 (netns) or base_port+50+k, reached
+    directly (clients are never faulted)."""
+    if security not in sec.MODES:
+        raise ValueError(f"unknown security {security!r}")
     if network not in ("netns", "proxy", "none"):
         raise ValueError(f"unknown network backend {network!r}")
     if controllers < 1 or brokers < 1:
@@ -161,17 +172,20 @@ def plan_cluster(out: Path, *, seed: int, controllers: int = 3, brokers: int = 3
             host = str(nm.SUBNET.network_address + 10 + k)
             port = CONTROLLER_PORT if role == "controller" else BROKER_PORT
             adv_host, adv_port = host, port
+            client_port = CLIENT_PORT
         else:
             host, port = "127.0.0.1", base_port + k
             adv_host, adv_port = (host, base_port + 100 + k) if network == "proxy" else (host, port)
+            client_port = base_port + 50 + k
         specs.append(NodeSpec(name=name, node_id=node_id, role=role, host=host, port=port,
                               advertised_host=adv_host, advertised_port=adv_port,
+                              client_port=client_port if role == "broker" and security != "none" else 0,
                               data_dir=out / "data" / name, config=out / "config" / f"{name}.properties"))
     return Plan(out=out, network=network, cluster_id=cluster_id_for(seed),
                 controllers=tuple(s for s in specs if s.role == "controller"),
                 brokers=tuple(s for s in specs if s.role == "broker"),
                 partitions=partitions, replication_factor=replication_factor, min_insync=min_insync,
-                offsets_partitions=offsets_partitions, txn_partitions=txn_partitions)
+                offsets_partitions=offsets_partitions, txn_partitions=txn_partitions, security=security)
 
 
 def render_config(node: NodeSpec, plan: Plan) -> str:
@@ -181,17 +195,7 @@ def render_config(node: NodeSpec, plan: Plan) -> str:
         ("node.id", str(node.node_id)),
         ("controller.quorum.voters", plan.voters),
         ("controller.listener.names", "CONTROLLER"),
-        ("listener.security.protocol.map", "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"),
-    ]
-    if node.role == "controller":
-        props.append(("listeners", f"CONTROLLER://{node.host}:{node.port}"))
-    else:
-        props += [
-            ("listeners", f"PLAINTEXT://{node.host}:{node.port}"),
-            ("advertised.listeners", f"PLAINTEXT://{node.advertised}"),
-            ("inter.broker.listener.name", "PLAINTEXT"),
-        ]
-    props += [
+        *sec.node_properties(node, plan),
         ("log.dirs", str(node.data_dir)),
         ("num.partitions", str(plan.partitions)),
         ("default.replication.factor", str(plan.replication_factor)),
@@ -226,10 +230,13 @@ def write_configs(plan: Plan) -> list[Path]:
 # --- the kraftpy command ----------------------------------------------------------------------
 
 
-def client_config(plan: Plan, **extra: Any) -> dict[str, Any]:
+def client_config(plan: Plan, *, user: str | None = None, **extra: Any) -> dict[str, Any]:
     """The settings every confluent-kafka client of the harness shares: the bootstrap brokers and the
-    harness's logger (librdkafka's connection chatter goes to DIR/clients.log, not the terminal)."""
-    return {"bootstrap.servers": plan.bootstrap, "logger": CLIENT_LOGGER, **extra}
+    harness's logger (librdkafka's connection chatter goes to DIR/clients.log, not the terminal); with
+    `--security sasl_ssl` SASL_SSL as `user` (the admin when None; workload clients are
+    `security.WORKLOAD_USER`)."""
+    return {"bootstrap.servers": plan.bootstrap, "logger": CLIENT_LOGGER, **sec.client_settings(plan, user),
+            **extra}
 
 
 def log_clients_to(path: Path) -> logging.Handler:
@@ -272,7 +279,8 @@ def check_kraftpy(cmd: Sequence[str]) -> None:
 
 def format_storage(plan: Plan, cmd: Sequence[str]) -> None:
     """`kraftpy storage format` on every node, all at once."""
-    procs = {node.name: subprocess.Popen([*cmd, "storage", "format", "-c", str(node.config), "-t", plan.cluster_id],
+    procs = {node.name: subprocess.Popen([*cmd, "storage", "format", "-c", str(node.config), "-t", plan.cluster_id,
+                                          *sec.format_args(node, plan)],
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for node in plan.nodes}
     failures = []
@@ -411,7 +419,7 @@ class ProcessCluster:
 
         addresses = [(c.advertised_host, c.advertised_port) for c in self.plan.controllers]
         try:
-            status = trio.run(fetch_status, addresses, 2.0)
+            status = trio.run(fetch_status, addresses, 2.0, sec.control_tls(self.plan))
         except Exception:
             return None
         for spec in self.plan.controllers:
@@ -456,7 +464,7 @@ class ProcessCluster:
             from kraftpy.cli.quorum import fetch_status
 
             addresses = [(c.advertised_host, c.advertised_port) for c in self.plan.controllers]
-            status = trio.run(fetch_status, addresses, 2.0)
+            status = trio.run(fetch_status, addresses, 2.0, sec.control_tls(self.plan))
             if status.get("leader_id") == spec.node_id:
                 return True
             return any(v["id"] == spec.node_id and v["lag"] == 0 and v["last_fetch_ms_ago"] is not None
@@ -585,7 +593,7 @@ class Workload:
             return next(self._values)
 
     def producer_config(self) -> dict[str, Any]:
-        return client_config(self.plan, **{
+        return client_config(self.plan, user=sec.WORKLOAD_USER, **{
             "acks": "all",
             "enable.idempotence": True,
             "retries": 2147483647,
@@ -597,7 +605,7 @@ class Workload:
         })
 
     def consumer_config(self, process: int) -> dict[str, Any]:
-        return client_config(self.plan, **{
+        return client_config(self.plan, user=sec.WORKLOAD_USER, **{
             "group.id": f"jepsen-{self.seed}-{process}",
             "enable.auto.commit": False,
             "auto.offset.reset": "error",
@@ -820,6 +828,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--startup-timeout", type=float, default=60.0)
     ap.add_argument("--final-read-timeout", type=float, default=60.0)
     ap.add_argument("--kraftpy", default=None, help="the kraftpy command (default: this python -m kraftpy)")
+    ap.add_argument("--security", choices=sec.MODES, default="none",
+                    help="none (plaintext, no authorization) or sasl_ssl: TLS between the nodes, SASL_SSL "
+                         "(SCRAM-SHA-512) for the clients, ACLs on; allows the cert-rotate, acl-flap and "
+                         "credential-flap nemeses")
     ap.add_argument("--dry-run", action="store_true", help="write the configurations and schedule, then stop")
     return ap
 
@@ -843,30 +855,37 @@ class Log:
 
 def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    kinds = nm.parse_kinds(args.nemesis)
+    kinds = nm.parse_kinds(args.nemesis, security=args.security != "none")
     out = (args.out or Path("jepsen-runs") / f"seed-{seed}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "runner.log")
     try:
         network = choose_network(args.network, kinds)
+        if args.security == "none" and any(k in nm.SECURITY_KINDS for k in kinds):
+            raise HarnessError(f"the {', '.join(k for k in kinds if k in nm.SECURITY_KINDS)} nemesis needs "
+                               f"--security sasl_ssl")
         plan = plan_cluster(out, seed=seed, controllers=args.nodes, brokers=args.brokers, network=network,
                             base_port=args.base_port, partitions=args.partitions,
-                            offsets_partitions=args.offsets_partitions, txn_partitions=args.txn_partitions)
+                            offsets_partitions=args.offsets_partitions, txn_partitions=args.txn_partitions,
+                            security=args.security)
         write_configs(plan)
         faults = nm.schedule(seed, kinds, [c.name for c in plan.controllers], [b.name for b in plan.brokers],
                              args.time_limit, interval=args.interval, partitions=args.partitions,
                              group=args.workload in ("group", "txn"))
         (out / "schedule.json").write_text(json.dumps(
-            {"seed": seed, "nemesis": list(kinds), "network": network, "time_limit": args.time_limit,
+            {"seed": seed, "nemesis": list(kinds), "network": network, "security": args.security,
+             "time_limit": args.time_limit,
              "workload": args.workload, "faults": [f.to_json() for f in faults]}, indent=2) + "\n")
         log(f"seed {seed}, {args.workload} workload, nemesis {','.join(kinds) or 'none'}, network {network}, "
+            f"security {args.security}, "
             f"{len(faults)} faults, output in {out}")
         if args.dry_run:
             return 0
         cmd = shlex.split(args.kraftpy) if args.kraftpy else default_kraftpy()
         check_kraftpy(cmd)
+        pki = sec.Pki(plan) if sec.enabled(plan) else None
         format_storage(plan, cmd)
-        return _campaign(args, plan, cmd, faults, kinds, seed, log)
+        return _campaign(args, plan, cmd, faults, kinds, seed, log, pki)
     except HarnessError as e:
         log(f"harness error: {e}")
         return 2
@@ -878,7 +897,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _campaign(args: argparse.Namespace, plan: Plan, cmd: list[str], faults: list[nm.Fault],
-              kinds: Sequence[str], seed: int, log: Log) -> int:
+              kinds: Sequence[str], seed: int, log: Log, pki: sec.Pki | None = None) -> int:
     group = group_id(seed) if args.workload == "group" else None
     txn_id = f"jepsen-transform-{seed}" if args.workload == "txn" else None
     cluster = ProcessCluster(plan, cmd, topic=args.topic, group=group, txn_id=txn_id, log=log)
@@ -886,12 +905,13 @@ def _campaign(args: argparse.Namespace, plan: Plan, cmd: list[str], faults: list
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(CLIENT_LOGGER.removeHandler, client_log)
         cleanup.callback(client_log.close)
-        return _campaign_in(args, plan, cluster, faults, kinds, seed, log)
+        return _campaign_in(args, plan, cluster, faults, kinds, seed, log, pki)
 
 
 def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, faults: list[nm.Fault],
-                 kinds: Sequence[str], seed: int, log: Log) -> int:
+                 kinds: Sequence[str], seed: int, log: Log, pki: sec.Pki | None = None) -> int:
     members: GroupWorkload | None = None
+    security = sec.SecurityFaults(plan, pki, topic_prefix=args.topic) if pki else None
     txns: TxnWorkload | None = None
     with network_backend(plan.network, plan, cluster.pids, seed) as net:
         if isinstance(net, nm.NetnsNetwork):
@@ -901,6 +921,9 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
             wait_for_cluster(plan, cluster, args.startup_timeout, log)
             for topic in txn_topics(args.topic) if cluster.txn_id else (args.topic,):
                 create_topic(plan, topic, args.startup_timeout, log)
+            if security:
+                sec.grant_workload_acls(plan, args.topic)
+                log(f"ACLs granted to User:{sec.WORKLOAD_USER}")
             with open(plan.out / HISTORY, "w") as sink:
                 recorder = Recorder(sink)
                 workload = Workload(plan, recorder, topic=args.topic, seed=seed,
@@ -923,7 +946,7 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
                         transaction_timeout_ms=args.transaction_timeout_ms, op_timeout=args.op_timeout,
                         out=plan.out, next_process=workload.next_process,
                         client_config=lambda **kw: client_config(plan, **kw), log=log)
-                nemesis = nm.Nemesis(cluster, net)
+                nemesis = nm.Nemesis(cluster, net, security=security)
                 runner = nm.ScheduleRunner(faults, nemesis, recorder.nemesis, log=log)
                 workload.start()
                 if members:
@@ -969,6 +992,9 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
         + (txns.errors if txns else [])
     if nemesis.rolls:
         results["details"]["rolls"] = nemesis.rolls
+    if security:
+        results["details"]["security"] = {"mode": plan.security, "workload_user": sec.WORKLOAD_USER,
+                                          **security.counts}
     if members:
         facts = (cluster.group, args.assignor, args.static_members, len(members.all),
                  members.replacements["term"], members.replacements["kill"])
