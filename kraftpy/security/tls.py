@@ -144,9 +144,14 @@ def settings_from_values(get: Callable[[str], Any], key_of: Callable[[str], str]
 
 
 def listener_settings(config: Any, listener: str) -> TlsSettings:
-    """The TLS settings of ``listener`` in a validated `KraftConfig` (per-listener keys first)."""
-    return settings_from_values(lambda k: config.listener_value(listener, k),
-                                lambda k: config.listener_key(listener, k), listener=listener)
+    """The TLS settings of ``listener`` in a validated `KraftConfig` (per-listener keys first). As in
+    Kafka (KIP-684), a SASL_SSL listener asks for client certificates only when its own
+    ``listener.name.<listener>.ssl.client.auth`` says so: SASL authenticates its clients."""
+    settings = settings_from_values(lambda k: config.listener_value(listener, k),
+                                    lambda k: config.listener_key(listener, k), listener=listener)
+    if config.security_protocol(listener) == "SASL_SSL" and settings.key("ssl.client.auth") == "ssl.client.auth":
+        settings = attrs.evolve(settings, client_auth="none")
+    return settings
 
 
 def client_settings(properties: Mapping[str, str]) -> TlsSettings:

@@ -354,3 +354,13 @@ def test_a_broker_only_process_reads_the_controller_listeners_prefixed_client_ke
     client = tls.connecting_tls(c, "CONTROLLER")
     assert client is not None and client.settings.keystore_location == str(alice)
     assert client.settings.key("ssl.truststore.location") == "listener.name.controller.ssl.truststore.location"
+
+
+def test_a_sasl_ssl_listener_asks_for_certificates_only_when_its_own_key_says_so(pki):
+    c = config("listeners=PLAINTEXT://:9092,SASL_SSL://:9094,MTLS_SASL://:9095,CONTROLLER://:9093\n"
+               "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,"
+               "MTLS_SASL:SASL_SSL\n"
+               f"ssl.keystore.location={pki.server()}\nssl.truststore.location={pki.ca_file}\n"
+               "ssl.client.auth=required\nlistener.name.mtls_sasl.ssl.client.auth=required\n")
+    assert tls.listener_tls(c, "SASL_SSL").context.verify_mode == ssl.CERT_NONE
+    assert tls.listener_tls(c, "MTLS_SASL").context.verify_mode == ssl.CERT_REQUIRED
