@@ -364,3 +364,22 @@ def test_a_sasl_ssl_listener_asks_for_certificates_only_when_its_own_key_says_so
                "ssl.client.auth=required\nlistener.name.mtls_sasl.ssl.client.auth=required\n")
     assert tls.listener_tls(c, "SASL_SSL").context.verify_mode == ssl.CERT_NONE
     assert tls.listener_tls(c, "MTLS_SASL").context.verify_mode == ssl.CERT_REQUIRED
+
+
+def test_an_encrypted_key_needs_its_password(pki, tmp_path):
+    from cryptography.hazmat.primitives import serialization
+
+    leaf = pki.ca.issue_cert("localhost")
+    key = serialization.load_pem_private_key(leaf.private_key_pem.bytes(), password=None)
+    encrypted = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.BestAvailableEncryption(b"s3cret"))
+    path = tmp_path / "encrypted.pem"
+    path.write_bytes(encrypted + b"".join(b.bytes() for b in leaf.cert_chain_pems))
+    assert tls.server_context(TlsSettings(keystore_location=str(path), key_password="s3cret"))
+    for password in (None, "wrong"):
+        with pytest.raises(TlsConfigError) as info:
+            tls.server_context(TlsSettings(keystore_location=str(path), key_password=password))
+        assert info.value.key == "ssl.keystore.location" and "s3cret" not in str(info.value)
+    # In a properties file the password is never printed.
+    e = error(SSL_LISTENERS + f"ssl.keystore.location={path}\nssl.key.password=wrong\n")
+    assert e.key == "ssl.keystore.location" and "wrong" not in str(e)
