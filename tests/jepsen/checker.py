@@ -16,7 +16,12 @@ partitions in order):
 - *nonmonotonic*: one consumer process reading a partition went back (`rewind`, an offset not
   above the one before) or jumped forward (`skip`, an offset above the one before plus one: the
   topic is neither compacted nor transactional, so offsets are contiguous);
-- *unexpected*: a value read that no send wrote (reported in the details, makes the run invalid).
+- *unexpected*: a value read that no send wrote (reported in the details, makes the run invalid);
+- *unauthorized writes* (a cluster with `--security sasl_ssl`): sends refused with
+  TOPIC_AUTHORIZATION_FAILED, by the broker or by the client's cached answer (the `acl-flap` nemesis
+  removes the producers' WRITE ACL); definite failures, so any of them read is an aborted read, also
+  counted as `unauthorized_writes_read`. `details.security` counts the security faults of the
+  history (certificates rotated and reloads seen, ACL and credential flaps).
 
 Availability is the share of `ok` among completed client operations (sends, polls, and the group
 workload's consumes and commits; the final read runs after healing and is left out). Latencies are
@@ -35,9 +40,24 @@ from collections.abc import Iterable
 from typing import Any
 
 from tests.jepsen.group_checker import Capped, check_group
-from tests.jepsen.history import COMMIT, CONSUME, EVENT_FS, FAIL, FINAL_READ, INFO, INVOKE, OK, POLL, SEND, Op
+from tests.jepsen.history import (
+    COMMIT,
+    CONSUME,
+    EVENT_FS,
+    FAIL,
+    FINAL_READ,
+    INFO,
+    INVOKE,
+    NEMESIS,
+    OK,
+    POLL,
+    SEND,
+    Op,
+)
 
 DETAIL_LIMIT = 32
+UNAUTHORIZED = "TOPIC_AUTHORIZATION_FAILED"
+SECURITY_FAULTS = ("cert-rotate", "acl-flap", "credential-flap")
 CLIENT_FS = (SEND, POLL, CONSUME, COMMIT)
 QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 
@@ -82,6 +102,7 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
     # value -> (partition, acked offset) for ok sends; value sets for fail/info sends.
     acked: dict[Any, tuple[int | None, int | None]] = {}
     failed: set[Any] = set()
+    unauthorized: dict[Any, str] = {}  # value -> "broker" (a delivery error) or "client" (refused locally)
     indeterminate: set[Any] = set()
     sent: set[Any] = set()
     for inv, comp in pairs:
@@ -92,6 +113,8 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
             indeterminate.add(inv.value)
         elif comp.type == FAIL:
             failed.add(inv.value)
+            if UNAUTHORIZED in (comp.error or ""):
+                unauthorized[inv.value] = "broker" if comp.error == UNAUTHORIZED else "client"
         else:
             partition = comp.partition if comp.partition is not None else inv.partition
             acked[inv.value] = (partition, comp.offset)
@@ -168,6 +191,11 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
     for value in sorted(failed & read_values, key=repr):
         aborted.add({"value": value, "at": [{"partition": p, "offset": o} for p, o in value_places[value]]})
 
+    unauthorized_read = Capped(detail_limit)
+    for value in sorted(unauthorized.keys() & read_values, key=repr):
+        unauthorized_read.add({"value": value, "refused_by": unauthorized[value],
+                               "at": [{"partition": p, "offset": o} for p, o in value_places[value]]})
+
     unexpected = Capped(detail_limit)
     for value in sorted(read_values - sent, key=repr):
         unexpected.add({"value": value, "at": [{"partition": p, "offset": o} for p, o in value_places[value]]})
@@ -221,6 +249,8 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
         "inconsistent_offsets": inconsistent.count,
         "nonmonotonic": nonmonotonic.count,
         "aborted_reads": aborted.count,
+        "unauthorized_writes": len(unauthorized),
+        "unauthorized_writes_read": unauthorized_read.count,
         "availability": round(client_ok / client_done, 6) if client_done else None,
         "seed": seed,
         "nemesis": nemesis,
@@ -235,6 +265,9 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
             "aborted_reads": aborted.items,
             "unexpected": unexpected.items,
             "unexpected_count": unexpected.count,
+            "unauthorized_writes": {"refused_by_broker": sum(v == "broker" for v in unauthorized.values()),
+                                    "refused_by_client": sum(v == "client" for v in unauthorized.values())},
+            "unauthorized_writes_read": unauthorized_read.items,
             "sends": {"ok": len(acked), "fail": len(failed), "info": len(indeterminate)},
             "ops": counts,
             "read_values": len(read_values),
@@ -243,6 +276,9 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
     }
     for key in ("group_lost", "committed_regressions", "redelivered_after_commit"):
         results[key] = None if group is None else group[key].count
+    security = security_faults(history)
+    if security:
+        results["details"]["security"] = security
     if group is not None:
         results["details"]["group"] = {
             "group_lost": group["group_lost"].items,
@@ -263,3 +299,27 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
             "read_values": group["group_read_values"],
         }
     return results
+
+
+def security_faults(history: Iterable[Op]) -> dict[str, int]:
+    """What the security nemeses did, from their records: certificates rotated and how many of those
+    rotations the node was seen reloading, ACL flaps (and ACLs they removed), credential flaps. Empty
+    when the history has no security fault."""
+    facts = {"cert_rotations": 0, "cert_reloads_seen": 0, "acl_flaps": 0, "acls_removed": 0, "credential_flaps": 0}
+    seen = False
+    for op in history:
+        fault = op.fault or {}
+        if op.f != NEMESIS or fault.get("kind") not in SECURITY_FAULTS or "error" in fault:
+            continue
+        seen = True
+        kind, phase = fault["kind"], fault.get("phase")
+        if kind == "cert-rotate" and phase == "start":
+            facts["cert_rotations"] += 1
+        elif kind == "cert-rotate" and phase == "stop":
+            facts["cert_reloads_seen"] += bool(fault.get("reloads"))
+        elif kind == "acl-flap" and phase == "start":
+            facts["acl_flaps"] += 1
+            facts["acls_removed"] += int(fault.get("acls_removed") or 0)
+        elif kind == "credential-flap" and phase == "start":
+            facts["credential_flaps"] += 1
+    return facts if seen else {}

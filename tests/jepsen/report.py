@@ -101,6 +101,14 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
     if network:
         lines.append(f"network: {network}")
     lines.extend(f"harness error: {e}" for e in results.get("details", {}).get("harness_errors") or ())
+    security = results.get("details", {}).get("security")
+    if security or results.get("unauthorized_writes"):
+        security = security or {}
+        lines.append(f"security: {security.get('mode', '')} unauthorized_writes={results.get('unauthorized_writes')} "
+                     f"(read later: {results.get('unauthorized_writes_read')}) "
+                     f"cert_rotations={security.get('cert_rotations', 0)} "
+                     f"(reloads seen: {security.get('cert_reloads_seen', 0)}) acl_flaps={security.get('acl_flaps', 0)} "
+                     f"credential_flaps={security.get('credential_flaps', 0)}")
     for roll in results.get("details", {}).get("rolls") or ():
         lines.append(f"roll (fault {roll['fault']}): {roll['total_s']:.1f}s for {len(roll['nodes'])} nodes: "
                      + ", ".join(f"{n['node']} {n['back_s']:.1f}s" for n in roll["nodes"]))
@@ -256,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("network", "harness_errors", "txn_run"):
         if key in prev_details:
             results["details"][key] = prev_details[key]
+    if "security" in prev_details:
+        results["details"]["security"] = {**prev_details["security"], **results["details"].get("security", {})}
     if "group" in results["details"]:
         results["details"]["group"].update({k: v for k, v in prev_details.get("group", {}).items()
                                             if k in RUN_FACTS})

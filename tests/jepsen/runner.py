@@ -668,6 +668,7 @@ class Workload:
                                  on_delivery=on_delivery)
             except (BufferError, KafkaException) as e:
                 self.recorder.fail(SEND, process, error=f"produce: {e}", **fields)
+                producer.poll(0.1)  # the client refused it at once (a full queue, a topic error it holds): pace
                 continue
             deadline = time.monotonic() + self.op_timeout + 5
             while not done.is_set() and time.monotonic() < deadline:
@@ -993,8 +994,7 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
     if nemesis.rolls:
         results["details"]["rolls"] = nemesis.rolls
     if security:
-        results["details"]["security"] = {"mode": plan.security, "workload_user": sec.WORKLOAD_USER,
-                                          **security.counts}
+        results["details"].setdefault("security", {}).update(mode=plan.security, workload_user=sec.WORKLOAD_USER)
     if members:
         facts = (cluster.group, args.assignor, args.static_members, len(members.all),
                  members.replacements["term"], members.replacements["kill"])
