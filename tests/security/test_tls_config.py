@@ -383,3 +383,63 @@ def test_an_encrypted_key_needs_its_password(pki, tmp_path):
     # In a properties file the password is never printed.
     e = error(SSL_LISTENERS + f"ssl.keystore.location={path}\nssl.key.password=wrong\n")
     assert e.key == "ssl.keystore.location" and "wrong" not in str(e)
+
+
+async def _trickle(stream: trio.SocketStream, data: bytes) -> None:
+    for i in range(len(data)):  # one byte a send (TCP_NODELAY is on): the server reads tiny pieces
+        await stream.send_all(data[i:i + 1])
+
+
+async def test_a_handshake_split_into_single_bytes_and_garbage_handshakes(pki):
+    import random
+
+    server_tls = ServerTls(TlsSettings(keystore_location=str(pki.server()), listener="SSL"))
+    log = Recorder()
+
+    async def handler(frame, conn):
+        return [b"\x00\x00\x00\x04", bytes(frame[4:8])]
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            ports = await serve(nursery, server_tls, handler, log)
+            stream = await trio.open_tcp_stream("127.0.0.1", ports["SSL"])
+            incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            client = client_tls(pki).context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+            while True:
+                try:
+                    client.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    await _trickle(stream, outgoing.read())
+                    incoming.write(await stream.receive_some(65536))
+            client.write(b"\x00\x00\x00\x08\x00\x12\x00\x03\x00\x00\x00\x2a")
+            await _trickle(stream, outgoing.read())
+            answer = b""
+            while len(answer) < 8:
+                try:
+                    answer += client.read(8)
+                except ssl.SSLWantReadError:
+                    incoming.write(await stream.receive_some(65536))
+            assert answer == b"\x00\x00\x00\x04\x00\x00\x00\x2a"
+            await stream.aclose()
+
+            # Garbage after a TLS record header (and lone record headers): each closes its own
+            # connection, none stops the listener.
+            rng = random.Random(17)
+            for _ in range(200):
+                body = rng.randbytes(rng.randrange(0, 300))
+                attempt = await trio.open_tcp_stream("127.0.0.1", ports["SSL"])
+                try:
+                    await attempt.send_all(b"\x16\x03\x01" + len(body).to_bytes(2, "big") + body)
+                    await attempt.send_eof()
+                    while await attempt.receive_some(65536):
+                        pass
+                except trio.BrokenResourceError:
+                    pass
+                await attempt.aclose()
+            async with await KafkaConnection.connect("127.0.0.1", ports["SSL"], tls=client_tls(pki)) as conn:
+                await conn.send_raw(b"\x00\x00\x00\x08\x00\x12\x00\x03\x00\x00\x00\x07")
+                assert bytes(await conn.receive_frame()) == b"\x00\x00\x00\x07"
+            refusals = [f for event, f in log.lines if event == "closing connection: TLS handshake failed"]
+            assert len(refusals) == 200
+            nursery.cancel_scope.cancel()
