@@ -68,7 +68,9 @@ class Connection:
     the TLS client certificate or by SASL; ``User:ANONYMOUS`` until then)."""
 
     def __init__(self, stream: trio.SocketStream, listener: str, security_protocol: str = "PLAINTEXT") -> None:
-        self.stream = stream
+        #: What requests are read from and answers written to: the socket, or its `trio.SSLStream`
+        #: once the TLS handshake is done (the peer is always the socket's).
+        self.stream: trio.abc.Stream = stream
         self.listener = listener
         self.security_protocol = security_protocol
         self.principal = ANONYMOUS
