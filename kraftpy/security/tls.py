@@ -425,6 +425,9 @@ def _stamp(paths: tuple[str, ...]) -> tuple:
 class _Reloadable:
     """A context built from files, rebuilt by `check_reload` when they change."""
 
+    #: "server" (a listener's side) or "client" (connections this process opens), for log lines.
+    side = ""
+
     def __init__(self, settings: TlsSettings, build: Callable[[TlsSettings], ssl.SSLContext]) -> None:
         self.settings = settings
         self._build = build
@@ -447,12 +450,12 @@ class _Reloadable:
         except TlsConfigError as exc:
             if log is not None:
                 log.error("ssl certificates not reloaded, keeping the old ones", listener=self.settings.listener,
-                          key=exc.key, reason=exc.reason)
+                          side=self.side, key=exc.key, reason=exc.reason)
             return False
         self.context = context
         self.reloads += 1
         if log is not None:
-            log.info("ssl certificates reloaded", listener=self.settings.listener,
+            log.info("ssl certificates reloaded", listener=self.settings.listener, side=self.side,
                      **_keystore_description(self.settings))
         return True
 
@@ -471,6 +474,8 @@ class _Reloadable:
 class ServerTls(_Reloadable):
     """The TLS side of a listener: `wrap` gives an accepted stream's TLS stream (handshake not yet done)."""
 
+    side = "server"
+
     def __init__(self, settings: TlsSettings) -> None:
         super().__init__(settings, server_context)
 
@@ -486,6 +491,8 @@ class ServerTls(_Reloadable):
 
 class ClientTls(_Reloadable):
     """The TLS side of connections this process opens to a TLS listener."""
+
+    side = "client"
 
     def __init__(self, settings: TlsSettings) -> None:
         super().__init__(settings, client_context)

@@ -237,7 +237,7 @@ def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(no
     tmp = keystore.with_suffix(".tmp")
     tmp.write_bytes(renewed.read_bytes())
     tmp.replace(keystore)  # as a renewal tool does it: a new file renamed over the old one
-    line = node.proc.wait_for("ssl certificates reloaded", since=mark, listener="SSL", timeout=20)
+    line = node.proc.wait_for("ssl certificates reloaded", since=mark, listener="SSL", side="server", timeout=20)
     assert line["subject"].startswith("CN=renewed,") and line["not_after"]
     assert served_subject() == "renewed"
     assert node.proc.pid == pid and node.proc.running
