@@ -5,6 +5,7 @@ is required, a plaintext client) are logged and leave the broker serving; the ad
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -200,6 +201,12 @@ def test_admin_cli_over_ssl_with_command_config(node, pki, tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert topic in out.stdout.split()
+    # DescribeCluster on the SSL listener names the brokers' SSL endpoints.
+    out = subprocess.run([sys.executable, "-m", "kraftpy", "cluster", "describe", "--json", "--bootstrap-server",
+                          node.endpoints["SSL"], "--command-config", str(settings)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert [f"{b['host']}:{b['port']}" for b in json.loads(out.stdout)["brokers"]] == [node.endpoints["SSL"]]
     # Without the SSL settings the admin client cannot speak to the TLS port: one line, no traceback.
     plain = tmp_path / "plain.properties"
     plain.write_text("client.id=plain\nrequest.timeout.ms=10000\n")
