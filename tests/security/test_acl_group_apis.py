@@ -120,3 +120,34 @@ async def test_list_describe_and_delete_groups_see_only_the_groups_allowed(clust
         deleted = await admin.request(ApiKey.DELETE_GROUPS, DeleteGroupsRequest(groups_names=["g", "h"]))
         # READ does not allow DELETE on g; nothing on h.
         assert {r.group_id: r.error_code for r in deleted.results} == {"g": GAF, "h": GAF}
+
+
+def run_transaction(bootstrap: str, transactional_id: str, topic: str) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "log_level": 0,
+                         "transaction.timeout.ms": 30000})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"in-txn")
+    producer.commit_transaction(30)
+
+
+async def test_a_transactional_producer_needs_write_on_its_transactional_id(cluster):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    import trio
+
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        await trio.to_thread.run_sync(run_transaction, cluster.bootstrap, "tx", "t1")
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    # Write on the transactional id and the topic; ClusterAction for the brokers' own requests (the
+    # coordinator's markers, the leader's verification), as they are User:ANONYMOUS here too.
+    await cluster.controller.create_acls(CreateAclsRequest((
+        acl(ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.WRITE),
+        acl(ResourceType.TOPIC, "t1", AclOperation.WRITE),
+        acl(ResourceType.CLUSTER, CLUSTER_NAME, AclOperation.CLUSTER_ACTION))))
+    await cluster.caught_up()
+    await trio.to_thread.run_sync(run_transaction, cluster.bootstrap, "tx", "t1")
+    # The coordinator's commit marker reaches the partition (WriteTxnMarkers, allowed by ClusterAction).
+    partition = cluster.partition(1, "t1")
+    await cluster.wait_for(lambda: partition.last_stable_offset == partition.high_watermark == 2)
