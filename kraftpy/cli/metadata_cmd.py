@@ -156,3 +156,18 @@ def show(log: LogOption = None) -> None:
         typer.echo("configs:")
         for resource, entries in sorted(image.configs.resources.items()):
             typer.echo(f"  {resource}: {dict(entries)}")
+    if image.client_quotas.entities:
+        typer.echo("client quotas:")
+        for path, quotas in sorted((_quota_path(entity), quotas) for entity, quotas in
+                                   image.client_quotas.entities.items()):
+            typer.echo(f"  {path}: {dict(sorted(quotas.items()))}")
+
+
+def _quota_path(entity: Any) -> str:
+    """Kafka's name of a client-quota entity: ``/users/alice/clients/<default>``."""
+    parts = dict(entity)
+    out = ""
+    for kind, label in (("user", "users"), ("client-id", "clients")):
+        if kind in parts:
+            out += f"/{label}/{'<default>' if parts[kind] is None else parts[kind]}"
+    return out

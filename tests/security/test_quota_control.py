@@ -169,3 +169,29 @@ def test_describe_refuses_malformed_filters(described_image, components, code, m
     with pytest.raises(QuotaRequestError) as info:
         describe_client_quotas(described_image, [QuotaFilterComponent(*c) for c in components], False)
     assert info.value.code == code and message in str(info.value)
+
+
+def test_metadata_show_lists_client_quotas(tmp_path):
+    from typer.testing import CliRunner
+
+    from kraftpy.cli.main import app
+    from kraftpy.metadata.records import encode_record
+    from kraftpy.raft.file_log import FileRaftLog
+
+    c = controller()
+    records = list(c.activate(0.0).records)
+    result = alter(c, ClientQuotaAlteration((E("user", "alice"), E("client-id", None)),
+                                            (ClientQuotaOp("producer_byte_rate", 1024),)),
+                   ClientQuotaAlteration((E("client-id", "app"),), (ClientQuotaOp("request_percentage", 5),)))
+    records += result.records
+    log = FileRaftLog.open(tmp_path)
+    log.append_as_leader([encode_record(r) for r in records], 1)
+    log.flush(log.end_offset)
+    log.close()
+    shown = CliRunner().invoke(app, ["metadata", "show", "--log", str(tmp_path)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.splitlines()[-3:] == [
+        "client quotas:",
+        "  /clients/app: {'request_percentage': 5.0}",
+        "  /users/alice/clients/<default>: {'producer_byte_rate': 1024.0}",
+    ]
