@@ -303,9 +303,11 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
 
 def security_faults(history: Iterable[Op]) -> dict[str, int]:
     """What the security nemeses did, from their records: certificates rotated and how many of those
-    rotations the node was seen reloading, ACL flaps (and ACLs they removed), credential flaps. Empty
+    rotations the node was seen reloading, ACL flaps (and ACLs they removed), credential flaps (and in
+    how many a new login with the old password was seen refused). Empty
     when the history has no security fault."""
-    facts = {"cert_rotations": 0, "cert_reloads_seen": 0, "acl_flaps": 0, "acls_removed": 0, "credential_flaps": 0}
+    facts = {"cert_rotations": 0, "cert_reloads_seen": 0, "acl_flaps": 0, "acls_removed": 0, "credential_flaps": 0,
+             "old_password_refused": 0}
     seen = False
     for op in history:
         fault = op.fault or {}
@@ -322,4 +324,5 @@ def security_faults(history: Iterable[Op]) -> dict[str, int]:
             facts["acls_removed"] += int(fault.get("acls_removed") or 0)
         elif kind == "credential-flap" and phase == "start":
             facts["credential_flaps"] += 1
+            facts["old_password_refused"] += bool(fault.get("old_password_refused"))
     return facts if seen else {}

@@ -67,8 +67,10 @@ class GroupWorkload:
     def __init__(self, *, bootstrap: str, recorder: Recorder, topic: str, group: str, partitions: int, seed: int,
                  members: int, assignor: str, churn_interval: float, static: bool, session_timeout_ms: int,
                  op_timeout: float, out: Path, next_process: Callable[[], int], client_config: Callable[..., dict],
-                 log: Callable[[str], Any], python: str = sys.executable) -> None:
+                 log: Callable[[str], Any], python: str = sys.executable,
+                 client_properties: Path | None = None) -> None:
         self.bootstrap = bootstrap
+        self.client_properties = client_properties
         self.recorder = recorder
         self.topic = topic
         self.group = group
@@ -107,6 +109,8 @@ class GroupWorkload:
                "--session-timeout-ms", str(self.session_timeout_ms)]
         if self.static:
             cmd += ["--instance-id", f"{self.group}-slot-{slot}"]
+        if self.client_properties is not None:
+            cmd += ["--client-config", str(self.client_properties)]
         return cmd
 
     def spawn(self, slot: int) -> MemberProcess:

@@ -34,6 +34,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from tests.jepsen.security import read_client_properties
+
 #: commit errors after which the coordinator certainly did not store the offsets
 DEFINITE_COMMIT_FAILURES = {
     "ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS", "FENCED_INSTANCE_ID",
@@ -224,6 +226,7 @@ def member_config(args: argparse.Namespace, logger: logging.Logger) -> dict[str,
     }
     if args.instance_id:
         config["group.instance.id"] = args.instance_id
+    config.update(read_client_properties(args.client_config))
     return config
 
 
@@ -238,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--session-timeout-ms", type=int, default=6000)
     ap.add_argument("--batch", type=int, default=200, help="records per consume operation at most")
     ap.add_argument("--batch-ms", type=int, default=500, help="milliseconds per consume operation at most")
+    ap.add_argument("--client-config", default=None,
+                    help="a .properties file of more librdkafka settings (a secured cluster's SASL_SSL login)")
     return ap
 
 

@@ -925,6 +925,8 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
             if security:
                 sec.grant_workload_acls(plan, args.topic)
                 log(f"ACLs granted to User:{sec.WORKLOAD_USER}")
+            client_properties = sec.write_client_properties(
+                plan, plan.out / "config" / "client-jepsen.properties", sec.WORKLOAD_USER) if security else None
             with open(plan.out / HISTORY, "w") as sink:
                 recorder = Recorder(sink)
                 workload = Workload(plan, recorder, topic=args.topic, seed=seed,
@@ -937,8 +939,8 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
                         partitions=plan.partitions, seed=seed, members=args.consumers, assignor=args.assignor,
                         churn_interval=args.churn_interval, static=args.static_members,
                         session_timeout_ms=args.session_timeout_ms, op_timeout=args.op_timeout, out=plan.out,
-                        next_process=workload.next_process, client_config=lambda **kw: client_config(plan, **kw),
-                        log=log)
+                        next_process=workload.next_process, log=log, client_properties=client_properties,
+                        client_config=lambda **kw: client_config(plan, user=sec.WORKLOAD_USER, **kw))
                 if cluster.txn_id:
                     txns = TxnWorkload(
                         bootstrap=plan.bootstrap, recorder=recorder, topic=args.topic, partitions=plan.partitions,
@@ -946,7 +948,8 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
                         churn_interval=args.churn_interval, abort_every=args.abort_every,
                         transaction_timeout_ms=args.transaction_timeout_ms, op_timeout=args.op_timeout,
                         out=plan.out, next_process=workload.next_process,
-                        client_config=lambda **kw: client_config(plan, **kw), log=log)
+                        client_config=lambda **kw: client_config(plan, user=sec.WORKLOAD_USER, **kw), log=log,
+                        client_properties=client_properties)
                 nemesis = nm.Nemesis(cluster, net, security=security)
                 runner = nm.ScheduleRunner(faults, nemesis, recorder.nemesis, log=log)
                 workload.start()

@@ -279,6 +279,20 @@ def grant_workload_acls(plan: Plan, topic_prefix: str) -> None:
     create_acls(plan, list(_workload_bindings(plan, topic_prefix).values()))
 
 
+def can_log_in(plan: Plan, user: str) -> bool:
+    """Whether a new connection authenticating as `user` with its usual password gets a Metadata answer."""
+    from confluent_kafka.admin import AdminClient
+
+    from tests.jepsen.runner import client_config
+
+    admin = AdminClient(client_config(plan, user=user, **{"socket.timeout.ms": 3000}))
+    try:
+        admin.list_topics(timeout=3)
+    except Exception:  # noqa: BLE001 - any failure: not logged in
+        return False
+    return True
+
+
 def alter_password(plan: Plan, user: str, new_password: str) -> None:
     from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
@@ -318,7 +332,10 @@ class SecurityFaults:
             return {"targets": [f"User:{WORKLOAD_USER}"], "acls_removed": removed}
         if fault.kind == "credential-flap":
             alter_password(self.plan, WORKLOAD_USER, password(self.plan, WORKLOAD_USER) + "-changed")
-            return {"targets": [f"User:{WORKLOAD_USER}"]}
+            # a new connection with the password the workload holds is refused from now on (once the
+            # brokers have the new credential: a few tries)
+            refused = any(not can_log_in(self.plan, WORKLOAD_USER) for _ in range(3))
+            return {"targets": [f"User:{WORKLOAD_USER}"], "old_password_refused": refused}
         raise ValueError(f"not a security fault: {fault.kind!r}")
 
     def stop(self, fault: Any) -> dict[str, Any]:

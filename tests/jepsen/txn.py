@@ -59,8 +59,9 @@ class TxnWorkload:
                  producers: int, read_committed: int, churn_interval: float, abort_every: int,
                  transaction_timeout_ms: int, op_timeout: float, out: Path, next_process: Callable[[], int],
                  client_config: Callable[..., dict], log: Callable[[str], Any],
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, client_properties: Path | None = None) -> None:
         self.bootstrap = bootstrap
+        self.client_properties = client_properties
         self.recorder = recorder
         self.topics = txn_topics(topic)
         self.partitions = partitions
@@ -97,6 +98,8 @@ class TxnWorkload:
                "--name", name, "--txn-id", slot.txn_id, "--seed", str(self.seed),
                "--partitions", str(self.partitions), "--abort-every", str(self.abort_every),
                "--transaction-timeout-ms", str(self.transaction_timeout_ms), "--op-timeout", str(self.op_timeout)]
+        if self.client_properties is not None:
+            cmd += ["--client-config", str(self.client_properties)]
         if slot.role == "producer":
             return [*cmd, "--topics", f"{a},{b}"]
         return [*cmd, "--source", a, "--sink", c, "--group", self.group]

@@ -43,6 +43,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from tests.jepsen.security import read_client_properties
 from tests.jepsen.txn_checker import derived_value
 
 
@@ -85,6 +86,7 @@ class Client:
     def producer_config(self) -> dict[str, Any]:
         a = self.args
         return {
+            **read_client_properties(a.client_config),
             "bootstrap.servers": a.bootstrap,
             "client.id": f"jepsen-{a.name}",
             "transactional.id": a.txn_id,
@@ -223,6 +225,7 @@ class Client:
     def consumer_config(self) -> dict[str, Any]:
         a = self.args
         return {
+            **read_client_properties(a.client_config),
             "bootstrap.servers": a.bootstrap,
             "client.id": f"jepsen-{a.name}",
             "group.id": a.group,
@@ -319,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-ms", type=int, default=300)
     ap.add_argument("--transaction-timeout-ms", type=int, default=10000)
     ap.add_argument("--op-timeout", type=float, default=10.0)
+    ap.add_argument("--client-config", default=None,
+                    help="a .properties file of more librdkafka settings (a secured cluster's SASL_SSL login)")
     return ap
 
 
