@@ -78,6 +78,8 @@ docs: $(STAMP)
 # with JEPSEN_ARGS and its own output directory JEPSEN_OUT/WORKLOAD:
 #   make jepsen JEPSEN_ARGS="--time-limit 60 --nemesis all --seed 7" JEPSEN_WORKLOADS=group
 # A --workload W in JEPSEN_ARGS runs that workload alone: make jepsen JEPSEN_ARGS="--workload txn --nemesis all"
+# A secured cluster (TLS between nodes, SASL_SSL clients, ACLs) with its security faults as well:
+#   make jepsen JEPSEN_ARGS="--security sasl_ssl --nemesis all"
 JEPSEN_ARGS ?= --time-limit 60 --nemesis all
 JEPSEN_WORKLOADS ?= queue group txn
 JEPSEN_OUT ?= jepsen-runs/latest
