@@ -80,7 +80,7 @@ ISR_EXPANDS = Counter("kraftpy_isr_expands", "ISR expansions of partitions this 
 
 QUOTA_THROTTLE_TIME = Counter(
     "kraftpy_quota_throttle_time_ms", "Milliseconds clients were throttled for going over a client quota, by "
-    "quota type (Produce, Fetch, Request; Kafka's throttle-time of each ClientQuotaManager).", ["quota_type"],
+    "quota type (Produce, Fetch, Request, ControllerMutation; Kafka's throttle-time of each quota manager).", ["quota_type"],
     registry=REGISTRY)
 QUOTA_THROTTLED_REQUESTS = Counter(
     "kraftpy_quota_throttled_requests", "Responses sent with a throttle time, by quota type.", ["quota_type"],

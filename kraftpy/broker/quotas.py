@@ -15,7 +15,12 @@ fetches are replication, never client-quota'd), **Request** the time the connect
 handling, encoding and sending; time parked waiting — a long-poll Fetch, an acks=all Produce — is not
 counted), as a percentage of one second, against request_percentage (every API but ApiVersions and the
 SASL handshake). That time is measured by a trio instrument (`TaskTime`) installed only while some
-entity has a request_percentage quota.
+entity has a request_percentage quota. **ControllerMutation** counts the partitions a CreateTopics,
+CreatePartitions or DeleteTopics creates or deletes against controller_mutation_rate (KIP-599): the
+handler asks `ClientQuotas.mutations` for each topic before forwarding it, and from CreateTopics v6,
+CreatePartitions v3 and DeleteTopics v5 on a topic asked for while the client is already over its quota
+is answered THROTTLING_QUOTA_EXCEEDED (the one that takes it over is accepted, as in Kafka); older
+versions are only throttled. Validate-only requests are not counted.
 
 Resolution (`resolve_quota`) follows Kafka's precedence, most specific first::
 
@@ -53,6 +58,7 @@ from kraftpy.metadata.image import ClientQuotasImage, QuotaEntity
 from kraftpy.metadata.quota_control import (
     CLIENT_ID,
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     USER,
@@ -65,9 +71,14 @@ from kraftpy.rpc.rates import Rate
 PRODUCE = "Produce"
 FETCH = "Fetch"
 REQUEST = "Request"
+MUTATION = "ControllerMutation"
 
 #: Quota type → the quota key it enforces.
-QUOTA_KEY = {PRODUCE: PRODUCER_BYTE_RATE, FETCH: CONSUMER_BYTE_RATE, REQUEST: REQUEST_PERCENTAGE}
+QUOTA_KEY = {PRODUCE: PRODUCER_BYTE_RATE, FETCH: CONSUMER_BYTE_RATE, REQUEST: REQUEST_PERCENTAGE,
+             MUTATION: CONTROLLER_MUTATION_RATE}
+
+#: The APIs that mutate partitions, and the first version of each answered THROTTLING_QUOTA_EXCEEDED.
+STRICT_MUTATION_VERSIONS = {ApiKey.CREATE_TOPICS: 6, ApiKey.CREATE_PARTITIONS: 3, ApiKey.DELETE_TOPICS: 5}
 
 #: APIs never throttled for request time (Kafka exempts what a client needs to connect at all).
 REQUEST_QUOTA_EXEMPT = frozenset({ApiKey.API_VERSIONS, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
@@ -176,7 +187,7 @@ class ClientQuotas:
         self._sensors: dict[tuple[str, str, str], list[Any]] = {}
         self._next_expiry = clock() + SENSOR_EXPIRY_S
         #: Throttle time given so far, by quota type (tests and metrics).
-        self.throttled_ms: dict[str, int] = {PRODUCE: 0, FETCH: 0, REQUEST: 0}
+        self.throttled_ms: dict[str, int] = {PRODUCE: 0, FETCH: 0, REQUEST: 0, MUTATION: 0}
         self._task_time: TaskTime | None = None
         self._quotas_seen: Any = None
 
@@ -222,6 +233,28 @@ class ClientQuotas:
             return 0
         return max(0, min(throttle_time_ms(measured, bound, rate.window_size(now)), self.max_throttle_ms))
 
+    def over_quota_ms(self, quota_type: str, user: str, client_id: str, now: float | None = None) -> int:
+        """The throttle time the client owes now, recording nothing (0 within its quota or without one)."""
+        quotas = self._image().client_quotas
+        resolved = resolve_quota(quotas, QUOTA_KEY[quota_type], user, client_id) if quotas.entities else None
+        if resolved is None:
+            return 0
+        bound, (user_tag, client_tag) = resolved
+        sensor = self._sensors.get((quota_type, user_tag, client_tag))
+        if sensor is None:
+            return 0
+        now = self.clock() if now is None else now
+        measured = sensor[0].measure(now)
+        if measured <= bound:
+            return 0
+        return max(0, min(throttle_time_ms(measured, bound, sensor[0].window_size(now)), self.max_throttle_ms))
+
+    def mutations(self, header: Any, conn: Any) -> MutationQuota:
+        """The controller-mutation quota of one CreateTopics, CreatePartitions or DeleteTopics request."""
+        strict = header.request_api_version >= STRICT_MUTATION_VERSIONS.get(header.request_api_key, 1 << 15)
+        return MutationQuota(self, user_of(getattr(conn, "principal", "User:ANONYMOUS")), header.client_id or "",
+                             strict)
+
     def _maybe_expire(self, now: float) -> None:
         if now < self._next_expiry:
             return
@@ -247,6 +280,8 @@ class ClientQuotas:
             throttles[PRODUCE] = self.record(PRODUCE, user, client_id, request_bytes)
         elif api_key == ApiKey.FETCH and response is not None and getattr(request, "replica_id", -1) < 0:
             throttles[FETCH] = self.record(FETCH, user, client_id, _records_bytes(response))
+        elif api_key in STRICT_MUTATION_VERSIONS:
+            throttles[MUTATION] = self.over_quota_ms(MUTATION, user, client_id)
         if request_s is not None and api_key not in REQUEST_QUOTA_EXEMPT:
             throttles[REQUEST] = self.record(REQUEST, user, client_id, request_s * 100.0)
         quota_type, throttle = max(throttles.items(), key=lambda item: item[1], default=(REQUEST, 0))
@@ -259,3 +294,22 @@ class ClientQuotas:
             response.throttle_time_ms = max(response.throttle_time_ms or 0, throttle)
         conn.throttle_ms = max(getattr(conn, "throttle_ms", 0), throttle)
         return throttle
+
+
+class MutationQuota:
+    """One request's partition mutations against its client's controller_mutation_rate (KIP-599)."""
+
+    def __init__(self, quotas: ClientQuotas, user: str, client_id: str, strict: bool) -> None:
+        self._quotas = quotas
+        self.user = user
+        self.client_id = client_id
+        #: Whether a topic over the quota is refused (THROTTLING_QUOTA_EXCEEDED) rather than only throttled.
+        self.strict = strict
+
+    def admit(self, partitions: int) -> bool:
+        """Count ``partitions`` mutations of one topic; False (nothing counted) when the request is strict
+        and the client is already over its quota."""
+        if self.strict and self._quotas.over_quota_ms(MUTATION, self.user, self.client_id) > 0:
+            return False
+        self._quotas.record(MUTATION, self.user, self.client_id, max(partitions, 0))
+        return True

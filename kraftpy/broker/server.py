@@ -122,13 +122,19 @@ class BrokerServer:
         self.apis = KafkaApis(self.metadata, node_id=node_id, ready=self.caught_up_with_registration)
         #: authorizer.class.name: the ACLs of the metadata log, checked by every handler (kraftpy.broker.authorization).
         self.authorizer = BrokerAuthorizer.from_settings(settings)
+        #: Client quotas (byte rates, request percentage, controller mutations) of this broker's clients,
+        #: from the metadata image.
+        self.quotas = ClientQuotas(lambda: self.metadata.image, window_num=settings.quota_window_num,
+                                   window_size_s=settings.quota_window_size_seconds)
+        topics = TopicsApi(self.metadata, channel, settings)
+        topics.quotas = self.quotas
         for area in (
             ProduceApi(self.replicas, self.metadata, clock, node_id=node_id, verify=verify),
             TxnApi(self.txn_coordinator, self.replicas, self.metadata, self.producer_ids.generate, node_id=node_id),
             FetchApi(self.replicas, self.metadata),
             OffsetsApi(self.replicas, self.metadata),
             MetadataApi(self.metadata, channel, settings, self.replicas.is_offline),
-            TopicsApi(self.metadata, channel, settings),
+            topics,
             ReassignmentsApi(self.metadata, channel),
             BrokersApi(self.metadata, channel),
             ConfigsApi(self.metadata, channel, settings),
@@ -148,9 +154,7 @@ class BrokerServer:
         for area in (ScramCredentialsApi(self.metadata, channel), QuotasApi(self.metadata, channel)):
             area.authz = self.authorizer
             self.apis.register_all(area.handlers())
-        #: Client quotas (byte rates, request percentage) of this broker's clients, from the metadata image.
-        self.quotas = self.apis.quotas = ClientQuotas(lambda: self.metadata.image, window_num=settings.quota_window_num,
-                                                      window_size_s=settings.quota_window_size_seconds)
+        self.apis.quotas = self.quotas
         self.kafka_server = KafkaServer(self.apis.handle, max_frame_bytes=settings.socket_request_max_bytes,
                                         listener=settings.listener_name, log=self._log,
                                         queued_max_request_bytes=settings.queued_max_request_bytes,

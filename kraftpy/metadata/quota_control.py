@@ -14,7 +14,7 @@ key                         type        meaning
 producer_byte_rate          long        bytes/s of Produce requests
 consumer_byte_rate          long        bytes/s of Fetch responses
 request_percentage          double      percent of one request-handler thread's time
-controller_mutation_rate    double      partitions created/deleted per second (stored)
+controller_mutation_rate    double      partitions created/deleted per second
 ==========================  ==========  ===============================================
 
 Kafka's third entity type, ``ip`` (connection_creation_rate), is refused with INVALID_REQUEST: kraftpy

@@ -183,3 +183,41 @@ async def test_every_broker_holds_the_quotas_and_a_controller_outage_is_answered
         answers = await admin.alter_client_quotas([({"user": "dave"}, {"producer_byte_rate": 1}),
                                                    ({"client-id": "x"}, {"consumer_byte_rate": 2})])
         assert [code for code, _ in answers] == [ErrorCode.REQUEST_TIMED_OUT] * 2
+
+
+async def test_controller_mutation_rate_refuses_topics_over_the_quota(tmp_path):
+    from kraftpy.protocol.api_keys import ApiKey
+    from kraftpy.protocol.messages import CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest
+
+    def create(*topics: tuple[str, int]) -> CreateTopicsRequest:
+        return CreateTopicsRequest(timeout_ms=5000, validate_only=False, topics=[
+            CreateTopicsRequest.CreatableTopic(name=name, num_partitions=n, replication_factor=1)
+            for name, n in topics])
+
+    async with open_cluster(tmp_path, brokers=1) as cluster, \
+            AdminClient(parse_addresses(cluster.bootstrap)) as admin:
+        assert await admin.alter_client_quotas([({"client-id": "kraftpy-admin"},
+                                                 {"controller_mutation_rate": 2})]) == [(ErrorCode.NONE, None)]
+        # The broker's quota clock stands still, so the rate does not depend on how fast this test runs.
+        cluster.brokers[1].quotas.clock = lambda: 1000.0
+        # v7 (strict): the first topic takes the client over its 2 partitions/s and is created; the next
+        # ones are refused with THROTTLING_QUOTA_EXCEEDED, and the response carries the throttle time.
+        response = await admin.request(ApiKey.CREATE_TOPICS, create(("m1", 3), ("m2", 1), ("m3", 1)), version=7)
+        codes = {t.name: t.error_code for t in response.topics}
+        assert codes == {"m1": ErrorCode.NONE, "m2": ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                         "m3": ErrorCode.THROTTLING_QUOTA_EXCEEDED}
+        assert response.throttle_time_ms > 0
+        assert cluster.image.topics.get_by_name("m2") is None
+        # Still over: CreatePartitions v3 and DeleteTopics v6 are refused the same way.
+        grown = await admin.request(ApiKey.CREATE_PARTITIONS, CreatePartitionsRequest(
+            timeout_ms=5000, validate_only=False, topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+                name="m1", count=4, assignments=None)]), version=3)
+        assert [r.error_code for r in grown.results] == [ErrorCode.THROTTLING_QUOTA_EXCEEDED]
+        deleted = await admin.request(ApiKey.DELETE_TOPICS, DeleteTopicsRequest(
+            timeout_ms=5000, topics=[DeleteTopicsRequest.DeleteTopicState(name="m1")]), version=6)
+        assert [r.error_code for r in deleted.responses] == [ErrorCode.THROTTLING_QUOTA_EXCEEDED]
+        assert len(cluster.image.topics.get_by_name("m1").partitions) == 3
+        # An older version (v5) is not refused, only throttled.
+        older = await admin.request(ApiKey.CREATE_TOPICS, create(("m4", 1)), version=5)
+        assert [t.error_code for t in older.topics] == [ErrorCode.NONE] and older.throttle_time_ms > 0
+        assert cluster.brokers[1].quotas.throttled_ms["ControllerMutation"] > 0

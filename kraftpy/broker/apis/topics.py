@@ -4,6 +4,9 @@ Each handler turns the wire request into the controller's own message, awaits th
 result, waits until the change reached this broker's metadata cache (so the client's next
 Metadata request sees it), and turns the result back into the wire response. Kafka's internal topics
 (``__consumer_offsets``) are never deleted: DeleteTopics answers INVALID_REQUEST for them.
+
+Each topic's partitions count against its client's controller_mutation_rate before it is forwarded
+(kraftpy.broker.quotas.MutationQuota): a topic refused for it is answered THROTTLING_QUOTA_EXCEEDED.
 """
 
 from __future__ import annotations
@@ -24,10 +27,15 @@ from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse
 from kraftpy.rpc.kafka_server import Connection
 
+#: Kafka's message for a topic refused for its client's controller_mutation_rate.
+THROTTLED = "The throttling quota has been exceeded."
+
 
 class TopicsApi:
     #: Set by the broker: CREATE on the cluster or each topic, DELETE / ALTER on each topic.
     authz: BrokerAuthorizer = NO_AUTHORIZATION
+    #: Set by the broker: its client quotas (kraftpy.broker.quotas.ClientQuotas), for controller_mutation_rate.
+    quotas: Any = None
 
     def __init__(self, metadata: MetadataCache, channel: ControllerChannel, settings: BrokerSettings) -> None:
         self.metadata = metadata
@@ -47,6 +55,10 @@ class TopicsApi:
         unauthorized: set[str] = set()
         if self.authz.enabled and not self.authz.allows_cluster(conn, CREATE, log_denied=False):
             unauthorized = self.authz.denied(conn, CREATE, TOPIC, (t.name for t in request.topics))
+        throttled = self._over_mutation_quota(header, conn, request.validate_only, [
+            (t.name, len(t.assignments) if t.assignments else
+             (t.num_partitions if t.num_partitions > 0 else self.settings.num_partitions))
+            for t in request.topics if t.name not in unauthorized])
         mreq = m.CreateTopicsRequest(
             tuple(
                 m.CreatableTopic(
@@ -54,11 +66,12 @@ class TopicsApi:
                     tuple(m.CreatableReplicaAssignment(a.partition_index, tuple(a.broker_ids)) for a in t.assignments),
                     tuple(m.CreatableTopicConfig(c.name, c.value) for c in t.configs),
                 )
-                for t in request.topics if t.name not in unauthorized
+                for t in request.topics if t.name not in unauthorized and t.name not in throttled
             ),
             validate_only=request.validate_only,
         )
-        mresp = await self.channel.create_topics(mreq) if mreq.topics or not unauthorized else m.CreateTopicsResponse(())
+        skipped = unauthorized or throttled
+        mresp = await self.channel.create_topics(mreq) if mreq.topics or not skipped else m.CreateTopicsResponse(())
         created = [r.name for r in mresp.topics if r.error_code == ErrorCode.NONE]
         if created and not request.validate_only:
             await await_propagation(self.metadata, lambda image: all(image.topics.get_by_name(n) is not None
@@ -76,7 +89,18 @@ class TopicsApi:
         topics += [Result(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                           error_message="Authorization failed.", num_partitions=-1, replication_factor=-1)
                    for name in sorted(unauthorized)]
+        topics += [Result(name=name, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=THROTTLED,
+                          num_partitions=-1, replication_factor=-1) for name in throttled]
         return CreateTopicsResponse(throttle_time_ms=0, topics=topics)
+
+    def _over_mutation_quota(self, header: Any, conn: Connection, validate_only: bool,
+                             topics: list[tuple[str | None, int]]) -> list[str | None]:
+        """The topics (in request order) refused for their client's controller_mutation_rate; the others'
+        partitions are counted (KIP-599). Validate-only requests count nothing."""
+        if self.quotas is None or validate_only:
+            return []
+        quota = self.quotas.mutations(header, conn)
+        return [name for name, partitions in topics if not quota.admit(partitions)]
 
     def _created_topic_configs(self, name: str, requested: Any) -> list:
         given = {c.name: c.value for c in requested.configs} if requested is not None else {}
@@ -99,6 +123,7 @@ class TopicsApi:
         Result = DeleteTopicsResponse.DeletableTopicResult
         responses = []
         forwarded = []
+        quota = self.quotas.mutations(header, conn) if self.quotas is not None else None
         for state in states:
             name = state.name if state.name is not None else self._name_of(state.topic_id)
             if self.authz.enabled and name is not None and not self.authz.allows(conn, DELETE, TOPIC, name):
@@ -111,6 +136,9 @@ class TopicsApi:
                 responses.append(Result(name=name, topic_id=to_wire_uuid(state.topic_id),
                                         error_code=ErrorCode.INVALID_REQUEST,
                                         error_message=f"Topic {name} is an internal topic and may not be deleted"))
+            elif quota is not None and not quota.admit(self._partitions_of(name)):
+                responses.append(Result(name=state.name, topic_id=to_wire_uuid(state.topic_id),
+                                        error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=THROTTLED))
             else:
                 forwarded.append(state)
         if forwarded or not responses:
@@ -124,27 +152,34 @@ class TopicsApi:
                           for r in mresp.responses]
         return DeleteTopicsResponse(throttle_time_ms=0, responses=responses)
 
+    def _partitions_of(self, name: str | None) -> int:
+        topic = self.metadata.image.topics.get_by_name(name) if name is not None else None
+        return len(topic.partitions) if topic is not None else 0
+
     def _name_of(self, topic_id: Any) -> str | None:
         topic = self.metadata.image.topics.get_by_id(topic_id) if topic_id is not None else None
         return topic.name if topic is not None else None
 
     async def handle_create_partitions(self, header: Any, request: Any, conn: Connection) -> CreatePartitionsResponse:
         unauthorized = self.authz.denied(conn, ALTER, TOPIC, (t.name for t in request.topics))
+        throttled = self._over_mutation_quota(header, conn, request.validate_only, [
+            (t.name, t.count - self._partitions_of(t.name)) for t in request.topics if t.name not in unauthorized])
+        skipped = unauthorized | set(throttled)
         mreq = m.CreatePartitionsRequest(
             tuple(
                 m.CreatePartitionsTopic(
                     t.name, t.count,
                     None if t.assignments is None else tuple(tuple(a.broker_ids) for a in t.assignments),
                 )
-                for t in request.topics if t.name not in unauthorized
+                for t in request.topics if t.name not in skipped
             ),
             validate_only=request.validate_only,
         )
-        if unauthorized and not mreq.topics:
+        if skipped and not mreq.topics:
             mresp = m.CreatePartitionsResponse(())
         else:
             mresp = await self.channel.create_partitions(mreq)
-        kept = [t for t in request.topics if t.name not in unauthorized]
+        kept = [t for t in request.topics if t.name not in skipped]
         grown = {r.name: t.count for r, t in zip(mresp.results, kept, strict=False)
                  if r.error_code == ErrorCode.NONE and r.name == t.name}
         if grown and not request.validate_only:
@@ -157,4 +192,6 @@ class TopicsApi:
         return CreatePartitionsResponse(throttle_time_ms=0, results=[
             Result(name=r.name, error_code=r.error_code, error_message=r.error_message) for r in mresp.results
         ] + [Result(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed.")
-             for name in sorted(unauthorized)])
+             for name in sorted(unauthorized)]
+          + [Result(name=name, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=THROTTLED)
+             for name in throttled])
