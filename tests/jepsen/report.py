@@ -101,14 +101,7 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
     if network:
         lines.append(f"network: {network}")
     lines.extend(f"harness error: {e}" for e in results.get("details", {}).get("harness_errors") or ())
-    security = results.get("details", {}).get("security")
-    if security or results.get("unauthorized_writes"):
-        security = security or {}
-        lines.append(f"security: {security.get('mode', '')} unauthorized_writes={results.get('unauthorized_writes')} "
-                     f"(read later: {results.get('unauthorized_writes_read')}) "
-                     f"cert_rotations={security.get('cert_rotations', 0)} "
-                     f"(reloads seen: {security.get('cert_reloads_seen', 0)}) acl_flaps={security.get('acl_flaps', 0)} "
-                     f"credential_flaps={security.get('credential_flaps', 0)}")
+    lines.extend(security_lines(results))
     for roll in results.get("details", {}).get("rolls") or ():
         lines.append(f"roll (fault {roll['fault']}): {roll['total_s']:.1f}s for {len(roll['nodes'])} nodes: "
                      + ", ".join(f"{n['node']} {n['back_s']:.1f}s" for n in roll["nodes"]))
@@ -128,6 +121,21 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
             lines.append(f"{key} (first {min(len(items), 5)} of {results[key]}):")
             lines.extend(f"  {json.dumps(item, default=str)}" for item in items[:5])
     return "\n".join(lines) + "\n"
+
+
+def security_lines(results: dict[str, Any]) -> list[str]:
+    """The summary's line on a secured cluster's run: writes refused by authorization (queue and
+    group workloads) and what the security faults did."""
+    security = results.get("details", {}).get("security")
+    if not security and not results.get("unauthorized_writes"):
+        return []
+    security = security or {}
+    refused = "" if "unauthorized_writes" not in results else (
+        f" unauthorized_writes={results['unauthorized_writes']} (read later: {results.get('unauthorized_writes_read')})")
+    return [f"security: {security.get('mode', '')}{refused} cert_rotations={security.get('cert_rotations', 0)} "
+            f"(reloads seen: {security.get('cert_reloads_seen', 0)}) acl_flaps={security.get('acl_flaps', 0)} "
+            f"credential_flaps={security.get('credential_flaps', 0)} "
+            f"(old password refused: {security.get('old_password_refused', 0)})"]
 
 
 def txn_summary_lines(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
@@ -160,6 +168,7 @@ def txn_summary_lines(results: dict[str, Any], windows: list[dict[str, Any]]) ->
     lines.extend(f"harness error: {e}" for e in details.get("harness_errors") or ())
     for key, value in sorted((details.get("txn_run") or {}).items()):
         lines.append(f"run: {key}={value}")
+    lines.extend(security_lines(results))
     lines.append(f"faults: {len(windows)}")
     for w in windows:
         lines.append(f"  {w['start'] / 1e9:8.2f}s - {w['stop'] / 1e9:8.2f}s  {w['label']}")

@@ -55,7 +55,7 @@ from kraftpy.config.properties import format_properties
 from kraftpy.ids import uuid_to_str
 from tests.jepsen import nemesis as nm
 from tests.jepsen import security as sec
-from tests.jepsen.checker import check
+from tests.jepsen.checker import check, security_faults
 from tests.jepsen.group import ASSIGNORS, GroupWorkload, offsets_partition_for
 from tests.jepsen.history import FINAL_READ, POLL, SEND, Recorder
 from tests.jepsen.proxy import Route, SocketOwners, ThreadedProxy
@@ -997,7 +997,8 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
     if nemesis.rolls:
         results["details"]["rolls"] = nemesis.rolls
     if security:
-        results["details"].setdefault("security", {}).update(mode=plan.security, workload_user=sec.WORKLOAD_USER)
+        results["details"]["security"] = {**security_faults(history), "mode": plan.security,
+                                          "workload_user": sec.WORKLOAD_USER}
     if members:
         facts = (cluster.group, args.assignor, args.static_members, len(members.all),
                  members.replacements["term"], members.replacements["kill"])

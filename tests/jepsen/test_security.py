@@ -241,3 +241,19 @@ def test_security_facts_come_from_the_nemesis_records():
     r = check(b.ops)
     assert r["details"]["security"] == {"cert_rotations": 2, "cert_reloads_seen": 1, "acl_flaps": 1,
                                         "acls_removed": 1, "credential_flaps": 1, "old_password_refused": 1}
+
+
+def test_the_summary_says_what_the_security_faults_did():
+    from tests.jepsen.report import summary_text
+
+    b = Builder()
+    b.nemesis("start", {"id": 0, "kind": "acl-flap", "variant": "write", "acls_removed": 1})
+    b.send(0, 1, 0, result="fail", error=REFUSED)
+    b.nemesis("stop", {"id": 0, "kind": "acl-flap", "variant": "write"})
+    b.final_read(9, 0, [])
+    r = check(b.ops)
+    r["details"]["security"]["mode"] = "sasl_ssl"
+    assert "security: sasl_ssl unauthorized_writes=1 (read later: 0) cert_rotations=0 (reloads seen: 0) " \
+           "acl_flaps=1 credential_flaps=0 (old password refused: 0)" in summary_text(r, []).splitlines()
+    r = check(Builder().ops)
+    assert not any(line.startswith("security:") for line in summary_text(r, []).splitlines())
