@@ -564,6 +564,23 @@ def decode_value(raw: bytes | None) -> Any:
     return int(text) if text.isdigit() else text
 
 
+def _is_fatal(exc: BaseException) -> bool:
+    """Whether a confluent-kafka exception carries a fatal error (the client can do nothing more)."""
+    error = exc.args[0] if exc.args else None
+    return bool(getattr(error, "fatal", lambda: False)())
+
+
+def _poll_fatally(producer: Any, timeout: float) -> str | None:
+    """`producer.poll(timeout)`; the error text when the producer raised a fatal error instead."""
+    from confluent_kafka import KafkaException
+
+    try:
+        producer.poll(timeout)
+    except KafkaException as e:
+        return f"fatal: {e}"
+    return None
+
+
 class Workload:
     """Producer and consumer threads recording into `recorder` until `stop` is set."""
 
@@ -668,24 +685,31 @@ class Workload:
                                  on_delivery=on_delivery)
             except (BufferError, KafkaException) as e:
                 self.recorder.fail(SEND, process, error=f"produce: {e}", **fields)
-                producer.poll(0.1)  # the client refused it at once (a full queue, a topic error it holds): pace
+                # refused at once (a full queue, a topic error it holds): pace; a producer failed fatally
+                # (e.g. its InitProducerId refused) refuses everything from now on: a new one
+                if _poll_fatally(producer, 0.1) or _is_fatal(e):
+                    producer = Producer(self.producer_config())
                 continue
             deadline = time.monotonic() + self.op_timeout + 5
-            while not done.is_set() and time.monotonic() < deadline:
-                producer.poll(0.1)
+            fatal = None
+            while fatal is None and not done.is_set() and time.monotonic() < deadline:
+                fatal = _poll_fatally(producer, 0.1)
             if not done.is_set():
-                self.recorder.info(SEND, process, error="no delivery report", **fields)
+                self.recorder.info(SEND, process, error=fatal or "no delivery report", **fields)
             elif outcome["type"] == "ok":
                 self.recorder.ok(SEND, process, value=value, key=key, partition=outcome["partition"],
                                  offset=outcome["offset"])
-                continue
+                if fatal is None:
+                    continue
             else:
                 self.recorder.complete(outcome["type"], SEND, process, error=outcome["error"], **fields)
-                if outcome["type"] == "fail":
+                if outcome["type"] == "fail" and fatal is None:
                     continue
-            # indeterminate: a new process, and a new producer (the old one may still deliver)
+            # indeterminate (or the producer failed fatally): a new process, and a new producer (the
+            # old one may still deliver)
             process = self.next_process()
-            producer.flush(0)
+            with contextlib.suppress(Exception):
+                producer.flush(0)
             producer = Producer(self.producer_config())
         producer.flush(self.op_timeout)
 
@@ -923,8 +947,10 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
             for topic in txn_topics(args.topic) if cluster.txn_id else (args.topic,):
                 create_topic(plan, topic, args.startup_timeout, log)
             if security:
-                sec.grant_workload_acls(plan, args.topic)
-                log(f"ACLs granted to User:{sec.WORKLOAD_USER}")
+                applied = sec.grant_workload_acls(plan, args.topic)
+                log(f"ACLs granted to User:{sec.WORKLOAD_USER}, applied on {', '.join(applied) or 'no broker'}")
+                if len(applied) < len(plan.brokers):
+                    raise HarnessError(f"the workload's ACLs reached only {applied} of the brokers")
             client_properties = sec.write_client_properties(
                 plan, plan.out / "config" / "client-jepsen.properties", sec.WORKLOAD_USER) if security else None
             with open(plan.out / HISTORY, "w") as sink:

@@ -30,6 +30,7 @@ import contextlib
 import os
 import random
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,7 @@ INTERNAL_LISTENER = "INTERNAL"
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 RELOAD_INTERVAL_MS = 1000
 RELOADED = "ssl certificates reloaded"
+ACLS_CHANGED = '"acls changed"'
 PKI_DIR = "pki"
 
 
@@ -275,8 +277,40 @@ def delete_acls(plan: Plan, bindings: list[Any]) -> int:
     return _retrying("DeleteAcls", once)
 
 
-def grant_workload_acls(plan: Plan, topic_prefix: str) -> None:
+def _log_marks(plan: Plan) -> dict[str, int]:
+    """Each broker's log size now: where to look for what it logs next."""
+    marks = {}
+    for broker in plan.brokers:
+        path = plan.out / "logs" / f"{broker.name}.log"
+        marks[broker.name] = path.stat().st_size if path.exists() else 0
+    return marks
+
+
+def _logged_since(plan: Plan, name: str, mark: int, event: str) -> int:
+    """How many lines naming `event` the node logged since `mark` (a byte offset)."""
+    with contextlib.suppress(OSError), open(plan.out / "logs" / f"{name}.log", "rb") as f:
+        f.seek(mark)
+        return f.read().decode(errors="replace").count(event)
+    return 0
+
+
+def wait_acls_applied(plan: Plan, marks: dict[str, int], timeout: float = 20.0) -> list[str]:
+    """Waits until every broker logged `acls changed` since `marks` (its authorizer applied the change:
+    an ACL change reaches each broker with its metadata, not all at once); returns the brokers that
+    did within `timeout` (a killed or paused broker applies it when it is back)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        applied = [name for name, mark in marks.items() if _logged_since(plan, name, mark, ACLS_CHANGED)]
+        if len(applied) == len(marks) or time.monotonic() >= deadline:
+            return applied
+        time.sleep(0.1)
+
+
+def grant_workload_acls(plan: Plan, topic_prefix: str) -> list[str]:
+    """Creates the workload user's ACLs; returns once every broker applied them (the brokers that did)."""
+    marks = _log_marks(plan)
     create_acls(plan, list(_workload_bindings(plan, topic_prefix).values()))
+    return wait_acls_applied(plan, marks)
 
 
 def can_log_in(plan: Plan, user: str) -> bool:
@@ -328,8 +362,10 @@ class SecurityFaults:
             serial = self.pki.issue(node)
             return {"targets": [node.name], "serial": serial}
         if fault.kind == "acl-flap":
+            marks = _log_marks(self.plan)
             removed = delete_acls(self.plan, [_workload_bindings(self.plan, self.topic_prefix)["write"]])
-            return {"targets": [f"User:{WORKLOAD_USER}"], "acls_removed": removed}
+            return {"targets": [f"User:{WORKLOAD_USER}"], "acls_removed": removed,
+                    "applied_on": wait_acls_applied(self.plan, marks)}
         if fault.kind == "credential-flap":
             alter_password(self.plan, WORKLOAD_USER, password(self.plan, WORKLOAD_USER) + "-changed")
             # a new connection with the password the workload holds is refused from now on (once the
@@ -341,18 +377,12 @@ class SecurityFaults:
     def stop(self, fault: Any) -> dict[str, Any]:
         if fault.kind == "cert-rotate":
             name, mark = self._log_marks.pop(fault.id, (fault.nodes[0], 0))
-            return {"targets": [name], "reloads": self._reloads_since(name, mark)}
+            return {"targets": [name], "reloads": _logged_since(self.plan, name, mark, RELOADED)}
         if fault.kind == "acl-flap":
+            marks = _log_marks(self.plan)
             create_acls(self.plan, [_workload_bindings(self.plan, self.topic_prefix)["write"]])
-            return {"targets": [f"User:{WORKLOAD_USER}"]}
+            return {"targets": [f"User:{WORKLOAD_USER}"], "applied_on": wait_acls_applied(self.plan, marks)}
         if fault.kind == "credential-flap":
             alter_password(self.plan, WORKLOAD_USER, password(self.plan, WORKLOAD_USER))
             return {"targets": [f"User:{WORKLOAD_USER}"]}
         raise ValueError(f"not a security fault: {fault.kind!r}")
-
-    def _reloads_since(self, name: str, mark: int) -> int:
-        """How many `ssl certificates reloaded` lines the node logged since `mark` (a byte offset)."""
-        with contextlib.suppress(OSError), open(self.plan.out / "logs" / f"{name}.log", "rb") as f:
-            f.seek(mark)
-            return f.read().decode(errors="replace").count(RELOADED)
-        return 0
