@@ -26,6 +26,11 @@ clients stop and a read_committed final read covers every partition, and the tra
 (`tests.jepsen.txn_checker`) judges the history. The nemesis's `coordinator` variant then strikes
 the transform's transaction coordinator.
 
+`--security sasl_ssl` secures the cluster (`tests.jepsen.security`): certificates made into DIR/pki,
+TLS with client certificates between the nodes, a SASL_SSL (SCRAM-SHA-512) client listener on every
+broker, the StandardAuthorizer on; the workload clients log in as a user holding only the ACLs they
+need, and the `cert-rotate`, `acl-flap` and `credential-flap` nemeses become available.
+
 `--dry-run` writes the configurations and the schedule and stops there.
 """
 
