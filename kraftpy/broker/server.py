@@ -275,6 +275,8 @@ class BrokerServer:
                     self._log.info("brokers changed", changed=list(delta.changed_brokers),
                                   serving=sorted(b for b, reg in brokers.items() if not reg.fenced),
                                   fenced=sorted(b for b, reg in brokers.items() if reg.fenced))
+                if delta.scram_changed:
+                    self._log.info("scram credentials changed", users=sorted(image.scram.users))
                 self._check_caught_up()
             # Not while shutting down: the coordinator's nursery may already be closing.
             await trio.lowlevel.checkpoint_if_cancelled()

@@ -361,6 +361,11 @@ class MetadataDelta:
         return {acl_id: b for acl_id, b in self._acls.items() if old.get(acl_id) != b}
 
     @property
+    def scram_changed(self) -> bool:
+        """Whether a SCRAM credential was added, changed or removed."""
+        return self._scram is not None
+
+    @property
     def changed_brokers(self) -> tuple[int, ...]:
         """Broker ids whose registration was added, changed or removed, in order."""
         if self._brokers is None:

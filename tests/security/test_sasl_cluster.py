@@ -115,10 +115,14 @@ def test_altered_credentials_work_on_every_broker(tmp_path):
         assert users == {"alice": [{"mechanism": "SCRAM-SHA-256", "iterations": 8192}],
                          "broker": [{"mechanism": "SCRAM-SHA-512", "iterations": 4096}]}
 
+        marks = {broker_id: proc.mark() for broker_id, proc in cluster.brokers.items()}
         deleted = subprocess.run(
             [sys.executable, "-m", "kraftpy", "configs", "alter", "--entity-type", "users", "--entity-name", "alice",
              "--delete-config", "SCRAM-SHA-256", "--bootstrap-server", cluster.bootstrap],
             capture_output=True, text=True)
         assert deleted.returncode == 0, deleted.stderr
         assert deleted.stdout.strip() == "Completed updating config for user alice."
+        for broker_id, proc in cluster.brokers.items():
+            proc.wait_for("scram credentials changed", since=marks[broker_id],
+                          where=lambda line: "alice" not in line.get("users", ()))
         trio.run(_on_every_broker, cluster, alice, False)
