@@ -129,6 +129,29 @@ API_RULES: dict[ApiKey, str] = {
 }
 
 
+#: The operations each resource type supports (Kafka's AclEntry.supportedOperations): what
+#: ``authorized_operations`` reports on, and all of it when there is no authorizer.
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
+    TOPIC: (READ, WRITE, CREATE, DESCRIBE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS),
+    GROUP: (READ, DESCRIBE, DELETE),
+    CLUSTER: (CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, ALTER, DESCRIBE),
+    TRANSACTIONAL_ID: (DESCRIBE, WRITE),
+    ResourceType.DELEGATION_TOKEN: (DESCRIBE,),
+    ResourceType.USER: (AclOperation.CREATE_TOKENS, AclOperation.DESCRIBE_TOKENS),
+}
+
+#: authorized_operations' value when the client did not ask for them (the schemas' default, Integer.MIN_VALUE).
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+def operations_bit_field(operations: Iterable[AclOperation]) -> int:
+    """Kafka's Utils.to32BitField: bit ``1 << code`` set for each operation."""
+    field = 0
+    for op in operations:
+        field |= 1 << int(op)
+    return field
+
+
 class BrokerAuthorizer:
     """The ACLs of the metadata log as this broker last published them, and the decisions on them."""
 
@@ -194,6 +217,16 @@ class BrokerAuthorizer:
         if not self.enabled:
             return set()
         return {n for n in set(names) if not self.allows(conn, operation, resource_type, n, log_denied=log_denied)}
+
+    def authorized_operations(self, conn: Any, resource_type: ResourceType, name: str) -> int:
+        """Kafka's AuthHelper.authorizedOperations: the operations of ``resource_type`` (its supported ones,
+        ``SUPPORTED_OPERATIONS``) the caller may perform on ``name``, as a bit field of AclOperation codes
+        (bit ``1 << code``). Without an authorizer, all of them. Denials are not logged (a question, not
+        a request)."""
+        supported = SUPPORTED_OPERATIONS[resource_type]
+        if self.enabled:
+            supported = [op for op in supported if self.allows(conn, op, resource_type, name, log_denied=False)]
+        return operations_bit_field(supported)
 
     def may_produce_idempotently(self, conn: Any) -> bool:
         """IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (Kafka 3.x's rule, KIP-679)."""

@@ -180,7 +180,7 @@ async def _list_groups(authz: BrokerAuthorizer, header: Any, request: Any, conn:
 async def _describe_groups(authz: BrokerAuthorizer, header: Any, request: Any, conn: Any, call: Call) -> Any:
     denied = authz.denied(conn, DESCRIBE, GROUP, request.groups)
     if not denied:
-        return await call(request)
+        return _with_group_operations(authz, header, request, conn, await call(request))
     asked = list(request.groups)
     request.groups = [g for g in asked if g not in denied]
     response = await call(request) if request.groups else DescribeGroupsResponse(groups=[])
@@ -188,6 +188,15 @@ async def _describe_groups(authz: BrokerAuthorizer, header: Any, request: Any, c
         DescribeGroupsResponse.DescribedGroup(error_code=GROUP_DENIED, group_id=g, group_state="",
                                               protocol_type="", protocol_data="", members=[])
         for g in asked if g in denied]
+    return _with_group_operations(authz, header, request, conn, response)
+
+
+def _with_group_operations(authz: BrokerAuthorizer, header: Any, request: Any, conn: Any, response: Any) -> Any:
+    """From v3, when asked: each group described without error carries what the caller may do on it."""
+    if header.request_api_version >= 3 and request.include_authorized_operations:
+        for group in response.groups:
+            if group.error_code == ErrorCode.NONE:
+                group.authorized_operations = authz.authorized_operations(conn, GROUP, group.group_id)
     return response
 
 

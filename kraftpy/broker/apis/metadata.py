@@ -32,7 +32,15 @@ import trio
 from kraftpy.broker.apis.common import from_wire_uuid, to_wire_uuid
 from kraftpy.broker.apis.forwarding import await_propagation
 from kraftpy.broker.apis.pacing import Pacer
-from kraftpy.broker.authorization import CREATE, DESCRIBE, NO_AUTHORIZATION, TOPIC, BrokerAuthorizer
+from kraftpy.broker.authorization import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    CLUSTER,
+    CREATE,
+    DESCRIBE,
+    NO_AUTHORIZATION,
+    TOPIC,
+    BrokerAuthorizer,
+)
 from kraftpy.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.settings import BrokerSettings
@@ -45,6 +53,7 @@ from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import DescribeClusterResponse, MetadataResponse
 from kraftpy.rpc.kafka_server import BadRequest, Connection
+from kraftpy.security.authorizer import CLUSTER_NAME
 
 _logger = structlog.get_logger(__name__)
 
@@ -168,13 +177,30 @@ class MetadataApi:
                 work = 1 + len(topic_image.partitions)
             if pace.due(work):
                 await trio.lowlevel.checkpoint()
+        if version >= 8 and request.include_topic_authorized_operations:
+            # Every topic answered, refused ones too (Kafka sets it on the complete topic list).
+            for topic in topics:
+                if topic.name is not None:
+                    topic.topic_authorized_operations = self.authz.authorized_operations(conn, TOPIC, topic.name)
+                if pace.due(8):
+                    await trio.lowlevel.checkpoint()
+        cluster_operations = AUTHORIZED_OPERATIONS_OMITTED
+        if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+            cluster_operations = self._cluster_authorized_operations(conn)
         return MetadataResponse(
             throttle_time_ms=0,
             brokers=[MetadataResponse.MetadataResponseBroker(node_id=b, host=h, port=p, rack=r) for b, h, p, r in brokers],
             cluster_id=self.settings.cluster_id,
             controller_id=brokers[0][0] if brokers else -1,
             topics=topics,
+            cluster_authorized_operations=cluster_operations,
         )
+
+    def _cluster_authorized_operations(self, conn: Connection) -> int:
+        """What the caller may do on the cluster; 0 when it may not even describe it (Kafka's AuthHelper)."""
+        if not self.authz.allows_cluster(conn, DESCRIBE, log_denied=False):
+            return 0
+        return self.authz.authorized_operations(conn, CLUSTER, CLUSTER_NAME)
 
     async def _auto_create(self, names: list[str]) -> dict[str, ErrorCode]:
         """Create unknown topics with this broker's defaults; their errors (LEADER_NOT_AVAILABLE while in
@@ -235,4 +261,7 @@ class MetadataApi:
             cluster_id=self.settings.cluster_id,
             controller_id=controller_id,
             brokers=described,
+            cluster_authorized_operations=(self._cluster_authorized_operations(conn)
+                                           if request.include_cluster_authorized_operations
+                                           else AUTHORIZED_OPERATIONS_OMITTED),
         )
