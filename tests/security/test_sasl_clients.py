@@ -11,7 +11,6 @@ connections.max.reauth.ms=1500).
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import struct
 import subprocess
@@ -23,6 +22,12 @@ import pytest
 
 from kraftpy.config import load_config
 from kraftpy.storage.formatter import format_dirs
+from tests.helpers.client_round_trip import (
+    aiokafka_round_trip,
+    confluent_round_trip,
+    kafka_python_round_trip,
+    values,
+)
 from tests.helpers.deployments import Deployment, Proc
 from tests.helpers.processes import free_ports, write_properties
 
@@ -91,36 +96,13 @@ def confluent(bootstrap: str, mechanism: str, user: str, password: str, **extra)
             "sasl.username": user, "sasl.password": password, **extra}
 
 
-def confluent_round_trip(config: dict, topic: str, count: int = 5) -> list[bytes]:
-    from confluent_kafka import Consumer, Producer
-
-    producer = Producer({**config, "acks": "all"})
-    for i in range(count):
-        producer.produce(topic, value=f"m{i}".encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer({**config, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    try:
-        for _ in range(120):
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                got.append(message.value())
-            if len(got) >= count:
-                break
-    finally:
-        consumer.close()
-    return got
-
-
 @pytest.mark.parametrize(("mechanism", "user", "password"), [
     ("SCRAM-SHA-512", "admin", ADMIN_PASSWORD),
     ("PLAIN", "bob", BOB_PASSWORD),
 ])
 def test_confluent_kafka_produces_and_consumes(cluster, mechanism, user, password):
     topic = f"confluent-{mechanism.lower()}"
-    got = confluent_round_trip(confluent(cluster.bootstrap, mechanism, user, password), topic)
-    assert got == [f"m{i}".encode() for i in range(5)]
+    assert confluent_round_trip(confluent(cluster.bootstrap, mechanism, user, password), topic) == values(5)
 
 
 @pytest.mark.parametrize(("mechanism", "user", "password"), [
@@ -128,24 +110,9 @@ def test_confluent_kafka_produces_and_consumes(cluster, mechanism, user, passwor
     ("PLAIN", "bob", BOB_PASSWORD),
 ])
 def test_kafka_python_produces_and_consumes(cluster, mechanism, user, password):
-    from kafka import KafkaConsumer, KafkaProducer
-
     auth = {"bootstrap_servers": cluster.bootstrap, "security_protocol": "SASL_PLAINTEXT",
             "sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password}
-    topic = f"kafka-python-{mechanism.lower()}"
-    producer = KafkaProducer(acks="all", **auth)
-    for i in range(5):
-        producer.send(topic, f"m{i}".encode()).get(timeout=30)
-    producer.close()
-    consumer = KafkaConsumer(topic, group_id=f"g-{topic}", auto_offset_reset="earliest",
-                             consumer_timeout_ms=20000, **auth)
-    got = []
-    for message in consumer:
-        got.append(message.value)
-        if len(got) == 5:
-            break
-    consumer.close()
-    assert got == [f"m{i}".encode() for i in range(5)]
+    assert kafka_python_round_trip(auth, f"kafka-python-{mechanism.lower()}") == values(5)
 
 
 @pytest.mark.parametrize(("mechanism", "user", "password"), [
@@ -153,34 +120,9 @@ def test_kafka_python_produces_and_consumes(cluster, mechanism, user, password):
     ("PLAIN", "bob", BOB_PASSWORD),
 ])
 def test_aiokafka_produces_and_consumes(cluster, mechanism, user, password):
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-
     auth = {"bootstrap_servers": cluster.bootstrap, "security_protocol": "SASL_PLAINTEXT",
             "sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password}
-    topic = f"aiokafka-{mechanism.lower()}"
-
-    async def run() -> list[bytes]:
-        producer = AIOKafkaProducer(acks="all", **auth)
-        await producer.start()
-        try:
-            for i in range(5):
-                await producer.send_and_wait(topic, f"m{i}".encode())
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(topic, group_id=f"g-{topic}", auto_offset_reset="earliest", **auth)
-        await consumer.start()
-        got = []
-        try:
-            async with asyncio.timeout(30):
-                async for message in consumer:
-                    got.append(message.value)
-                    if len(got) == 5:
-                        break
-        finally:
-            await consumer.stop()
-        return got
-
-    assert asyncio.run(run()) == [f"m{i}".encode() for i in range(5)]
+    assert aiokafka_round_trip(auth, f"aiokafka-{mechanism.lower()}") == values(5)
 
 
 def test_wrong_password_is_refused_and_logged_without_it(cluster):

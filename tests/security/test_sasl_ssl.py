@@ -4,12 +4,16 @@ metadata (`--add-scram`); a wrong password is refused there too. Certificates ar
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from kraftpy.config import load_config
 from kraftpy.metadata.bootstrap import parse_add_scram, write_bootstrap
+from tests.helpers.client_round_trip import (
+    aiokafka_round_trip,
+    confluent_round_trip,
+    kafka_python_round_trip,
+    values,
+)
 from tests.helpers.deployments import format_storage
 from tests.helpers.processes import free_ports
 from tests.security.tls_support import Pki, TlsNode
@@ -55,74 +59,24 @@ def _confluent(node, password=PASSWORD, **extra):
 
 
 def test_confluent_kafka_over_sasl_ssl(node):
-    from confluent_kafka import Consumer, Producer
+    assert confluent_round_trip(_confluent(node), "sasl-ssl-confluent", 3) == values(3)
 
-    producer = Producer({**_confluent(node), "acks": "all"})
-    for i in range(3):
-        producer.produce("sasl-ssl-confluent", value=f"m{i}".encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer({**_confluent(node), "group.id": "g1", "auto.offset.reset": "earliest"})
-    consumer.subscribe(["sasl-ssl-confluent"])
-    got = []
-    for _ in range(120):
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            got.append(message.value())
-        if len(got) == 3:
-            break
-    consumer.close()
-    assert got == [b"m0", b"m1", b"m2"]
+
+def _auth(node) -> dict:
+    return {"bootstrap_servers": node.sasl_ssl, "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": "admin", "sasl_plain_password": PASSWORD}
 
 
 def test_kafka_python_over_sasl_ssl(node):
-    from kafka import KafkaConsumer, KafkaProducer
-
-    auth = {"bootstrap_servers": node.sasl_ssl, "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
-            "sasl_plain_username": "admin", "sasl_plain_password": PASSWORD, "ssl_cafile": str(node.pki.ca_file)}
-    producer = KafkaProducer(acks="all", **auth)
-    for i in range(3):
-        producer.send("sasl-ssl-kafka-python", f"m{i}".encode()).get(timeout=30)
-    producer.close()
-    consumer = KafkaConsumer("sasl-ssl-kafka-python", group_id="g2", auto_offset_reset="earliest",
-                             consumer_timeout_ms=20000, **auth)
-    got = []
-    for message in consumer:
-        got.append(message.value)
-        if len(got) == 3:
-            break
-    consumer.close()
-    assert got == [b"m0", b"m1", b"m2"]
+    auth = {**_auth(node), "ssl_cafile": str(node.pki.ca_file)}
+    assert kafka_python_round_trip(auth, "sasl-ssl-kafka-python", 3) == values(3)
 
 
 def test_aiokafka_over_sasl_ssl(node):
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.helpers import create_ssl_context
 
-    async def run():
-        auth = {"bootstrap_servers": node.sasl_ssl, "security_protocol": "SASL_SSL",
-                "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "admin", "sasl_plain_password": PASSWORD,
-                "ssl_context": create_ssl_context(cafile=str(node.pki.ca_file))}
-        producer = AIOKafkaProducer(acks="all", **auth)
-        await producer.start()
-        try:
-            for i in range(3):
-                await producer.send_and_wait("sasl-ssl-aiokafka", f"m{i}".encode())
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer("sasl-ssl-aiokafka", group_id="g3", auto_offset_reset="earliest", **auth)
-        await consumer.start()
-        got = []
-        try:
-            async with asyncio.timeout(30):
-                async for message in consumer:
-                    got.append(message.value)
-                    if len(got) == 3:
-                        break
-        finally:
-            await consumer.stop()
-        return got
-
-    assert asyncio.run(run()) == [b"m0", b"m1", b"m2"]
+    auth = {**_auth(node), "ssl_context": lambda: create_ssl_context(cafile=str(node.pki.ca_file))}
+    assert aiokafka_round_trip(auth, "sasl-ssl-aiokafka", 3) == values(3)
 
 
 def test_wrong_password_over_sasl_ssl(node):

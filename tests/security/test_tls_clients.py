@@ -8,14 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 import trio
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.helpers.client_round_trip import aiokafka_round_trip, confluent_round_trip, kafka_python_round_trip
 from tests.helpers.deployments import create_topics
 from tests.security.tls_support import Pki, TlsNode
 
@@ -57,80 +57,33 @@ def run_confluent(node, pki, listener, keystore, topic) -> list[bytes]:
     conf = confluent_config(node, pki, listener, keystore)
     brokers = AdminClient(conf).list_topics(timeout=20).brokers
     assert f"{brokers[1].host}:{brokers[1].port}" == node.endpoints[listener]  # this listener's endpoint
-    producer = Producer({**conf, "acks": "all"})
-    for i in range(RECORDS):
-        producer.produce(topic, f"{listener}-{i}".encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(got) < RECORDS and time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        if message is not None and message.error() is None:
-            got.append(message.value())
-    consumer.close()
-    return got
+    return confluent_round_trip(conf, topic, RECORDS, prefix=f"{listener}-")
 
 
 def run_kafka_python(node, pki, listener, keystore, topic) -> list[bytes]:
-    from kafka import KafkaConsumer, KafkaProducer
-
     conf = {"bootstrap_servers": node.endpoints[listener], "security_protocol": "SSL",
             "ssl_cafile": str(pki.ca_file)}
     if keystore is not None:
         conf.update({"ssl_certfile": str(keystore), "ssl_keyfile": str(keystore)})
-    producer = KafkaProducer(acks="all", **conf)
-    for i in range(RECORDS):
-        producer.send(topic, f"{listener}-{i}".encode())
-    producer.flush(30)
-    brokers = {f"{b.host}:{b.port}" for b in producer._metadata.brokers()}
-    assert brokers == {node.endpoints[listener]}
-    producer.close()
-    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=20000,
-                             group_id=f"g-{topic}", **conf)
-    got = []
-    for message in consumer:
-        got.append(message.value)
-        if len(got) == RECORDS:
-            break
-    consumer.close()
-    return got
+
+    def told_this_listener(producer) -> None:
+        assert {f"{b.host}:{b.port}" for b in producer._metadata.brokers()} == {node.endpoints[listener]}
+
+    return kafka_python_round_trip(conf, topic, RECORDS, prefix=f"{listener}-", check_producer=told_this_listener)
 
 
 def run_aiokafka(node, pki, listener, keystore, topic) -> list[bytes]:
-    import asyncio
-
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.helpers import create_ssl_context
 
-    async def main() -> list[bytes]:
-        context = create_ssl_context(cafile=str(pki.ca_file), certfile=str(keystore) if keystore else None,
-                                     keyfile=str(keystore) if keystore else None)
-        conf = {"bootstrap_servers": node.endpoints[listener], "security_protocol": "SSL", "ssl_context": context}
-        producer = AIOKafkaProducer(acks="all", **conf)
-        await producer.start()
-        try:
-            for i in range(RECORDS):
-                await producer.send_and_wait(topic, f"{listener}-{i}".encode())
-            brokers = {f"{b.host}:{b.port}" for b in producer.client.cluster.brokers()}
-            assert brokers == {node.endpoints[listener]}
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(topic, auto_offset_reset="earliest", group_id=f"g-{topic}", **conf)
-        await consumer.start()
-        got = []
-        try:
-            async with asyncio.timeout(30):
-                async for message in consumer:
-                    got.append(message.value)
-                    if len(got) == RECORDS:
-                        break
-        finally:
-            await consumer.stop()
-        return got
+    def context():
+        return create_ssl_context(cafile=str(pki.ca_file), certfile=str(keystore) if keystore else None,
+                                  keyfile=str(keystore) if keystore else None)
 
-    return asyncio.run(main())
+    def told_this_listener(producer) -> None:
+        assert {f"{b.host}:{b.port}" for b in producer.client.cluster.brokers()} == {node.endpoints[listener]}
+
+    conf = {"bootstrap_servers": node.endpoints[listener], "security_protocol": "SSL", "ssl_context": context}
+    return aiokafka_round_trip(conf, topic, RECORDS, prefix=f"{listener}-", check_producer=told_this_listener)
 
 
 CLIENTS = {"confluent-kafka": run_confluent, "kafka-python": run_kafka_python, "aiokafka": run_aiokafka}
