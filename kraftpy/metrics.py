@@ -94,6 +94,17 @@ LISTENER_CONNECTIONS = Gauge(
     ["listener"], registry=REGISTRY)
 
 
+FETCH_SESSIONS = Gauge(
+    "kraftpy_fetch_sessions", "Incremental fetch sessions (KIP-227) this broker's cache holds (Kafka's "
+    "NumIncrementalFetchSessions).", ["node_id"], registry=REGISTRY)
+FETCH_SESSION_PARTITIONS = Gauge(
+    "kraftpy_fetch_session_partitions", "Partitions the incremental fetch sessions of this broker hold (Kafka's "
+    "NumIncrementalFetchPartitionsCached).", ["node_id"], registry=REGISTRY)
+FETCH_SESSION_EVICTIONS = Counter(
+    "kraftpy_fetch_session_evictions", "Incremental fetch sessions evicted to make room for new ones "
+    "(Kafka's IncrementalFetchSessionEvictionsPerSec).", ["node_id"], registry=REGISTRY)
+
+
 def count_produced(node_id: int, topic: str, size: int, records: int) -> None:
     """One appended batch set of one partition (produce path)."""
     node = str(node_id)

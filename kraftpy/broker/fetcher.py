@@ -36,6 +36,7 @@ import structlog
 import trio
 
 from kraftpy.broker.client import ConnectionClosed, KafkaConnection
+from kraftpy.broker.fetch_sessions import SESSION_ERRORS, FetchSessionHandler, PartitionFetchState
 from kraftpy.broker.partition import Partition, PartitionChanged, Role, TopicPartition
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.broker.replication_quota import SAMPLE_SECONDS
@@ -67,6 +68,9 @@ class FetcherManager:
         self.paused = False
         #: Completed fetch rounds, for tests and metrics; `round_done` is set (and replaced) after each.
         self.rounds = 0
+        #: Fetch requests sent, and how many of them were full (not incremental) ones.
+        self.requests = 0
+        self.full_requests = 0
         self.round_done = trio.Event()
 
     def pause(self) -> None:
@@ -109,6 +113,9 @@ class ReplicaFetcher:
         self._log = _logger.bind(node_id=self.node_id, leader=leader)
         #: Partition -> trio time before which it is not fetched (after UNKNOWN_LEADER_EPOCH).
         self._retry_at: dict[TopicPartition, float] = {}
+        #: The fetch session with this leader (KIP-227); it outlives a connection, and the first fetch
+        #: on a new connection is a full one that closes it.
+        self.session = FetchSessionHandler()
 
     async def run(self) -> None:
         backoff = self.settings.replica_fetch_backoff_ms / 1000
@@ -171,44 +178,80 @@ class ReplicaFetcher:
             with trio.move_on_at(delay if delay is not None else trio.current_time() + 3600):
                 await changed.wait()
             return
+        wanted: dict = {}
+        sent: dict[tuple, tuple[Partition, int, int]] = {}
+        for part in parts:
+            topic_id = uuid.UUID(bytes=part.topic_id.raw)
+            latest = part.log.latest_epoch
+            wanted[(topic_id, part.tp.partition)] = PartitionFetchState(
+                topic=part.tp.topic,
+                topic_id=topic_id,
+                partition=part.tp.partition,
+                fetch_offset=part.log_end_offset,
+                current_leader_epoch=part.leader_epoch,
+                last_fetched_epoch=latest if latest is not None else -1,
+                log_start_offset=part.log_start_offset,
+                partition_max_bytes=self.settings.replica_fetch_max_bytes,
+            )
+            sent[(topic_id, part.tp.partition)] = (part, part.generation, part.log_end_offset)
+        built = self.session.build(wanted)
         request = FetchRequest(
             replica_id=self.node_id,
             max_wait_ms=self.settings.replica_fetch_wait_max_ms,
             min_bytes=self.settings.replica_fetch_min_bytes,
             max_bytes=self.settings.replica_fetch_response_max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
+            session_id=built.session_id,
+            session_epoch=built.epoch,
         )
         topics: dict = {}
-        sent: dict[tuple, tuple[Partition, int, int]] = {}
-        for part in parts:
-            topic = topics.get(part.topic_id)
+        for (topic_id, _), state in built.to_send.items():
+            topic = topics.get(topic_id)
             if topic is None:
-                topic = topics[part.topic_id] = FetchRequest.FetchTopic(
-                    topic=part.tp.topic, topic_id=uuid.UUID(bytes=part.topic_id.raw)
-                )
+                topic = topics[topic_id] = FetchRequest.FetchTopic(topic=state.topic, topic_id=topic_id)
                 request.topics.append(topic)
-            latest = part.log.latest_epoch
             topic.partitions.append(FetchRequest.FetchPartition(
-                partition=part.tp.partition,
-                current_leader_epoch=part.leader_epoch,
-                fetch_offset=part.log_end_offset,
-                last_fetched_epoch=latest if latest is not None else -1,
-                log_start_offset=part.log_start_offset,
-                partition_max_bytes=self.settings.replica_fetch_max_bytes,
+                partition=state.partition,
+                current_leader_epoch=state.current_leader_epoch,
+                fetch_offset=state.fetch_offset,
+                last_fetched_epoch=state.last_fetched_epoch,
+                log_start_offset=state.log_start_offset,
+                partition_max_bytes=state.partition_max_bytes,
             ))
-            sent[(part.topic_id.raw, part.tp.partition)] = (part, part.generation, part.log_end_offset)
+        forgotten: dict = {}
+        for (topic_id, partition), state in built.to_forget:
+            topic = forgotten.get(topic_id)
+            if topic is None:
+                topic = forgotten[topic_id] = FetchRequest.ForgottenTopic(topic=state.topic, topic_id=topic_id)
+                request.forgotten_topics_data.append(topic)
+            topic.partitions.append(partition)
+        self.manager.requests += 1
+        if built.full:
+            self.manager.full_requests += 1
         timeout = self.settings.replica_fetch_wait_max_ms / 1000 + REQUEST_TIMEOUT_S
-        with trio.fail_after(timeout):
-            response = await conn.request(ApiKey.FETCH, FETCH_VERSION, request)
-        if response.error_code != ErrorCode.NONE:
-            self._log.warning("fetch refused", error=ErrorCode(response.error_code).name)
+        try:
+            with trio.fail_after(timeout):
+                response = await conn.request(ApiKey.FETCH, FETCH_VERSION, request)
+        except BaseException:
+            self.session.handle_error()
+            raise
+        answered = [(topic.topic_id, data.partition_index) for topic in response.responses for data in topic.partitions]
+        if not self.session.handle_response(response.error_code, response.session_id, answered):
+            if response.error_code in SESSION_ERRORS:
+                # The leader lost the session (restart, eviction) or it is out of step: fetch in full at once.
+                self._log.info("fetch session reset", session_id=built.session_id, epoch=built.epoch,
+                               error=ErrorCode(response.error_code).name)
+                return
+            if response.error_code != ErrorCode.NONE:
+                self._log.warning("fetch refused", error=ErrorCode(response.error_code).name)
+            else:
+                self._log.info("fetch response does not match the session; fetching in full",
+                               session_id=built.session_id, epoch=built.epoch)
             await trio.sleep(self.settings.replica_fetch_backoff_ms / 1000)
             return
         for topic in response.responses:
             for data in topic.partitions:
-                entry = sent.get((topic.topic_id.bytes, data.partition_index))
+                entry = sent.get((topic.topic_id, data.partition_index))
                 if entry is None:
                     continue
                 part, generation, fetch_offset = entry

@@ -86,6 +86,8 @@ class BrokerSettings:
     replica_fetch_backoff_ms: int = 1000
     #: replica.high.watermark.checkpoint.interval.ms
     high_watermark_checkpoint_interval_ms: int = 5000
+    #: max.incremental.fetch.session.cache.slots (KIP-227 fetch sessions this broker keeps)
+    max_incremental_fetch_session_cache_slots: int = 1000
     #: log.retention.check.interval.ms
     log_retention_check_interval_ms: int = 300000
     #: auto.create.topics.enable
@@ -179,6 +181,7 @@ class BrokerSettings:
             high_watermark_checkpoint_interval_ms=config["replica.high.watermark.checkpoint.interval.ms"],
             log_retention_check_interval_ms=config["log.retention.check.interval.ms"],
             auto_create_topics_enable=config["auto.create.topics.enable"],
+            max_incremental_fetch_session_cache_slots=config["max.incremental.fetch.session.cache.slots"],
             num_partitions=config["num.partitions"],
             default_replication_factor=config["default.replication.factor"],
             producer_id_expiration_ms=config["producer.id.expiration.ms"],

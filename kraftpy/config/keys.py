@@ -324,6 +324,10 @@ KEYS: list[ConfigKey] = [
     ConfigKey("replica.high.watermark.checkpoint.interval.ms", "long", 5000,
               "How often high watermarks are written to disk.", at_least(1), roles=B),
     ConfigKey("num.replica.fetchers", "int", 1,
+    ConfigKey("max.incremental.fetch.session.cache.slots", "int", 1000,
+              "The most incremental fetch sessions (KIP-227) this broker keeps; 0 makes every fetch a full one. "
+              "When it is full, a new session takes the place of one unused for 120 s, else of a smaller one "
+              "at least 120 s old; a follower's new session may also take a consumer's at any age.", at_least(0), roles=B),
               "Fetcher tasks per source broker for replication.", at_least(1), roles=B),
     ConfigKey("producer.id.expiration.ms", "int", 86400000,
               "How long a producer id's state is kept after its last write.", at_least(1), roles=B),

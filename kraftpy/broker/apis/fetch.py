@@ -17,6 +17,11 @@ watermark, aborted records included, with no list. Every answer names the last s
 A follower's fetch is also how the leader learns its progress: its fetch offset moves the high
 watermark and may bring it back into the ISR; a follower whose last fetched epoch the leader's
 history does not continue gets a diverging epoch instead of records (KIP-320).
+
+Fetch sessions (KIP-227, kraftpy.broker.fetch_sessions): a full fetch may leave its partitions in the
+broker's session cache; an incremental one then names only what changed, reads every partition of the
+session, and is answered only with the partitions that have something new. The regions read for the
+partitions left out are never detached, so they cost no descriptor.
 """
 
 from __future__ import annotations
@@ -29,11 +34,12 @@ import trio
 from kraftpy.broker.apis.common import from_wire_uuid, leader_partition
 from kraftpy.broker.apis.offsets import READ_COMMITTED
 from kraftpy.broker.authorization import CLUSTER_ACTION, NO_AUTHORIZATION, READ, TOPIC, BrokerAuthorizer
+from kraftpy.broker.fetch_sessions import CachedPartition, FetchSessionCache, PartitionKey, new_context
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.partition import Partition
 from kraftpy.broker.purgatory import wait_for_change
 from kraftpy.broker.replica_manager import ReplicaManager
-from kraftpy.metrics import count_fetched
+from kraftpy.metrics import FETCH_SESSION_EVICTIONS, FETCH_SESSION_PARTITIONS, FETCH_SESSIONS, count_fetched
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import FetchResponse
@@ -55,78 +61,79 @@ def divergence(part: Partition, fp: Any) -> tuple[int, int] | None:
     return None
 
 
-def _named_topics(request: Any, image: Any, version: int) -> set[str]:
-    """The names of the known topics a fetch asks for."""
-    if version < 13:
-        return {t.topic for t in request.topics}
-    names = set()
-    for t in request.topics:
-        topic_id = from_wire_uuid(t.topic_id)
-        topic_image = image.topics.get_by_id(topic_id) if topic_id is not None else None
-        if topic_image is not None:
-            names.add(topic_image.name)
-    return names
-
-
 class FetchApi:
     #: Set by the broker: READ on each topic (consumers), CLUSTER_ACTION on the cluster (followers).
     authz: BrokerAuthorizer = NO_AUTHORIZATION
+    #: Set by the broker: its client quotas (kraftpy.broker.quotas.ClientQuotas), for consumer_byte_rate.
+    quotas: Any = None
 
     def __init__(self, replicas: ReplicaManager, metadata: MetadataCache) -> None:
         self.replicas = replicas
         self.metadata = metadata
         self._log = structlog.get_logger(__name__).bind(node_id=replicas.node_id)
+        node = str(replicas.node_id)
+        evictions = FETCH_SESSION_EVICTIONS.labels(node)
+        #: Incremental fetch sessions (KIP-227): max.incremental.fetch.session.cache.slots of them.
+        self.sessions = FetchSessionCache(replicas.settings.max_incremental_fetch_session_cache_slots,
+                                          on_evict=evictions.inc)
+        self._sessions_gauge = FETCH_SESSIONS.labels(node)
+        self._session_partitions_gauge = FETCH_SESSION_PARTITIONS.labels(node)
 
     def handlers(self) -> dict[ApiKey, Any]:
         return {ApiKey.FETCH: self.handle_fetch}
 
     async def handle_fetch(self, header: Any, request: Any, conn: Connection) -> FetchResponse:
         version = header.request_api_version
-        if request.session_id != 0 or request.session_epoch > 0:
-            # Fetch sessions (KIP-227) are not kept: every fetch is a full one.
-            return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+        uses_topic_ids = version >= 13
         replica_id = request.replica_id
         is_replica = replica_id >= 0
         image = self.metadata.image
-        items = []  # (topic response, partition request, Partition | None, error)
-        responses = []
-        #: Each partition once, however often it is named (Kafka keys a fetch's partitions): the
-        #: last mention's position and offsets stand, in the first mention's place.
-        index_of: dict[tuple[Any, int], int] = {}
+        #: Each partition once, however often it is named (Kafka keys a fetch's partitions): the last
+        #: mention's offsets stand, in the first mention's place.
+        fetch_data: dict[PartitionKey, CachedPartition] = {}
+        for topic in request.topics:
+            topic_key = topic.topic_id if uses_topic_ids else topic.topic
+            for fp in topic.partitions:
+                fetch_data[(topic_key, fp.partition)] = CachedPartition.from_request(topic.topic, topic.topic_id, fp)
+        forgotten = [(ft.topic_id if uses_topic_ids else ft.topic, p)
+                     for ft in request.forgotten_topics_data for p in ft.partitions]
+        context = new_context(self.sessions, trio.current_time() * 1000, version=version,
+                              session_id=request.session_id, epoch=request.session_epoch, is_follower=is_replica,
+                              fetch_data=fetch_data, forgotten=forgotten)
+        if context.error != ErrorCode.NONE:
+            self._log.debug("fetch session refused", session_id=request.session_id,
+                            epoch=request.session_epoch, error=context.error.name)
+            return FetchResponse(throttle_time_ms=0, error_code=context.error, session_id=0)
+        items = []  # (partition key, partition request, Partition | None, error)
         if is_replica:
             follower_denied = not self.authz.allows_cluster(conn, CLUSTER_ACTION)
             unauthorized: set[str] = set()
-        else:
+        names = {}
+        for (topic_key, _), cached in context.partitions:
+            if topic_key not in names:
+                if uses_topic_ids:
+                    topic_id = from_wire_uuid(cached.topic_id)
+                    topic_image = image.topics.get_by_id(topic_id) if topic_id is not None else None
+                    names[topic_key] = topic_image.name if topic_image is not None else None
+                else:
+                    names[topic_key] = cached.topic
+        if not is_replica:
             follower_denied = False
-            unauthorized = self.authz.denied(conn, READ, TOPIC, _named_topics(request, image, version))
-        for topic in request.topics:
-            if version >= 13:
-                topic_id = from_wire_uuid(topic.topic_id)
-                topic_image = image.topics.get_by_id(topic_id) if topic_id is not None else None
-                name = topic_image.name if topic_image is not None else None
-                unknown = ErrorCode.UNKNOWN_TOPIC_ID
+            unauthorized = self.authz.denied(conn, READ, TOPIC, {n for n in names.values() if n is not None})
+        unknown = ErrorCode.UNKNOWN_TOPIC_ID if uses_topic_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        for key, fp in context.partitions:
+            name = names[key[0]]
+            if name is None:
+                item = (key, fp, None, unknown)
+            elif follower_denied or name in unauthorized:
+                item = (key, fp, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             else:
-                name = topic.topic
-                unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            topic_response = FetchResponse.FetchableTopicResponse(topic=topic.topic, topic_id=topic.topic_id)
-            responses.append(topic_response)
-            topic_key = topic.topic_id if version >= 13 else topic.topic
-            for fp in topic.partitions:
-                if name is None:
-                    item = (topic_response, fp, None, unknown)
-                elif follower_denied or name in unauthorized:
-                    item = (topic_response, fp, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-                else:
-                    part, error = leader_partition(self.replicas, self.metadata, name, fp.partition,
-                                                   fp.current_leader_epoch)
-                    if part is not None and is_replica and replica_id not in part.replicas:
-                        error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                    item = (topic_response, fp, part, error)
-                seen = index_of.setdefault((topic_key, fp.partition), len(items))
-                if seen == len(items):
-                    items.append(item)
-                else:
-                    items[seen] = (items[seen][0], *item[1:])
+                part, error = leader_partition(self.replicas, self.metadata, name, fp.partition,
+                                               fp.current_leader_epoch)
+                if part is not None and is_replica and replica_id not in part.replicas:
+                    error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                item = (key, fp, part, error)
+            items.append(item)
 
         diverging: dict[int, tuple[int, int]] = {}
         if is_replica:
@@ -151,12 +158,16 @@ class FetchApi:
         held: set[int] = set()
         read_committed = not is_replica and request.isolation_level == READ_COMMITTED
         deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
+        max_bytes, min_bytes = request.max_bytes, request.min_bytes
+        quota_bytes = self.quotas.max_fetch_bytes(header, conn) if self.quotas is not None and not is_replica else None
+        if quota_bytes is not None:  # a consumer reads at most what its byte-rate quota allows at once
+            max_bytes = min(max_bytes, quota_bytes)
+            min_bytes = min(min_bytes, max_bytes)
         while True:
             held = throttled if throttled and throttles.leader.is_exceeded() else set()
-            total, datas, answer_now = self._read(items, request.max_bytes, is_replica, diverging, held,
-                                                  read_committed)
+            total, datas, answer_now = self._read(items, max_bytes, is_replica, diverging, held, read_committed)
             if (
-                total >= request.min_bytes
+                total >= min_bytes
                 or answer_now
                 or request.max_wait_ms <= 0
                 or trio.current_time() >= deadline
@@ -175,16 +186,39 @@ class FetchApi:
         for i in throttled - held:
             records = datas[i].records
             throttles.leader.record(part_length(records) if records is not None else 0)
-        # Descriptors of their own for what is sent: no await since the read above.
-        for data in datas:
+        if self.quotas is not None and not is_replica:
+            throttle = self.quotas.throttle_fetch(header, conn, total)
+            if throttle > 0:
+                # Over consumer_byte_rate: no records, only the throttle time (Kafka's getThrottledResponse);
+                # the session, if any, is left as it was.
+                session = context.session if context.kind == "incremental" else None
+                return FetchResponse(throttle_time_ms=throttle, error_code=ErrorCode.NONE,
+                                     session_id=session.id if session is not None else 0, responses=[])
+        # An incremental fetch answers only the partitions with something new (KIP-227).
+        sizes = [part_length(data.records) if data.records is not None else 0 for data in datas]
+        error, session_id, carried = context.finish(self.sessions, trio.current_time() * 1000,
+                                                    list(zip(datas, sizes, strict=True)))
+        self._session_metrics()
+        responses = []
+        topic_response = None
+        for i in carried:
+            (topic_key, _), fp, part, _ = items[i]
+            data = datas[i]
+            # Descriptors of their own for what is sent: no await since the read above.
             if isinstance(data.records, FileRegion):
                 data.records = conn.hold(data.records.detach())
-        for (topic_response, _, part, _), data in zip(items, datas, strict=True):
+                if not is_replica and part is not None:
+                    count_fetched(part.node_id, part.tp.topic, data.records.length)
+            wire_key = fp.topic_id if uses_topic_ids else fp.topic
+            if topic_response is None or (topic_response.topic_id if uses_topic_ids else topic_response.topic) != wire_key:
+                topic_response = FetchResponse.FetchableTopicResponse(topic=fp.topic, topic_id=fp.topic_id)
+                responses.append(topic_response)
             topic_response.partitions.append(data)
-            if not is_replica and part is not None and isinstance(data.records, FileRegion):
-                count_fetched(part.node_id, part.tp.topic, data.records.length)
-        responses = [r for r in responses if r.partitions]  # a topic named again with nothing new
-        return FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses)
+        return FetchResponse(throttle_time_ms=0, error_code=error, session_id=session_id, responses=responses)
+
+    def _session_metrics(self) -> None:
+        self._sessions_gauge.set(len(self.sessions))
+        self._session_partitions_gauge.set(self.sessions.total_partitions)
 
     @staticmethod
     def _read(items: list, max_bytes: int, is_replica: bool, diverging: dict[int, tuple[int, int]],
