@@ -11,7 +11,12 @@ on the sensors its client's quotas resolve to, and when a sensor's rate is over 
 
 Costs, by quota type (Kafka's): **Produce** counts the request's bytes against producer_byte_rate,
 **Fetch** the record bytes of a consumer's Fetch response against consumer_byte_rate (a follower's
-fetches are replication, never client-quota'd), **Request** the time the connection's task ran (parsing,
+fetches are replication, never client-quota'd): the fetch handler asks `ClientQuotas.throttle_fetch`
+before it answers, and a fetch that would take its client over the quota is answered with no records
+and its bytes are not counted (Kafka's ``getThrottledResponse``); a consumer's fetch reads at most one
+window's worth of its quota (`max_fetch_bytes`, Kafka's ``getMaxValueInQuotaWindow``), so a client
+within its quota is not refused forever. A fetch throttled for request time is emptied the same way.
+**Request** the time the connection's task ran (parsing,
 handling, encoding and sending; time parked waiting — a long-poll Fetch, an acks=all Produce — is not
 counted), as a percentage of one second, against request_percentage (every API but ApiVersions and the
 SASL handshake). That time is measured by a trio instrument (`TaskTime`) installed only while some
@@ -249,6 +254,43 @@ class ClientQuotas:
             return 0
         return max(0, min(throttle_time_ms(measured, bound, sensor[0].window_size(now)), self.max_throttle_ms))
 
+    # -- consumer fetches -------------------------------------------------------------------------------
+
+    def max_fetch_bytes(self, header: Any, conn: Any) -> int | None:
+        """The most record bytes one consumer fetch may read: one window of its consumer_byte_rate (kraftpy
+        measures a fresh client over one window, where Kafka's getMaxValueInQuotaWindow allows ``num - 1``);
+        None without that quota."""
+        quotas = self._image().client_quotas
+        if not quotas.entities:
+            return None
+        resolved = resolve_quota(quotas, CONSUMER_BYTE_RATE, user_of(getattr(conn, "principal", "User:ANONYMOUS")),
+                                 header.client_id or "")
+        if resolved is None:
+            return None
+        return max(1, int(resolved[0] * self.window_size_s))
+
+    def throttle_fetch(self, header: Any, conn: Any, fetched_bytes: int) -> int:
+        """A consumer fetch about to answer ``fetched_bytes`` record bytes: count them; when that takes the
+        client over its consumer_byte_rate, take them back out and return the throttle time in ms: the
+        fetch is then answered with no records (Kafka's getThrottledResponse) and the connection muted by
+        `after_request`. 0 when the fetch may go out as it is."""
+        now = self.clock()
+        user, client_id = user_of(getattr(conn, "principal", "User:ANONYMOUS")), header.client_id or ""
+        throttle = self.record(FETCH, user, client_id, fetched_bytes, now)
+        if throttle > 0:
+            self.unrecord(FETCH, user, client_id, fetched_bytes, now)
+        return throttle
+
+    def unrecord(self, quota_type: str, user: str, client_id: str, value: float, now: float) -> None:
+        """Take back a value `record` counted at ``now`` (the cost of a response that will not be sent)."""
+        quotas = self._image().client_quotas
+        resolved = resolve_quota(quotas, QUOTA_KEY[quota_type], user, client_id) if quotas.entities else None
+        if resolved is None:
+            return
+        sensor = self._sensors.get((quota_type, *resolved[1]))
+        if sensor is not None:
+            sensor[0].unrecord(value, now)
+
     def mutations(self, header: Any, conn: Any) -> MutationQuota:
         """The controller-mutation quota of one CreateTopics, CreatePartitions or DeleteTopics request."""
         strict = header.request_api_version >= STRICT_MUTATION_VERSIONS.get(header.request_api_key, 1 << 15)
@@ -279,7 +321,8 @@ class ClientQuotas:
         if api_key == ApiKey.PRODUCE:
             throttles[PRODUCE] = self.record(PRODUCE, user, client_id, request_bytes)
         elif api_key == ApiKey.FETCH and response is not None and getattr(request, "replica_id", -1) < 0:
-            throttles[FETCH] = self.record(FETCH, user, client_id, _records_bytes(response))
+            # Counted (or answered empty) by the handler through throttle_fetch.
+            throttles[FETCH] = response.throttle_time_ms or 0
         elif api_key in STRICT_MUTATION_VERSIONS:
             throttles[MUTATION] = self.over_quota_ms(MUTATION, user, client_id)
         if request_s is not None and api_key not in REQUEST_QUOTA_EXEMPT:
@@ -287,6 +330,10 @@ class ClientQuotas:
         quota_type, throttle = max(throttles.items(), key=lambda item: item[1], default=(REQUEST, 0))
         if throttle <= 0:
             return 0
+        if quota_type == REQUEST and api_key == ApiKey.FETCH and FETCH in throttles and response.responses:
+            # A throttled fetch carries no records, whichever quota throttled it (Kafka): un-count them.
+            self.unrecord(FETCH, user, client_id, _records_bytes(response), self.clock())
+            response.responses = []
         self.throttled_ms[quota_type] += throttle
         QUOTA_THROTTLE_TIME.labels(quota_type).inc(throttle)
         QUOTA_THROTTLED_REQUESTS.labels(quota_type).inc()

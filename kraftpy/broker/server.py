@@ -128,10 +128,12 @@ class BrokerServer:
                                    window_size_s=settings.quota_window_size_seconds)
         topics = TopicsApi(self.metadata, channel, settings)
         topics.quotas = self.quotas
+        fetch = FetchApi(self.replicas, self.metadata)
+        fetch.quotas = self.quotas
         for area in (
             ProduceApi(self.replicas, self.metadata, clock, node_id=node_id, verify=verify),
             TxnApi(self.txn_coordinator, self.replicas, self.metadata, self.producer_ids.generate, node_id=node_id),
-            FetchApi(self.replicas, self.metadata),
+            fetch,
             OffsetsApi(self.replicas, self.metadata),
             MetadataApi(self.metadata, channel, settings, self.replicas.is_offline),
             topics,
