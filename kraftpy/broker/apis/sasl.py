@@ -9,8 +9,16 @@ every frame before it is parsed::
         |                                                   |  (failed: answer after the delay, close)
         +-- anything but ApiVersions / SaslHandshake / SaslAuthenticate: close, one log line
 
-    AUTHENTICATED --SaslHandshake (client's re-authentication)--> AUTHENTICATE --ok--> AUTHENTICATED
-                  --a request after the session expired (connections.max.reauth.ms)--> close
+    AUTHENTICATED --SaslHandshake v1 (re-authentication)--> REAUTHENTICATING --ok--> AUTHENTICATED
+                  --a request but SaslHandshake after the session expired (connections.max.reauth.ms)--> close
+    REAUTHENTICATING --anything but SaslAuthenticate--> close, one log line
+
+Re-authentication (KIP-368) is Kafka's: it is only possible where sessions expire
+(``connections.max.reauth.ms`` above 0) and at most once a second; a SaslHandshake on an authenticated
+connection otherwise is answered ILLEGAL_SASL_STATE and the connection stays as it was. While a
+re-authentication is under way (``SaslSession.reauthenticating``) only SaslAuthenticate is served: any
+other request closes the connection, as Kafka's authenticator does ("Unexpected Kafka request of type X
+during SASL re-authentication.").
 
 As Kafka's SaslServerAuthenticator: before authentication only ApiVersions, SaslHandshake and
 SaslAuthenticate are served ("Unexpected Kafka request of type X during SASL handshake."); a mechanism
@@ -64,6 +72,8 @@ SUPPORTED_MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 
 #: What an unauthenticated connection may send.
 _BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+#: A connection re-authenticates at most once in this many seconds (Kafka's MIN_REAUTH_INTERVAL_ONE_SECOND).
+MIN_REAUTH_INTERVAL_S = 1.0
 
 
 @attrs.frozen(repr=False)
@@ -204,6 +214,8 @@ class SaslSession:
         self.expires_at: float | None = None
         #: Whether the exchange under way is a re-authentication.
         self.reauthenticating = False
+        #: trio clock time the last re-authentication began (Kafka allows one a second).
+        self.reauthentication_began: float | None = None
 
 
 def _is_sasl(conn: Connection) -> bool:
@@ -257,8 +269,13 @@ class SaslApi:
             return await self._raw_token(bytes(frame), conn, session)
         api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
         if session.state is _State.AUTHENTICATED:
+            if session.reauthenticating:
+                if api_key == ApiKey.SASL_AUTHENTICATE:
+                    return None
+                raise BadRequest(f"Unexpected Kafka request of type {_request_name(api_key)} during SASL "
+                                 f"re-authentication.")
             if (session.expires_at is not None and self._clock() >= session.expires_at
-                    and api_key not in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)):
+                    and api_key != ApiKey.SASL_HANDSHAKE):
                 raise BadRequest(f"SASL session of {session.principal} expired (connections.max.reauth.ms) "
                                  f"without re-authentication; {_request_name(api_key)} refused")
             return None
@@ -284,6 +301,14 @@ class SaslApi:
             await self._answer_and_close(header, conn, SaslHandshakeResponse(
                 error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=mechanisms),
                 f"Unsupported SASL mechanism {mechanism!r} (enabled: {', '.join(mechanisms)})")
+        if reauthenticating:
+            now = self._clock()
+            if session.expires_at is None or (session.reauthentication_began is not None
+                                              and now - session.reauthentication_began < MIN_REAUTH_INTERVAL_S):
+                # No re-authentication here (sessions do not expire) or not yet again: Kafka answers the
+                # handshake as a request like any other, refused, and the session goes on as it was.
+                return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=mechanisms)
+            session.reauthentication_began = now
         if reauthenticating and mechanism != session.mechanism:
             await self._answer_and_close(header, conn, SaslHandshakeResponse(
                 error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=mechanisms),
@@ -351,7 +376,8 @@ class SaslApi:
         lifetime_ms = listener.max_reauth_ms
         if lifetime_ms > 0 and token_expires_at is not None:  # an OAUTHBEARER session ends with its token
             lifetime_ms = max(0, min(lifetime_ms, int((token_expires_at - time.time()) * 1000)))
-        session.expires_at = self._clock() + lifetime_ms / 1000 if lifetime_ms > 0 else None
+        # (A token at its end makes a session of 0 ms: expired at once, not one that never ends.)
+        session.expires_at = self._clock() + lifetime_ms / 1000 if listener.max_reauth_ms > 0 else None
         self._log.debug("SASL re-authenticated" if reauthenticated else "SASL authenticated",
                         mechanism=session.mechanism, principal=principal, peer=conn.peer, listener=conn.listener)
         return lifetime_ms
