@@ -51,6 +51,11 @@ def format_(
         typer.echo(f"Formatted {d} for cluster {cluster_id}, node {cfg.node_id}.")
     for d in result.skipped:
         typer.echo(f"Skipped {d}: already formatted for cluster {cluster_id}, node {cfg.node_id}.")
+    if scram and cfg.metadata_log_dir in result.skipped:
+        # Bootstrap records are only read when a cluster starts from an empty metadata log.
+        typer.echo(f"SCRAM credentials for {', '.join(sorted({r.name for r in scram}))} not added: "
+                   f"{cfg.metadata_log_dir} was already formatted (add them with 'kraftpy configs alter "
+                   "--entity-type users').", err=True)
 
 
 @app.command("info")
