@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -60,10 +61,16 @@ def _b64url(text: str) -> bytes:
         raise InvalidToken("token part is not base64url") from None
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
 def _json_part(text: str, what: str) -> dict[str, Any]:
+    # NaN and Infinity are Python's extensions, not JSON (Kafka's parser refuses them): a token with
+    # exp NaN or Infinity would never expire. Nesting deeper than the parser's recursion is refused too.
     try:
-        value = json.loads(_b64url(text))
-    except (ValueError, UnicodeDecodeError):
+        value = json.loads(_b64url(text), parse_constant=_not_json)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise InvalidToken(f"token {what} is not JSON") from None
     if not isinstance(value, dict):
         raise InvalidToken(f"token {what} is not a JSON object")
@@ -78,7 +85,13 @@ def _number(claims: Mapping[str, Any], name: str, required: bool) -> float | Non
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidToken(f"claim {name} is not a number")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a float's range
+        raise InvalidToken(f"claim {name} is out of range") from None
+    if not math.isfinite(number):  # 1e999 parses as infinity
+        raise InvalidToken(f"claim {name} is not a finite number")
+    return number
 
 
 def _scope(claims: Mapping[str, Any], name: str) -> tuple[str, ...]:

@@ -3,6 +3,7 @@ exception; a SCRAM exchange damaged anywhere after a good first message fails.""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,3 +52,30 @@ def test_a_damaged_client_final_message_fails(position, value):
         assert b",p=" in bytes(final) and proof(bytes(final)) == proof(original)
     else:
         assert isinstance(outcome, Failed)
+
+
+def _unsecured_token(claims: bytes) -> bytes:
+    import base64
+
+    from kraftpy.security.oauthbearer import client_message
+
+    def part(raw: bytes) -> str:
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    header = part(b'{"alg":"none"}')
+    return client_message(f"{header}.{part(claims)}.")
+
+
+@pytest.mark.parametrize("claims", [
+    b'{"sub":"x","exp":Infinity}', b'{"sub":"x","exp":NaN}', b'{"sub":"x","exp":1e999}',
+    b'{"sub":"x","exp":-Infinity}', b'{"sub":"x","exp":4102444800,"iat":NaN}',
+    b'{"sub":"x","exp":1' + b"0" * 400 + b"}",
+])
+def test_an_oauthbearer_token_whose_times_are_not_finite_numbers_is_refused(claims):
+    """Found by the handshake fuzzing (tests/fuzz/findings/oauthbearer-infinite-exp.json): an unsecured token
+    with exp Infinity (1e999 parses as infinity too) or NaN never expires, so it was accepted; the session
+    lifetime then took int(infinity) and the SaslAuthenticate handler failed with a traceback."""
+    server = OAuthBearerServer(UnsecuredValidator())
+    outcome = server.respond(_unsecured_token(claims))
+    assert isinstance(outcome, Challenge) and outcome.data == b'{"status":"invalid_token"}'
+    assert isinstance(server.respond(b"\x01"), Failed)
