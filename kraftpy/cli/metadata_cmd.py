@@ -2,8 +2,10 @@
 
 ``dump`` prints every record in log order (what kafka-dump-log's metadata decoder shows); ``show``
 replays them (the latest snapshot first, when the log starts above 0) and prints the resulting
-image: brokers, topics with their partitions, configs, features — what kafka-metadata-shell browses.
-Run them on a stopped node, or on a copy of its directory.
+image: brokers, topics with their partitions, configs, features, ACLs, SCRAM users (names, mechanisms
+and iterations) and client quotas — what kafka-metadata-shell browses. Neither prints a SCRAM salt or
+key (``dump --json`` shows them as ``(redacted)``, as Kafka's tools do). Run them on a stopped node, or
+on a copy of its directory.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kraftpy.protocol.records import iter_decoded
 from kraftpy.raft.control import LeaderChangeMessage, decode_leader_change
 from kraftpy.raft.file_log import METADATA_LOG_DIR_NAME
 from kraftpy.raft.snapshot import parse_snapshot_file_name
+from kraftpy.security.scram import MECHANISM_NAMES as SCRAM_MECHANISM_NAMES
 from kraftpy.storage.segment import parse_segment_file_name
 
 app = typer.Typer(help="Read the metadata log and snapshots.", no_args_is_help=True)
@@ -70,10 +73,15 @@ def iter_log(directory: Path):
             fail(f"{segment}: {exc}")
 
 
+#: Record fields that are password equivalents: never printed.
+_REDACTED_FIELDS = frozenset({"salt", "stored_key", "server_key", "salted_password"})
+
+
 def _fields(obj: Any) -> dict[str, Any]:
     def plain(value: Any) -> Any:
         if attrs.has(type(value)):
-            return {f.name: plain(getattr(value, f.name)) for f in attrs.fields(type(value))}
+            return {f.name: "(redacted)" if f.name in _REDACTED_FIELDS else plain(getattr(value, f.name))
+                    for f in attrs.fields(type(value))}
         if isinstance(value, tuple | list):
             return [plain(v) for v in value]
         if isinstance(value, bytes):
@@ -156,11 +164,27 @@ def show(log: LogOption = None) -> None:
         typer.echo("configs:")
         for resource, entries in sorted(image.configs.resources.items()):
             typer.echo(f"  {resource}: {dict(entries)}")
+    if image.acls.by_id:
+        typer.echo("acls:")
+        for line in sorted(_acl_line(binding) for binding in image.acls.by_id.values()):
+            typer.echo(f"  {line}")
+    if image.scram.users:
+        typer.echo("scram users:")
+        for name, credentials in sorted(image.scram.users.items()):
+            mechanisms = ", ".join(f"{SCRAM_MECHANISM_NAMES.get(code, code)} (iterations {record.iterations})"
+                                   for code, record in sorted(credentials.items()))
+            typer.echo(f"  {name}: {mechanisms}")
     if image.client_quotas.entities:
         typer.echo("client quotas:")
         for path, quotas in sorted((_quota_path(entity), quotas) for entity, quotas in
                                    image.client_quotas.entities.items()):
             typer.echo(f"  {path}: {dict(sorted(quotas.items()))}")
+
+
+def _acl_line(binding: Any) -> str:
+    """One ACL as Kafka's tools word it: the resource pattern, then who may (or may not) do what from where."""
+    return (f"{binding.resource_type.name}:{binding.resource_name} ({binding.pattern_type.name}): "
+            f"{binding.permission.name} {binding.principal} {binding.operation.name} from host {binding.host}")
 
 
 def _quota_path(entity: Any) -> str:
