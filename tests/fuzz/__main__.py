@@ -46,6 +46,15 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--control-share", type=float, default=0.2)
     finding = sub.add_parser("finding", help="replay a reproducer of tests/fuzz/findings/ on a fresh target")
     finding.add_argument("path", type=Path, nargs="+")
+    hs = sub.add_parser("handshakes", help="SASL and TLS handshake attempts against a fresh secured kraftpy dev")
+    hs.add_argument("--seed", type=int, default=1)
+    hs.add_argument("--attempts", type=int, default=10_000)
+    hs.add_argument("--first", type=int, default=0, help="number of the first attempt")
+    hs.add_argument("--workers", type=int, default=16, help="connections at once")
+    hs.add_argument("--hang-bound", type=float, default=10.0, help="seconds without answer nor close = a hang")
+    hs.add_argument("--class", dest="classes", action="append", help="only this class or family (repeatable)")
+    hs.add_argument("--dir", type=Path, help="the target's directory (default: a new temporary one)")
+    hs.add_argument("--out", type=Path, help="write the JSON report here")
     bisect = sub.add_parser("bisect", help="replay each given frame alone, each on a fresh target: which fail?")
     bisect.add_argument("--seed", type=int, required=True)
     bisect.add_argument("--frame", type=int, action="append", required=True)
@@ -98,6 +107,21 @@ def main(argv: list[str] | None = None) -> int:
                 failing.append(index)
         print(f"failing alone: {failing}")
         return 1 if failing else 0
+    if args.command == "handshakes":
+        from tests.fuzz.handshake_campaign import HandshakeConfig, run_handshake_campaign
+
+        hs_config = HandshakeConfig(seed=args.seed, frames=args.attempts, first=args.first, workers=args.workers,
+                                    hang_bound=args.hang_bound, directory=args.dir, out=args.out, progress=print,
+                                    classes=frozenset(args.classes) if args.classes else None)
+        try:
+            report = trio.run(run_handshake_campaign, hs_config)
+        except Exception:
+            traceback.print_exc()
+            return 2
+        print(report.summary())
+        if hs_config.out is not None:
+            print(f"report written to {hs_config.out}")
+        return 0 if not report.failures() else 1
     if args.command == "replay":
         config = CampaignConfig(seed=args.seed, frames=len(args.frame), indexes=tuple(args.frame), workers=1,
                                 control_share=args.control_share, settle=args.settle, out=args.out,

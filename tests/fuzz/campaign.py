@@ -231,7 +231,7 @@ class Campaign:
         self.report.directory = str(directory)
         started = time.monotonic()
         async with trio.open_nursery() as nursery:
-            self.target = target = DevTarget(directory)
+            self.target = target = self.make_target(directory)
             try:
                 await target.start(nursery)
             except TargetFailed as exc:
@@ -255,6 +255,9 @@ class Campaign:
                 self._collect_log_findings()
                 nursery.cancel_scope.cancel()
         return self._finish(started)
+
+    def make_target(self, directory: Path) -> DevTarget:
+        return DevTarget(directory)
 
     def _finish(self, started: float) -> Report:
         self.report.duration_s = round(time.monotonic() - started, 2)

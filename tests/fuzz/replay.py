@@ -8,6 +8,9 @@ A finding file is JSON::
      (a large frame may be given as "zlib_base64": its bytes zlib-compressed, in base64)
      "expect": ["answered:1", "alive", "no-handler-traceback", "rss-below-mib:256", "readable:t", "clean-stop"]}
 
+A finding with ``"target": "secure"`` is replayed on the secured target of the handshake fuzzing, and
+its frames may also name the port ``SASL_PLAINTEXT``.
+
 `replay_finding` starts a fresh ``kraftpy dev``, sends each frame on a fresh connection in order
 (waiting for its answer or close), then checks every expectation and returns the ones that fail:
 
@@ -45,10 +48,16 @@ FINDINGS = Path(__file__).parent / "findings"
 BOUND = 20.0
 
 
+#: Ports of a finding with ``"target": "secure"`` (`tests.fuzz.secure_target.SecureDevTarget`'s listeners):
+#: the bytes go there as they are (SASL_PLAINTEXT; several requests may share one connection's bytes).
+SECURE_PORTS = ("SASL_PLAINTEXT",)
+
+
 def load(path: Path) -> dict[str, Any]:
     finding = json.loads(path.read_text())
+    ports = (KAFKA, CONTROL, *SECURE_PORTS) if finding.get("target") == "secure" else (KAFKA, CONTROL)
     for frame in finding["frames"]:
-        assert frame["port"] in (KAFKA, CONTROL), path
+        assert frame["port"] in ports, path
     return finding
 
 
@@ -67,7 +76,12 @@ async def replay_finding(finding: dict[str, Any], directory: Path | None = None)
     directory = directory or Path(tempfile.mkdtemp(prefix="kraftpy-finding-"))
     failures: list[str] = []
     async with trio.open_nursery() as nursery:
-        target = DevTarget(directory)
+        if finding.get("target") == "secure":
+            from tests.fuzz.secure_target import SecureDevTarget
+
+            target = SecureDevTarget(directory)
+        else:
+            target = DevTarget(directory)
         await target.start(nursery)
         before = target.memory_kb().get("VmRSS", 0)
         outcomes = []
@@ -76,7 +90,8 @@ async def replay_finding(finding: dict[str, Any], directory: Path | None = None)
                 data = frame_bytes(spec)
                 frame = Frame(index=i, port=spec["port"], api=spec.get("note", ""), klass="finding", detail="",
                               data=data, half_close=spec.get("half_close", spec["port"] == KAFKA))
-                port = target.port if frame.port == KAFKA else target.controller_port
+                port = (target.port if frame.port == KAFKA else target.controller_port if frame.port == CONTROL
+                        else target.ports[frame.port])
                 outcomes.append(await send_frame(port, frame, BOUND, long_poll=False))
             grown = target.memory_kb().get("VmRSS", 0) - before
             for expectation in finding["expect"]:

@@ -22,6 +22,8 @@ FAILING_KINDS = (
     "rss-growth", "rss-peak", "open-files-growth", "verify-failed",
     "acked-missing", "acked-unreadable", "acked-behind-poison", "acked-different", "ack-without-batch",
     "malformed-response", "wrong-correlation-id",
+    # the handshake campaign's (tests.fuzz.handshake_campaign)
+    "auth-bypass", "legit-refused", "not-closed", "login-failed", "harness-error",
 )
 EXAMPLES_PER_GROUP = 5
 
@@ -46,11 +48,12 @@ class Finding:
         api = self.frame.api.split(" v")[0] if self.frame is not None else "-"
         return self.kind, self.klass or "-", api, self.known or ""
 
-    def example(self, seed: int) -> dict[str, Any]:
+    def example(self, seed: int, replay: str = "python -m tests.fuzz replay --seed {seed} --frame {index}",
+                ) -> dict[str, Any]:
         out: dict[str, Any] = {"message": self.message[:2000]}
         if self.frame_index is not None:
             out["frame"] = self.frame_index
-            out["replay"] = f"python -m tests.fuzz replay --seed {seed} --frame {self.frame_index}"
+            out["replay"] = replay.format(seed=seed, index=self.frame_index)
         if self.frame is not None:
             out["detail"] = self.frame.detail
             out["port"] = self.frame.port
@@ -93,6 +96,8 @@ class Report:
     #: Known bugs whose findings are reported as known rather than failing.
     tolerated: list[Any] = attrs.Factory(list)
     _ports: dict[int, int] = attrs.Factory(dict)
+    #: The line that replays one input ({seed}, {index}).
+    replay_command: str = "python -m tests.fuzz replay --seed {seed} --frame {index}"
 
     def count(self, frame: Frame, outcome: str) -> None:
         self.outcomes[(frame.port, frame.api.split(" v")[0], frame.klass)][outcome] += 1
@@ -154,7 +159,7 @@ class Report:
             "failures": collections.Counter(f.kind for f in self.failures()),
             "findings": [
                 {"kind": kind, "class": klass, "api": api, "count": len(items), "known_bug": known or None,
-                 "examples": [f.example(self.seed) for f in items[:EXAMPLES_PER_GROUP]]}
+                 "examples": [f.example(self.seed, self.replay_command) for f in items[:EXAMPLES_PER_GROUP]]}
                 for (kind, klass, api, known), items in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
             ],
             "per_api": {k: dict(v) for k, v in sorted(per_api.items())},

@@ -67,9 +67,7 @@ class DevTarget:
         """Start the process and return once it serves; raises TargetFailed if it exits or hangs."""
         self._ready = trio.Event()
         self.process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "kraftpy", "dev", "--dir", str(self.directory), "--port", str(self.port),
-             "--controller-port", str(self.controller_port), "--log-format", "json", "--log-level", self.log_level],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             preexec_fn=self._limit_memory)
         self.starts += 1
         nursery.start_soon(self._pump_stdout, self.process, self._ready)
@@ -92,6 +90,11 @@ class DevTarget:
             if self.alive:
                 self.process.kill()
             raise TargetFailed(f"kraftpy dev {state}:\n" + "\n".join(list(self.tail)[-30:]))
+
+    def command(self) -> list[str]:
+        """The target's command line (a subclass adds its settings)."""
+        return [sys.executable, "-m", "kraftpy", "dev", "--dir", str(self.directory), "--port", str(self.port),
+                "--controller-port", str(self.controller_port), "--log-format", "json", "--log-level", self.log_level]
 
     def _limit_memory(self) -> None:  # runs in the child, before exec
         limit = self.memory_limit_mib * 1024 * 1024
