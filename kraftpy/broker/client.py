@@ -14,13 +14,13 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
 import trio
 
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.frames import DEFAULT_MAX_FRAME_SIZE, decode_response, encode_request, join_frame
 from kraftpy.rpc.framing import FramedStream, FrameError
+from kraftpy.security.sasl import SaslLogin
 from kraftpy.security.tls import handshake_failure
 
 #: How long a TLS handshake with a broker may take.
@@ -29,18 +29,6 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 class ConnectionClosed(Exception):
     """The broker closed the connection, or it broke."""
-
-
-@attrs.frozen(repr=False)
-class SaslLogin:
-    """Who a client authenticates as on a SASL listener."""
-
-    mechanism: str
-    username: str
-    password: str
-
-    def __repr__(self) -> str:  # never the password
-        return f"SaslLogin({self.mechanism!r}, {self.username!r})"
 
 
 def client_sasl_login(values: Mapping[str, str]) -> SaslLogin | None:
@@ -106,8 +94,8 @@ class KafkaConnection:
         """SaslHandshake v1 then SaslAuthenticate v1 until the mechanism is done; raises
         `ConnectionClosed` with the broker's error when refused."""
         from kraftpy.protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
-        from kraftpy.security.plain import plain_message
-        from kraftpy.security.scram import ScramClient, ScramError
+        from kraftpy.security.sasl import authenticate_client
+        from kraftpy.security.scram import ScramError
 
         answer = await self.request(ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism=login.mechanism))
         if answer.error_code != ErrorCode.NONE:
@@ -121,13 +109,8 @@ class KafkaConnection:
                                        f"{ErrorCode(reply.error_code).name}: {reply.error_message}")
             return bytes(reply.auth_bytes)
 
-        if login.mechanism == "PLAIN":
-            await step(plain_message(login.username, login.password))
-            return
-        client = ScramClient(login.mechanism, login.username, login.password)
         try:
-            server_first = await step(client.first_message())
-            client.verify_server_final(await step(client.final_message(server_first)))
+            await authenticate_client(login, step)
         except ScramError as exc:
             raise ConnectionClosed(f"SASL authentication as {login.username!r} failed: {exc}") from None
 

@@ -41,7 +41,8 @@ app = typer.Typer(help="Describe the cluster (its id, controller and brokers); u
                   no_args_is_help=True)
 
 
-async def ask_active_controller(addresses: list[tuple[str, int]], timeout: float, tls: Any = None) -> dict[str, Any]:
+async def ask_active_controller(addresses: list[tuple[str, int]], timeout: float, tls: Any = None,
+                                sasl: Any = None) -> dict[str, Any]:
     """The active controller's DescribeClusterState answer. Controllers that are not active point at
     the leader (``id@host:port``); while none is active yet (an election), ask again until ``timeout``."""
     errors: list[str] = []
@@ -51,7 +52,7 @@ async def ask_active_controller(addresses: list[tuple[str, int]], timeout: float
         def client(address: tuple[str, int]) -> ControlClient:
             if address not in clients:
                 clients[address] = ControlClient(nursery, *address, request_timeout=timeout,
-                                                 connect_timeout=timeout, tls=tls)
+                                                 connect_timeout=timeout, tls=tls, sasl=sasl)
             return clients[address]
 
         try:
@@ -86,7 +87,7 @@ def controller_state(bootstrap_controller: str, command_config: Path | None) -> 
         die(f"--bootstrap-controller={bootstrap_controller}: {exc}", EXIT_USAGE)
     config = client_config(command_config)
     try:
-        return trio.run(ask_active_controller, addresses, config.request_timeout_s, config.tls)
+        return trio.run(ask_active_controller, addresses, config.request_timeout_s, config.tls, config.sasl)
     except AdminError as exc:
         die(str(exc), exc.exit_code)
 

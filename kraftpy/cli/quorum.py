@@ -31,8 +31,10 @@ def parse_addresses(text: str) -> list[tuple[str, int]]:
     return out
 
 
-async def fetch_status(addresses: list[tuple[str, int]], timeout: float = 5.0, tls: Any = None) -> dict[str, Any]:
-    """Ask the bootstrap controllers, following a non-leader's pointer to the leader."""
+async def fetch_status(addresses: list[tuple[str, int]], timeout: float = 5.0, tls: Any = None,
+                       sasl: Any = None) -> dict[str, Any]:
+    """Ask the bootstrap controllers, following a non-leader's pointer to the leader (``tls`` and ``sasl``:
+    the --command-config's `ClientTls` and `SaslLogin` for a controller listener over TLS or SASL)."""
     errors = []
     queue = list(addresses)
     seen: set[tuple[str, int]] = set()
@@ -42,7 +44,8 @@ async def fetch_status(addresses: list[tuple[str, int]], timeout: float = 5.0, t
             if address in seen:
                 continue
             seen.add(address)
-            client = ControlClient(nursery, *address, request_timeout=timeout, connect_timeout=timeout, tls=tls)
+            client = ControlClient(nursery, *address, request_timeout=timeout, connect_timeout=timeout, tls=tls,
+                                   sasl=sasl)
             try:
                 return await client.request(QUORUM_STATUS_API, {})
             except RpcError as exc:
@@ -92,8 +95,9 @@ def status(
         addresses = parse_addresses(bootstrap_controller)
     except ValueError as exc:
         fail(f"--bootstrap-controller={bootstrap_controller}: {exc}")
+    config = client_config(command_config)
     try:
-        result = trio.run(fetch_status, addresses, timeout, client_config(command_config).tls)
+        result = trio.run(fetch_status, addresses, timeout, config.tls, config.sasl)
     except RpcError as exc:
         fail(exc.message or str(exc))
     typer.echo(json.dumps(result, indent=2, sort_keys=True) if as_json else render(result))

@@ -332,6 +332,7 @@ def _validate(c: KraftConfig) -> None:
                 if listener.port == 0:
                     raise _fail(c, "advertised.listeners", f"{listener} advertises port 0")
     _validate_tls(c)
+    _validate_controller_sasl(c)
     if c.values["default.replication.factor"] > 32767:
         raise _fail(c, "default.replication.factor", "must be at most 32767")
     if not c.log_dirs:
@@ -377,6 +378,13 @@ def _validate_tls(c: KraftConfig) -> None:
                 raise ConfigError(exc.reason, exc.key, None, c.source) from None
             value = "[hidden]" if hidden else c.raw[exc.key]
             raise ConfigError(exc.reason, exc.key, value, origin.source, origin.line) from None
+
+
+def _validate_controller_sasl(c: KraftConfig) -> None:
+    """SASL on the controller listener: credentials for the client side, mechanisms it can offer."""
+    from kraftpy.security.controller_sasl import validate_controller_sasl
+
+    validate_controller_sasl(c)
 
 
 def defaults() -> dict[str, Any]:

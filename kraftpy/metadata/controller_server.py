@@ -30,7 +30,7 @@ from kraftpy.metadata.configs import static_broker_configs
 from kraftpy.metadata.controller import QuorumController
 from kraftpy.metadata.controller_config import ControllerConfig
 from kraftpy.metadata.loader import MetadataLoader, write_metadata_snapshots
-from kraftpy.metadata.records import encode_record
+from kraftpy.metadata.records import UserScramCredentialRecord, encode_record
 from kraftpy.metadata.replication_control import unclean_elections
 from kraftpy.metadata.result import ControllerResult
 from kraftpy.metadata.rpc import (
@@ -49,6 +49,15 @@ from kraftpy.raft.effects import Commit, LeaderChange, SnapshotLoaded
 from kraftpy.raft.errors import NotLeaderError
 from kraftpy.raft.log import RaftLog
 from kraftpy.rpc.control import ControlServer, RpcError
+from kraftpy.security.authorizer import (
+    CLUSTER_NAME,
+    AclIndex,
+    AclOperation,
+    AuthorizationResult,
+    ResourceType,
+    parse_super_users,
+)
+from kraftpy.security.controller_sasl import server_sasl
 from kraftpy.security.tls import listener_tls
 
 
@@ -111,6 +120,18 @@ class ControllerServer:
         self._high_watermark = 0
         self._write_lock = trio.Lock()
         self._changed = trio.Event()
+        #: SCRAM credentials of the bootstrap checkpoint by (name, mechanism code): what peers on the
+        #: controller listener are verified with until this controller has replayed some of the log.
+        self._bootstrap_scram = {(r.name, r.mechanism): r for r in self.controller_config.bootstrap_records
+                                 if isinstance(r, UserScramCredentialRecord)}
+        #: The loaded image holds something (it has replayed the log's first records). Never goes back.
+        self._replayed = False
+        #: The ACLs of the loaded image, when an authorizer is configured: who may speak the control plane.
+        self.acls: AclIndex | None = None
+        if config["authorizer.class.name"]:
+            self.acls = AclIndex(super_users=parse_super_users(config["super.users"]),
+                                 allow_everyone_if_no_acl_found=config["allow.everyone.if.no.acl.found"])
+        self.loader.subscribe(self._follow_image)
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -124,7 +145,9 @@ class ControllerServer:
                                    name="controller",
                                    queued_max_request_bytes=self.config["queued.max.request.bytes"],
                                    connections_max_idle_ms=self.config["connections.max.idle.ms"],
-                                   tls=listener_tls(self.config, listener.name))
+                                   tls=listener_tls(self.config, listener.name),
+                                   sasl=server_sasl(self.config, lookup_scram=self.lookup_scram,
+                                                    authorize=self.authorize_control_plane))
             if server.tls is not None:
                 await nursery.start(server.tls.watch, self.config["ssl.reload.check.interval.ms"] / 1000,
                                     self.log.bind(listener=listener.name))
@@ -150,6 +173,33 @@ class ControllerServer:
         """Leave the quorum's leadership on purpose before shutting down (EndQuorumEpoch)."""
         if self.driver is not None:
             await self.driver.resign()
+
+    # -- who may speak the control plane (a SASL controller listener) --------------------------------
+
+    def _follow_image(self, image: Any, delta: Any) -> None:
+        if not self._replayed and not image.is_empty:
+            self._replayed = True
+        if self.acls is not None:
+            self.acls.apply_changes(delta.changed_acls)
+
+    def lookup_scram(self, name: str, mechanism: int) -> UserScramCredentialRecord | None:
+        """A user's SCRAM credential: the metadata image's once this controller replayed some of the log,
+        before that (a fresh start) its own bootstrap checkpoint's (`storage format --add-scram`)."""
+        if self._replayed:
+            return self.loader.image.scram.credential(name, mechanism)
+        return self._bootstrap_scram.get((name, mechanism))
+
+    def authorize_control_plane(self, principal: str, host: str) -> str | None:
+        """None when ``principal`` may use the controller listener: anyone authenticated without an
+        authorizer; with one, a super user or a principal allowed ClusterAction on the cluster (Kafka's
+        rule for controller APIs). Else the rule that refused it."""
+        if self.acls is None:
+            return None
+        decision = self.acls.decide(principal, host, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                                    CLUSTER_NAME)
+        if decision.result is AuthorizationResult.ALLOWED:
+            return None
+        return f"no ClusterAction on the cluster ({decision})"
 
     # -- the Raft listener -----------------------------------------------------------------------
 

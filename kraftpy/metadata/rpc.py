@@ -116,6 +116,12 @@ def decode_request(api: str, body: dict[str, Any]) -> Any:
     return request
 
 
+#: Errors a request is sent again on (to the next voter): no active controller there, no connection,
+#: and a refused SASL login (a controller that has not replayed the credentials yet; logged by the client).
+RETRIED = frozenset({NOT_CONTROLLER, "NETWORK_EXCEPTION", "REQUEST_TIMED_OUT", "SASL_AUTHENTICATION_FAILED",
+                     "ILLEGAL_SASL_STATE", "UNSUPPORTED_SASL_MECHANISM", "CLUSTER_AUTHORIZATION_FAILED"})
+
+
 def not_controller(leader_id: int | None) -> RpcError:
     return RpcError(NOT_CONTROLLER, "" if leader_id is None else str(leader_id))
 
@@ -125,13 +131,14 @@ class ControllerClient:
 
     def __init__(self, nursery: trio.Nursery, voters: dict[int, tuple[str, int]], *,
                  request_timeout: float = 5.0, retry_backoff: float = 0.05, node_id: int | None = None,
-                 tls: Any = None) -> None:
-        """``tls``: the `kraftpy.security.tls.ClientTls` of the controller listener over TLS."""
+                 tls: Any = None, sasl: Any = None) -> None:
+        """``tls``: the `kraftpy.security.tls.ClientTls` of the controller listener over TLS; ``sasl``: the
+        `kraftpy.security.sasl.SaslLogin` of the controller listener over SASL."""
         self.voters = dict(voters)
         self.request_timeout = request_timeout
         self.retry_backoff = retry_backoff
         self._clients = {vid: ControlClient(nursery, host, port, request_timeout=request_timeout,
-                                            connect_timeout=request_timeout, max_backoff=0.5, tls=tls)
+                                            connect_timeout=request_timeout, max_backoff=0.5, tls=tls, sasl=sasl)
                          for vid, (host, port) in self.voters.items()}
         self._order = sorted(self.voters)
         self._guess: int | None = None
@@ -162,7 +169,7 @@ class ControllerClient:
                         self._guess = hinted if hinted != target else None
                     else:
                         self._guess = None
-                    if exc.code not in (NOT_CONTROLLER, "NETWORK_EXCEPTION", "REQUEST_TIMED_OUT"):
+                    if exc.code not in RETRIED:
                         raise
                 except (KeyError, TypeError, WireError) as exc:
                     last_error = f"{target}: malformed answer: {exc}"

@@ -27,6 +27,7 @@ from kraftpy.raft.driver import RaftDriver, RaftListener
 from kraftpy.raft.file_log import METADATA_LOG_DIR_NAME, FileRaftLog
 from kraftpy.raft.quorum_state_store import FILE_NAME as QUORUM_STATE_FILE
 from kraftpy.raft.quorum_state_store import read_quorum_state_file
+from kraftpy.security.controller_sasl import controller_login
 from kraftpy.security.tls import connecting_tls
 from kraftpy.storage.log_config import LogConfig
 
@@ -60,6 +61,8 @@ class RaftNode:
         self.voters = voter_addresses(config)
         #: How this node connects to the controllers (TLS when the controller listener runs over it).
         self.client_tls = connecting_tls(config, config.controller_listener_names[0])
+        #: Who this node authenticates as to the controllers (when the controller listener runs over SASL).
+        self.client_sasl = controller_login(config)
         #: Set once `run` has built it.
         self.driver: RaftDriver | None = None
 
@@ -83,7 +86,7 @@ class RaftNode:
             core = RaftCore(raft_config(config, self.cluster_id), self.log, rng=self.rng, now=trio.current_time(),
                             persisted=persisted)
             self.driver = RaftDriver(core, voter_addresses=self.voters, quorum_state_path=state_path,
-                                     listener=listener, client_tls=self.client_tls,
+                                     listener=listener, client_tls=self.client_tls, client_sasl=self.client_sasl,
                                      request_timeout=config["controller.quorum.request.timeout.ms"] / 1000)
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.driver.run)

@@ -111,10 +111,12 @@ def decode_response(body: dict[str, Any], request: Message) -> Message:
 class RaftDriver:
     def __init__(self, core: RaftCore, *, voter_addresses: dict[int, tuple[str, int]],
                  quorum_state_path: Path, listener: RaftListener, request_timeout: float = 2.0,
-                 client_tls: Any = None) -> None:
-        """``client_tls``: the `kraftpy.security.tls.ClientTls` of the controller listener over TLS."""
+                 client_tls: Any = None, client_sasl: Any = None) -> None:
+        """``client_tls``: the `kraftpy.security.tls.ClientTls` of the controller listener over TLS;
+        ``client_sasl``: the `kraftpy.security.sasl.SaslLogin` of the controller listener over SASL."""
         self.core = core
         self.client_tls = client_tls
+        self.client_sasl = client_sasl
         self.voter_addresses = voter_addresses
         self.quorum_state_path = quorum_state_path
         self.listener = listener
@@ -262,7 +264,8 @@ class RaftDriver:
                 return None
             assert self._nursery is not None
             client = ControlClient(self._nursery, *address, request_timeout=self.request_timeout,
-                                   connect_timeout=self.request_timeout, tls=self.client_tls)
+                                   connect_timeout=self.request_timeout, tls=self.client_tls,
+                                   sasl=self.client_sasl)
             self._clients[dest] = client
         return client
 

@@ -20,6 +20,26 @@ handshake before reading a frame; one that fails (no certificate signed by the t
 ``ssl.client.auth=required``, a plaintext peer) closes that connection with one log line, so a node
 without a valid certificate cannot vote, fetch or register. A client given a `ClientTls` does the
 handshake after connecting; a failed handshake is a failed connect (logged once per failure streak).
+
+SASL (the controller listener over SASL_PLAINTEXT or SASL_SSL): a server given a
+`kraftpy.security.controller_sasl.ControlSasl` serves nothing on a connection (after its TLS handshake)
+until the peer authenticated, one frame at a time::
+
+    AWAIT_HANDSHAKE --SaslHandshake {mechanism} (enabled)--> AWAIT_TOKEN --SaslAuthenticate {token}-->
+        |                 answered {mechanisms}                  |  Challenge: {token, done: false}, again
+        |                                                        |  Authenticated (and authorized):
+        |                                                        |      {token, done: true} -> SERVING
+        +-- any other request, an unknown mechanism, a failed exchange, a principal not allowed,
+            or no authentication within SASL_AUTHENTICATION_TIMEOUT_S: an error answer, then close
+
+Error answers use Kafka's names: ILLEGAL_SASL_STATE (a request before authentication),
+UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED (after ``connection.failed.authentication.delay.ms``,
+with the mechanism's message), CLUSTER_AUTHORIZATION_FAILED (the principal may not speak the control
+plane). Each closed connection is one log line with the peer, the mechanism and the principal the client
+claimed, never a secret. The mechanism servers are the sans-IO ones of kraftpy.security (PLAIN, SCRAM).
+A client given a `kraftpy.security.sasl.SaslLogin` authenticates right after connecting, within its
+connect timeout; a refusal is a failed connect (`AuthenticationFailed`, backed off and logged once per
+failure streak).
 """
 
 from __future__ import annotations
@@ -37,11 +57,19 @@ from kraftpy.logs import get_logger
 from kraftpy.rpc.framing import FramedStream, FrameError, IdleConnection, RequestBudget
 from kraftpy.rpc.listeners import Acceptor
 from kraftpy.rpc.wire import WireError
+from kraftpy.security.controller_sasl import ControlSasl
+from kraftpy.security.listener_sasl import mechanism_server
+from kraftpy.security.sasl import Authenticated, Challenge, SaslLogin, authenticate_client
+from kraftpy.security.scram import ScramError
 from kraftpy.security.tls import handshake_failure
 
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
 #: How long a TLS peer has to finish its handshake.
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
+#: How long a peer of a SASL listener has to authenticate once connected (and, over TLS, handshaken).
+SASL_AUTHENTICATION_TIMEOUT_S = 10.0
+SASL_HANDSHAKE_API = "SaslHandshake"
+SASL_AUTHENTICATE_API = "SaslAuthenticate"
 
 Handler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
@@ -58,6 +86,14 @@ class RpcError(Exception):
 class ConnectionLost(RpcError):
     def __init__(self, message: str) -> None:
         super().__init__("NETWORK_EXCEPTION", message)
+
+
+class AuthenticationFailed(ConnectionLost):
+    """The server refused this client's SASL authentication (``code`` is its error, e.g.
+    SASL_AUTHENTICATION_FAILED): a failed connect."""
+
+    def __init__(self, code: str, message: str) -> None:
+        RpcError.__init__(self, code, message)
 
 
 class RequestTimeout(RpcError):
@@ -78,13 +114,15 @@ class ControlServer:
 
     def __init__(self, handler: Handler, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  name: str = "control", queued_max_request_bytes: int = -1,
-                 connections_max_idle_ms: int = -1, tls: Any = None) -> None:
+                 connections_max_idle_ms: int = -1, tls: Any = None, sasl: ControlSasl | None = None) -> None:
         """``queued_max_request_bytes`` (-1: no bound) and ``connections_max_idle_ms`` (-1: never)
         are Kafka's ``queued.max.request.bytes`` and ``connections.max.idle.ms``."""
         self.handler = handler
         self.max_frame_bytes = max_frame_bytes
         #: The listener's `ServerTls` when it runs over TLS.
         self.tls = tls
+        #: What the listener accepts when it runs over SASL (see the module doc).
+        self.sasl = sasl
         self.log = get_logger(name)
         self.port: int | None = None
         #: Request bytes held by all connections of this server (queued.max.request.bytes).
@@ -101,6 +139,7 @@ class ControlServer:
             task_status.started(self.port)
 
     async def _handle_connection(self, stream: trio.SocketStream) -> None:
+        peer = _peer(stream)
         if self.tls is not None:
             ssl_stream = await self._handshake(stream)
             if ssl_stream is None:
@@ -108,6 +147,8 @@ class ControlServer:
             stream = ssl_stream
         framed = FramedStream(stream, self.max_frame_bytes, budget=self.budget, idle_timeout=self.idle_timeout)
         try:
+            if self.sasl is not None and await self._authenticate(framed, peer) is None:
+                return
             async with trio.open_nursery() as nursery:
                 try:
                     await self._read_requests(framed, nursery)
@@ -134,6 +175,94 @@ class ControlServer:
                 reason = handshake_failure(exc)
         self.log.warning("closing connection: TLS handshake failed", peer=_peer(stream), reason=reason)
         return None
+
+    async def _authenticate(self, framed: FramedStream, peer: str) -> str | None:
+        """The SASL exchange a connection starts with: the principal, or None once the connection is
+        to be closed (answered and logged here)."""
+        with trio.move_on_after(SASL_AUTHENTICATION_TIMEOUT_S):
+            try:
+                return await self._sasl_exchange(framed, peer)
+            except (FrameError, IdleConnection) as exc:
+                self.log.warning("closing connection", peer=peer, reason=str(exc))
+                return None
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return None
+        self.log.warning("closing connection: SASL authentication failed", peer=peer,
+                         reason=f"not authenticated within {SASL_AUTHENTICATION_TIMEOUT_S:g}s")
+        return None
+
+    async def _sasl_exchange(self, framed: FramedStream, peer: str) -> str | None:
+        sasl = self.sasl
+        assert sasl is not None
+        mechanism: str | None = None
+        server: Any = None
+        while True:
+            payload = await framed.receive_frame()
+            if payload is None:
+                return None
+            framed.release(payload)
+            try:
+                msg = unpack(payload)
+                req_id, api, body = msg["id"], msg["api"], msg["body"]
+                if not isinstance(req_id, int) or not isinstance(api, str) or not isinstance(body, dict):
+                    raise TypeError("id, api and body have the wrong types")
+            except Exception as exc:
+                raise FrameError(f"malformed control request: {exc}") from None
+            del payload, msg
+            if server is None:
+                if api != SASL_HANDSHAKE_API:
+                    await self._refuse(framed, req_id, "ILLEGAL_SASL_STATE",
+                                       f"{api} before SASL authentication: send SaslHandshake first")
+                    self.log.warning("closing connection: SASL authentication required", peer=peer, api=api[:64])
+                    return None
+                asked = body.get("mechanism")
+                if asked not in sasl.mechanisms:
+                    shown = asked[:64] if isinstance(asked, str) else repr(asked)[:64]
+                    await self._refuse(framed, req_id, "UNSUPPORTED_SASL_MECHANISM",
+                                       f"Unsupported SASL mechanism {shown} (enabled: {', '.join(sasl.mechanisms)})")
+                    self.log.warning("closing connection: SASL mechanism not enabled", peer=peer, mechanism=shown,
+                                     enabled=list(sasl.mechanisms))
+                    return None
+                mechanism = asked
+                server = mechanism_server(mechanism, sasl.plain_users, sasl.lookup_scram)
+                await framed.send_frame(pack({"id": req_id, "body": {"mechanisms": list(sasl.mechanisms)}}))
+                continue
+            token = body.get("token")
+            if api != SASL_AUTHENTICATE_API or not isinstance(token, bytes):
+                await self._refuse(framed, req_id, "ILLEGAL_SASL_STATE",
+                                   f"{api} during SASL authentication: send SaslAuthenticate {{token}}")
+                self.log.warning("closing connection: SASL authentication required", peer=peer, api=api[:64],
+                                 mechanism=mechanism)
+                return None
+            outcome = server.respond(token)
+            if isinstance(outcome, Challenge):
+                await framed.send_frame(pack({"id": req_id, "body": {"token": outcome.data, "done": False}}))
+                continue
+            if isinstance(outcome, Authenticated):
+                principal = f"User:{outcome.username}"
+                refusal = sasl.authorize(principal, peer.rpartition(":")[0])
+                if refusal is not None:
+                    await self._refuse(framed, req_id, "CLUSTER_AUTHORIZATION_FAILED",
+                                       f"{principal} may not use the controller listener")
+                    self.log.warning("closing connection: control plane access denied", peer=peer,
+                                     mechanism=mechanism, principal=principal, reason=refusal)
+                    return None
+                await framed.send_frame(pack({"id": req_id, "body": {"token": outcome.data, "done": True}}))
+                self.log.debug("SASL authenticated", peer=peer, mechanism=mechanism, principal=principal)
+                return principal
+            await trio.sleep(sasl.failed_authentication_delay_ms / 1000)
+            await self._refuse(framed, req_id, "SASL_AUTHENTICATION_FAILED", outcome.message)
+            claimed = getattr(server, "username", None)
+            self.log.warning("closing connection: SASL authentication failed", peer=peer, mechanism=mechanism,
+                             principal=f"User:{claimed}" if claimed else None, reason=outcome.reason)
+            return None
+
+    async def _refuse(self, framed: FramedStream, req_id: int, code: str, message: str) -> None:
+        """Answer a request with an error before the connection is closed (a peer gone already is fine)."""
+        try:
+            await framed.send_frame(pack({"id": req_id, "error": code, "message": message}))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
 
     async def _read_requests(self, framed: FramedStream, nursery: trio.Nursery) -> None:
         while True:
@@ -211,10 +340,16 @@ class ControlClient:
 
     def __init__(self, nursery: trio.Nursery, host: str, port: int, *, request_timeout: float = 2.0,
                  connect_timeout: float = 2.0, retry_backoff: float = 0.02, max_backoff: float = 1.0,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, tls: Any = None) -> None:
-        """``tls``: the `kraftpy.security.tls.ClientTls` of a controller listener over TLS."""
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, tls: Any = None,
+                 sasl: SaslLogin | None = None) -> None:
+        """``tls``: the `kraftpy.security.tls.ClientTls` of a controller listener over TLS; ``sasl``: who
+        to authenticate as on a controller listener over SASL."""
         self.nursery = nursery
         self.tls = tls
+        self.sasl = sasl
+        self.log = get_logger("control-client")
+        #: The last connect failed its SASL authentication (logged once per streak of failures).
+        self._authentication_failing = False
         self.host = host
         self.port = port
         self.request_timeout = request_timeout
@@ -241,17 +376,86 @@ class ControlClient:
                 await trio.sleep(wait)
             try:
                 with trio.fail_after(self.connect_timeout):
-                    stream = await self._open_stream()
-            except (OSError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                self._next_attempt = trio.current_time() + self._backoff
-                self._backoff = min(self._backoff * 2, self.max_backoff)
+                    framed = FramedStream(await self._open_stream(), self.max_frame_bytes)
+                    if self.sasl is not None:
+                        await self._authenticate_or_close(framed)
+            except AuthenticationFailed as exc:
+                self._back_off()
+                if not self._authentication_failing:
+                    self._authentication_failing = True
+                    self.log.warning("SASL authentication to a controller failed", peer=self.address,
+                                     mechanism=self.sasl.mechanism if self.sasl else None, error=exc.code,
+                                     reason=exc.message)
+                raise
+            except (OSError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
+                    FrameError) as exc:
+                self._back_off()
                 raise ConnectionLost(f"cannot connect to {self.address}: {exc}") from None
+            if self._authentication_failing:
+                self._authentication_failing = False
+                self.log.info("SASL authentication to a controller succeeded again", peer=self.address)
             self._backoff = self.retry_backoff
             self._next_attempt = -math.inf
-            conn = _Connection(FramedStream(stream, self.max_frame_bytes))
+            conn = _Connection(framed)
             self._conn = conn
             self.nursery.start_soon(self._read_responses, conn)
             return conn
+
+    def _back_off(self) -> None:
+        self._next_attempt = trio.current_time() + self._backoff
+        self._backoff = min(self._backoff * 2, self.max_backoff)
+
+    async def _authenticate_or_close(self, framed: FramedStream) -> None:
+        try:
+            await self._authenticate(framed)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(framed.stream)
+            raise
+
+    async def _authenticate(self, framed: FramedStream) -> None:
+        """SaslHandshake, then SaslAuthenticate until the mechanism is done (one request at a time,
+        before the connection carries anything else); raises `AuthenticationFailed` when refused."""
+        login = self.sasl
+        assert login is not None
+        ids = self._ids
+
+        def refused(code: str, message: str) -> AuthenticationFailed:
+            return AuthenticationFailed(code, f"SASL authentication as {login.username!r} ({login.mechanism}) to "
+                                              f"{self.address} failed: {message}")
+
+        async def call(api: str, body: dict[str, Any]) -> dict[str, Any]:
+            req_id = next(ids)
+            await framed.send_frame(pack({"id": req_id, "api": api, "body": body}))
+            payload = await framed.receive_frame()
+            if payload is None:
+                raise refused("SASL_AUTHENTICATION_FAILED", "the controller closed the connection")
+            try:
+                msg = unpack(payload)
+                answer_id = msg["id"]
+                error = msg.get("error")
+                answer = msg.get("body", {})
+            except Exception as exc:
+                raise refused("SASL_AUTHENTICATION_FAILED", f"malformed answer: {exc}") from None
+            if answer_id != req_id:
+                raise refused("SASL_AUTHENTICATION_FAILED", f"answer for request {answer_id}, expected {req_id}")
+            if error is not None:
+                raise refused(str(error), f"{error}: {msg.get('message', '')}")
+            return answer if isinstance(answer, dict) else {}
+
+        await call(SASL_HANDSHAKE_API, {"mechanism": login.mechanism})
+
+        async def step(token: bytes) -> bytes:
+            answer = await call(SASL_AUTHENTICATE_API, {"token": token})
+            data = answer.get("token")
+            if not isinstance(data, bytes):
+                raise refused("SASL_AUTHENTICATION_FAILED", "SaslAuthenticate answer without a token")
+            return data
+
+        try:
+            await authenticate_client(login, step)
+        except ScramError as exc:
+            raise refused("SASL_AUTHENTICATION_FAILED", str(exc)) from None
 
     async def _open_stream(self) -> trio.abc.Stream:
         stream = await trio.open_tcp_stream(self.host, self.port)

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import bisect
 import enum
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 
 import attrs
 
@@ -406,6 +406,15 @@ class AclIndex:
         if not same_caller:
             del self._by_type_principal[(binding.resource_type, binding.principal)]
         return binding
+
+    def apply_changes(self, changed: Mapping[Hashable, AclBinding | None]) -> None:
+        """Replay of a delta's ACL changes (``MetadataDelta.changed_acls``): None removes the id."""
+        for acl_id, binding in changed.items():
+            if binding is None:
+                if acl_id in self._by_id:
+                    self.remove(acl_id)
+            else:
+                self.add(acl_id, binding)
 
     # -- decisions --------------------------------------------------------------------------------
 

@@ -17,6 +17,8 @@ on client input and does bounded work per token (`MAX_TOKEN_BYTES`).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import attrs
 
 SCRAM_SHA_256 = "SCRAM-SHA-256"
@@ -53,3 +55,32 @@ def invalid_credentials(mechanism: str, *, reauthentication: bool = False) -> st
     """The message Kafka's SaslServerAuthenticator sends for a mechanism's generic failure."""
     during = "re-authentication" if reauthentication else "authentication"
     return f"Authentication failed during {during} due to invalid credentials with SASL mechanism {mechanism}"
+
+
+@attrs.frozen(repr=False)
+class SaslLogin:
+    """Who a client authenticates as (a broker to the other brokers or to the controllers, a
+    controller to the other controllers, a tool)."""
+
+    mechanism: str
+    username: str
+    password: str
+
+    def __repr__(self) -> str:  # never the password
+        return f"SaslLogin({self.mechanism!r}, {self.username!r})"
+
+
+async def authenticate_client(login: SaslLogin, step: Callable[[bytes], Awaitable[bytes]]) -> None:
+    """The client side of a PLAIN or SCRAM exchange over any transport: ``step(token)`` sends one
+    client token and returns the server's answer (raising when the server refuses). A SCRAM server
+    whose final message does not prove it knows the credential raises
+    `kraftpy.security.scram.ScramError`."""
+    from kraftpy.security.plain import plain_message
+    from kraftpy.security.scram import ScramClient
+
+    if login.mechanism == PLAIN:
+        await step(plain_message(login.username, login.password))
+        return
+    client = ScramClient(login.mechanism, login.username, login.password)
+    server_first = await step(client.first_message())
+    client.verify_server_final(await step(client.final_message(server_first)))

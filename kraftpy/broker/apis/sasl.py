@@ -53,17 +53,25 @@ from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.frames import encode_response
 from kraftpy.protocol.messages import SaslAuthenticateResponse, SaslHandshakeResponse
 from kraftpy.rpc.kafka_server import BadRequest, Connection, send_parts
-from kraftpy.security.jaas import JaasConfigError, parse_listener_jaas_config, plain_users
+from kraftpy.security.jaas import JaasConfigError, parse_listener_jaas_config
+from kraftpy.security.listener_sasl import (
+    fail_hidden,
+    jaas_key,
+    jaas_login,
+    listener_plain_users,
+    mechanism_server,
+)
 from kraftpy.security.oauthbearer import (
     OAUTHBEARER,
     JwksValidator,
     OAuthBearerServer,
+    RefreshingJwks,
     UnsecuredValidator,
     load_jwks,
 )
 from kraftpy.security.plain import PlainServer
 from kraftpy.security.sasl import PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, Authenticated, Challenge, Failed
-from kraftpy.security.scram import MECHANISM_CODES, ScramCredential, ScramServer
+from kraftpy.security.scram import ScramServer
 
 _logger = structlog.get_logger(__name__)
 
@@ -107,31 +115,11 @@ class SaslSettings:
                 continue
             listeners[listener.name] = SaslListener(
                 tuple(config.listener_value(listener.name, "sasl.enabled.mechanisms")),
-                plain_users=_plain_users(config, listener.name),
+                plain_users=listener_plain_users(config, listener.name),
                 max_reauth_ms=config.listener_value(listener.name, "connections.max.reauth.ms"),
                 oauth_validator=_oauth_validator(config, listener.name),
             )
         return cls(listeners, config["connection.failed.authentication.delay.ms"])
-
-
-def jaas_key(config: Any, listener: str, mechanism: str) -> str | None:
-    """The key holding a listener's JAAS config for ``mechanism``, as Kafka looks for it:
-    listener.name.<l>.<mechanism>.sasl.jaas.config, listener.name.<l>.sasl.jaas.config, sasl.jaas.config."""
-    prefix = f"listener.name.{listener.lower()}."
-    for key in (f"{prefix}{mechanism.lower()}.sasl.jaas.config", f"{prefix}sasl.jaas.config", "sasl.jaas.config"):
-        if config.values.get(key) is not None:
-            return key
-    return None
-
-
-def _plain_users(config: Any, listener: str) -> dict[str, str]:
-    key = jaas_key(config, listener, PLAIN)
-    if key is None:
-        return {}
-    try:
-        return plain_users(config.values[key])
-    except JaasConfigError as exc:
-        raise config.fail(key, str(exc)) from None
 
 
 def _oauth_validator(config: Any, listener: str) -> Any:
@@ -146,6 +134,10 @@ def _oauth_validator(config: Any, listener: str) -> Any:
         except ValueError as exc:
             raise config.fail(config.listener_key(listener, "sasl.oauthbearer.jwks.endpoint.url"), str(exc)) from None
         issuer = config.listener_value(listener, "sasl.oauthbearer.expected.issuer")
+        keys = RefreshingJwks(
+            url, keys, refresh_ms=config.listener_value(listener, "sasl.oauthbearer.jwks.endpoint.refresh.ms"),
+            retry_backoff_ms=config.listener_value(listener, "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms"),
+            retry_backoff_max_ms=config.listener_value(listener, "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms"))
         return JwksValidator(keys, tuple(config.listener_value(listener, "sasl.oauthbearer.expected.audience")),
                              issuer or None, config.listener_value(listener, "sasl.oauthbearer.sub.claim.name"),
                              config.listener_value(listener, "sasl.oauthbearer.scope.claim.name"),
@@ -161,21 +153,6 @@ def _oauth_validator(config: Any, listener: str) -> Any:
     return UnsecuredValidator()
 
 
-def jaas_login(config: Any, listener: str, mechanism: str) -> tuple[str, str] | None:
-    """The ``username``/``password`` options of a listener's JAAS config for ``mechanism`` (what a
-    broker authenticates with to the others), or None."""
-    key = jaas_key(config, listener, mechanism)
-    if key is None:
-        return None
-    try:
-        options = parse_listener_jaas_config(config.values[key]).options
-    except JaasConfigError as exc:
-        raise config.fail(key, str(exc)) from None
-    if "username" not in options or "password" not in options:
-        return None
-    return options["username"], options["password"]
-
-
 def inter_broker_login(config: Any) -> Any:
     """What this broker authenticates with on the other brokers' inter-broker listener when it is a SASL
     one: sasl.mechanism.inter.broker.protocol and the username/password of that listener's JAAS config
@@ -189,8 +166,8 @@ def inter_broker_login(config: Any) -> Any:
     login = jaas_login(config, inter, mechanism)
     if login is None:
         key = f"listener.name.{inter.lower()}.{mechanism.lower()}.sasl.jaas.config"
-        raise config.fail(key, f"the inter-broker listener {inter} is {config.security_protocol(inter)}: its JAAS "
-                               f"config for {mechanism} needs username and password for this broker")
+        raise fail_hidden(config, key, f"the inter-broker listener {inter} is {config.security_protocol(inter)}: "
+                                       f"its JAAS config for {mechanism} needs username and password for this broker")
     return SaslLogin(mechanism, *login)
 
 
@@ -257,6 +234,16 @@ class SaslApi:
             return None
         return self.settings.listeners.get(conn.listener.upper()) or SaslListener(SUPPORTED_MECHANISMS)
 
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep every listener's OAUTHBEARER key set fresh (kraftpy.security.oauthbearer.RefreshingJwks)
+        until cancelled; returns at once when no listener has one."""
+        async with trio.open_nursery() as nursery:
+            for name, listener in sorted(self.settings.listeners.items()):
+                keys = getattr(listener.oauth_validator, "keys", None)
+                if isinstance(keys, RefreshingJwks):
+                    await nursery.start(keys.run, self._log.bind(listener=name))
+            task_status.started()
+
     # -- the gate ---------------------------------------------------------------------------------
 
     async def admit(self, frame: bytes | memoryview, conn: Connection) -> list | None:
@@ -321,19 +308,9 @@ class SaslApi:
         return SaslHandshakeResponse(error_code=ErrorCode.NONE, mechanisms=mechanisms)
 
     def _mechanism_server(self, mechanism: str, listener: SaslListener, reauthentication: bool) -> Any:
-        if mechanism == PLAIN:
-            return PlainServer(listener.plain_users, reauthentication=reauthentication)
         if mechanism == OAUTHBEARER:
             return OAuthBearerServer(listener.oauth_validator or UnsecuredValidator())
-        code = MECHANISM_CODES[mechanism]
-
-        def lookup(name: str) -> ScramCredential | None:
-            record = self._lookup_scram(name, code)
-            if record is None:
-                return None
-            return ScramCredential(mechanism, record.salt, record.iterations, record.stored_key, record.server_key)
-
-        return ScramServer(mechanism, lookup, reauthentication=reauthentication)
+        return mechanism_server(mechanism, listener.plain_users, self._lookup_scram, reauthentication=reauthentication)
 
     # -- SaslAuthenticate -------------------------------------------------------------------------
 

@@ -1,0 +1,266 @@
+"""SASL on the controller listener (kraftpy.rpc.control): a real ControlServer and ControlClient on
+127.0.0.1 authenticate with SCRAM-SHA-512 or PLAIN before any request is served; a wrong password,
+an unknown mechanism, a principal the authorizer refuses and a client that skips the exchange are each
+answered with Kafka's error, closed and logged in one line without the secret; a failed login waits
+connection.failed.authentication.delay.ms. Also the configuration checks made at start."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import structlog
+import trio
+import trio.testing
+
+from kraftpy.config import ConfigError, load_config
+from kraftpy.metadata.records import UserScramCredentialRecord
+from kraftpy.rpc.control import (
+    AuthenticationFailed,
+    ControlClient,
+    ControlServer,
+    RpcError,
+    pack,
+    unpack,
+)
+from kraftpy.security.controller_sasl import ControlSasl, controller_login, server_sasl
+from kraftpy.security.plain import plain_message
+from kraftpy.security.sasl import SaslLogin
+from kraftpy.security.scram import ScramClient, ScramCredential
+
+SECRET = "controller-secret"
+_CRED = ScramCredential.from_password("SCRAM-SHA-512", SECRET)
+CONTROLLER_512 = UserScramCredentialRecord("controller", 2, _CRED.salt, _CRED.stored_key, _CRED.server_key,
+                                           _CRED.iterations)
+PLAIN_USERS = {"broker": "broker-secret"}
+
+
+def lookup(name: str, code: int):
+    return CONTROLLER_512 if (name, code) == ("controller", 2) else None
+
+
+def settings(**kw) -> ControlSasl:
+    return ControlSasl(kw.pop("mechanisms", ("PLAIN", "SCRAM-SHA-512")), PLAIN_USERS, lookup,
+                       kw.pop("delay_ms", 0), **kw)
+
+
+class Recorder:
+    """The handler behind the listener: records what it served."""
+
+    def __init__(self) -> None:
+        self.served: list[str] = []
+
+    async def __call__(self, api, body):
+        self.served.append(api)
+        return {"echo": body}
+
+
+async def start(nursery, sasl: ControlSasl):
+    handler = Recorder()
+    server = ControlServer(handler, sasl=sasl)
+    port = await nursery.start(server.serve, "127.0.0.1", 0)
+    return handler, port
+
+
+def client(nursery, port, login: SaslLogin | None) -> ControlClient:
+    # The timeouts only bound a failure: no check waits for them to pass.
+    return ControlClient(nursery, "127.0.0.1", port, request_timeout=30, connect_timeout=30, sasl=login)
+
+
+def closing_lines(logs) -> list[dict]:
+    return [line for line in logs if str(line.get("event", "")).startswith("closing connection")]
+
+
+async def test_scram_sha_512_with_the_right_password_is_served():
+    with trio.fail_after(30), structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            handler, port = await start(nursery, settings())
+            c = client(nursery, port, SaslLogin("SCRAM-SHA-512", "controller", SECRET))
+            assert await c.request("raft", {"n": 1}) == {"echo": {"n": 1}}
+            assert await c.request("raft", {"n": 2}) == {"echo": {"n": 2}}  # the same, authenticated, connection
+            assert handler.served == ["raft", "raft"]
+            nursery.cancel_scope.cancel()
+    ok = [line for line in logs if line["event"] == "SASL authenticated"]
+    assert len(ok) == 1 and ok[0]["principal"] == "User:controller" and ok[0]["mechanism"] == "SCRAM-SHA-512"
+    assert closing_lines(logs) == []
+
+
+async def test_plain_with_the_listener_users():
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            handler, port = await start(nursery, settings())
+            c = client(nursery, port, SaslLogin("PLAIN", "broker", "broker-secret"))
+            assert await c.request("BrokerHeartbeat", {}) == {"echo": {}}
+            wrong = client(nursery, port, SaslLogin("PLAIN", "broker", "guess"))
+            with pytest.raises(AuthenticationFailed) as refused:
+                await wrong.request("BrokerHeartbeat", {})
+            assert refused.value.code == "SASL_AUTHENTICATION_FAILED"
+            assert "Invalid username or password" in refused.value.message
+            assert handler.served == ["BrokerHeartbeat"]
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_wrong_scram_password_is_refused_closed_and_logged_without_the_secret():
+    with trio.fail_after(30), structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            handler, port = await start(nursery, settings())
+            c = client(nursery, port, SaslLogin("SCRAM-SHA-512", "controller", "not-the-secret"))
+            with pytest.raises(AuthenticationFailed) as refused:
+                await c.request("raft", {})
+            # A refused login is a failed connect: the next request tries again (and fails again).
+            with pytest.raises(AuthenticationFailed):
+                await c.request("raft", {})
+            assert handler.served == []
+            nursery.cancel_scope.cancel()
+    assert refused.value.code == "SASL_AUTHENTICATION_FAILED"
+    assert refused.value.message.endswith("Authentication failed during authentication due to invalid credentials "
+                                          "with SASL mechanism SCRAM-SHA-512")
+    lines = closing_lines(logs)
+    assert [line["event"] for line in lines] == ["closing connection: SASL authentication failed"] * 2
+    assert lines[0]["principal"] == "User:controller" and lines[0]["mechanism"] == "SCRAM-SHA-512"
+    assert lines[0]["peer"].startswith("127.0.0.1:")
+    # The client logs once for the streak of failures.
+    assert [line["event"] for line in logs].count("SASL authentication to a controller failed") == 1
+    assert "not-the-secret" not in repr(logs) and SECRET not in repr(logs)
+
+
+async def test_a_client_that_skips_the_exchange_is_answered_then_closed():
+    with trio.fail_after(30), structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            handler, port = await start(nursery, settings())
+            # kraftpy's client without a login: its first request is refused.
+            with pytest.raises(RpcError) as refused:
+                await client(nursery, port, None).request("raft", {})
+            assert refused.value.code == "ILLEGAL_SASL_STATE"
+            # A raw peer: the answer, then the connection is closed (no second request is read).
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            await stream.send_all(frame({"id": 7, "api": "QuorumStatus", "body": {}}) +
+                                  frame({"id": 8, "api": "QuorumStatus", "body": {}}))
+            answer = await read_frame(stream)
+            assert answer["id"] == 7 and answer["error"] == "ILLEGAL_SASL_STATE"
+            assert await stream.receive_some(100) == b""
+            assert handler.served == []
+            nursery.cancel_scope.cancel()
+    lines = closing_lines(logs)
+    assert [line["event"] for line in lines] == ["closing connection: SASL authentication required"] * 2
+    assert lines[1]["api"] == "QuorumStatus"
+
+
+async def test_a_mechanism_the_listener_does_not_enable_is_refused():
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            _, port = await start(nursery, settings(mechanisms=("SCRAM-SHA-512",)))
+            with pytest.raises(AuthenticationFailed) as refused:
+                await client(nursery, port, SaslLogin("PLAIN", "broker", "broker-secret")).request("raft", {})
+            assert refused.value.code == "UNSUPPORTED_SASL_MECHANISM"
+            assert "enabled: SCRAM-SHA-512" in refused.value.message
+            nursery.cancel_scope.cancel()
+
+
+async def test_an_authenticated_principal_the_authorizer_refuses_is_closed():
+    asked = []
+
+    def authorize(principal, host):
+        asked.append((principal, host))
+        return None if principal == "User:controller" else "no ClusterAction on the cluster (DefaultDeny)"
+
+    with trio.fail_after(30), structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            handler, port = await start(nursery, settings(authorize=authorize))
+            with pytest.raises(AuthenticationFailed) as refused:
+                await client(nursery, port, SaslLogin("PLAIN", "broker", "broker-secret")).request("raft", {})
+            assert refused.value.code == "CLUSTER_AUTHORIZATION_FAILED"
+            c = client(nursery, port, SaslLogin("SCRAM-SHA-512", "controller", SECRET))
+            assert await c.request("raft", {}) == {"echo": {}}
+            assert handler.served == ["raft"]
+            nursery.cancel_scope.cancel()
+    assert asked == [("User:broker", "127.0.0.1"), ("User:controller", "127.0.0.1")]
+    denied = [line for line in logs if line["event"] == "closing connection: control plane access denied"]
+    assert len(denied) == 1 and denied[0]["principal"] == "User:broker"
+
+
+def frame(msg) -> bytes:
+    payload = pack(msg)
+    return struct.pack(">I", len(payload)) + payload
+
+
+async def read_frame(stream) -> dict:
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+        chunk = await stream.receive_some(65536)
+        assert chunk, "connection closed"
+        data += chunk
+    return unpack(data[4:])
+
+
+async def test_a_failed_login_is_answered_after_the_delay(autojump_clock):
+    # In memory, on the virtual clock: the server's side of one connection.
+    server = ControlServer(Recorder(), sasl=settings(delay_ms=5000))
+    client_side, server_side = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server._handle_connection, server_side)
+        await client_side.send_all(frame({"id": 1, "api": "SaslHandshake", "body": {"mechanism": "SCRAM-SHA-512"}}))
+        assert (await read_frame(client_side))["body"]["mechanisms"] == ["PLAIN", "SCRAM-SHA-512"]
+        scram = ScramClient("SCRAM-SHA-512", "controller", "wrong")
+        await client_side.send_all(frame({"id": 2, "api": "SaslAuthenticate", "body": {"token": scram.first_message()}}))
+        server_first = (await read_frame(client_side))["body"]["token"]
+        started = trio.current_time()
+        await client_side.send_all(frame({"id": 3, "api": "SaslAuthenticate",
+                                          "body": {"token": scram.final_message(server_first)}}))
+        answer = await read_frame(client_side)
+        assert trio.current_time() - started >= 5.0
+        assert answer["id"] == 3 and answer["error"] == "SASL_AUTHENTICATION_FAILED"
+        assert await client_side.receive_some(10) == b""
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+def controller_props(**extra: str) -> str:
+    props = {"process.roles": "controller", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9093",
+             "controller.listener.names": "CONTROLLER", "listeners": "CONTROLLER://127.0.0.1:9093",
+             "listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT", "log.dirs": "/tmp/unused",
+             "sasl.mechanism.controller.protocol": "SCRAM-SHA-512",
+             "listener.name.controller.scram-sha-512.sasl.jaas.config":
+                 'org.apache.kafka.common.security.scram.ScramLoginModule required username="controller" '
+                 f'password="{SECRET}";', **extra}
+    return "".join(f"{k}={v}\n" for k, v in props.items() if v)
+
+
+def test_the_client_login_comes_from_the_controller_listener_jaas_config():
+    config = load_config(text=controller_props())
+    assert controller_login(config) == SaslLogin("SCRAM-SHA-512", "controller", SECRET)
+    sasl = server_sasl(config, lookup_scram=lookup)
+    assert sasl is not None and sasl.mechanisms == ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    plain = load_config(text=controller_props(**{"listener.security.protocol.map": "CONTROLLER:PLAINTEXT"}))
+    assert controller_login(plain) is None and server_sasl(plain, lookup_scram=lookup) is None
+
+
+@pytest.mark.parametrize(("extra", "key", "reason"), [
+    ({"listener.name.controller.scram-sha-512.sasl.jaas.config": ""},
+     "listener.name.controller.scram-sha-512.sasl.jaas.config", "needs username and password"),
+    ({"listener.name.controller.scram-sha-512.sasl.jaas.config":
+      f'org.apache.kafka.common.security.scram.ScramLoginModule required user_x="{SECRET}";'},
+     "listener.name.controller.scram-sha-512.sasl.jaas.config", "needs username and password"),
+    ({"sasl.mechanism.controller.protocol": "GSSAPI"}, "sasl.mechanism.controller.protocol", "GSSAPI (Kerberos)"),
+    ({"listener.name.controller.sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER"},
+     "listener.name.controller.sasl.enabled.mechanisms", "OAUTHBEARER is not available on the controller listener"),
+    ({"listener.name.controller.sasl.enabled.mechanisms": "PLAIN"},
+     "sasl.mechanism.controller.protocol", "the controller listener CONTROLLER does not enable it"),
+])
+def test_sasl_on_the_controller_listener_that_cannot_work_stops_at_start(extra, key, reason):
+    with pytest.raises(ConfigError) as failed:
+        load_config(text=controller_props(**extra))
+    assert failed.value.key == key and reason in failed.value.reason
+    assert SECRET not in str(failed.value) and "\n" not in str(failed.value)
+
+
+def test_a_broker_needs_credentials_for_a_sasl_controller_listener():
+    props = ("process.roles=broker\nnode.id=4\ncontroller.quorum.voters=1@127.0.0.1:9093\n"
+             "controller.listener.names=CONTROLLER\nlisteners=PLAINTEXT://127.0.0.1:9092\n"
+             "listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT\nlog.dirs=/tmp/unused\n")
+    with pytest.raises(ConfigError) as failed:
+        load_config(text=props)
+    # The default mechanism is PLAIN (Kafka's GSSAPI is not available).
+    assert failed.value.key == "listener.name.controller.plain.sasl.jaas.config"
+    assert "needs username and password for this broker" in failed.value.reason
