@@ -318,6 +318,7 @@ class BrokerServer:
                 if self.settings.inter_broker_tls is not None:
                     await nursery.start(self.settings.inter_broker_tls.watch, reload_interval, self._log)
                 await nursery.start(self.fetchers.run)
+                await nursery.start(self.sasl.run)
                 self._log.info("broker serving", port=self.port,
                                listeners={listener.name: f"{listener.security_protocol}:{self.ports[listener.name]}"
                                           for listener in listeners})

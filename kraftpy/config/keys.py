@@ -168,8 +168,19 @@ KEYS: list[ConfigKey] = [
               one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), roles=B),
     ConfigKey("sasl.oauthbearer.jwks.endpoint.url", "string", None,
               "OAUTHBEARER: the JSON Web Key Set whose keys sign valid tokens, as a file: URL (read at "
-              "start). Unset: tokens are validated as Kafka's unsecured validator does (unsigned, for "
+              "start, then every sasl.oauthbearer.jwks.endpoint.refresh.ms and when a token names an unknown "
+              "kid). Unset: tokens are validated as Kafka's unsecured validator does (unsigned, for "
               "development only).", nullable=True, roles=B),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", 3_600_000,
+              "OAUTHBEARER with a JWKS: how long the broker waits between reads of the key set (a token "
+              "naming a kid the broker does not hold makes it read the set at once).", at_least(1), roles=B),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", "long", 100,
+              "OAUTHBEARER with a JWKS: the first wait before reading the key set again after a read failed "
+              "(the keys held stay in use); it doubles on each failure up to "
+              "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms.", at_least(0), roles=B),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", "long", 10_000,
+              "OAUTHBEARER with a JWKS: the longest wait between reads of a key set that cannot be read.",
+              at_least(0), roles=B),
     ConfigKey("sasl.oauthbearer.expected.audience", "list", "",
               "OAUTHBEARER with a JWKS: a token's aud must name one of these (empty: not checked).", roles=B),
     ConfigKey("sasl.oauthbearer.expected.issuer", "string", None,

@@ -19,6 +19,12 @@ Validators (chosen per listener):
   ``sasl.oauthbearer.expected.audience`` / ``expected.issuer`` are checked when set, with
   ``sasl.oauthbearer.clock.skew.seconds`` of tolerance.
 
+The key set is a `RefreshingJwks` (Kafka's RefreshingHttpsJwks): re-read every
+``sasl.oauthbearer.jwks.endpoint.refresh.ms``, and at once when a token names a kid it does not hold
+(that token is refused; the client's next attempt finds the rotated key). A kid asked for in vain is not
+asked for again within a minute. A read that fails keeps the keys held and is retried after
+``sasl.oauthbearer.jwks.endpoint.retry.backoff.ms``, doubling up to ``...retry.backoff.max.ms``.
+
 The server never raises on client input and never logs the token.
 """
 
@@ -26,15 +32,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 import attrs
+import trio
 
 from kraftpy.security.sasl import MAX_TOKEN_BYTES, Authenticated, Challenge, Failed, Outcome
 
@@ -207,9 +215,93 @@ def load_jwks(url: str) -> dict[str, tuple[str, Any]]:
     return out
 
 
+#: A kid a token named in vain does not trigger another read for this long (Kafka's
+#: MISSING_KEY_ID_CACHE_IN_FLIGHT_MS), and at most this many such kids are remembered.
+MISSING_KID_QUIET_S = 60.0
+MISSING_KID_MAX = 16
+
+
+class RefreshingJwks:
+    """The keys of a JWKS file, kept fresh by `run` (see the module doc). Reads like the mapping
+    `load_jwks` returns; `key_missing` is the validator's word that a token named an unknown kid."""
+
+    def __init__(self, url: str, keys: Mapping[str, tuple[str, Any]], *, refresh_ms: int = 3_600_000,
+                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 10_000,
+                 clock: Callable[[], float] = trio.current_time,
+                 read: Callable[[], Awaitable[dict[str, tuple[str, Any]]]] | None = None) -> None:
+        """``read`` reads the set (`load_jwks` of ``url`` in a worker thread when None)."""
+        self.url = url
+        self._read = read or functools.partial(trio.to_thread.run_sync, load_jwks, url)
+        self._keys = dict(keys)
+        self.refresh_ms = refresh_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = retry_backoff_max_ms
+        self._clock = clock
+        #: kid -> when a token last named it in vain (trio clock), oldest first.
+        self._missing: dict[str, float] = {}
+        self._wake = trio.Event()
+        #: Successful reads since start; `loaded` is set (and replaced) after each.
+        self.reads = 0
+        self.loaded = trio.Event()
+
+    def get(self, kid: str, default: Any = None) -> Any:
+        return self._keys.get(kid, default)
+
+    def values(self) -> Any:
+        return self._keys.values()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def key_missing(self, kid: str) -> None:
+        """A token named ``kid`` and no key has it: read the set again soon, unless that kid was asked
+        for in vain within the last minute."""
+        now = self._clock()
+        last = self._missing.get(kid)
+        if last is not None and now - last < MISSING_KID_QUIET_S:
+            return
+        self._missing.pop(kid, None)
+        while len(self._missing) >= MISSING_KID_MAX:
+            del self._missing[next(iter(self._missing))]
+        self._missing[kid] = now
+        self._wake.set()
+
+    async def refresh(self, log: Any) -> bool:
+        """Read the set again; on success hold its keys (False, keys kept, when it cannot be read)."""
+        try:
+            keys = await self._read()
+        except ValueError as exc:
+            log.warning("JWKS not refreshed: keeping the keys held", url=self.url, error=str(exc),
+                        kids=sorted(self._keys))
+            return False
+        if keys != self._keys:
+            log.info("JWKS refreshed", url=self.url, kids=sorted(keys), added=sorted(set(keys) - set(self._keys)),
+                     removed=sorted(set(self._keys) - set(keys)))
+        self._keys = keys
+        for kid in [k for k in self._missing if k in keys]:
+            del self._missing[kid]
+        self.reads += 1
+        self.loaded.set()
+        self.loaded = trio.Event()
+        return True
+
+    async def run(self, log: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Refresh every ``refresh_ms`` and when a kid is missing, until cancelled."""
+        task_status.started()
+        while True:
+            with trio.move_on_after(self.refresh_ms / 1000):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            backoff = self.retry_backoff_ms
+            while not await self.refresh(log):
+                await trio.sleep(backoff / 1000)
+                backoff = min(2 * backoff, self.retry_backoff_max_ms)
+
+
 @attrs.frozen
 class JwksValidator:
-    keys: Mapping[str, tuple[str, Any]]
+    #: kid -> (kty, public key): the mapping load_jwks gives, or a RefreshingJwks.
+    keys: Mapping[str, tuple[str, Any]] | RefreshingJwks
     expected_audience: tuple[str, ...] = ()
     expected_issuer: str | None = None
     sub_claim: str = "sub"
@@ -229,6 +321,8 @@ class JwksValidator:
         alg, kid = header.get("alg"), str(header.get("kid", ""))
         found = self.keys.get(kid) or (next(iter(self.keys.values())) if len(self.keys) == 1 and not kid else None)
         if found is None:
+            if isinstance(self.keys, RefreshingJwks):
+                self.keys.key_missing(kid)
             raise InvalidToken(f"no key with kid {kid!r} in the JWKS")
         kty, key = found
         signed, signature = f"{parts[0]}.{parts[1]}".encode("ascii"), _b64url(parts[2])
