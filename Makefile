@@ -93,12 +93,15 @@ jepsen: $(STAMP) system-deps
 	done; exit $$status
 
 # Long runs: thousands of Raft simulation seeds and storage examples, a protocol fuzzing campaign of
-# FUZZ_FRAMES frames (report in fuzz-runs/), then campaigns over many seeds.
+# FUZZ_FRAMES frames and one of FUZZ_HANDSHAKES SASL/TLS handshake attempts (reports in fuzz-runs/), then
+# campaigns over many seeds.
 soak: $(STAMP) system-deps
 	KRAFTPY_SIM_SEEDS=$${KRAFTPY_SIM_SEEDS:-5000} KRAFTPY_SOAK=1 $(PYTEST) tests/raft tests/storage -q
 	@status=0; \
 	$(PY) -m tests.fuzz run --seed $${FUZZ_SEED:-1} --frames $${FUZZ_FRAMES:-105000} --skip-known \
 	  --out fuzz-runs/soak-$${FUZZ_SEED:-1}.json || status=1; \
+	$(PY) -m tests.fuzz handshakes --seed $${FUZZ_SEED:-1} --attempts $${FUZZ_HANDSHAKES:-100000} \
+	  --out fuzz-runs/handshakes-$${FUZZ_SEED:-1}.json || status=1; \
 	first=$${JEPSEN_FIRST_SEED:-1}; \
 	for seed in $$(seq $$first $$((first + $${JEPSEN_SEEDS:-20} - 1))); do \
 	  for nemesis in kill pause partition link all; do \
