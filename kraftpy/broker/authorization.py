@@ -85,6 +85,9 @@ API_RULES: dict[ApiKey, str] = {
                      "and when all topics are asked for they are left out; auto-creation needs CREATE on the "
                      "cluster or the topic",
     ApiKey.DESCRIBE_CLUSTER: "DESCRIBE on the cluster",
+    ApiKey.DESCRIBE_LOG_DIRS: "DESCRIBE on the cluster",
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: "DESCRIBE on each topic: named topics not allowed are answered "
+                                      "TOPIC_AUTHORIZATION_FAILED, and when all topics are asked for they are left out",
     ApiKey.CREATE_TOPICS: "CREATE on the cluster, or else CREATE on each topic",
     ApiKey.DELETE_TOPICS: "DELETE on each topic",
     ApiKey.CREATE_PARTITIONS: "ALTER on each topic",

@@ -43,8 +43,10 @@ from kraftpy.broker.apis import KafkaApis
 from kraftpy.broker.apis.acls import AclsApi
 from kraftpy.broker.apis.brokers import BrokersApi
 from kraftpy.broker.apis.configs import ConfigsApi
+from kraftpy.broker.apis.describe_topic_partitions import DescribeTopicPartitionsApi
 from kraftpy.broker.apis.fetch import FetchApi
 from kraftpy.broker.apis.groups import GroupsApi
+from kraftpy.broker.apis.log_dirs import LogDirsApi
 from kraftpy.broker.apis.metadata import MetadataApi
 from kraftpy.broker.apis.offsets import OffsetsApi
 from kraftpy.broker.apis.produce import ProduceApi
@@ -135,7 +137,10 @@ class BrokerServer:
             TxnApi(self.txn_coordinator, self.replicas, self.metadata, self.producer_ids.generate, node_id=node_id),
             fetch,
             OffsetsApi(self.replicas, self.metadata),
+            LogDirsApi(self.replicas),
             MetadataApi(self.metadata, channel, settings, self.replicas.is_offline),
+            DescribeTopicPartitionsApi(self.metadata, partition_limit=settings.max_request_partition_size_limit,
+                                       node_id=node_id, offline_here=self.replicas.is_offline),
             topics,
             ReassignmentsApi(self.metadata, channel),
             BrokersApi(self.metadata, channel),

@@ -64,6 +64,8 @@ class BrokerSettings:
     listeners_setting: str | None = None
     #: socket.request.max.bytes
     socket_request_max_bytes: int = 104857600
+    #: max.request.partition.size.limit: most partitions in one DescribeTopicPartitions response.
+    max_request_partition_size_limit: int = 2000
     #: queued.max.request.bytes (-1: no bound) and connections.max.idle.ms (-1: never)
     queued_max_request_bytes: int = -1
     connections_max_idle_ms: int = -1
@@ -167,6 +169,7 @@ class BrokerSettings:
             sasl=SaslSettings.from_config(config),
             inter_broker_sasl=inter_broker_login(config),
             socket_request_max_bytes=config["socket.request.max.bytes"],
+            max_request_partition_size_limit=config["max.request.partition.size.limit"],
             queued_max_request_bytes=config["queued.max.request.bytes"],
             connections_max_idle_ms=config["connections.max.idle.ms"],
             quota_window_num=config["quota.window.num"],

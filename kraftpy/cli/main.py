@@ -13,6 +13,7 @@ from kraftpy.cli.dump_log import dump_log
 from kraftpy.cli.features import app as features_app
 from kraftpy.cli.groups import app as groups_app
 from kraftpy.cli.leaders import app as leaders_app
+from kraftpy.cli.log_dirs import app as log_dirs_app
 from kraftpy.cli.reassign import app as reassign_app
 from kraftpy.cli.topics import app as topics_app
 from kraftpy.cli.transactions import app as transactions_app
@@ -40,6 +41,7 @@ app.add_typer(reassign_app, name="reassign")
 app.add_typer(leaders_app, name="leaders")
 app.add_typer(transactions_app, name="transactions")
 app.add_typer(acls_app, name="acls")
+app.add_typer(log_dirs_app, name="log-dirs")
 servers.register(app)
 app.command("dev")(dev.dev)
 app.command("dump-log")(dump_log)

@@ -83,6 +83,9 @@ KEYS: list[ConfigKey] = [
               one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), roles=B),
     ConfigKey("socket.request.max.bytes", "int", 104857600,
               "Largest request frame accepted; a larger one closes that connection.", at_least(1)),
+    ConfigKey("max.request.partition.size.limit", "int", 2000,
+              "Most partitions one DescribeTopicPartitions response carries (the request's own limit may be "
+              "lower); the rest are asked for with the cursor the response gives.", at_least(1), roles=B),
     ConfigKey("queued.max.request.bytes", "long", 209715200,
               "Bytes of requests a listener holds in memory across all its connections, from the first byte "
               "read until the request is answered; a connection that would go over it is not read until "
@@ -334,11 +337,11 @@ KEYS: list[ConfigKey] = [
               "Back-off after a follower's fetch failed.", at_least(0), roles=B),
     ConfigKey("replica.high.watermark.checkpoint.interval.ms", "long", 5000,
               "How often high watermarks are written to disk.", at_least(1), roles=B),
-    ConfigKey("num.replica.fetchers", "int", 1,
     ConfigKey("max.incremental.fetch.session.cache.slots", "int", 1000,
               "The most incremental fetch sessions (KIP-227) this broker keeps; 0 makes every fetch a full one. "
               "When it is full, a new session takes the place of one unused for 120 s, else of a smaller one "
               "at least 120 s old; a follower's new session may also take a consumer's at any age.", at_least(0), roles=B),
+    ConfigKey("num.replica.fetchers", "int", 1,
               "Fetcher tasks per source broker for replication.", at_least(1), roles=B),
     ConfigKey("producer.id.expiration.ms", "int", 86400000,
               "How long a producer id's state is kept after its last write.", at_least(1), roles=B),

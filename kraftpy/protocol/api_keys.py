@@ -47,6 +47,7 @@ class ApiKey(enum.IntEnum):
     CREATE_ACLS = 30
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
+    DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
@@ -64,6 +65,7 @@ class ApiKey(enum.IntEnum):
     UNREGISTER_BROKER = 64
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 @attrs.frozen
@@ -104,6 +106,7 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.INIT_PRODUCER_ID:          VersionRange(0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH:   VersionRange(2, 4),
     ApiKey.DESCRIBE_CONFIGS:          VersionRange(1, 4),
+    ApiKey.DESCRIBE_LOG_DIRS:         VersionRange(1, 4),
     ApiKey.CREATE_PARTITIONS:         VersionRange(0, 3),
     ApiKey.DELETE_GROUPS:             VersionRange(0, 2),
     ApiKey.ELECT_LEADERS:             VersionRange(0, 2),
@@ -114,6 +117,7 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.DESCRIBE_CLIENT_QUOTAS:    VersionRange(0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS:       VersionRange(0, 1),
     ApiKey.DESCRIBE_CLUSTER:          VersionRange(0, 2),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: VersionRange(0, 0),
     # ACLs (kraftpy.broker.apis.acls): DescribeAcls from the broker's image, Create/DeleteAcls forwarded.
     ApiKey.DESCRIBE_ACLS:             VersionRange(0, 3),
     ApiKey.CREATE_ACLS:               VersionRange(0, 3),

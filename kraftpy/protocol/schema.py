@@ -40,6 +40,9 @@ Encoding: ``encode(version, obj, out, parts)`` appends to the bytearray ``out``;
 value that is a :class:`~kraftpy.protocol.types.FileRegion` or a large buffer is not copied but
 moved to ``parts`` (the bytes before it are flushed first), so the frame is a list of parts.
 
+A struct field may be nullable (``nullable=..., default=None``, Kafka's ``Cursor`` of
+DescribeTopicPartitions): on the wire it is an int8 marker, -1 for null and 1 before the struct.
+
 Unknown tagged fields are skipped on decode; a known tagged field is written only when its value
 differs from its default, as Kafka does.
 """
@@ -189,8 +192,8 @@ def F(
     )
     if field.is_struct != bool(fields):
         raise TypeError(f"field {name}: struct types need fields, primitive types take none")
-    if field.is_struct and not field.is_array and field.nullable:
-        raise TypeError(f"field {name}: nullable structs are not supported")
+    if field.is_struct and not field.is_array and field.nullable and field.default is not None:
+        raise TypeError(f"field {name}: a nullable struct defaults to null (default=None)")
     return field
 
 
@@ -504,7 +507,15 @@ class _Builder:
             return
         if not f.is_array:
             fn = self.decoder(f.type, f.fields, version)
-            body.append(f"{ind}{target}, pos = {fn}(buf, pos)")
+            if version in f.nullable:
+                # Kafka's nullable struct: an int8 marker, -1 for null, then the struct when present.
+                body.append(f"{ind}if buf[pos] >= 128:")
+                body.append(f"{ind}    {target} = None")
+                body.append(f"{ind}    pos += 1")
+                body.append(f"{ind}else:")
+                body.append(f"{ind}    {target}, pos = {fn}(buf, pos + 1)")
+            else:
+                body.append(f"{ind}{target}, pos = {fn}(buf, pos)")
             return
         c = self.fresh("c")
         self.emit_length(f, c, compact, body, ind, wide=True)
@@ -554,7 +565,7 @@ class _Builder:
                 return "None"
             return "[]"
         if f.is_struct:
-            return f"{self.class_refs[f.type]}()"
+            return "None" if f.default is None else f"{self.class_refs[f.type]}()"
         value = default_value(f)
         if isinstance(value, uuid.UUID):
             return "ZU" if value == ZERO_UUID else _const(value)
@@ -621,6 +632,8 @@ class _Builder:
         if f.is_array:
             return f"{var} is None or len({var}) > 0" if f.default is not None else f"{var} is not None"
         if f.is_struct:
+            if f.default is None:
+                return f"{var} is not None"
             return f"{var} != {self.class_refs[f.type]}()"
         value = default_value(f)
         if value is None:
@@ -650,7 +663,16 @@ class _Builder:
             return
         if f.is_struct and not f.is_array:
             fn = self.encoder(f.type, f.fields, version)
-            body.append(f"{ind}{fn}({expr}, {out}, parts)")
+            if nullable:
+                x = self.fresh("x")
+                body.append(f"{ind}{x} = {expr}")
+                body.append(f"{ind}if {x} is None:")
+                body.append(f"{ind}    {out}.append(0xff)")
+                body.append(f"{ind}else:")
+                body.append(f"{ind}    {out}.append(1)")
+                body.append(f"{ind}    {fn}({x}, {out}, parts)")
+            else:
+                body.append(f"{ind}{fn}({expr}, {out}, parts)")
             return
         x = self.fresh("x")
         body.append(f"{ind}{x} = {expr}")
@@ -716,6 +738,8 @@ def _make_classes(schema: MessageSchema, builder: _Builder) -> None:
                 child = make(f.element_type, f.fields)
                 if f.is_array:
                     attributes[f.name] = attrs.field(factory=list)
+                elif f.default is None:
+                    attributes[f.name] = attrs.field(default=None)
                 else:
                     attributes[f.name] = attrs.field(factory=child)
             elif f.is_array:

@@ -160,6 +160,23 @@ def test_dsl_rejects_bad_declarations():
         message("Dup", kind="request", versions="0", flexible="none", fields=[F("a", "int8"), F("a", "int8")])
 
 
+def test_nullable_struct_is_a_marker_byte_then_the_struct():
+    """Kafka's generated code writes -1 for a null struct, else 1 and the struct (DescribeTopicPartitions'
+    Cursor)."""
+    Request = REQUESTS[75]
+    null = Request(topics=[], response_partition_limit=2000)
+    assert Request.SCHEMA.to_bytes(0, null) == bytes.fromhex("01" "000007d0" "ff" "00")
+    cursor = Request(topics=[Request.TopicRequest(name="a")], response_partition_limit=2000,
+                     cursor=Request.Cursor(topic_name="a", partition_index=3))
+    data = bytes.fromhex("02" "0261" "00" "000007d0" "01" "0261" "00000003" "00" "00")
+    assert Request.SCHEMA.to_bytes(0, cursor) == data
+    assert Request.SCHEMA.from_bytes(0, data) == cursor
+    with pytest.raises(DecodeError):
+        Request.SCHEMA.from_bytes(0, bytes.fromhex("01000007d0"))  # the marker cut off
+    with pytest.raises(TypeError):
+        F("c", "Cursor", "0+", [F("p", "int32")], nullable="0+")  # a nullable struct defaults to null
+
+
 def test_every_fixed_type_in_one_message():
     cls = message(
         "AllFixed", kind="request", versions="0-1", flexible="1+",

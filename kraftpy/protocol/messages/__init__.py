@@ -37,7 +37,12 @@ from kraftpy.protocol.messages.describe_client_quotas import (
 from kraftpy.protocol.messages.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
 from kraftpy.protocol.messages.describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
 from kraftpy.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
+from kraftpy.protocol.messages.describe_log_dirs import DescribeLogDirsRequest, DescribeLogDirsResponse
 from kraftpy.protocol.messages.describe_producers import DescribeProducersRequest, DescribeProducersResponse
+from kraftpy.protocol.messages.describe_topic_partitions import (
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
+)
 from kraftpy.protocol.messages.describe_transactions import (
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
@@ -111,6 +116,7 @@ _PAIRS = [
     (CreateAclsRequest, CreateAclsResponse),
     (DeleteAclsRequest, DeleteAclsResponse),
     (DescribeConfigsRequest, DescribeConfigsResponse),
+    (DescribeLogDirsRequest, DescribeLogDirsResponse),
     (CreatePartitionsRequest, CreatePartitionsResponse),
     (DeleteGroupsRequest, DeleteGroupsResponse),
     (ElectLeadersRequest, ElectLeadersResponse),
@@ -121,6 +127,7 @@ _PAIRS = [
     (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
     (AlterClientQuotasRequest, AlterClientQuotasResponse),
     (DescribeClusterRequest, DescribeClusterResponse),
+    (DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse),
     (DescribeProducersRequest, DescribeProducersResponse),
     (UnregisterBrokerRequest, UnregisterBrokerResponse),
     (DescribeTransactionsRequest, DescribeTransactionsResponse),
