@@ -383,13 +383,14 @@ class ProcessCluster(Deployment):
 
 
 def create_topics(bootstrap: str, topics: list[Any], timeout: float = 20.0, attempts: int = 4,
-                  deployment: Deployment | None = None) -> None:
+                  deployment: Deployment | None = None, client_config: dict[str, str] | None = None) -> None:
     """Create ``topics`` (confluent_kafka NewTopic) with the admin client, retrying (with a new client)
     when the request was lost with the connection it was sent on, or got no answer in ``timeout``:
     librdkafka drops a broker's connection when a metadata answer does not list that broker (one
     another has not yet seen unfenced), failing what was in flight there with _DESTROY_BROKER. A
     retried topic that exists already was made the first time. When it gives up, it says what each
-    attempt got, and the last log lines of ``deployment``'s processes."""
+    attempt got, and the last log lines of ``deployment``'s processes. ``client_config``: more settings of
+    the admin client (security.protocol, SASL and TLS settings of a secured listener)."""
     from concurrent.futures import TimeoutError as FutureTimeout
 
     from confluent_kafka import KafkaError, KafkaException
@@ -398,7 +399,7 @@ def create_topics(bootstrap: str, topics: list[Any], timeout: float = 20.0, atte
     pending = {t.topic: t for t in topics}
     seen: list[str] = []
     for attempt in range(attempts):
-        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(client_config or {})})
         futures = admin.create_topics(list(pending.values()), operation_timeout=timeout / 2)
         for name, future in futures.items():
             try:

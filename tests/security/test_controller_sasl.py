@@ -6,14 +6,21 @@ connection.failed.authentication.delay.ms. Also the configuration checks made at
 
 from __future__ import annotations
 
+import json
 import struct
+import time
+from pathlib import Path
 
 import pytest
 import structlog
 import trio
 import trio.testing
 
+from kraftpy.cli.quorum import fetch_status
 from kraftpy.config import ConfigError, load_config
+from kraftpy.config.properties import format_properties
+from kraftpy.ids import random_uuid_str
+from kraftpy.metadata.bootstrap import parse_add_scram, write_bootstrap
 from kraftpy.metadata.records import UserScramCredentialRecord
 from kraftpy.rpc.control import (
     AuthenticationFailed,
@@ -24,9 +31,12 @@ from kraftpy.rpc.control import (
     unpack,
 )
 from kraftpy.security.controller_sasl import ControlSasl, controller_login, server_sasl
-from kraftpy.security.plain import plain_message
 from kraftpy.security.sasl import SaslLogin
 from kraftpy.security.scram import ScramClient, ScramCredential
+from kraftpy.security.tls import ClientTls, client_settings
+from kraftpy.storage.formatter import format_dirs
+from tests.helpers.deployments import ProcessCluster, create_topics
+from tests.security.tls_support import Pki, load_properties_dict
 
 SECRET = "controller-secret"
 _CRED = ScramCredential.from_password("SCRAM-SHA-512", SECRET)
@@ -264,3 +274,127 @@ def test_a_broker_needs_credentials_for_a_sasl_controller_listener():
     # The default mechanism is PLAIN (Kafka's GSSAPI is not available).
     assert failed.value.key == "listener.name.controller.plain.sasl.jaas.config"
     assert "needs username and password for this broker" in failed.value.reason
+
+
+# -- a 3+3 process cluster with SASL_SSL and SCRAM-SHA-512 on every listener -------------------------
+
+USERS = {"controller": "controller-secret", "broker": "broker-secret", "alice": "alice-secret"}
+
+
+def scram_jaas(user: str, password: str) -> str:
+    return f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";'
+
+
+class SaslSslCluster(ProcessCluster):
+    """Three controllers and three brokers; every listener, the controller listener included, is SASL_SSL
+    with SCRAM-SHA-512 only. Controllers log in as ``controller``, brokers as ``broker`` (to the controllers
+    and to each other); the three users are bootstrapped into the controllers' storage. With an authorizer
+    whose super users are the three of them."""
+
+    def __init__(self, root: Path, pki: Pki) -> None:
+        super().__init__(root, {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                                "super.users": "User:controller;User:broker;User:alice",
+                                "ssl.truststore.location": str(pki.ca_file),
+                                "sasl.mechanism.controller.protocol": "SCRAM-SHA-512",
+                                "listener.name.controller.sasl.enabled.mechanisms": "SCRAM-SHA-512"})
+        self.pki = pki
+        for path in self.configs:
+            props = load_properties_dict(path)
+            node_id = int(props["node.id"])
+            props["ssl.keystore.location"] = str(pki.server(f"node-{node_id}"))
+            if props["process.roles"] == "controller":
+                props["listener.security.protocol.map"] = "CONTROLLER:SASL_SSL"
+                props["listener.name.controller.scram-sha-512.sasl.jaas.config"] = scram_jaas(
+                    "controller", USERS["controller"])
+            else:
+                port = self.broker_ports[node_id]
+                props.update({
+                    "listeners": f"SASL_SSL://127.0.0.1:{port}", "advertised.listeners": f"SASL_SSL://127.0.0.1:{port}",
+                    "listener.security.protocol.map": "CONTROLLER:SASL_SSL,SASL_SSL:SASL_SSL",
+                    "inter.broker.listener.name": "SASL_SSL", "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                    "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                    "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": scram_jaas("broker", USERS["broker"]),
+                    "listener.name.controller.scram-sha-512.sasl.jaas.config": scram_jaas("broker", USERS["broker"]),
+                })
+            path.write_text(format_properties(props))
+
+    def client(self, user: str = "alice") -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap, "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": user, "sasl.password": USERS[user], "ssl.ca.location": str(self.pki.ca_file)}
+
+    def start(self) -> None:
+        cluster_id = random_uuid_str()
+        users = [parse_add_scram(f"SCRAM-SHA-512=[name={name},password={password}]")
+                 for name, password in USERS.items()]
+        for path in self.configs:
+            config = load_config(path, ())
+            format_dirs(config.all_dirs, cluster_id, config.node_id)
+            if config.is_controller:
+                write_bootstrap(config.metadata_log_dir, users)
+        for proc in self.controllers.values():
+            proc.start()
+        marks = {broker_id: proc.start() for broker_id, proc in self.brokers.items()}
+        for proc in self.brokers.values():
+            proc.wait_for("broker running")
+        self.wait_brokers_serving(marks)
+
+
+SASL_FAILED = "closing connection: SASL authentication failed"
+
+
+def test_a_sasl_ssl_cluster_serves_and_a_controller_with_a_wrong_password_cannot_join(tmp_path):
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import NewTopic
+
+    root = tmp_path / "cluster"
+    root.mkdir()
+    with SaslSslCluster(root, Pki(tmp_path / "pki")) as cluster:
+        # The quorum elected over authenticated connections, and the brokers registered through them.
+        for proc in cluster.controllers.values():
+            assert proc.find(SASL_FAILED) is None
+            assert proc.find("SASL authenticated", where=lambda line: line.get("principal") == "User:broker")
+        create_topics(cluster.bootstrap, [NewTopic("secured", 1, 3)], deployment=cluster, client_config=cluster.client())
+        producer = Producer({**cluster.client(), "acks": "all"})
+        for i in range(50):
+            producer.produce("secured", str(i).encode())
+        assert producer.flush(30) == 0
+        consumer = Consumer({**cluster.client(), "group.id": "g", "auto.offset.reset": "earliest"})
+        consumer.subscribe(["secured"])
+        got: list[int] = []
+        deadline = time.monotonic() + 30  # bounds a failure; the loop ends on the records
+        while len(got) < 50 and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                got.append(int(message.value()))
+        consumer.close()
+        assert got == list(range(50))
+
+        # A controller restarted with a wrong password: the others refuse its votes and fetches, logged
+        # with its principal, and the quorum goes on without it.
+        tls = ClientTls(client_settings({"ssl.truststore.location": str(cluster.pki.ca_file)}))
+        status = trio.run(fetch_status, list(cluster.voters.values()), 10.0, tls,
+                          SaslLogin("SCRAM-SHA-512", "alice", USERS["alice"]))
+        follower = next(node_id for node_id in (3, 2, 1) if node_id != status["leader_id"])
+        others = {node_id: proc for node_id, proc in cluster.controllers.items() if node_id != follower}
+        rogue = cluster.controllers[follower]
+        rogue.stop()
+        config = next(path for path in cluster.configs if path.name == f"controller-{follower}.properties")
+        props = load_properties_dict(config)
+        props["listener.name.controller.scram-sha-512.sasl.jaas.config"] = scram_jaas("controller", "wrong-password")
+        config.write_text(format_properties(props))
+        marks = {node_id: other.mark() for node_id, other in others.items()}
+        rogue_mark = rogue.start()
+
+        def refused(node_id: int, proc) -> int:
+            return sum(1 for line in proc.lines[marks[node_id]:]
+                       if line.get("event") == SASL_FAILED and line.get("principal") == "User:controller")
+
+        cluster.wait_until(lambda: all(refused(node_id, other) >= 3 for node_id, other in others.items()),
+                           f"controllers {sorted(others)} refusing controller {follower}", timeout=30)
+        rogue.wait_for("SASL authentication to a controller failed", since=rogue_mark)
+        for node_id, other in others.items():
+            assert other.find("leader changed", since=marks[node_id]) is None  # no vote got through
+            assert not any("wrong-password" in json.dumps(line) for line in other.lines)
+        assert not any("wrong-password" in json.dumps(line) for line in rogue.lines)
+        producer.produce("secured", b"after")
+        assert producer.flush(30) == 0
