@@ -384,14 +384,38 @@ def peer_principal(ssl_object: ssl.SSLObject | None) -> str:
     return "User:" + distinguished_name(cert.get("subject"))
 
 
+def _ssl_attribute_names() -> dict[Any, str]:
+    """cryptography's name OIDs -> the attribute names ``getpeercert()`` uses (OpenSSL's long names)."""
+    from cryptography.x509.oid import NameOID
+
+    return {
+        NameOID.COMMON_NAME: "commonName", NameOID.COUNTRY_NAME: "countryName",
+        NameOID.LOCALITY_NAME: "localityName", NameOID.STATE_OR_PROVINCE_NAME: "stateOrProvinceName",
+        NameOID.ORGANIZATION_NAME: "organizationName", NameOID.ORGANIZATIONAL_UNIT_NAME: "organizationalUnitName",
+        NameOID.STREET_ADDRESS: "streetAddress", NameOID.DOMAIN_COMPONENT: "domainComponent",
+        NameOID.USER_ID: "userId", NameOID.EMAIL_ADDRESS: "emailAddress", NameOID.SERIAL_NUMBER: "serialNumber",
+        NameOID.TITLE: "title", NameOID.SURNAME: "surname", NameOID.GIVEN_NAME: "givenName",
+        NameOID.INITIALS: "initials", NameOID.GENERATION_QUALIFIER: "generationQualifier",
+        NameOID.DN_QUALIFIER: "dnQualifier", NameOID.PSEUDONYM: "pseudonym",
+        NameOID.BUSINESS_CATEGORY: "businessCategory", NameOID.POSTAL_CODE: "postalCode",
+    }
+
+
 def describe_certificate(pem_path: str) -> dict[str, str]:
-    """Subject and expiry of the first certificate in a PEM file (for log lines); empty if unreadable."""
+    """Subject (as ``distinguished_name`` prints a peer's) and expiry (ISO 8601, UTC) of the first
+    certificate in a PEM file, for log lines; empty if there is none or it cannot be read."""
+    from cryptography import x509
+
     try:
-        # The ssl module's own decoder: the standard library has no public certificate parser.
-        cert = ssl._ssl._test_decode_cert(pem_path)  # type: ignore[attr-defined]
-    except (OSError, ssl.SSLError, AttributeError):
+        with open(pem_path, "rb") as f:
+            cert = x509.load_pem_x509_certificate(f.read())
+    except (OSError, ValueError):
         return {}
-    return {"subject": distinguished_name(cert.get("subject")), "not_after": cert.get("notAfter", "")}
+    names = _ssl_attribute_names()
+    subject = tuple(
+        tuple((names.get(attr.oid, attr.oid.dotted_string), str(attr.value)) for attr in rdn)
+        for rdn in cert.subject.rdns)
+    return {"subject": distinguished_name(subject), "not_after": cert.not_valid_after_utc.isoformat()}
 
 
 def _keystore_description(s: TlsSettings) -> dict[str, str]:
