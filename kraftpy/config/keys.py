@@ -32,6 +32,17 @@ def _authorizer_class(value: str) -> None:
 
 
 _authorizer_class.describe = "empty, org.apache.kafka.metadata.authorizer.StandardAuthorizer"  # type: ignore[attr-defined]
+
+
+def _controller_mechanism(value: str) -> None:
+    if value == "GSSAPI":
+        raise ValueError("GSSAPI (Kerberos) is not available in kraftpy; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+    if value not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise ValueError(f"{value!r} is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (the controller plane's "
+                         "mechanisms)")
+
+
+_controller_mechanism.describe = "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"  # type: ignore[attr-defined]
 C = ("controller",)
 BC = ("broker", "controller")
 
@@ -159,16 +170,21 @@ KEYS: list[ConfigKey] = [
     ConfigKey("sasl.enabled.mechanisms", "list", "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
               "The SASL mechanisms a SASL_PLAINTEXT or SASL_SSL listener offers; a client asking for another "
               "is refused with UNSUPPORTED_SASL_MECHANISM. Kafka's default is GSSAPI, which kraftpy does not "
-              "have.", one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"), roles=B),
+              "have.", one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"), roles=BC),
     ConfigKey("sasl.jaas.config", "string", None,
               "JAAS login module config, Kafka's syntax. On a broker, set per listener and mechanism as "
               "listener.name.<listener>.plain.sasl.jaas.config: PlainLoginModule's user_<name>=\"<password>\" "
               "options are the PLAIN users, and username/password are what this broker authenticates "
-              "with on a SASL inter-broker listener.", nullable=True, default_doc="(unset)", roles=B),
+              "with on a SASL inter-broker listener.", nullable=True, default_doc="(unset)", roles=BC),
     ConfigKey("sasl.mechanism.inter.broker.protocol", "string", "PLAIN",
               "The SASL mechanism brokers authenticate with to each other when the inter-broker listener "
               "is SASL_PLAINTEXT or SASL_SSL (Kafka's default is GSSAPI, which kraftpy does not have).",
               one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), roles=B),
+    ConfigKey("sasl.mechanism.controller.protocol", "string", "PLAIN",
+              "The SASL mechanism controllers, brokers and tools authenticate with to the controllers when the "
+              "controller listener is SASL_PLAINTEXT or SASL_SSL; the username and password come from "
+              "listener.name.<controller listener>.<mechanism>.sasl.jaas.config. Kafka's default is GSSAPI, "
+              "which kraftpy does not have.", _controller_mechanism, roles=BC),
     ConfigKey("sasl.oauthbearer.jwks.endpoint.url", "string", None,
               "OAUTHBEARER: the JSON Web Key Set whose keys sign valid tokens, as a file: URL (read at "
               "start, then every sasl.oauthbearer.jwks.endpoint.refresh.ms and when a token names an unknown "
@@ -196,7 +212,7 @@ KEYS: list[ConfigKey] = [
               "OAUTHBEARER with a JWKS: tolerance when checking exp, iat and nbf.", at_least(0), roles=B),
     ConfigKey("connection.failed.authentication.delay.ms", "int", 100,
               "How long a failed SASL authentication waits before its error is answered and the "
-              "connection closed (slows down password guessing).", at_least(0), roles=B),
+              "connection closed (slows down password guessing).", at_least(0), roles=BC),
     ConfigKey("connections.max.reauth.ms", "long", 0,
               "KIP-368: the longest a SASL session lasts; a client must re-authenticate on the same "
               "connection before then, and a connection whose session expired is closed at its next "
@@ -297,14 +313,15 @@ KEYS: list[ConfigKey] = [
     ConfigKey("authorizer.class.name", "string", "",
               "The authorizer of Kafka API requests: empty for none (every request is allowed), or "
               "org.apache.kafka.metadata.authorizer.StandardAuthorizer to check every request against the "
-              "ACLs stored in the metadata log.",
-              _authorizer_class, roles=B),
+              "ACLs stored in the metadata log. On a controller whose listener is SASL_PLAINTEXT or SASL_SSL it also "
+              "decides who may use the control plane: super users and principals with ClusterAction on the cluster.",
+              _authorizer_class, roles=BC),
     ConfigKey("super.users", "string", "",
               "Principals allowed everything whatever the ACLs say, separated by semicolons "
-              "(User:admin;User:ops).", roles=B),
+              "(User:admin;User:ops).", roles=BC),
     ConfigKey("allow.everyone.if.no.acl.found", "boolean", False,
               "Whether a resource without any ACL is open to everybody (true) or to super users only.",
-              roles=B),
+              roles=BC),
     ConfigKey("auto.create.topics.enable", "boolean", True,
               "Whether a produce or metadata request for an unknown topic creates it."),
     ConfigKey("auto.leader.rebalance.enable", "boolean", True,
