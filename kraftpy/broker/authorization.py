@@ -84,7 +84,7 @@ API_RULES: dict[ApiKey, str] = {
     ApiKey.METADATA: "DESCRIBE on each topic: named topics not allowed are answered TOPIC_AUTHORIZATION_FAILED, "
                      "and when all topics are asked for they are left out; auto-creation needs CREATE on the "
                      "cluster or the topic",
-    ApiKey.DESCRIBE_CLUSTER: "DESCRIBE on the cluster",
+    ApiKey.DESCRIBE_CLUSTER: "nothing (the cluster's authorized operations are 0 without DESCRIBE on it)",
     ApiKey.DESCRIBE_LOG_DIRS: "DESCRIBE on the cluster",
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: "DESCRIBE on each topic: named topics not allowed are answered "
                                       "TOPIC_AUTHORIZATION_FAILED, and when all topics are asked for they are left out",

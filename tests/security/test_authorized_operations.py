@@ -97,8 +97,13 @@ async def test_raw_fields_follow_kafka_asked_not_asked_and_refused(tmp_path):
             meta = await admin.request(ApiKey.METADATA, asked, version=10)
             ops = {t.name: t.topic_authorized_operations for t in meta.topics}
             assert ops == {"orders": bits(AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS), "hidden": 0}
-            # Without DESCRIBE on the cluster, Kafka answers 0 whatever else is allowed there.
+            # Without DESCRIBE on the cluster, Kafka answers 0 whatever else is allowed there; DescribeCluster
+            # itself is answered (anyone may describe the cluster).
             assert meta.cluster_authorized_operations == 0
+            described = await admin.request(ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest(
+                include_cluster_authorized_operations=True), version=1)
+            assert described.error_code == 0 and [b.broker_id for b in described.brokers] == [1]
+            assert described.cluster_authorized_operations == 0
 
             meta = await admin.request(ApiKey.METADATA, MetadataRequest(
                 topics=[Topic(name="orders")], allow_auto_topic_creation=False), version=10)

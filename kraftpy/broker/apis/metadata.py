@@ -233,10 +233,8 @@ class MetadataApi:
         return errors
 
     async def handle_describe_cluster(self, header: Any, request: Any, conn: Connection) -> DescribeClusterResponse:
-        if not self.authz.allows_cluster(conn, DESCRIBE):
-            return DescribeClusterResponse(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                                           error_message="Cluster authorization failed.",
-                                           cluster_id=self.settings.cluster_id)
+        # Anyone may describe the cluster, as in Kafka (like Metadata's broker list); only what the caller
+        # may do on it depends on DESCRIBE there (_cluster_authorized_operations).
         if header.request_api_version >= 1 and request.endpoint_type != 1:
             return DescribeClusterResponse(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
                                            error_message="only broker endpoints are described",
