@@ -69,9 +69,11 @@ test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check .
 	$(PYTEST) $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
-# Regenerate the configuration reference from the schema.
+# Regenerate the configuration reference from the schema, and the API table of docs/compatibility.md from
+# the versions kraftpy advertises and Kafka's message definitions.
 docs: $(STAMP)
 	$(VENV)/bin/kraftpy config docs > docs/configuration.md
+	$(VENV)/bin/python -m tests.compat
 
 # Fault-injection campaigns against a real cluster, one per workload: the queue workload, the
 # consumer-group workload (--workload group), then the transaction workload (--workload txn), each
