@@ -60,3 +60,24 @@ async def test_a_throttled_fetch_carries_no_records_and_is_not_counted(tmp_path)
         # Another client id has no quota: never capped, never throttled.
         other = await _fetch(cluster, "someone-else")
         assert other.throttle_time_ms == 0 and _fetched(other) > QUOTA
+
+
+async def test_a_fetch_throttled_for_request_time_carries_no_records_either(tmp_path):
+    async with open_cluster(tmp_path, brokers=1) as cluster:
+        await cluster.create_topic("t")
+        async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1]) as conn:
+            assert (await produce(conn, "t", 0, batch(b"v" * 300))).error_code == ErrorCode.NONE
+        async with AdminClient(parse_addresses(cluster.bootstrap)) as admin:
+            assert await admin.alter_client_quotas([({"client-id": "busy"}, {"request_percentage": 0.0001})]) == [
+                (ErrorCode.NONE, None)]
+        quotas = cluster.brokers[1].quotas
+        quotas.clock = lambda: 1000.0
+        async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1], client_id="busy") as conn:
+            # A connection's first request is where its time starts being counted: it costs nothing.
+            first = await conn.request(ApiKey.FETCH, 12, fetch_request("t", 0, 0))
+            assert first.throttle_time_ms == 0 and _fetched(first) > 0
+            # The second one takes the client far over 0.0001% of a second: throttled, and emptied as a
+            # throttled fetch is, whichever quota throttled it.
+            second = await conn.request(ApiKey.FETCH, 12, fetch_request("t", 0, 0))
+            assert second.throttle_time_ms > 0 and second.responses == []
+            assert quotas.throttled_ms["Request"] == second.throttle_time_ms
