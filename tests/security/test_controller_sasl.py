@@ -7,7 +7,10 @@ connection.failed.authentication.delay.ms. Also the configuration checks made at
 from __future__ import annotations
 
 import json
+import random
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,12 +19,21 @@ import structlog
 import trio
 import trio.testing
 
-from kraftpy.cli.quorum import fetch_status
 from kraftpy.config import ConfigError, load_config
 from kraftpy.config.properties import format_properties
 from kraftpy.ids import random_uuid_str
 from kraftpy.metadata.bootstrap import parse_add_scram, write_bootstrap
+from kraftpy.metadata.controller_server import ControllerServer
+from kraftpy.metadata.messages import (
+    AclCreation,
+    AlterUserScramCredentialsRequest,
+    CreateAclsRequest,
+    ScramCredentialDeletion,
+    ScramCredentialUpsertion,
+)
 from kraftpy.metadata.records import UserScramCredentialRecord
+from kraftpy.metadata.rpc import API_OF, CONTROLLER_APIS, WIRE
+from kraftpy.node.raft_node import RaftNode
 from kraftpy.rpc.control import (
     AuthenticationFailed,
     ControlClient,
@@ -30,10 +42,10 @@ from kraftpy.rpc.control import (
     pack,
     unpack,
 )
+from kraftpy.security.authorizer import AclOperation, AclPermissionType, PatternType, ResourceType
 from kraftpy.security.controller_sasl import ControlSasl, controller_login, server_sasl
 from kraftpy.security.sasl import SaslLogin
-from kraftpy.security.scram import ScramClient, ScramCredential
-from kraftpy.security.tls import ClientTls, client_settings
+from kraftpy.security.scram import ScramClient, ScramCredential, salted_password
 from kraftpy.storage.formatter import format_dirs
 from tests.helpers.deployments import ProcessCluster, create_topics
 from tests.security.tls_support import Pki, load_properties_dict
@@ -223,6 +235,58 @@ async def test_a_failed_login_is_answered_after_the_delay(autojump_clock):
         assert await client_side.receive_some(10) == b""
 
 
+# -- the controller's side: credentials and who may speak the control plane ------------------------
+
+
+async def call(controller, request):
+    api = API_OF[type(request)]
+    _, response_type = CONTROLLER_APIS[api]
+    answer = await controller.handle(api, {"request": WIRE.encode(request)})
+    return WIRE.decode_as(answer["response"], response_type)
+
+
+async def test_a_controller_checks_the_bootstrap_credentials_until_it_replayed_the_log(tmp_path, autojump_clock,
+                                                                                       nursery):
+    config = load_config(text="\n".join([
+        "process.roles=controller", "node.id=1", "controller.quorum.voters=1@127.0.0.1:9",
+        "listeners=CONTROLLER://127.0.0.1:9", "controller.listener.names=CONTROLLER", f"log.dirs={tmp_path}",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:controller",
+    ]))
+    cluster_id = random_uuid_str()
+    format_dirs(config.all_dirs, cluster_id, config.node_id)
+    bootstrapped = parse_add_scram(f"SCRAM-SHA-512=[name=controller,password={SECRET}]")
+    write_bootstrap(config.metadata_log_dir, [bootstrapped])
+    raft = await RaftNode.open(config, cluster_id, rng=random.Random(1))
+    controller = ControllerServer(config, cluster_id, raft, rng=random.Random(2))
+    # Nothing replayed yet: the bootstrap checkpoint's credential; only the super user may speak.
+    assert controller.lookup_scram("controller", 2) == bootstrapped
+    assert controller.authorize_control_plane("User:controller", "10.0.0.1") is None
+    assert "DefaultDeny" in controller.authorize_control_plane("User:broker", "10.0.0.1")
+
+    await nursery.start(controller.run_quorum)
+    while controller.active is None:  # a single voter elects itself and activates (virtual time)
+        await trio.sleep(0.01)
+    while controller.loader.image.scram.credential("controller", 2) is None:  # the bootstrap records replayed
+        await trio.sleep(0.01)
+    # The log's credentials win from now on: a new password replaces the bootstrapped one, a deleted user
+    # is unknown even though the bootstrap checkpoint still holds it.
+    salt = b"another-salt"
+    upsert = ScramCredentialUpsertion("controller", 2, 4096, salt,
+                                      salted_password("SCRAM-SHA-512", "new-secret", salt, 4096))
+    assert (await call(controller, AlterUserScramCredentialsRequest(upsertions=(upsert,)))).results[0].error_code == 0
+    assert controller.lookup_scram("controller", 2).salt == salt
+    delete = ScramCredentialDeletion("controller", 2)
+    assert (await call(controller, AlterUserScramCredentialsRequest(deletions=(delete,)))).results[0].error_code == 0
+    assert controller.lookup_scram("controller", 2) is None
+    # ClusterAction on the cluster lets a principal in.
+    grant = AclCreation(int(ResourceType.CLUSTER), "kafka-cluster", int(PatternType.LITERAL), "User:broker", "*",
+                        int(AclOperation.CLUSTER_ACTION), int(AclPermissionType.ALLOW))
+    assert (await call(controller, CreateAclsRequest((grant,)))).results[0].error_code == 0
+    assert controller.authorize_control_plane("User:broker", "10.0.0.1") is None
+    assert controller.authorize_control_plane("User:eve", "10.0.0.1") is not None
+
+
 # -- configuration ------------------------------------------------------------------------------
 
 
@@ -371,9 +435,18 @@ def test_a_sasl_ssl_cluster_serves_and_a_controller_with_a_wrong_password_cannot
 
         # A controller restarted with a wrong password: the others refuse its votes and fetches, logged
         # with its principal, and the quorum goes on without it.
-        tls = ClientTls(client_settings({"ssl.truststore.location": str(cluster.pki.ca_file)}))
-        status = trio.run(fetch_status, list(cluster.voters.values()), 10.0, tls,
-                          SaslLogin("SCRAM-SHA-512", "alice", USERS["alice"]))
+        # The quorum tool logs in with its --command-config.
+        command_config = tmp_path / "admin.properties"
+        command_config.write_text(format_properties({
+            "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.jaas.config": scram_jaas("alice", USERS["alice"]), "ssl.truststore.location": str(cluster.pki.ca_file)}))
+        controllers = ",".join(f"{h}:{p}" for h, p in cluster.voters.values())
+        quorum = subprocess.run([sys.executable, "-m", "kraftpy", "quorum", "status", "--bootstrap-controller", controllers,
+                                 "--command-config", str(command_config), "--json"], capture_output=True, text=True)
+        assert quorum.returncode == 0, quorum.stderr
+        status = json.loads(quorum.stdout)
+        assert sorted(v["id"] for v in status["voters"]) == [1, 2, 3]
+        assert sorted(o["id"] for o in status["observers"]) == [4, 5, 6]
         follower = next(node_id for node_id in (3, 2, 1) if node_id != status["leader_id"])
         others = {node_id: proc for node_id, proc in cluster.controllers.items() if node_id != follower}
         rogue = cluster.controllers[follower]
