@@ -44,6 +44,8 @@ from kraftpy.metadata.messages import (
     ListPartitionReassignmentsResponse,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
+    UpdateFeaturesRequest,
+    UpdateFeaturesResponse,
 )
 from kraftpy.metadata.quota_control import AlterClientQuotasRequest, AlterClientQuotasResponse
 from kraftpy.metadata.rpc import ControllerUnavailable
@@ -76,6 +78,8 @@ class ControllerChannel(Protocol):
     ) -> ListPartitionReassignmentsResponse: ...
 
     async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse: ...
+
+    async def update_features(self, request: UpdateFeaturesRequest) -> UpdateFeaturesResponse: ...
 
     async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse: ...
 

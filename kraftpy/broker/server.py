@@ -44,6 +44,7 @@ from kraftpy.broker.apis.acls import AclsApi
 from kraftpy.broker.apis.brokers import BrokersApi
 from kraftpy.broker.apis.configs import ConfigsApi
 from kraftpy.broker.apis.describe_topic_partitions import DescribeTopicPartitionsApi
+from kraftpy.broker.apis.features import FeaturesApi
 from kraftpy.broker.apis.fetch import FetchApi
 from kraftpy.broker.apis.groups import GroupsApi
 from kraftpy.broker.apis.log_dirs import LogDirsApi
@@ -144,6 +145,7 @@ class BrokerServer:
             topics,
             ReassignmentsApi(self.metadata, channel),
             BrokersApi(self.metadata, channel),
+            FeaturesApi(self.metadata, channel),
             ConfigsApi(self.metadata, channel, settings),
             GroupsApi(self.coordinator, self.metadata, channel, settings),
             TxnMarkersApi(self.replicas, self.metadata, clock, on_markers_written=self._markers_written),

@@ -1,29 +1,39 @@
-"""`kraftpy features describe`: supported and finalized feature levels (kafka-features.sh describe).
+"""`kraftpy features describe|upgrade|downgrade|disable`: feature levels (kafka-features.sh).
 
 With ``--bootstrap-server``, from a broker's ApiVersions (v3: the ranges it supports, the cluster's
 finalized levels and their epoch); with ``--bootstrap-controller``, from the active controller (the
 ranges it supports, and the finalized levels in its image as of the offset printed as the epoch).
+
+``upgrade --feature NAME=LEVEL``, ``downgrade --feature NAME=LEVEL`` and ``disable --feature NAME`` send
+UpdateFeatures to ``--bootstrap-server`` (the broker forwards it to the controller): each feature is
+reported as Kafka's tool reports it ("metadata.version was upgraded to 7."), ``--dry-run`` only
+validates ("... can be upgraded to ..."), ``--unsafe`` makes a downgrade or disable one that may lose
+metadata. The update is all or nothing; a refused one exits 1 with the controller's reason.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-from kraftpy.admin.client import AdminClient
+from kraftpy.admin.client import AdminClient, KafkaError
 from kraftpy.cli.admin_common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
     BootstrapControllerOption,
     BootstrapServerOption,
     CommandConfigOption,
     JsonOption,
+    die,
     emit_json,
     emit_table,
     run_admin,
 )
 from kraftpy.cli.cluster import controller_state, one_source
 from kraftpy.protocol.api_keys import ApiKey
-from kraftpy.protocol.messages import ApiVersionsRequest
+from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.messages import ApiVersionsRequest, UpdateFeaturesRequest
 
 app = typer.Typer(help="Describe the cluster's feature levels (kafka-features.sh).", no_args_is_help=True)
 
@@ -67,3 +77,86 @@ def describe(
                [[r["feature"], "" if r["supported_min_version"] is None else r["supported_min_version"],
                  "" if r["supported_max_version"] is None else r["supported_max_version"],
                  r["finalized_version_level"], r["epoch"]] for r in rows])
+
+
+UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
+FeatureOption = Annotated[list[str], typer.Option("--feature", help="NAME=LEVEL (repeatable).", show_default=False)]
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Only validate: change nothing.")]
+UnsafeOption = Annotated[bool, typer.Option("--unsafe", help="A downgrade that may lose metadata.")]
+
+
+def _levels(features: list[str], *, with_level: bool = True) -> list[tuple[str, int]]:
+    out = []
+    for item in features:
+        name, sep, level = item.partition("=")
+        if not with_level:
+            if sep or not name:
+                die(f"--feature {item}: expected a feature name", EXIT_USAGE)
+            out.append((name, 0))
+            continue
+        if not sep or not name or not level.lstrip("-").isdigit():
+            die(f"--feature {item}: expected NAME=LEVEL, for example metadata.version=7", EXIT_USAGE)
+        out.append((name, int(level)))
+    if not out:
+        die("name a feature: --feature", EXIT_USAGE)
+    return out
+
+
+def _update(levels: list[tuple[str, int]], upgrade_type: int, dry_run: bool, verb: str,
+            bootstrap_server: str | None, command_config: Any, as_json: bool) -> None:
+    Key = UpdateFeaturesRequest.FeatureUpdateKey
+    request = UpdateFeaturesRequest(timeout_ms=30000, validate_only=dry_run, feature_updates=[
+        Key(feature=name, max_version_level=level, upgrade_type=upgrade_type) for name, level in levels])
+
+    async def body(admin: AdminClient) -> Any:
+        return await admin.request(ApiKey.UPDATE_FEATURES, request, version=1)
+
+    response = run_admin(bootstrap_server, command_config, body)
+    results = {r.feature: r for r in response.results}
+    rows = []
+    for name, level in levels:
+        result = results.get(name)
+        code = result.error_code if result is not None else response.error_code
+        message = (result.error_message if result is not None else None) or response.error_message
+        target = "disabled" if level == 0 else f"{verb}d to {level}"
+        if code == ErrorCode.NONE and response.error_code == ErrorCode.NONE:
+            line = f"{name} {'can be' if dry_run else 'was'} {target}."
+            rows.append({"feature": name, "level": level, "error": None, "message": line})
+        else:
+            code = code or response.error_code
+            error = ErrorCode.for_code(code).name
+            line = f"Could not {'disable' if level == 0 else verb} {name}{'' if level == 0 else f' to {level}'}. " \
+                   f"{KafkaError(code, message)}"
+            rows.append({"feature": name, "level": level, "error": error, "message": line})
+    if as_json:
+        emit_json(rows)
+    else:
+        for row in rows:
+            typer.echo(row["message"], err=row["error"] is not None)
+    if any(row["error"] for row in rows):
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command("upgrade")
+def upgrade(feature: FeatureOption, dry_run: DryRunOption = False, bootstrap_server: BootstrapServerOption = None,
+            command_config: CommandConfigOption = None, as_json: JsonOption = False) -> None:
+    """Raise finalized feature levels."""
+    _update(_levels(feature), UPGRADE, dry_run, "upgrade", bootstrap_server, command_config, as_json)
+
+
+@app.command("downgrade")
+def downgrade(feature: FeatureOption, unsafe: UnsafeOption = False, dry_run: DryRunOption = False,
+              bootstrap_server: BootstrapServerOption = None, command_config: CommandConfigOption = None,
+              as_json: JsonOption = False) -> None:
+    """Lower finalized feature levels (metadata.version never goes down)."""
+    _update(_levels(feature), UNSAFE_DOWNGRADE if unsafe else SAFE_DOWNGRADE, dry_run, "downgrade",
+            bootstrap_server, command_config, as_json)
+
+
+@app.command("disable")
+def disable(feature: FeatureOption, unsafe: UnsafeOption = False, dry_run: DryRunOption = False,
+            bootstrap_server: BootstrapServerOption = None, command_config: CommandConfigOption = None,
+            as_json: JsonOption = False) -> None:
+    """Remove finalized features (level 0)."""
+    _update(_levels(feature, with_level=False), UNSAFE_DOWNGRADE if unsafe else SAFE_DOWNGRADE, dry_run,
+            "downgrade", bootstrap_server, command_config, as_json)

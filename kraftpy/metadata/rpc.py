@@ -218,6 +218,9 @@ class ControllerClient:
     async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse:
         return await self.call(request)
 
+    async def update_features(self, request: UpdateFeaturesRequest) -> UpdateFeaturesResponse:
+        return await self.call(request)
+
     async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
         return await self.call(request)
 

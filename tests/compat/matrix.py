@@ -51,7 +51,6 @@ NOTES: dict[str, str] = {
     "ExpireDelegationToken": "not served: no delegation tokens",
     "DescribeDelegationToken": "not served: no delegation tokens",
     "DescribeQuorum": "not served on the Kafka port yet: `kraftpy quorum status` asks the controllers",
-    "UpdateFeatures": "not served on the Kafka port yet: `kraftpy features` asks the controllers",
     "DescribeCluster": "v2 is Kafka 4.0's (KIP-1073), newer than 3.9",
     "ConsumerGroupHeartbeat": "not served yet: the KIP-848 consumer group protocol",
     "ConsumerGroupDescribe": "not served yet: the KIP-848 consumer group protocol",

@@ -1,7 +1,7 @@
 """Requests the broker forwards to the active controller, and what it answers when none answers.
 
 A broker never changes metadata itself: CreateTopics, DeleteTopics, CreatePartitions,
-IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments, UnregisterBroker (and InitProducerId, for a block of producer ids) go to the controller
+IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments, UnregisterBroker, UpdateFeatures (and InitProducerId, for a block of producer ids) go to the controller
 through the `ControllerChannel`, which raises `ControllerUnavailable` when no controller answers in
 time. Handlers do not catch it: the dispatcher does, and answers with `error_response` — the
 request's own shape with every item failed (REQUEST_TIMED_OUT, or COORDINATOR_NOT_AVAILABLE for
@@ -35,6 +35,7 @@ from kraftpy.protocol.messages import (
     InitProducerIdResponse,
     ListPartitionReassignmentsResponse,
     UnregisterBrokerResponse,
+    UpdateFeaturesResponse,
 )
 
 #: How long an admin request waits for its committed change to reach this broker's metadata.
@@ -107,6 +108,10 @@ def _unregister_broker(request: Any, version: int, message: str) -> UnregisterBr
     return UnregisterBrokerResponse(throttle_time_ms=0, error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=message)
 
 
+def _update_features(request: Any, version: int, message: str) -> UpdateFeaturesResponse:
+    return UpdateFeaturesResponse(throttle_time_ms=0, error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=message)
+
+
 def _alter_client_quotas(request: Any, version: int, message: str) -> AlterClientQuotasResponse:
     Entity = AlterClientQuotasResponse.EntityData
     return AlterClientQuotasResponse(throttle_time_ms=0, entries=[
@@ -142,6 +147,7 @@ _ERROR_RESPONSES: dict[int, Callable[[Any, int, str], Any]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: _list_partition_reassignments,
     ApiKey.UNREGISTER_BROKER: _unregister_broker,
+    ApiKey.UPDATE_FEATURES: _update_features,
 }
 
 

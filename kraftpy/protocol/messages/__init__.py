@@ -85,6 +85,7 @@ from kraftpy.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslH
 from kraftpy.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 from kraftpy.protocol.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from kraftpy.protocol.messages.unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
+from kraftpy.protocol.messages.update_features import UpdateFeaturesRequest, UpdateFeaturesResponse
 from kraftpy.protocol.messages.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 
 _PAIRS = [
@@ -130,6 +131,7 @@ _PAIRS = [
     (DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse),
     (DescribeProducersRequest, DescribeProducersResponse),
     (UnregisterBrokerRequest, UnregisterBrokerResponse),
+    (UpdateFeaturesRequest, UpdateFeaturesResponse),
     (DescribeTransactionsRequest, DescribeTransactionsResponse),
     (ListTransactionsRequest, ListTransactionsResponse),
     (SaslHandshakeRequest, SaslHandshakeResponse),
