@@ -279,6 +279,14 @@ class SaslApi:
         session = self.session(conn)
         mechanisms = list(listener.mechanisms)
         reauthenticating = session.state is _State.AUTHENTICATED
+        if reauthenticating:
+            now = self._clock()
+            if session.expires_at is None or (session.reauthentication_began is not None
+                                              and now - session.reauthentication_began < MIN_REAUTH_INTERVAL_S):
+                # No re-authentication here (sessions do not expire) or not yet again: Kafka answers the
+                # handshake as a request like any other, refused, and the session goes on as it was.
+                return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=mechanisms)
+            session.reauthentication_began = now
         if session.state in (_State.AUTHENTICATE, _State.RAW) or (reauthenticating and header.request_api_version < 1):
             await self._answer_and_close(header, conn, SaslHandshakeResponse(
                 error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=mechanisms),
@@ -288,14 +296,6 @@ class SaslApi:
             await self._answer_and_close(header, conn, SaslHandshakeResponse(
                 error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=mechanisms),
                 f"Unsupported SASL mechanism {mechanism!r} (enabled: {', '.join(mechanisms)})")
-        if reauthenticating:
-            now = self._clock()
-            if session.expires_at is None or (session.reauthentication_began is not None
-                                              and now - session.reauthentication_began < MIN_REAUTH_INTERVAL_S):
-                # No re-authentication here (sessions do not expire) or not yet again: Kafka answers the
-                # handshake as a request like any other, refused, and the session goes on as it was.
-                return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=mechanisms)
-            session.reauthentication_began = now
         if reauthenticating and mechanism != session.mechanism:
             await self._answer_and_close(header, conn, SaslHandshakeResponse(
                 error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=mechanisms),
