@@ -285,7 +285,8 @@ class FetchContext:
     def finish(self, cache: FetchSessionCache, now_ms: float,
                answers: list[tuple[Any, int]]) -> tuple[ErrorCode, int, list[int]]:
         """Given each partition's answer (PartitionData, bytes of records) in `partitions` order: the
-        response's error, its session id, and the indexes of the partitions it carries."""
+        response's error, its session id, and the indexes of the partitions it carries. An incremental
+        fetch's answer may be None: nothing changed (never carried)."""
         everything = list(range(len(answers)))
         if self.kind == "sessionless":
             return ErrorCode.NONE, INVALID_SESSION_ID, everything
@@ -306,6 +307,8 @@ class FetchContext:
         carried = []
         moved = []
         for i, ((key, cached), (data, records_size)) in enumerate(zip(self.partitions, answers, strict=True)):
+            if data is None:  # the reader found it unchanged without building its answer
+                continue
             if cached.maybe_update_response_data(data, records_size, update=True):
                 carried.append(i)
                 if records_size > 0:

@@ -12,7 +12,7 @@ from kraftpy.broker.client import KafkaConnection
 from kraftpy.metrics import REGISTRY
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
-from kraftpy.protocol.messages import FetchRequest
+from kraftpy.protocol.messages import DeleteRecordsRequest, FetchRequest
 from tests.helpers.cluster import open_cluster
 from tests.helpers.protocol import batch, produce, values_of
 
@@ -94,12 +94,20 @@ async def test_incremental_fetches_answer_only_changed_partitions_and_session_er
         going = await fetch(request(topic_id, {3: 2}, session_id=session_id, epoch=4))
         assert going.error_code == ErrorCode.NONE and answered(going) == {}
 
+        # A new log start offset (DeleteRecords) is news too, with no records to read.
+        delete = DeleteRecordsRequest(timeout_ms=1000, topics=[DeleteRecordsRequest.DeleteRecordsTopic(
+            name="t", partitions=[DeleteRecordsRequest.DeleteRecordsPartition(partition_index=3, offset=1)])])
+        assert (await conn.request(ApiKey.DELETE_RECORDS, 2, delete)).topics[0].partitions[0].low_watermark == 1
+        moved = await fetch(request(topic_id, {}, session_id=session_id, epoch=5))
+        assert list(answered(moved)) == [3] and answered(moved)[3].log_start_offset == 1
+        assert not answered(moved)[3].records
+
         # Epoch -1 closes the session and makes none.
         closed = await fetch(request(topic_id, {0: 0}, session_id=session_id, epoch=-1))
         assert (closed.session_id, list(answered(closed))) == (0, [0])
         assert values_of(answered(closed)[0].records) == [b"first-0", b"unseen"]
         assert gauge("kraftpy_fetch_sessions") == 0
-        after = await fetch(request(topic_id, {}, session_id=session_id, epoch=5))
+        after = await fetch(request(topic_id, {}, session_id=session_id, epoch=6))
         assert after.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
 
 

@@ -165,7 +165,8 @@ class FetchApi:
             min_bytes = min(min_bytes, max_bytes)
         while True:
             held = throttled if throttled and throttles.leader.is_exceeded() else set()
-            total, datas, answer_now = self._read(items, max_bytes, is_replica, diverging, held, read_committed)
+            total, datas, answer_now = self._read(items, max_bytes, is_replica, diverging, held, read_committed,
+                                                  context.kind == "incremental")
             if (
                 total >= min_bytes
                 or answer_now
@@ -184,6 +185,8 @@ class FetchApi:
                             partitions=[str(items[i][2].tp) for i in sorted(held)],
                             rate=int(throttles.leader.rate()), bound=throttles.leader.bound)
         for i in throttled - held:
+            if datas[i] is None:
+                continue
             records = datas[i].records
             throttles.leader.record(part_length(records) if records is not None else 0)
         if self.quotas is not None and not is_replica:
@@ -195,7 +198,7 @@ class FetchApi:
                 return FetchResponse(throttle_time_ms=throttle, error_code=ErrorCode.NONE,
                                      session_id=session.id if session is not None else 0, responses=[])
         # An incremental fetch answers only the partitions with something new (KIP-227).
-        sizes = [part_length(data.records) if data.records is not None else 0 for data in datas]
+        sizes = [part_length(data.records) if data is not None and data.records is not None else 0 for data in datas]
         error, session_id, carried = context.finish(self.sessions, trio.current_time() * 1000,
                                                     list(zip(datas, sizes, strict=True)))
         self._session_metrics()
@@ -222,16 +225,33 @@ class FetchApi:
 
     @staticmethod
     def _read(items: list, max_bytes: int, is_replica: bool, diverging: dict[int, tuple[int, int]],
-              held: set[int] | frozenset[int] = frozenset(), read_committed: bool = False):
+              held: set[int] | frozenset[int] = frozenset(), read_committed: bool = False,
+              incremental: bool = False):
         """Read every partition as it stands; returns (bytes readable, partition data, answer at once).
         The partitions in ``held`` (throttled) answer no records. The regions borrow the segments'
         descriptors. ``read_committed``: a consumer's read stops at the last stable offset and names
-        the aborted transactions it may hold."""
+        the aborted transactions it may hold. ``incremental``: the partition requests are the session's
+        (`CachedPartition`), and one with nothing to read and nothing changed since its last answer gets
+        None instead of data (the answer would leave it out anyway)."""
         total = 0
         answer_now = False
-        datas = []
+        datas: list = []
         PartitionData = FetchResponse.PartitionData
         for i, (_, fp, part, error) in enumerate(items):
+            if incremental and part is not None and error == ErrorCode.NONE and i not in diverging:
+                log = part.log
+                offset = fp.fetch_offset
+                if (
+                    part.high_watermark == fp.high_watermark
+                    and log.log_start_offset == fp.local_log_start_offset
+                    and part.is_leader
+                    and log.log_start_offset <= offset
+                    and (offset == log.log_end_offset if is_replica else offset >= (
+                        fp.last_stable_offset if read_committed else fp.high_watermark) and offset <= log.log_end_offset)
+                    and part.last_stable_offset == fp.last_stable_offset
+                ):
+                    datas.append(None)
+                    continue
             # Never a null record set, even with an error: librdkafka rejects MessageSetSize -1 as a
             # parse failure and drops the whole response, so its consumer would never see the error
             # (and retry the same fetch forever). Kafka answers errors with empty records too.
