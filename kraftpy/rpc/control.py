@@ -179,7 +179,9 @@ class ControlServer:
     async def _authenticate(self, framed: FramedStream, peer: str) -> str | None:
         """The SASL exchange a connection starts with: the principal, or None once the connection is
         to be closed (answered and logged here)."""
-        with trio.move_on_after(SASL_AUTHENTICATION_TIMEOUT_S):
+        assert self.sasl is not None
+        # The failed-login delay is the server's own wait: it does not count against the peer.
+        with trio.move_on_after(SASL_AUTHENTICATION_TIMEOUT_S + self.sasl.failed_authentication_delay_ms / 1000):
             try:
                 return await self._sasl_exchange(framed, peer)
             except (FrameError, IdleConnection) as exc:

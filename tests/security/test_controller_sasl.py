@@ -35,6 +35,7 @@ from kraftpy.metadata.records import UserScramCredentialRecord
 from kraftpy.metadata.rpc import API_OF, CONTROLLER_APIS, WIRE
 from kraftpy.node.raft_node import RaftNode
 from kraftpy.rpc.control import (
+    SASL_AUTHENTICATION_TIMEOUT_S,
     AuthenticationFailed,
     ControlClient,
     ControlServer,
@@ -233,6 +234,21 @@ async def test_a_failed_login_is_answered_after_the_delay(autojump_clock):
         assert trio.current_time() - started >= 5.0
         assert answer["id"] == 3 and answer["error"] == "SASL_AUTHENTICATION_FAILED"
         assert await client_side.receive_some(10) == b""
+
+
+async def test_a_peer_that_does_not_finish_authenticating_is_closed(autojump_clock):
+    server = ControlServer(Recorder(), sasl=settings())
+    client_side, server_side = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server._handle_connection, server_side)
+        await client_side.send_all(frame({"id": 1, "api": "SaslHandshake", "body": {"mechanism": "PLAIN"}}))
+        await read_frame(client_side)
+        started = trio.current_time()
+        with structlog.testing.capture_logs() as logs:
+            assert await client_side.receive_some(10) == b""  # then nothing more: closed
+        assert trio.current_time() - started >= SASL_AUTHENTICATION_TIMEOUT_S
+    assert [line["reason"] for line in closing_lines(logs)] == [
+        f"not authenticated within {SASL_AUTHENTICATION_TIMEOUT_S:g}s"]
 
 
 # -- the controller's side: credentials and who may speak the control plane ------------------------
