@@ -104,6 +104,8 @@ API_RULES: dict[ApiKey, str] = {
     ApiKey.LIST_GROUPS: "the groups the caller may DESCRIBE (all of them with DESCRIBE on the cluster)",
     ApiKey.DESCRIBE_GROUPS: "DESCRIBE on each group",
     ApiKey.DELETE_GROUPS: "DELETE on each group",
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: "READ on the group, and DESCRIBE on each subscribed topic",
+    ApiKey.CONSUMER_GROUP_DESCRIBE: "DESCRIBE on each group",
     ApiKey.INIT_PRODUCER_ID: "WRITE on the transactional id; without one, IDEMPOTENT_WRITE on the cluster "
                              "(or WRITE on some topic)",
     ApiKey.ADD_PARTITIONS_TO_TXN: "WRITE on the transactional id and on each topic (a broker verifying a "

@@ -66,6 +66,8 @@ class ApiKey(enum.IntEnum):
     UNREGISTER_BROKER = 64
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
     DESCRIBE_TOPIC_PARTITIONS = 75
 
 
@@ -91,8 +93,8 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.FETCH:                     VersionRange(4, 13),
     ApiKey.LIST_OFFSETS:              VersionRange(1, 7),
     ApiKey.METADATA:                  VersionRange(0, 12),
-    ApiKey.OFFSET_COMMIT:             VersionRange(0, 8),
-    ApiKey.OFFSET_FETCH:              VersionRange(0, 8),
+    ApiKey.OFFSET_COMMIT:             VersionRange(0, 9),
+    ApiKey.OFFSET_FETCH:              VersionRange(0, 9),
     ApiKey.FIND_COORDINATOR:          VersionRange(0, 4),
     ApiKey.JOIN_GROUP:                VersionRange(0, 9),
     ApiKey.HEARTBEAT:                 VersionRange(0, 4),
@@ -100,6 +102,10 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.SYNC_GROUP:                VersionRange(0, 5),
     ApiKey.DESCRIBE_GROUPS:           VersionRange(0, 5),
     ApiKey.LIST_GROUPS:               VersionRange(0, 4),
+    # KIP-848's consumer groups: advertised only when group.coordinator.rebalance.protocols has "consumer"
+    # (the broker registers their handlers then).
+    ApiKey.CONSUMER_GROUP_HEARTBEAT:  VersionRange(0, 0),
+    ApiKey.CONSUMER_GROUP_DESCRIBE:   VersionRange(0, 0),
     ApiKey.API_VERSIONS:              VersionRange(0, 3),
     ApiKey.CREATE_TOPICS:             VersionRange(2, 7),
     ApiKey.DELETE_TOPICS:             VersionRange(1, 6),

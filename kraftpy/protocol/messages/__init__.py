@@ -22,6 +22,14 @@ from kraftpy.protocol.messages.alter_user_scram_credentials import (
     AlterUserScramCredentialsResponse,
 )
 from kraftpy.protocol.messages.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from kraftpy.protocol.messages.consumer_group_describe import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+)
+from kraftpy.protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from kraftpy.protocol.messages.create_acls import CreateAclsRequest, CreateAclsResponse
 from kraftpy.protocol.messages.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from kraftpy.protocol.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
@@ -129,6 +137,8 @@ _PAIRS = [
     (AlterClientQuotasRequest, AlterClientQuotasResponse),
     (DescribeClusterRequest, DescribeClusterResponse),
     (DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse),
+    (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
+    (ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse),
     (DescribeProducersRequest, DescribeProducersResponse),
     (UnregisterBrokerRequest, UnregisterBrokerResponse),
     (UpdateFeaturesRequest, UpdateFeaturesResponse),

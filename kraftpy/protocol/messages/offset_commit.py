@@ -1,9 +1,12 @@
-"""OffsetCommit (api key 8), versions 0-8: commit a group's consumed offsets."""
+"""OffsetCommit (api key 8), versions 0-9: commit a group's consumed offsets.
+
+Version 9 is version 8 with one more meaning: a member of a consumer-protocol group (KIP-848) sends its
+member epoch in ``generation_id_or_member_epoch``."""
 
 from kraftpy.protocol.schema import F, message
 
 OffsetCommitRequest = message(
-    "OffsetCommitRequest", api_key=8, kind="request", versions="0-8", flexible="8+", fields=[
+    "OffsetCommitRequest", api_key=8, kind="request", versions="0-9", flexible="8+", fields=[
         F("group_id", "string"),
         F("generation_id_or_member_epoch", "int32", "1+", default=-1),
         F("member_id", "string", "1+"),
@@ -23,7 +26,7 @@ OffsetCommitRequest = message(
 )
 
 OffsetCommitResponse = message(
-    "OffsetCommitResponse", api_key=8, kind="response", versions="0-8", flexible="8+", fields=[
+    "OffsetCommitResponse", api_key=8, kind="response", versions="0-9", flexible="8+", fields=[
         F("throttle_time_ms", "int32", "3+"),
         F("topics", "[]OffsetCommitResponseTopic", "0+", [
             F("name", "string"),

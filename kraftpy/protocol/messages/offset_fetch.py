@@ -1,9 +1,11 @@
-"""OffsetFetch (api key 9), versions 0-8: read a group's committed offsets."""
+"""OffsetFetch (api key 9), versions 0-9: read a group's committed offsets.
+
+Version 9 names the member and its member epoch (KIP-848), which a consumer-protocol group checks."""
 
 from kraftpy.protocol.schema import F, message
 
 OffsetFetchRequest = message(
-    "OffsetFetchRequest", api_key=9, kind="request", versions="0-8", flexible="6+", fields=[
+    "OffsetFetchRequest", api_key=9, kind="request", versions="0-9", flexible="6+", fields=[
         F("group_id", "string", "0-7"),
         F("topics", "[]OffsetFetchRequestTopic", "0-7", [
             F("name", "string", "0-7"),
@@ -11,6 +13,8 @@ OffsetFetchRequest = message(
         ], nullable="2-7"),
         F("groups", "[]OffsetFetchRequestGroup", "8+", [
             F("group_id", "string", "8+"),
+            F("member_id", "string", "9+", nullable="9+", default=None),
+            F("member_epoch", "int32", "9+", default=-1),
             F("topics", "[]OffsetFetchRequestTopics", "8+", [
                 F("name", "string", "8+"),
                 F("partition_indexes", "[]int32", "8+"),
@@ -21,7 +25,7 @@ OffsetFetchRequest = message(
 )
 
 OffsetFetchResponse = message(
-    "OffsetFetchResponse", api_key=9, kind="response", versions="0-8", flexible="6+", fields=[
+    "OffsetFetchResponse", api_key=9, kind="response", versions="0-9", flexible="6+", fields=[
         F("throttle_time_ms", "int32", "3+"),
         F("topics", "[]OffsetFetchResponseTopic", "0-7", [
             F("name", "string", "0-7"),
