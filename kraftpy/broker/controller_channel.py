@@ -15,7 +15,7 @@ an implementation is a transport: the control plane in production, an in-process
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from kraftpy.metadata.messages import (
     AllocateProducerIdsRequest,
@@ -80,6 +80,8 @@ class ControllerChannel(Protocol):
     async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse: ...
 
     async def update_features(self, request: UpdateFeaturesRequest) -> UpdateFeaturesResponse: ...
+
+    async def quorum_status(self, timeout: float = 10.0) -> dict[str, Any]: ...
 
     async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse: ...
 

@@ -51,6 +51,7 @@ from kraftpy.broker.apis.log_dirs import LogDirsApi
 from kraftpy.broker.apis.metadata import MetadataApi
 from kraftpy.broker.apis.offsets import OffsetsApi
 from kraftpy.broker.apis.produce import ProduceApi
+from kraftpy.broker.apis.quorum import QuorumApi
 from kraftpy.broker.apis.quotas import QuotasApi
 from kraftpy.broker.apis.reassignments import ReassignmentsApi
 from kraftpy.broker.apis.sasl import SaslApi, SaslSettings
@@ -146,6 +147,7 @@ class BrokerServer:
             ReassignmentsApi(self.metadata, channel),
             BrokersApi(self.metadata, channel),
             FeaturesApi(self.metadata, channel),
+            QuorumApi(channel),
             ConfigsApi(self.metadata, channel, settings),
             GroupsApi(self.coordinator, self.metadata, channel, settings),
             TxnMarkersApi(self.replicas, self.metadata, clock, on_markers_written=self._markers_written),

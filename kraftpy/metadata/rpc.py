@@ -131,10 +131,12 @@ class ControllerClient:
 
     def __init__(self, nursery: trio.Nursery, voters: dict[int, tuple[str, int]], *,
                  request_timeout: float = 5.0, retry_backoff: float = 0.05, node_id: int | None = None,
-                 tls: Any = None, sasl: Any = None) -> None:
+                 tls: Any = None, sasl: Any = None, listener_name: str = "CONTROLLER") -> None:
         """``tls``: the `kraftpy.security.tls.ClientTls` of the controller listener over TLS; ``sasl``: the
-        `kraftpy.security.sasl.SaslLogin` of the controller listener over SASL."""
+        `kraftpy.security.sasl.SaslLogin` of the controller listener over SASL; ``listener_name``: the
+        controller listener's name (controller.listener.names), as DescribeQuorum names the voters' endpoints."""
         self.voters = dict(voters)
+        self.listener_name = listener_name
         self.request_timeout = request_timeout
         self.retry_backoff = retry_backoff
         self._clients = {vid: ControlClient(nursery, host, port, request_timeout=request_timeout,
@@ -220,6 +222,27 @@ class ControllerClient:
 
     async def update_features(self, request: UpdateFeaturesRequest) -> UpdateFeaturesResponse:
         return await self.call(request)
+
+    async def quorum_status(self, timeout: float = 10.0) -> dict[str, Any]:
+        """The quorum as its Raft leader describes it (`QUORUM_STATUS_API`, what `kraftpy quorum status`
+        prints), asking the voters in turn and following a voter's pointer to the leader."""
+        last_error = "no voter tried"
+        with trio.move_on_after(timeout):
+            while True:
+                order = ([self._guess] if self._guess is not None else []) + self._order
+                for target in order:
+                    try:
+                        return await self._clients[target].request(QUORUM_STATUS_API, {})
+                    except RpcError as exc:
+                        last_error = f"{target}: {exc}"
+                        leader = exc.message.split("@", 1)[0]
+                        if exc.code == "NOT_LEADER_OR_FOLLOWER" and leader.isdigit() and int(leader) in self._clients:
+                            try:
+                                return await self._clients[int(leader)].request(QUORUM_STATUS_API, {})
+                            except RpcError as again:
+                                last_error = f"{leader}: {again}"
+                await trio.sleep(self.retry_backoff)
+        raise ControllerUnavailable(f"{QUORUM_STATUS_API}: no quorum leader answered within {timeout}s ({last_error})")
 
     async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
         return await self.call(request)

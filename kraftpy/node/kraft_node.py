@@ -116,7 +116,8 @@ class KraftNode:
         client = ControllerClient(nursery, voter_addresses(config), node_id=config.node_id,
                                   request_timeout=config["controller.quorum.request.timeout.ms"] / 1000,
                                   tls=self.raft.client_tls if self.raft is not None else None,
-                                  sasl=self.raft.client_sasl if self.raft is not None else None)
+                                  sasl=self.raft.client_sasl if self.raft is not None else None,
+                                  listener_name=(config.controller_listener_names or ["CONTROLLER"])[0])
         self.broker = BrokerServer.from_config(config, client, cluster_id=self.cluster_id)
         # A broker listener that cannot be bound stops the process naming its own address (BrokerServer).
         await nursery.start(self.broker.run)

@@ -60,6 +60,7 @@ class ApiKey(enum.IntEnum):
     ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_QUORUM = 55
     UPDATE_FEATURES = 57
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
@@ -131,6 +132,7 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.DELETE_ACLS:               VersionRange(0, 3),
     ApiKey.UNREGISTER_BROKER:         VersionRange(0, 0),
     ApiKey.UPDATE_FEATURES:           VersionRange(0, 2),
+    ApiKey.DESCRIBE_QUORUM:           VersionRange(0, 2),
     ApiKey.WRITE_TXN_MARKERS:         VersionRange(0, 1),
     # Transactions. EndTxn v5 is KIP-890 part 2 (an epoch bump with every transaction), which
     # kraftpy does not run, and unstable in Kafka; AddPartitionsToTxn v5 only lets the broker answer

@@ -48,7 +48,7 @@ NOTES: dict[str, str] = {
     "RenewDelegationToken": "not served: no delegation tokens",
     "ExpireDelegationToken": "not served: no delegation tokens",
     "DescribeDelegationToken": "not served: no delegation tokens",
-    "DescribeQuorum": "not served on the Kafka port yet: `kraftpy quorum status` asks the controllers",
+    "DescribeQuorum": "directory ids are zero until the dynamic quorum (KIP-853)",
     "DescribeCluster": "v2 is Kafka 4.0's (KIP-1073), newer than 3.9",
     "ConsumerGroupHeartbeat": "advertised only when group.coordinator.rebalance.protocols includes consumer "
                               "(as Kafka 3.9); v1 (broker-side topic regex) is unstable in Kafka 3.9",

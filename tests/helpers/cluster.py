@@ -146,6 +146,9 @@ class InProcessController:
     async def unregister_broker(self, request: UnregisterBrokerRequest) -> UnregisterBrokerResponse:
         return await self._call("unregister_broker", request, self.controller.handle_unregister_broker)
 
+    async def quorum_status(self, timeout: float = 10.0):
+        raise ControllerUnavailable("the in-process controller runs no Raft quorum")
+
     async def update_features(self, request):
         return await self._call("update_features", request, self.controller.handle_update_features)
 

@@ -47,6 +47,7 @@ from kraftpy.protocol.messages.describe_configs import DescribeConfigsRequest, D
 from kraftpy.protocol.messages.describe_groups import DescribeGroupsRequest, DescribeGroupsResponse
 from kraftpy.protocol.messages.describe_log_dirs import DescribeLogDirsRequest, DescribeLogDirsResponse
 from kraftpy.protocol.messages.describe_producers import DescribeProducersRequest, DescribeProducersResponse
+from kraftpy.protocol.messages.describe_quorum import DescribeQuorumRequest, DescribeQuorumResponse
 from kraftpy.protocol.messages.describe_topic_partitions import (
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
@@ -135,6 +136,7 @@ _PAIRS = [
     (OffsetDeleteRequest, OffsetDeleteResponse),
     (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
     (AlterClientQuotasRequest, AlterClientQuotasResponse),
+    (DescribeQuorumRequest, DescribeQuorumResponse),
     (DescribeClusterRequest, DescribeClusterResponse),
     (DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse),
     (ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse),
