@@ -35,7 +35,7 @@ from kraftpy.cli.admin_common import (
 from kraftpy.metadata.rpc import CLUSTER_DESCRIBE_API, NOT_CONTROLLER
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.messages import DescribeClusterRequest, UnregisterBrokerRequest
-from kraftpy.rpc.control import ControlClient, RpcError
+from kraftpy.rpc.control import AuthenticationFailed, ControlClient, RpcError
 
 app = typer.Typer(help="Describe the cluster (its id, controller and brokers); unregister a broker.",
                   no_args_is_help=True)
@@ -46,6 +46,8 @@ async def ask_active_controller(addresses: list[tuple[str, int]], timeout: float
     """The active controller's DescribeClusterState answer. Controllers that are not active point at
     the leader (``id@host:port``); while none is active yet (an election), ask again until ``timeout``."""
     errors: list[str] = []
+    #: A refused login: asking again will not help.
+    refused: str | None = None
     async with trio.open_nursery() as nursery:
         clients: dict[tuple[str, int], ControlClient] = {}
 
@@ -57,7 +59,7 @@ async def ask_active_controller(addresses: list[tuple[str, int]], timeout: float
 
         try:
             with trio.move_on_after(timeout):
-                while True:
+                while refused is None:
                     queue = list(addresses)
                     seen: set[tuple[str, int]] = set()
                     while queue:
@@ -67,15 +69,21 @@ async def ask_active_controller(addresses: list[tuple[str, int]], timeout: float
                         seen.add(address)
                         try:
                             return await client(address).request(CLUSTER_DESCRIBE_API, {})
+                        except AuthenticationFailed as exc:
+                            refused = exc.message
+                            break
                         except RpcError as exc:
                             errors.append(f"{address[0]}:{address[1]}: {exc}")
                             if exc.code == NOT_CONTROLLER and "@" in exc.message:
                                 queue.insert(0, parse_addresses(exc.message)[0])
-                    await trio.sleep(0.1)
+                    if refused is None:
+                        await trio.sleep(0.1)
         finally:
             for c in clients.values():
                 await c.aclose()
             nursery.cancel_scope.cancel()
+    if refused is not None:
+        raise AdminConnectionError(refused)
     raise AdminConnectionError("no active controller answered: " + "; ".join(dict.fromkeys(errors)))
 
 

@@ -19,6 +19,9 @@ import structlog
 import trio
 import trio.testing
 
+from kraftpy.admin.client import AdminConnectionError
+from kraftpy.cli.cluster import ask_active_controller
+from kraftpy.cli.quorum import fetch_status
 from kraftpy.config import ConfigError, load_config
 from kraftpy.config.properties import format_properties
 from kraftpy.ids import random_uuid_str
@@ -200,6 +203,26 @@ async def test_an_authenticated_principal_the_authorizer_refuses_is_closed():
     assert asked == [("User:broker", "127.0.0.1"), ("User:controller", "127.0.0.1")]
     denied = [line for line in logs if line["event"] == "closing connection: control plane access denied"]
     assert len(denied) == 1 and denied[0]["principal"] == "User:broker"
+
+
+async def test_the_tools_log_in_and_stop_at_a_refused_login():
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            handler, port = await start(nursery, settings())
+            address = [("127.0.0.1", port)]
+            good = SaslLogin("SCRAM-SHA-512", "controller", SECRET)
+            assert await fetch_status(address, 30, None, good) == {"echo": {}}
+            assert await ask_active_controller(address, 30, None, good) == {"echo": {}}
+            bad = SaslLogin("SCRAM-SHA-512", "controller", "guess")
+            with pytest.raises(RpcError) as refused:
+                await fetch_status(address, 30, None, bad)
+            assert "SASL_AUTHENTICATION_FAILED" in str(refused.value)
+            # kraftpy cluster describe does not ask again until its (here hour-long) timeout: the answer is final.
+            with pytest.raises(AdminConnectionError) as failed:
+                await ask_active_controller(address, 3600, None, bad)
+            assert "SASL authentication as 'controller' (SCRAM-SHA-512)" in str(failed.value)
+            assert handler.served == ["QuorumStatus", "DescribeClusterState"]
+            nursery.cancel_scope.cancel()
 
 
 def frame(msg) -> bytes:
