@@ -9,6 +9,8 @@ a lower one. The update is all or nothing: one refused feature means no record i
 
 from __future__ import annotations
 
+from collections import Counter
+
 from kraftpy.metadata.controller_config import LATEST_METADATA_VERSION, ControllerConfig
 from kraftpy.metadata.errors import Errors
 from kraftpy.metadata.image import METADATA_VERSION, MetadataImage
@@ -61,9 +63,9 @@ def update_features(
     results = []
     records: list[MetadataRecord] = []
     failed: str | None = None
-    names = [u.feature for u in request.feature_updates]
+    named = Counter(u.feature for u in request.feature_updates)
     for update in request.feature_updates:
-        if names.count(update.feature) > 1:
+        if named[update.feature] > 1:
             reason: str | None = f"The feature {update.feature} is named more than once."
         else:
             reason = _update_error(image, update, config)

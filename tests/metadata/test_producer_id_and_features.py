@@ -91,3 +91,13 @@ def test_feature_update_is_all_or_nothing_and_validate_only_writes_nothing(make_
     assert [r.error_code for r in response.results] == [Errors.NONE, Errors.INVALID_UPDATE_VERSION]
     assert update(c, ("group.version", 1, 1), validate_only=True).error_code == Errors.NONE
     assert c.next_offset == start
+
+
+def test_a_feature_named_twenty_thousand_times_is_refused_without_quadratic_work(make_cluster):
+    """Found by the protocol fuzzer: UpdateFeatures with one update repeated to 20,000 entries counted each
+    name's repeats by scanning the list (4e8 steps), blocking the controller until brokers were fenced."""
+    c = featured_cluster(make_cluster)
+    response = update(c, *[("group.version", 2, FeatureUpgradeType.UPGRADE)] * 20_000)
+    assert response.error_code == Errors.INVALID_UPDATE_VERSION
+    assert len(response.results) == 20_000 and "more than once" in response.error_message
+    assert "group.version" not in c.image.features.levels
