@@ -8,7 +8,12 @@ moves leaderships around. A fetcher holds one TCP connection to its leader and l
 
 1. build one Fetch (v13, topic ids, ``replica_id`` = this broker) for every partition it follows
    there, each at the log end offset with the epoch of the last batch (``last_fetched_epoch``)
-   and the leader epoch the follower believes in (``current_leader_epoch``);
+   and the leader epoch the follower believes in (``current_leader_epoch``). Through a fetch
+   session (KIP-227, `FetchSessionHandler`): the first fetch names every partition, the next ones
+   only those whose fetch state changed (or that joined), and forget those no longer fetched; the
+   leader answers only the partitions with news. A session error (FETCH_SESSION_ID_NOT_FOUND after
+   a leader restart or eviction, INVALID_FETCH_SESSION_EPOCH) or a lost connection makes the next
+   fetch a full one again;
 2. the leader long-polls until it has new data or ``replica.fetch.wait.max.ms`` passed;
 3. for each partition of the answer, unless its role changed while the request was out:
    * a *diverging epoch* means the follower's log holds batches the leader does not: truncate to
