@@ -2,7 +2,11 @@
 127.0.0.1 authenticate with SCRAM-SHA-512 or PLAIN before any request is served; a wrong password,
 an unknown mechanism, a principal the authorizer refuses and a client that skips the exchange are each
 answered with Kafka's error, closed and logged in one line without the secret; a failed login waits
-connection.failed.authentication.delay.ms. Also the configuration checks made at start."""
+connection.failed.authentication.delay.ms. The quorum and cluster tools log in. A controller checks
+SCRAM against its bootstrap checkpoint until it has replayed the log, and with an authorizer admits
+super users and ClusterAction holders only. The configuration checks made at start. And a 3+3 process
+cluster with SASL_SSL and SCRAM-SHA-512 on every listener, where a controller with a wrong password
+cannot join."""
 
 from __future__ import annotations
 
