@@ -170,25 +170,42 @@ async def test_followers_replicate_through_incremental_sessions(tmp_path):
         await cluster.create_topic("r", partitions=6, replication_factor=2)
         await cluster.caught_up()
         leaders = {p: cluster.leader("r", p) for p in range(6)}
-        async with trio.open_nursery():
-            conns = {b: await KafkaConnection.connect("127.0.0.1", cluster.ports[b]) for b in (1, 2)}
-            try:
-                for round_ in range(5):
-                    for p, leader in leaders.items():
-                        response = await produce(conns[leader], "r", p, batch(b"%d-%d" % (p, round_)))
-                        assert response.error_code == ErrorCode.NONE
-            finally:
-                for c in conns.values():
-                    await c.aclose()
+        conns = {b: await KafkaConnection.connect("127.0.0.1", cluster.ports[b]) for b in (1, 2)}
 
-        def replicated() -> bool:
-            return all(cluster.partition(b, "r", p).log_end_offset == 5 and cluster.partition(b, "r", p).high_watermark == 5
-                       for p in range(6) for b in (1, 2))
+        async def produce_round(round_: int) -> None:
+            for p, leader in leaders.items():
+                response = await produce(conns[leader], "r", p, batch(b"%d-%d" % (p, round_)))
+                assert response.error_code == ErrorCode.NONE
 
-        await cluster.wait_for(replicated)
-        for broker_id in (1, 2):
-            fetchers = cluster.brokers[broker_id].fetchers
-            # Sessions were made once per leader (and again only after a session error), the rest incremental.
-            assert fetchers.requests > fetchers.full_requests > 0
-            sessions = fetch_api(cluster, broker_id).sessions
-            assert any(s.privileged for s in sessions.sessions.values())
+        def replicated(count: int):
+            return lambda: all(cluster.partition(b, "r", p).log_end_offset == count
+                               and cluster.partition(b, "r", p).high_watermark == count
+                               for p in range(6) for b in (1, 2))
+
+        try:
+            for round_ in range(5):
+                await produce_round(round_)
+            await cluster.wait_for(replicated(5))
+            for broker_id in (1, 2):
+                fetchers = cluster.brokers[broker_id].fetchers
+                # A session per leader, then incremental fetches.
+                assert fetchers.requests > fetchers.full_requests > 0
+                sessions = fetch_api(cluster, broker_id).sessions
+                assert any(s.privileged for s in sessions.sessions.values())
+
+            # The leaders forget every session (as a restarted broker would): each follower is told
+            # FETCH_SESSION_ID_NOT_FOUND, fetches in full once, and replicates on.
+            full_before = {b: cluster.brokers[b].fetchers.full_requests for b in (1, 2)}
+            for broker_id in (1, 2):
+                sessions = fetch_api(cluster, broker_id).sessions
+                for session_id in list(sessions.sessions):
+                    sessions.remove(session_id)
+            for round_ in range(5, 8):
+                await produce_round(round_)
+            await cluster.wait_for(replicated(8))
+            for broker_id in (1, 2):
+                assert cluster.brokers[broker_id].fetchers.full_requests > full_before[broker_id]
+                assert fetch_api(cluster, broker_id).sessions.sessions
+        finally:
+            for c in conns.values():
+                await c.aclose()
