@@ -211,3 +211,23 @@ def test_confluent_kafka_with_unsecured_and_jwks_tokens(tmp_path):
         assert KafkaError._AUTHENTICATION in refused
         node.proc.wait_for("closing connection",
                            where=lambda line: "signature does not verify" in line.get("reason", ""))
+
+
+def test_an_oauthbearer_jaas_config_that_does_not_parse_stops_the_broker_without_printing_it():
+    from kraftpy.broker.settings import BrokerSettings
+    from kraftpy.config import ConfigError, load_config
+
+    secret = "s3cret-never-printed"
+    props = ("process.roles=broker\nnode.id=4\ncontroller.quorum.voters=1@127.0.0.1:9093\n"
+             "controller.listener.names=CONTROLLER\nlisteners=SASL_PLAINTEXT://127.0.0.1:9092\n"
+             "listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT\n"
+             "inter.broker.listener.name=SASL_PLAINTEXT\nlog.dirs=/tmp/unused\n"
+             "sasl.enabled.mechanisms=OAUTHBEARER\n"
+             "listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain."
+             'PlainLoginModule required username="b" password="b" user_b="b";\n'
+             "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security."
+             f'oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="x" secret="{secret}\n')
+    with pytest.raises(ConfigError) as failed:
+        BrokerSettings.from_config(load_config(text=props), cluster_id="MkU3OEVBNTcwNTJENDM2Qg")
+    assert failed.value.key == "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config"
+    assert secret not in str(failed.value) and "unterminated" in failed.value.reason

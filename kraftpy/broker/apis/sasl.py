@@ -149,7 +149,7 @@ def _oauth_validator(config: Any, listener: str) -> Any:
             options = parse_listener_jaas_config(config.values[key]).options
             return UnsecuredValidator.from_jaas_options(options)
         except (JaasConfigError, ValueError) as exc:
-            raise config.fail(key, str(exc)) from None
+            raise fail_hidden(config, key, str(exc)) from None
     return UnsecuredValidator()
 
 
