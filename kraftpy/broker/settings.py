@@ -113,6 +113,13 @@ class BrokerSettings:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1800000
     group_max_size: int = 2**31 - 1
+    #: KIP-848 consumer groups: group.coordinator.rebalance.protocols and the group.consumer.* keys.
+    group_coordinator_rebalance_protocols: tuple[str, ...] = ("classic",)
+    group_consumer_session_timeout_ms: int = 45000
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_max_size: int = 2**31 - 1
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    group_consumer_migration_policy: str = "disabled"
     #: The transaction coordinator and __transaction_state (transaction.* keys).
     transaction: TxnConfig = TxnConfig()
     #: transaction.partition.verification.enable: a partition leader asks the coordinator whether a
@@ -200,6 +207,12 @@ class BrokerSettings:
             group_min_session_timeout_ms=config["group.min.session.timeout.ms"],
             group_max_session_timeout_ms=config["group.max.session.timeout.ms"],
             group_max_size=config["group.max.size"],
+            group_coordinator_rebalance_protocols=tuple(config["group.coordinator.rebalance.protocols"]),
+            group_consumer_session_timeout_ms=config["group.consumer.session.timeout.ms"],
+            group_consumer_heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+            group_consumer_max_size=config["group.consumer.max.size"],
+            group_consumer_assignors=tuple(config["group.consumer.assignors"]),
+            group_consumer_migration_policy=config["group.consumer.migration.policy"],
             transaction=TxnConfig.from_config(config),
             transaction_partition_verification_enable=config["transaction.partition.verification.enable"],
             log_cleaner_enable=config["log.cleaner.enable"],

@@ -392,6 +392,21 @@ KEYS: list[ConfigKey] = [
     ConfigKey("group.consumer.heartbeat.interval.ms", "int", 5000,
               "Heartbeat interval of members of groups using the consumer protocol (KIP-848), unless the "
               "group sets consumer.heartbeat.interval.ms.", at_least(1)),
+    ConfigKey("group.coordinator.rebalance.protocols", "list", "classic",
+              "The group protocols the group coordinator serves: classic, and consumer for KIP-848 consumer "
+              "groups (ConsumerGroupHeartbeat and ConsumerGroupDescribe are advertised only with consumer).",
+              one_of("classic", "consumer"), roles=B),
+    ConfigKey("group.consumer.max.size", "int", 2**31 - 1,
+              "Most members one consumer-protocol group may have; a member joining past it is refused with "
+              "GROUP_MAX_SIZE_REACHED.", at_least(1), roles=B),
+    ConfigKey("group.consumer.assignors", "list", "uniform,range",
+              "The server-side assignors of consumer-protocol groups; the first is used unless the members "
+              "name another (uniform: even and sticky; range: contiguous ranges per topic).",
+              one_of("uniform", "range"), roles=B),
+    ConfigKey("group.consumer.migration.policy", "string", "disabled",
+              "Whether a group may change protocol: disabled, upgrade (classic to consumer), downgrade "
+              "(consumer to classic) or bidirectional. kraftpy converts only empty groups, whatever the policy.",
+              one_of("disabled", "upgrade", "downgrade", "bidirectional"), roles=B),
     ConfigKey("group.consumer.min.heartbeat.interval.ms", "int", 5000,
               "Smallest consumer.heartbeat.interval.ms a consumer-protocol group may be given.", at_least(1)),
     ConfigKey("group.consumer.max.heartbeat.interval.ms", "int", 15000,
@@ -475,7 +490,6 @@ IGNORED: dict[str, str] = {
     "num.recovery.threads.per.data.dir": "logs are recovered one after another",
     "socket.send.buffer.bytes": "the operating system's default buffers are used",
     "socket.receive.buffer.bytes": "the operating system's default buffers are used",
-    "group.coordinator.rebalance.protocols": "the classic group protocol is used",
     "queued.max.requests": "request memory is bounded in bytes by queued.max.request.bytes",
 }
 
