@@ -105,10 +105,7 @@ class FetchApi:
                             epoch=request.session_epoch, error=context.error.name)
             return FetchResponse(throttle_time_ms=0, error_code=context.error, session_id=0)
         items = []  # (partition key, partition request, Partition | None, error)
-        if is_replica:
-            follower_denied = not self.authz.allows_cluster(conn, CLUSTER_ACTION)
-            unauthorized: set[str] = set()
-        names = {}
+        names: dict[Any, str | None] = {}  # a topic of the fetch (its id from v13) -> its name, if known
         for (topic_key, _), cached in context.partitions:
             if topic_key not in names:
                 if uses_topic_ids:
@@ -117,9 +114,9 @@ class FetchApi:
                     names[topic_key] = topic_image.name if topic_image is not None else None
                 else:
                     names[topic_key] = cached.topic
-        if not is_replica:
-            follower_denied = False
-            unauthorized = self.authz.denied(conn, READ, TOPIC, {n for n in names.values() if n is not None})
+        follower_denied = is_replica and not self.authz.allows_cluster(conn, CLUSTER_ACTION)
+        unauthorized: set[str] = set() if is_replica else self.authz.denied(
+            conn, READ, TOPIC, {n for n in names.values() if n is not None})
         unknown = ErrorCode.UNKNOWN_TOPIC_ID if uses_topic_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         for key, fp in context.partitions:
             name = names[key[0]]
