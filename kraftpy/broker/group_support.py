@@ -84,6 +84,12 @@ def group_config(settings: BrokerSettings) -> GroupConfig:
         group_min_session_timeout_ms=settings.group_min_session_timeout_ms,
         group_max_session_timeout_ms=settings.group_max_session_timeout_ms,
         group_max_size=settings.group_max_size,
+        group_coordinator_rebalance_protocols=settings.group_coordinator_rebalance_protocols,
+        group_consumer_session_timeout_ms=settings.group_consumer_session_timeout_ms,
+        group_consumer_heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
+        group_consumer_max_size=settings.group_consumer_max_size,
+        group_consumer_assignors=settings.group_consumer_assignors,
+        group_consumer_migration_policy=settings.group_consumer_migration_policy,
     )
 
 

@@ -43,6 +43,7 @@ import attrs
 import structlog
 import trio
 
+from kraftpy.coordinator.consumer_protocol import HeartbeatRequest, RegexMatcher, TopicLookup
 from kraftpy.coordinator.group import OffsetAndMetadata
 from kraftpy.coordinator.group_shard import GroupShard, write_error_for_commit
 from kraftpy.coordinator.runtime import (
@@ -54,6 +55,8 @@ from kraftpy.coordinator.runtime import (
 )
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import (
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatResponse,
     DeleteGroupsResponse,
     DescribeGroupsResponse,
     HeartbeatResponse,
@@ -102,6 +105,18 @@ class GroupConfig:
     group_max_session_timeout_ms: int = 1800000
     #: group.max.size: the most members a group may have.
     group_max_size: int = 2**31 - 1
+    #: group.coordinator.rebalance.protocols: "classic", and "consumer" for KIP-848 consumer groups.
+    group_coordinator_rebalance_protocols: tuple[str, ...] = ("classic",)
+    #: group.consumer.session.timeout.ms: a consumer-protocol member not heard from for this long is removed.
+    group_consumer_session_timeout_ms: int = 45000
+    #: group.consumer.heartbeat.interval.ms: how often consumer-protocol members heartbeat.
+    group_consumer_heartbeat_interval_ms: int = 5000
+    #: group.consumer.max.size: the most members a consumer group may have.
+    group_consumer_max_size: int = 2**31 - 1
+    #: group.consumer.assignors: the server-side assignors, the first the default.
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    #: group.consumer.migration.policy: disabled, upgrade, downgrade or bidirectional.
+    group_consumer_migration_policy: str = "disabled"
 
 
 @attrs.frozen
@@ -343,8 +358,18 @@ class GroupCoordinator:
             error, shard = self._route(request.group_id, "offset_commit")
             if error is not None:
                 errors.update(dict.fromkeys(offsets, error))
+            elif request.group_id in shard.consumer.groups:
+                # A consumer-protocol group: the member epoch is checked instead of a generation.
+                error = shard.consumer.validate_offset_commit(request.group_id, request.member_id,
+                                                              request.generation_id_or_member_epoch, version)
+                if error is not None:
+                    errors.update(dict.fromkeys(offsets, error))
+                else:
+                    waiter = Waiter()
+                    shard.commit_offsets(request.group_id, "", None, -1, offsets, waiter.set)
+                    errors.update(await waiter.wait())
             else:
-                waiter: Waiter = Waiter()
+                waiter = Waiter()
                 shard.commit_offsets(request.group_id, request.member_id, request.group_instance_id,
                                      request.generation_id_or_member_epoch, offsets, waiter.set)
                 errors.update(await waiter.wait())
@@ -484,6 +509,75 @@ class GroupCoordinator:
                 partition_index=partition, error_code=errors.get((topic, partition), ErrorCode.NONE)))
         return response
 
+    # -- KIP-848 consumer groups ---------------------------------------------------------------
+
+    async def consumer_group_heartbeat(self, ctx: RequestContext, request, lookup: TopicLookup,
+                                       match: RegexMatcher | None = None) -> ConsumerGroupHeartbeatResponse:
+        """ConsumerGroupHeartbeat; ``lookup`` finds a subscribed topic's id and partition count in the
+        broker's metadata, ``match`` the topics a subscribed regex matches."""
+        error, shard = self._route(request.group_id, "consumer_group_heartbeat")
+        if error is not None:
+            return ConsumerGroupHeartbeatResponse(error_code=error, member_epoch=-1)
+        owned = None
+        if request.topic_partitions is not None:
+            owned = {t.topic_id: frozenset(t.partitions) for t in request.topic_partitions if t.partitions}
+        result = shard.consumer.heartbeat(HeartbeatRequest(
+            group_id=request.group_id, member_id=request.member_id, member_epoch=request.member_epoch,
+            instance_id=request.instance_id, rack_id=request.rack_id,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            subscribed_topic_names=None if request.subscribed_topic_names is None
+            else tuple(request.subscribed_topic_names),
+            subscribed_topic_regex=request.subscribed_topic_regex if ctx.api_version >= 1 else None,
+            server_assignor=request.server_assignor, owned=owned, client_id=ctx.client_id,
+            client_host=ctx.client_host), lookup, match)
+        response = ConsumerGroupHeartbeatResponse(
+            error_code=result.error, error_message=result.message, member_id=result.member_id,
+            member_epoch=result.member_epoch, heartbeat_interval_ms=result.heartbeat_interval_ms)
+        if result.assignment is not None:
+            response.assignment = ConsumerGroupHeartbeatResponse.Assignment(topic_partitions=[
+                ConsumerGroupHeartbeatResponse.TopicPartitions(topic_id=topic_id, partitions=sorted(partitions))
+                for topic_id, partitions in sorted(result.assignment.items(), key=lambda kv: str(kv[0]))])
+        return response
+
+    async def consumer_group_describe(self, ctx: RequestContext, request, topic_name,
+                                      authorized_operations=None) -> ConsumerGroupDescribeResponse:
+        """ConsumerGroupDescribe; ``topic_name(topic_id)`` names a topic (None when it is gone) and
+        ``authorized_operations(group_id)`` says what the caller may do with a group."""
+        cls = ConsumerGroupDescribeResponse
+        described = []
+
+        def assignment(a):
+            return cls.Assignment(topic_partitions=[
+                cls.TopicPartitions(topic_id=t, topic_name=topic_name(t) or "", partitions=sorted(ps))
+                for t, ps in sorted(a.items(), key=lambda kv: str(kv[0]))])
+
+        for group_id in request.group_ids:
+            error, shard = self._route(group_id, "consumer_group_describe")
+            group = shard.consumer.groups.get(group_id) if shard is not None else None
+            if error is None and group is None:
+                error = ErrorCode.GROUP_ID_NOT_FOUND
+            if error is not None:
+                message = f"Group {group_id} not found." if error == ErrorCode.GROUP_ID_NOT_FOUND else None
+                described.append(cls.DescribedGroup(error_code=error, error_message=message, group_id=group_id,
+                                                    group_state="Dead"))
+                continue
+            ops = AUTHORIZED_OPERATIONS_OMITTED
+            if request.include_authorized_operations:
+                ops = authorized_operations(group_id) if authorized_operations is not None else GROUP_OPERATIONS
+            described.append(cls.DescribedGroup(
+                error_code=ErrorCode.NONE, group_id=group_id, group_state=group.state.value,
+                group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
+                assignor_name=group.assignor_name or self.config.group_consumer_assignors[0],
+                members=[cls.Member(
+                    member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+                    client_id=m.client_id, client_host=m.client_host,
+                    subscribed_topic_names=sorted(m.subscribed_topics()),
+                    subscribed_topic_regex=m.subscribed_topic_regex,
+                    assignment=assignment(m.assigned), target_assignment=assignment(group.target.get(m.member_id, {})))
+                    for m in group.members.values()],
+                authorized_operations=ops))
+        return cls(groups=described)
+
     # -- groups ----------------------------------------------------------------------------------
 
     async def list_groups(self, ctx: RequestContext, request) -> ListGroupsResponse:
@@ -509,6 +603,11 @@ class GroupCoordinator:
             if error is not None:
                 described.append(cls(error_code=error, group_id=group_id, group_state="", protocol_type="",
                                      protocol_data=""))
+                continue
+            if group_id in shard.consumer.groups:
+                # As Kafka 3.9: a consumer-protocol group is described by ConsumerGroupDescribe.
+                described.append(cls(error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=group_id, group_state="",
+                                     protocol_type="", protocol_data=""))
                 continue
             state, protocol_type, protocol, members = shard.describe_group(group_id)
             described.append(cls(

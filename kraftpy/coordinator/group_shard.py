@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from kraftpy.coordinator import records
+from kraftpy.coordinator.consumer_protocol import ConsumerGroupProtocol
 from kraftpy.coordinator.group import (
     COMPLETING_REBALANCE,
     DEAD,
@@ -145,6 +146,9 @@ class GroupShard:
         #: producer id -> the groups with offsets pending in its transaction (Kafka's openGroupsForProducer).
         self.producer_groups: dict[int, set[str]] = {}
         self.skipped_records = 0
+        #: The KIP-848 consumer groups of this partition (their offsets live in ``groups``, as an empty
+        #: classic group's).
+        self.consumer = ConsumerGroupProtocol(self)
 
     # -- loading ---------------------------------------------------------------------------------
 
@@ -255,6 +259,7 @@ class GroupShard:
             self._schedule_heartbeat(group, member, member.session_timeout_ms)
 
     def on_unloaded(self) -> None:
+        self.consumer.clear()
         for group in self.groups.values():
             self._unload_group(group)
         self.groups.clear()
@@ -518,6 +523,10 @@ class GroupShard:
         if not (self.config.group_min_session_timeout_ms <= session_timeout_ms
                 <= self.config.group_max_session_timeout_ms):
             callback(JoinResult(member_id, ErrorCode.INVALID_SESSION_TIMEOUT))
+            return
+        if not self.consumer.drop_empty(group_id):
+            # A consumer group with members: no classic member may join it (no migration yet).
+            callback(JoinResult(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
         is_unknown = member_id == UNKNOWN_MEMBER_ID
         group = self.groups.get(group_id)
@@ -1075,9 +1084,12 @@ class GroupShard:
 
     def delete_group(self, group_id: str) -> tuple[ErrorCode, list[tuple[bytes, None]]]:
         """DeleteGroups for one group: (error, tombstones to write)."""
+        consumer_error = self.consumer.delete_group(group_id)
+        if consumer_error is not None and consumer_error != ErrorCode.NONE:
+            return consumer_error, []
         group = self.groups.get(group_id)
         if group is None or group.is_(DEAD):
-            return ErrorCode.GROUP_ID_NOT_FOUND, []
+            return (ErrorCode.NONE if consumer_error is not None else ErrorCode.GROUP_ID_NOT_FOUND), []
         if not group.is_(EMPTY):
             return ErrorCode.NON_EMPTY_GROUP, []
         group.transition_to(DEAD, self.clock())
@@ -1095,6 +1107,9 @@ class GroupShard:
         removed_total = 0
         batch: list[tuple[bytes, None]] = []
         for group in list(self.groups.values()):
+            consumer_group = self.consumer.groups.get(group.group_id)
+            if consumer_group is not None and consumer_group.members:
+                continue  # a consumer group's offsets wait until it is empty
             removed = group.remove_offsets(group.expired_offsets(now, retention_ms))
             removed_total += len(removed)
             batch.extend(self._tombstones(group, removed))
@@ -1112,7 +1127,10 @@ class GroupShard:
     # -- listing ---------------------------------------------------------------------------------
 
     def list_groups(self) -> list[tuple[str, str, str]]:
-        return [(g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()]
+        consumer = self.consumer.groups
+        return [*((g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()
+                  if g.group_id not in consumer),
+                *((g.group_id, "consumer", g.state.value) for g in consumer.values())]
 
     def describe_group(self, group_id: str):
         """(state, protocol_type, protocol, members as (id, instance, client, host, metadata, assignment))."""

@@ -105,7 +105,7 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.LIST_GROUPS:               VersionRange(0, 4),
     # KIP-848's consumer groups: advertised only when group.coordinator.rebalance.protocols has "consumer"
     # (the broker registers their handlers then).
-    ApiKey.CONSUMER_GROUP_HEARTBEAT:  VersionRange(0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT:  VersionRange(0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE:   VersionRange(0, 0),
     ApiKey.API_VERSIONS:              VersionRange(0, 3),
     ApiKey.CREATE_TOPICS:             VersionRange(2, 7),

@@ -50,8 +50,9 @@ NOTES: dict[str, str] = {
     "DescribeDelegationToken": "not served: no delegation tokens",
     "DescribeQuorum": "directory ids are zero until the dynamic quorum (KIP-853)",
     "DescribeCluster": "v2 is Kafka 4.0's (KIP-1073), newer than 3.9",
-    "ConsumerGroupHeartbeat": "advertised only when group.coordinator.rebalance.protocols includes consumer "
-                              "(as Kafka 3.9); v1 (broker-side topic regex) is unstable in Kafka 3.9",
+    "ConsumerGroupHeartbeat": "advertised only when group.coordinator.rebalance.protocols includes consumer; "
+                              "v1 (Kafka 4.0's topic regex, unstable in 3.9) too: librdkafka's consumer "
+                              "protocol asks for it",
     "ConsumerGroupDescribe": "advertised only when group.coordinator.rebalance.protocols includes consumer",
     "GetTelemetrySubscriptions": "not advertised, as Kafka does when no client metrics plugin is configured",
     "PushTelemetry": "not advertised, as Kafka does when no client metrics plugin is configured",

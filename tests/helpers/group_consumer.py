@@ -62,6 +62,13 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
     }
     if args.instance_id:
         config["group.instance.id"] = args.instance_id
+    if args.group_protocol == "consumer":
+        # KIP-848: the broker sets the session and heartbeat interval and assigns (server assignor).
+        for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
+            del config[key]
+        config["group.protocol"] = "consumer"
+        if args.assignor:
+            config["group.remote.assignor"] = args.assignor
     consumer = Consumer(config)
     membership = Membership()
     consumer.subscribe([args.topic], on_assign=lambda c, ps: membership.assigned([p.partition for p in ps]),
@@ -202,6 +209,8 @@ def main() -> None:
     parser.add_argument("--instance-id", default="")
     parser.add_argument("--assignor", default="")
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    parser.add_argument("--group-protocol", choices=["classic", "consumer"], default="classic",
+                        help="consumer: KIP-848's group protocol (confluent only)")
     args = parser.parse_args()
     # The client's own account of joins, syncs and errors goes to stderr, which a failing test shows.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,

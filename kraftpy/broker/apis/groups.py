@@ -14,6 +14,10 @@ segment.bytes transaction.state.log.segment.bytes, replication factor
 transaction.state.log.replication.factor and min.insync.replicas transaction.state.log.min.isr, each
 lowered (with a warning) to what the live brokers allow.
 
+ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848) are served, and advertised, only when
+group.coordinator.rebalance.protocols includes ``consumer``; the coordinator looks the subscribed
+topics up in this broker's metadata image through them.
+
 JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, ListGroups,
 DescribeGroups, DeleteGroups and TxnOffsetCommit go to the `GroupCoordinator` as they were decoded, with a
 `RequestContext` (client id and host, version); the coordinator answers every group and partition
@@ -28,19 +32,33 @@ import attrs
 import structlog
 import trio
 
+from kraftpy.broker.apis.common import from_wire_uuid, to_wire_uuid
 from kraftpy.broker.apis.forwarding import await_propagation
 from kraftpy.broker.apis.group_acls import authorized_call
-from kraftpy.broker.authorization import DESCRIBE, GROUP, NO_AUTHORIZATION, TRANSACTIONAL_ID, BrokerAuthorizer
+from kraftpy.broker.authorization import (
+    DESCRIBE,
+    GROUP,
+    NO_AUTHORIZATION,
+    READ,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    BrokerAuthorizer,
+)
 from kraftpy.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.settings import BrokerSettings
+from kraftpy.coordinator.consumer_protocol import match_topics
 from kraftpy.coordinator.group_coordinator import GroupCoordinator, RequestContext, partition_for
 from kraftpy.metadata import messages as m
 from kraftpy.metadata.records import NO_LEADER
 from kraftpy.metadata.topic_names import GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
-from kraftpy.protocol.messages import FindCoordinatorResponse
+from kraftpy.protocol.messages import (
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatResponse,
+    FindCoordinatorResponse,
+)
 from kraftpy.rpc.kafka_server import Connection
 
 _logger = structlog.get_logger(__name__)
@@ -90,6 +108,9 @@ class GroupsApi:
         self.channel = channel
         self.settings = settings
         self._log = _logger.bind(node_id=settings.node_id)
+        #: regex -> the topic names it matches in ``_regex_topics`` (the image's topic map they were matched in).
+        self._regex_cache: dict[str, frozenset[str]] = {}
+        self._regex_topics: Any = None
         #: Set while this broker asks the controller for an internal topic, by name.
         self._creating: dict[str, trio.Event] = {}
 
@@ -104,7 +125,7 @@ class GroupsApi:
             handle.__name__ = f"handle_{method.__name__}"
             return handle
 
-        return {
+        handlers = {
             ApiKey.FIND_COORDINATOR: self.handle_find_coordinator,
             ApiKey.JOIN_GROUP: relay(c.join_group),
             ApiKey.SYNC_GROUP: relay(c.sync_group),
@@ -118,6 +139,63 @@ class GroupsApi:
             ApiKey.DELETE_GROUPS: relay(c.delete_groups),
             ApiKey.TXN_OFFSET_COMMIT: relay(c.txn_offset_commit),
         }
+        if "consumer" in self.settings.group_coordinator_rebalance_protocols:
+            handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT] = self.handle_consumer_group_heartbeat
+            handlers[ApiKey.CONSUMER_GROUP_DESCRIBE] = self.handle_consumer_group_describe
+        return handlers
+
+    # -- KIP-848 consumer groups ------------------------------------------------------------------
+
+    def _lookup_topic(self, name: str):
+        topic = self.metadata.image.topics.get_by_name(name)
+        if topic is None or not topic.partitions:
+            return None
+        return to_wire_uuid(topic.id), len(topic.partitions)
+
+    def _match_topics(self, regex: str) -> frozenset[str]:
+        """The topics a subscribed regex matches; evaluated once per regex and metadata image."""
+        names = self.metadata.image.topics.by_name
+        if names is not self._regex_topics or len(self._regex_cache) > 256:
+            self._regex_topics, self._regex_cache = names, {}
+        cached = self._regex_cache.get(regex)
+        if cached is None:
+            cached = self._regex_cache[regex] = match_topics(regex, names.keys())
+        return cached
+
+    def _topic_name(self, topic_id) -> str | None:
+        topic_uuid = from_wire_uuid(topic_id)
+        topic = self.metadata.image.topics.get_by_id(topic_uuid) if topic_uuid is not None else None
+        return topic.name if topic is not None else None
+
+    async def handle_consumer_group_heartbeat(self, header: Any, request: Any, conn: Connection
+                                              ) -> ConsumerGroupHeartbeatResponse:
+        """READ on the group, and DESCRIBE on each subscribed topic (Kafka's KafkaApis)."""
+        if not self.authz.allows(conn, READ, GROUP, request.group_id):
+            return ConsumerGroupHeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, member_epoch=-1)
+        names = request.subscribed_topic_names or ()
+        denied = self.authz.denied(conn, DESCRIBE, TOPIC, names)
+        if denied:
+            return ConsumerGroupHeartbeatResponse(
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, member_epoch=-1,
+                error_message=f"The client is not authorized to describe topics: {', '.join(sorted(denied))}.")
+        return await self.coordinator.consumer_group_heartbeat(request_context(header, conn), request,
+                                                               self._lookup_topic, self._match_topics)
+
+    async def handle_consumer_group_describe(self, header: Any, request: Any, conn: Connection
+                                             ) -> ConsumerGroupDescribeResponse:
+        """DESCRIBE on each group: refused ones are answered GROUP_AUTHORIZATION_FAILED."""
+        asked = list(request.group_ids)
+        denied = self.authz.denied(conn, DESCRIBE, GROUP, asked)
+        allowed = [g for g in asked if g not in denied]
+        request.group_ids = allowed
+        response = await self.coordinator.consumer_group_describe(
+            request_context(header, conn), request, self._topic_name,
+            lambda group_id: self.authz.authorized_operations(conn, GROUP, group_id))
+        by_id = {g.group_id: g for g in response.groups}
+        cls = ConsumerGroupDescribeResponse.DescribedGroup
+        response.groups = [by_id[g] if g in by_id else cls(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=g)
+                           for g in asked]
+        return response
 
     # -- FindCoordinator ----------------------------------------------------------------------------
 

@@ -1,0 +1,108 @@
+"""The server-side assignors of KIP-848 consumer groups: ``uniform`` and ``range`` (group.consumer.assignors).
+
+An assignor is a pure function: every member's subscribed topic names, the subscribed topics that
+exist (name -> (topic id, partition count)) and the group's current target assignment in, the new
+target assignment out (member id -> {topic id: frozenset of partitions}). Every partition of a
+subscribed topic goes to exactly one member subscribed to it; a topic nobody subscribes to, or one
+that does not exist, is assigned to nobody.
+
+* ``uniform`` (Kafka's UniformAssignor): as even as the subscriptions allow, and sticky: a member
+  keeps what it had as long as that does not leave it above its share. Members with the same
+  subscriptions end with counts that differ by at most one.
+* ``range`` (Kafka's RangeAssignor, server side): per topic, the members subscribed to it in member id
+  order get contiguous ranges, the first ``partitions % members`` one partition more. Not sticky.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+
+Assignment = dict[uuid.UUID, frozenset[int]]
+#: topic name -> (topic id, partition count)
+TopicsMetadata = Mapping[str, tuple[uuid.UUID, int]]
+Assignor = Callable[[Mapping[str, frozenset[str]], TopicsMetadata, Mapping[str, Assignment]], dict[str, Assignment]]
+
+
+def _freeze(owned: dict[str, dict[uuid.UUID, set[int]]]) -> dict[str, Assignment]:
+    return {m: {t: frozenset(ps) for t, ps in topics.items() if ps} for m, topics in owned.items()}
+
+
+def uniform(subscriptions: Mapping[str, frozenset[str]], topics: TopicsMetadata,
+            current: Mapping[str, Assignment]) -> dict[str, Assignment]:
+    members = sorted(subscriptions)
+    out: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in members}
+    if not members:
+        return {}
+    # Every partition that must be assigned, with the members that may take it.
+    candidates: dict[tuple[uuid.UUID, int], list[str]] = {}
+    for name in sorted({t for subs in subscriptions.values() for t in subs}):
+        if name not in topics:
+            continue
+        topic_id, count = topics[name]
+        takers = [m for m in members if name in subscriptions[m]]
+        for p in range(count):
+            candidates[(topic_id, p)] = takers
+    # A member's share: the partitions it may take divided among the members competing for them.
+    share: dict[str, int] = {}
+    for m in members:
+        mine = [tp for tp, takers in candidates.items() if m in takers]
+        competitors = {c for tp in mine for c in candidates[tp]}
+        share[m] = -(-len(mine) // max(len(competitors), 1)) if mine else 0
+    counts = dict.fromkeys(members, 0)
+    taken: set[tuple[uuid.UUID, int]] = set()
+    # Sticky pass: keep what each member had, up to its share.
+    for m in members:
+        for topic_id, partitions in sorted(current.get(m, {}).items(), key=lambda kv: str(kv[0])):
+            for p in sorted(partitions):
+                tp = (topic_id, p)
+                if tp in candidates and tp not in taken and m in candidates[tp] and counts[m] < share[m]:
+                    out[m].setdefault(topic_id, set()).add(p)
+                    counts[m] += 1
+                    taken.add(tp)
+    # The rest, each to its least loaded candidate (ties: member id order).
+    for tp in sorted(candidates, key=lambda tp: (str(tp[0]), tp[1])):
+        if tp in taken:
+            continue
+        m = min(candidates[tp], key=lambda c: (counts[c], c))
+        out[m].setdefault(tp[0], set()).add(tp[1])
+        counts[m] += 1
+    # Even out what stickiness left uneven among members that could swap (homogeneous case).
+    moved = True
+    while moved:
+        moved = False
+        for m in members:
+            for topic_id in sorted(out[m], key=str):
+                for p in sorted(out[m][topic_id]):
+                    takers = candidates[(topic_id, p)]
+                    target = min(takers, key=lambda c: (counts[c], c))
+                    if counts[target] + 1 < counts[m]:
+                        out[m][topic_id].discard(p)
+                        out[target].setdefault(topic_id, set()).add(p)
+                        counts[m] -= 1
+                        counts[target] += 1
+                        moved = True
+    return _freeze(out)
+
+
+def range_(subscriptions: Mapping[str, frozenset[str]], topics: TopicsMetadata,
+           current: Mapping[str, Assignment]) -> dict[str, Assignment]:
+    members = sorted(subscriptions)
+    out: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in members}
+    for name in sorted({t for subs in subscriptions.values() for t in subs}):
+        if name not in topics:
+            continue
+        topic_id, count = topics[name]
+        takers = [m for m in members if name in subscriptions[m]]
+        base, extra = divmod(count, len(takers))
+        start = 0
+        for i, m in enumerate(takers):
+            n = base + (1 if i < extra else 0)
+            if n:
+                out[m][topic_id] = set(range(start, start + n))
+            start += n
+    return _freeze(out)
+
+
+#: name -> assignor, the names group.consumer.assignors and a member's server_assignor use.
+ASSIGNORS: dict[str, Assignor] = {"uniform": uniform, "range": range_}

@@ -1,0 +1,383 @@
+"""ConsumerGroupHeartbeat and ConsumerGroupDescribe for the consumer groups of one ``__consumer_offsets``
+partition (KIP-848), beside the classic groups of the same :class:`~kraftpy.coordinator.group_shard.GroupShard`.
+
+Theory of operation
+-------------------
+A heartbeat (Kafka's GroupMetadataManager.consumerGroupHeartbeat) runs, synchronously:
+
+1. checks the request (INVALID_REQUEST), the assignor it names (UNSUPPORTED_ASSIGNOR) and that the
+   group id is not a classic group with members (GROUP_ID_NOT_FOUND: the migration of a live classic
+   group is not done; an empty classic group, offsets only, becomes a consumer group as in Kafka);
+2. finds the member: epoch 0 joins (a new member id, or a static member's place taken over), -1
+   leaves, -2 leaves a static member's place open, any other epoch must be the member's current one,
+   or its previous one when the client still owns no more than it was given (a lost response);
+   otherwise FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID;
+3. applies what changed (subscriptions, assignor) and refreshes the subscribed topics' metadata from
+   the broker's image: any change bumps the group epoch;
+4. computes a new target assignment if the group epoch moved past it;
+5. reconciles the member one step (:meth:`ConsumerGroup.reconcile`) and answers its epoch, the
+   heartbeat interval and, when it changed (or the member just joined, or owns something else), its
+   assignment.
+
+Timers (shard timers, keyed like the classic ones): ``("cg-session", group, member)`` removes a
+member that did not heartbeat within group.consumer.session.timeout.ms; ``("cg-revoke", group,
+member)`` removes a member that did not revoke within its rebalance timeout.
+
+State is in memory only: the ConsumerGroup* records are not written yet, so a coordinator failover
+fences every member (UNKNOWN_MEMBER_ID) and they join again with epoch 0; committed offsets are
+written and loaded like the classic groups' offsets.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+import attrs
+
+from kraftpy.coordinator.assignors import ASSIGNORS, Assignment
+from kraftpy.coordinator.consumer_group import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    LEAVE_STATIC_EPOCH,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+)
+from kraftpy.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kraftpy.coordinator.group_shard import GroupShard
+
+#: Looks a topic up in the broker's metadata: name -> (topic id, partition count), or None.
+TopicLookup = Callable[[str], tuple[uuid.UUID, int] | None]
+#: The names of the broker's topics a regular expression matches (whole names; raises re.error).
+RegexMatcher = Callable[[str], frozenset[str]]
+
+
+def match_topics(pattern: str, names) -> frozenset[str]:
+    """The names ``pattern`` matches as a whole (Kafka matches RE2J regular expressions the same way;
+    the syntax both share is Python's too). Internal topics are never matched."""
+    compiled = re.compile(pattern)
+    return frozenset(n for n in names if not n.startswith("__") and compiled.fullmatch(n))
+
+
+@attrs.frozen
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    #: What the member owns: None when unchanged since its last heartbeat.
+    owned: Assignment | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@attrs.frozen
+class HeartbeatResult:
+    error: ErrorCode
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = -1
+    heartbeat_interval_ms: int = 0
+    #: The partitions the member may consume now, when the answer carries them.
+    assignment: Assignment | None = None
+
+
+def _error(code: ErrorCode, message: str | None = None) -> HeartbeatResult:
+    return HeartbeatResult(code, message)
+
+
+def _is_subset(a: Assignment, b: Assignment) -> bool:
+    return all(ps <= b.get(t, frozenset()) for t, ps in a.items())
+
+
+class ConsumerGroupProtocol:
+    """The consumer groups of one shard."""
+
+    def __init__(self, shard: GroupShard) -> None:
+        self.shard = shard
+        self.groups: dict[str, ConsumerGroup] = {}
+
+    @property
+    def config(self):
+        return self.shard.config
+
+    # -- heartbeat -----------------------------------------------------------------------------
+
+    def _validate(self, r: HeartbeatRequest) -> str | None:
+        if not r.group_id:
+            return "GroupId can't be empty."
+        if r.instance_id is not None and not r.instance_id:
+            return "InstanceId can't be empty."
+        if r.rack_id is not None and not r.rack_id:
+            return "RackId can't be empty."
+        if r.member_epoch == JOIN_EPOCH:
+            if r.rebalance_timeout_ms == -1:
+                return "RebalanceTimeoutMs must be provided in first request."
+            if r.owned:
+                return "TopicPartitions must be empty when (re-)joining."
+            if r.subscribed_topic_names is None and r.subscribed_topic_regex is None:
+                return "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+        elif r.member_epoch == LEAVE_STATIC_EPOCH:
+            if r.instance_id is None:
+                return "InstanceId can't be null."
+        elif r.member_epoch < LEAVE_STATIC_EPOCH:
+            return f"MemberEpoch {r.member_epoch} is invalid."
+        if r.member_epoch != JOIN_EPOCH and not r.member_id:
+            return "MemberId can't be empty."
+        return None
+
+    def heartbeat(self, r: HeartbeatRequest, lookup: TopicLookup, match: RegexMatcher | None = None
+                  ) -> HeartbeatResult:
+        message = self._validate(r)
+        if message is not None:
+            return _error(ErrorCode.INVALID_REQUEST, message)
+        if r.subscribed_topic_regex:
+            try:
+                re.compile(r.subscribed_topic_regex)
+            except re.error as exc:
+                return _error(ErrorCode.INVALID_REGULAR_EXPRESSION,
+                              f"SubscribedTopicRegex `{r.subscribed_topic_regex}` is not a valid regular expression: "
+                              f"{exc}.")
+        if r.server_assignor is not None and r.server_assignor not in self.config.group_consumer_assignors:
+            return _error(ErrorCode.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {r.server_assignor} is not supported. "
+                          f"Supported assignors: {', '.join(self.config.group_consumer_assignors)}.")
+        classic = self.shard.groups.get(r.group_id)
+        if classic is not None and classic.size() > 0:
+            return _error(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {r.group_id} is not a consumer group.")
+        group = self.groups.get(r.group_id)
+        if group is None:
+            if r.member_epoch != JOIN_EPOCH:
+                return _error(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {r.group_id} not found.")
+            group = self.groups[r.group_id] = ConsumerGroup(r.group_id)
+            self.shard.log.info("consumer group created", group=r.group_id)
+        if r.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
+            return self._leave(group, r)
+        if r.member_epoch == JOIN_EPOCH:
+            joined = self._join(group, r)
+            if isinstance(joined, HeartbeatResult):
+                return joined
+            member, full = joined, True
+        else:
+            member = group.members.get(r.member_id)
+            if member is None:
+                return _error(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {r.member_id} is not a member of group "
+                              f"{r.group_id}.")
+            error = self._check_epoch(member, r)
+            if error is not None:
+                return error
+            full = False
+        before = (member.member_epoch, member.assigned)
+        self._update_member(group, member, r, match)
+        group.refresh_subscription_metadata(_TopicsView(group, lookup))
+        if group.maybe_update_target(self.config.group_consumer_assignors):
+            self.shard.log.info("consumer group target assignment", group=group.group_id,
+                                epoch=group.assignment_epoch, assignor=group.assignor_name,
+                                members=len(group.members))
+        self._reconcile(group, member, r.owned)
+        self._schedule_session(group, member)
+        changed = before != (member.member_epoch, member.assigned)
+        send = full or changed or (r.owned is not None and r.owned != member.assigned)
+        return HeartbeatResult(ErrorCode.NONE, member_id=member.member_id, member_epoch=member.member_epoch,
+                               heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
+                               assignment=dict(member.assigned) if send else None)
+
+    def _join(self, group: ConsumerGroup, r: HeartbeatRequest) -> ConsumerMember | HeartbeatResult:
+        if r.instance_id is not None and r.instance_id in group.static_members:
+            old = group.members[group.static_members[r.instance_id]]
+            if old.member_epoch != LEAVE_STATIC_EPOCH:
+                return _error(ErrorCode.UNRELEASED_INSTANCE_ID, f"Static member {old.member_id} with instance id "
+                              f"{r.instance_id} is not released yet.")
+            self._cancel_timers(group, old.member_id)
+            member = group.replace_static_member(old, str(uuid.uuid4()))
+            member.member_epoch, member.previous_member_epoch = old.previous_member_epoch, old.previous_member_epoch
+            self.shard.log.info("static member rejoined", group=group.group_id, member=member.member_id,
+                                instance_id=r.instance_id)
+            return member
+        if len(group.members) >= self.config.group_consumer_max_size:
+            return _error(ErrorCode.GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum capacity of "
+                          f"{self.config.group_consumer_max_size} members.")
+        member = ConsumerMember(member_id=r.member_id or str(uuid.uuid4()), instance_id=r.instance_id,
+                                rack_id=r.rack_id, client_id=r.client_id, client_host=r.client_host,
+                                rebalance_timeout_ms=r.rebalance_timeout_ms)
+        if member.member_id in group.members:
+            # A member id the client chose itself and already in use (a retried join): the same member.
+            return group.members[member.member_id]
+        group.add_member(member)
+        group.bump_group_epoch()
+        self.shard.log.info("member joined the consumer group", group=group.group_id, member=member.member_id,
+                            instance_id=member.instance_id, group_epoch=group.group_epoch)
+        return member
+
+    def _check_epoch(self, member: ConsumerMember, r: HeartbeatRequest) -> HeartbeatResult | None:
+        """Kafka's throwIfMemberEpochIsInvalid."""
+        if r.member_epoch > member.member_epoch:
+            return _error(ErrorCode.FENCED_MEMBER_EPOCH, f"The consumer group member has a greater member epoch "
+                          f"({r.member_epoch}) than the one known by the group coordinator ({member.member_epoch}).")
+        if r.member_epoch < member.member_epoch:
+            # The member may not have received the answer that gave it its epoch: accepted when it is
+            # the previous epoch and the member owns nothing it was not given.
+            if r.member_epoch != member.previous_member_epoch or r.owned is None \
+                    or not _is_subset(r.owned, member.assigned):
+                return _error(ErrorCode.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller member "
+                              f"epoch ({r.member_epoch}) than the one known by the group coordinator "
+                              f"({member.member_epoch}).")
+        return None
+
+    def _update_member(self, group: ConsumerGroup, member: ConsumerMember, r: HeartbeatRequest,
+                       match: RegexMatcher | None) -> None:
+        changed = False
+        if r.subscribed_topic_names is not None:
+            names = frozenset(r.subscribed_topic_names)
+            if names != member.subscribed_topic_names:
+                member.subscribed_topic_names = names
+                changed = True
+        if r.subscribed_topic_regex is not None:
+            regex = r.subscribed_topic_regex or None  # an empty regex clears it
+            if regex != member.subscribed_topic_regex:
+                member.subscribed_topic_regex = regex
+                changed = True
+        if member.subscribed_topic_regex is not None and match is not None:
+            # Evaluated again on every heartbeat: topics created or deleted since change what it matches.
+            matches = match(member.subscribed_topic_regex)
+            if matches != member.regex_matches:
+                member.regex_matches = matches
+                changed = True
+        elif member.regex_matches:
+            member.regex_matches = frozenset()
+            changed = True
+        if r.server_assignor is not None and r.server_assignor != member.server_assignor:
+            member.server_assignor = r.server_assignor
+            changed = True
+        if r.rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = r.rebalance_timeout_ms
+        if r.rack_id is not None:
+            member.rack_id = r.rack_id
+        if changed and group.group_epoch == group.assignment_epoch:  # else a new target is due anyway
+            group.bump_group_epoch()
+
+    def _reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned: Assignment | None) -> None:
+        was_revoking = member.state is MemberState.UNREVOKED_PARTITIONS
+        group.reconcile(member, owned)
+        key = ("cg-revoke", group.group_id, member.member_id)
+        if member.state is MemberState.UNREVOKED_PARTITIONS and not was_revoking:
+            member_id = member.member_id
+            self.shard.timers.schedule(key, member.rebalance_timeout_ms / 1000,
+                                       lambda: self._fence(group, member_id, "did not revoke its partitions within "
+                                                                             "its rebalance timeout"))
+        elif member.state is not MemberState.UNREVOKED_PARTITIONS:
+            self.shard.timers.cancel(key)
+
+    def _leave(self, group: ConsumerGroup, r: HeartbeatRequest) -> HeartbeatResult:
+        member_id = r.member_id
+        if r.member_epoch == LEAVE_STATIC_EPOCH and r.instance_id in group.static_members:
+            member_id = group.static_members[r.instance_id]
+        member = group.members.get(member_id)
+        if member is None:
+            return _error(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {r.member_id} is not a member of group "
+                          f"{r.group_id}.")
+        if r.member_epoch == LEAVE_STATIC_EPOCH:
+            # Its place and partitions wait for it until its session times out.
+            member.previous_member_epoch = member.member_epoch
+            member.member_epoch = LEAVE_STATIC_EPOCH
+            self._schedule_session(group, member)
+            self.shard.log.info("static member left temporarily", group=group.group_id, member=member_id,
+                                instance_id=r.instance_id)
+            return HeartbeatResult(ErrorCode.NONE, member_id=member_id, member_epoch=LEAVE_STATIC_EPOCH)
+        self._remove(group, member_id, "left the group")
+        return HeartbeatResult(ErrorCode.NONE, member_id=member_id, member_epoch=LEAVE_EPOCH)
+
+    def _remove(self, group: ConsumerGroup, member_id: str, why: str) -> None:
+        self._cancel_timers(group, member_id)
+        if group.remove_member(member_id) is None:
+            return
+        group.bump_group_epoch()
+        self.shard.log.info(f"consumer group member {why}", group=group.group_id, member=member_id,
+                            group_epoch=group.group_epoch)
+
+    def _fence(self, group: ConsumerGroup, member_id: str, why: str) -> None:
+        if self.groups.get(group.group_id) is not group or not self.shard.shard.active:
+            return
+        self._remove(group, member_id, why)
+
+    def _cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
+        self.shard.timers.cancel(("cg-session", group.group_id, member_id))
+        self.shard.timers.cancel(("cg-revoke", group.group_id, member_id))
+
+    def _schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        member_id = member.member_id
+        self.shard.timers.schedule(("cg-session", group.group_id, member_id),
+                                   self.config.group_consumer_session_timeout_ms / 1000,
+                                   lambda: self._fence(group, member_id, "session timed out"))
+
+    # -- offsets, listing, deletion --------------------------------------------------------------
+
+    def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int, api_version: int
+                               ) -> ErrorCode | None:
+        """Kafka's ConsumerGroup.validateOffsetCommit; None when the commit may go on."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if member_epoch < 0 and not group.members:
+            return None  # an admin client, or a consumer without group management
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if api_version < 9:
+            return ErrorCode.UNSUPPORTED_VERSION
+        if member_epoch != member.member_epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return None
+
+    def delete_group(self, group_id: str) -> ErrorCode | None:
+        """None when ``group_id`` is no consumer group; else NON_EMPTY_GROUP or NONE (then removed)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if group.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        del self.groups[group_id]
+        return ErrorCode.NONE
+
+    def drop_empty(self, group_id: str) -> bool:
+        """A classic member joining: an empty consumer group becomes a classic one (True); a
+        consumer group with members refuses it (False)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return True
+        if group.members:
+            return False
+        del self.groups[group_id]
+        return True
+
+    def clear(self) -> None:
+        self.groups.clear()
+
+
+class _TopicsView(Mapping[str, tuple[uuid.UUID, int]]):
+    """The broker's topics, looked up only for the names the group subscribes to."""
+
+    def __init__(self, group: ConsumerGroup, lookup: TopicLookup) -> None:
+        self._found = {name: found for name in group.subscribed_topics()
+                       if (found := lookup(name)) is not None}
+
+    def __getitem__(self, name: str) -> tuple[uuid.UUID, int]:
+        return self._found[name]
+
+    def __iter__(self):
+        return iter(self._found)
+
+    def __len__(self) -> int:
+        return len(self._found)
+
+
+__all__ = ["ASSIGNORS", "ConsumerGroupProtocol", "HeartbeatRequest", "HeartbeatResult"]

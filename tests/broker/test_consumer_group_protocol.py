@@ -1,0 +1,102 @@
+"""KIP-848 consumer groups with real clients: confluent-kafka consumers using ``group.protocol=consumer``,
+each in its own process (tests.helpers.group_consumer), against a broker whose
+group.coordinator.rebalance.protocols includes ``consumer``.
+
+One scenario, waited on through what the members print (never a clock): three members share six
+partitions and read every record once; a member killed with -9 loses its partitions at the session
+timeout and the others read them; partitions added to the topic while the group runs are assigned
+and read.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from contextlib import ExitStack
+
+import pytest
+import trio
+
+from tests.helpers.cluster import open_cluster
+from tests.helpers.group_members import Member, stable_assignment, wait_until
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewPartitions  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "events"
+PARTITIONS = 6
+SETTINGS = dict(offsets_topic_num_partitions=4, group_coordinator_rebalance_protocols=("classic", "consumer"),
+                group_consumer_heartbeat_interval_ms=500, group_consumer_session_timeout_ms=3000)
+
+
+def produce(bootstrap: str, values: list[str], partitions: int) -> None:
+    """Value i to partition i % partitions, acks=all."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "log_level": 0})
+    failures = []
+    for i, value in enumerate(values):
+        producer.produce(TOPIC, value=value.encode(), partition=i % partitions,
+                         on_delivery=lambda err, msg: err and failures.append(err))
+    assert producer.flush(30) == 0 and not failures, failures
+
+
+def read(members: list[Member]) -> list[tuple[int, int, str]]:
+    return [record for m in members for record in m.records()]
+
+
+def consumer_member(stack: ExitStack, bootstrap: str, group: str, name: str, cond: threading.Condition) -> Member:
+    member = Member("confluent", bootstrap, TOPIC, group, cond=cond, name=name)
+    member.argv += ["--group-protocol", "consumer"]
+    return stack.enter_context(member)
+
+
+async def test_three_consumer_protocol_members_a_killed_member_and_added_partitions(tmp_path):
+    async with open_cluster(tmp_path, brokers=1, **SETTINGS) as cluster:
+        await cluster.create_topic(TOPIC, partitions=PARTITIONS)
+        bootstrap = cluster.bootstrap
+
+        def scenario() -> None:
+            cond = threading.Condition()
+            with ExitStack() as stack:
+                members = [consumer_member(stack, bootstrap, "kip848", f"member-{i}", cond) for i in range(3)]
+                wait_until(members, lambda: stable_assignment(members, PARTITIONS),
+                           "three members sharing the partitions")
+                first = [f"a{i}" for i in range(60)]
+                produce(bootstrap, first, PARTITIONS)
+                wait_until(members, lambda: len(read(members)) >= len(first), "every record read")
+                assert Counter(v for _, _, v in read(members)) == Counter(first), "a record read twice, or missed"
+                for m in members:
+                    assert {p for p, _, _ in m.records()} <= m.partitions
+
+                # A member killed: no leave; its session times out and the others take its partitions.
+                victim, survivors = members[0], members[1:]
+                orphaned = victim.partitions
+                victim.kill()
+                wait_until(survivors, lambda: stable_assignment(survivors, PARTITIONS), "the survivors taking over")
+                before = len(read(survivors))
+                second = [f"b{i}" for i in range(30)]
+                produce(bootstrap, second, PARTITIONS)
+                wait_until(survivors, lambda: Counter(v for _, _, v in read(survivors)) >= Counter(second),
+                           "the orphaned partitions read")
+                assert orphaned <= {p for p, _, _ in read(survivors)[before:]} | {
+                    p for m in survivors for p, _, v in m.records() if v.startswith("b")}
+                got_b = [v for _, _, v in read(survivors) if v.startswith("b")]
+                assert Counter(got_b) == Counter(second), "a record of the second batch read twice, or missed"
+
+                # Partitions added while the group runs: the broker sees them and assigns them.
+                admin = AdminClient({"bootstrap.servers": bootstrap})
+                admin.create_partitions([NewPartitions(TOPIC, 9)])[TOPIC].result(timeout=30)
+                wait_until(survivors, lambda: stable_assignment(survivors, 9), "the new partitions assigned")
+                third = [f"c{i}" for i in range(27)]
+                produce(bootstrap, third, 9)
+                wait_until(survivors, lambda: len([1 for _, _, v in read(survivors) if v.startswith("c")]) >= 27,
+                           "records of the new partitions read")
+                got_c = [(p, v) for p, _, v in read(survivors) if v.startswith("c")]
+                assert Counter(v for _, v in got_c) == Counter(third)
+                assert {6, 7, 8} <= {p for p, _ in got_c}
+                for m in survivors:
+                    assert m.stop() == 0, m.tail()
+
+        await trio.to_thread.run_sync(scenario)
