@@ -424,7 +424,7 @@ class ProcessCluster:
 
         addresses = [(c.advertised_host, c.advertised_port) for c in self.plan.controllers]
         try:
-            status = trio.run(fetch_status, addresses, 2.0, sec.control_tls(self.plan))
+            status = trio.run(fetch_status, addresses, 2.0, sec.control_tls(self.plan), sec.control_sasl(self.plan))
         except Exception:
             return None
         for spec in self.plan.controllers:
@@ -469,7 +469,7 @@ class ProcessCluster:
             from kraftpy.cli.quorum import fetch_status
 
             addresses = [(c.advertised_host, c.advertised_port) for c in self.plan.controllers]
-            status = trio.run(fetch_status, addresses, 2.0, sec.control_tls(self.plan))
+            status = trio.run(fetch_status, addresses, 2.0, sec.control_tls(self.plan), sec.control_sasl(self.plan))
             if status.get("leader_id") == spec.node_id:
                 return True
             return any(v["id"] == spec.node_id and v["lag"] == 0 and v["last_fetch_ms_ago"] is not None

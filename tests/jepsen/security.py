@@ -4,14 +4,17 @@ With `sasl_ssl` the cluster runs as a locked-down production cluster would:
 
 - a CA made at run start (trustme) into DIR/pki, and one key store per node (its key and certificate,
   subject `CN=<node>,OU=jepsen,O=kraftpy`, naming every address the node is reached at);
-- the controller listener over TLS with `ssl.client.auth=required` (Raft, registration, heartbeats);
+- the controller listener over SASL_SSL (Raft, registration, heartbeats): TLS with `ssl.client.auth=required`
+  and, inside it, a SCRAM-SHA-512 login as the `controller` user, whose credential is in the
+  controllers' bootstrap metadata (a controller checks logins against it until it has replayed the log);
 - on every broker an inter-broker listener `INTERNAL` over TLS with `ssl.client.auth=required` (replica
   fetches, transaction markers: the brokers' principal is their certificate's subject) and a client
   listener `CLIENT` over SASL_SSL with SCRAM-SHA-512;
 - the StandardAuthorizer on, `allow.everyone.if.no.acl.found=false`, and as super users the brokers'
   principals and `User:admin` (the harness's own admin client);
-- two SCRAM users written when the controllers' storage is formatted (`--add-scram`): `admin` and
-  `jepsen`, the user of every workload client, who gets only the ACLs it needs (`grant_workload_acls`).
+- three SCRAM users written when the controllers' storage is formatted (`--add-scram`): `controller`
+  (every node on the controller listener, a super user), `admin` and `jepsen`, the user of every
+  workload client, who gets only the ACLs it needs (`grant_workload_acls`).
 
 The security nemeses (`SecurityFaults`):
 
@@ -41,6 +44,7 @@ MODES = ("none", "sasl_ssl")
 MECHANISM = "SCRAM-SHA-512"
 ITERATIONS = 4096
 ADMIN_USER = "admin"
+CONTROLLER_USER = "controller"
 WORKLOAD_USER = "jepsen"
 CLIENT_LISTENER = "CLIENT"
 INTERNAL_LISTENER = "INTERNAL"
@@ -93,13 +97,21 @@ def node_properties(node: NodeSpec, plan: Plan) -> list[tuple[str, str]]:
                 ("inter.broker.listener.name", "PLAINTEXT")]
     props = [
         ("listener.security.protocol.map",
-         f"CONTROLLER:SSL,{INTERNAL_LISTENER}:SSL,{CLIENT_LISTENER}:SASL_SSL"),
+         f"CONTROLLER:SASL_SSL,{INTERNAL_LISTENER}:SSL,{CLIENT_LISTENER}:SASL_SSL"),
         ("ssl.keystore.type", "PEM"),
         ("ssl.keystore.location", str(keystore(plan, node))),
         ("ssl.truststore.type", "PEM"),
         ("ssl.truststore.location", str(ca_file(plan))),
         ("ssl.reload.check.interval.ms", str(RELOAD_INTERVAL_MS)),
         ("listener.name.controller.ssl.client.auth", "required"),
+        ("sasl.mechanism.controller.protocol", MECHANISM),
+        ("listener.name.controller.sasl.enabled.mechanisms", MECHANISM),
+        (f"listener.name.controller.{MECHANISM.lower()}.sasl.jaas.config",
+         f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{CONTROLLER_USER}" '
+         f'password="{password(plan, CONTROLLER_USER)}";'),
+        ("authorizer.class.name", AUTHORIZER),
+        ("super.users", ";".join([f"User:{ADMIN_USER}", f"User:{CONTROLLER_USER}",
+                                  *(principal(b) for b in plan.brokers)])),
     ]
     if node.role == "controller":
         return [*props, ("listeners", f"CONTROLLER://{node.host}:{node.port}")]
@@ -112,8 +124,6 @@ def node_properties(node: NodeSpec, plan: Plan) -> list[tuple[str, str]]:
         ("inter.broker.listener.name", INTERNAL_LISTENER),
         (f"listener.name.{INTERNAL_LISTENER.lower()}.ssl.client.auth", "required"),
         (f"listener.name.{CLIENT_LISTENER.lower()}.sasl.enabled.mechanisms", MECHANISM),
-        ("authorizer.class.name", AUTHORIZER),
-        ("super.users", ";".join([f"User:{ADMIN_USER}", *(principal(b) for b in plan.brokers)])),
         ("allow.everyone.if.no.acl.found", "false"),
     ]
 
@@ -123,7 +133,7 @@ def format_args(node: NodeSpec, plan: Plan) -> list[str]:
     metadata."""
     if not enabled(plan) or node.role != "controller":
         return []
-    return [arg for user in (ADMIN_USER, WORKLOAD_USER) for arg in (
+    return [arg for user in (CONTROLLER_USER, ADMIN_USER, WORKLOAD_USER) for arg in (
         "--add-scram", f"{MECHANISM}=[name={user},password={password(plan, user)},iterations={ITERATIONS}]")]
 
 
@@ -170,6 +180,15 @@ class Pki:
 
 def harness_keystore(plan: Plan) -> Path:
     return plan.out / PKI_DIR / "harness.pem"
+
+
+def control_sasl(plan: Plan) -> Any:
+    """The harness's SCRAM login on the controller listener (quorum status), or None on a plaintext cluster."""
+    if not enabled(plan):
+        return None
+    from kraftpy.security.sasl import SaslLogin
+
+    return SaslLogin(MECHANISM, CONTROLLER_USER, password(plan, CONTROLLER_USER))
 
 
 def control_tls(plan: Plan) -> Any:

@@ -39,8 +39,12 @@ def test_secured_configs_are_valid_kraftpy_configs(tmp_path, network):
         assert config["ssl.keystore.location"] == str(sec.keystore(plan, node))
         assert config["ssl.truststore.location"] == str(sec.ca_file(plan))
         assert config.listener_value("CONTROLLER", "ssl.client.auth") == "required"
+        # Every node logs in to the controllers with SCRAM, inside mutual TLS.
+        assert config.security_protocol("CONTROLLER") == "SASL_SSL"
+        assert config["sasl.mechanism.controller.protocol"] == "SCRAM-SHA-512"
+        assert config["authorizer.class.name"] == sec.AUTHORIZER
+        assert "User:controller" in parse_super_users(config["super.users"])
         if node.role == "controller":
-            assert config.security_protocol("CONTROLLER") == "SSL"
             continue
         listeners = {listener.name: listener for listener in config.broker_listeners}
         assert config.security_protocol("INTERNAL") == "SSL"
@@ -52,7 +56,7 @@ def test_secured_configs_are_valid_kraftpy_configs(tmp_path, network):
         assert config["authorizer.class.name"] == sec.AUTHORIZER
         assert config["allow.everyone.if.no.acl.found"] is False
         assert parse_super_users(config["super.users"]) == {
-            "User:admin", *(sec.principal(b) for b in plan.brokers)}
+            "User:admin", "User:controller", *(sec.principal(b) for b in plan.brokers)}
 
 
 def test_unsecured_configs_are_as_before(tmp_path):
@@ -62,16 +66,16 @@ def test_unsecured_configs_are_as_before(tmp_path):
     assert "ssl." not in text and "sasl" not in text and "authorizer" not in text
     assert plan.bootstrap == ",".join(b.advertised for b in plan.brokers)
     assert sec.client_settings(plan) == {} and sec.format_args(plan.controllers[0], plan) == []
-    assert sec.control_tls(plan) is None
+    assert sec.control_tls(plan) is None and sec.control_sasl(plan) is None
 
 
 def test_scram_users_are_written_by_the_controllers_format(tmp_path):
     plan = runner.plan_cluster(tmp_path, seed=3, network="none", security="sasl_ssl")
     assert sec.format_args(plan.brokers[0], plan) == []
     args = sec.format_args(plan.controllers[0], plan)
-    assert args[::2] == ["--add-scram", "--add-scram"]
+    assert args[::2] == ["--add-scram"] * 3
     records = [parse_add_scram(text) for text in args[1::2]]
-    assert sorted(r.name for r in records) == [sec.ADMIN_USER, sec.WORKLOAD_USER]
+    assert sorted(r.name for r in records) == sorted([sec.ADMIN_USER, sec.CONTROLLER_USER, sec.WORKLOAD_USER])
     assert {r.mechanism for r in records} == {2}  # SCRAM-SHA-512
     # reproducible per run, different per user
     assert sec.password(plan, sec.WORKLOAD_USER) == sec.password(plan, sec.WORKLOAD_USER) != \
