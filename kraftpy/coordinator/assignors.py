@@ -43,23 +43,34 @@ def uniform(subscriptions: Mapping[str, frozenset[str]], topics: TopicsMetadata,
         takers = [m for m in members if name in subscriptions[m]]
         for p in range(count):
             candidates[(topic_id, p)] = takers
-    # A member's share: the partitions it may take divided among the members competing for them.
-    share: dict[str, int] = {}
+    # A member's share: the partitions it may take divided among the members competing for them,
+    # rounded down; ``extra`` members may keep one more (those that had more, first).
+    floor: dict[str, int] = {}
     for m in members:
         mine = [tp for tp, takers in candidates.items() if m in takers]
         competitors = {c for tp in mine for c in candidates[tp]}
-        share[m] = -(-len(mine) // max(len(competitors), 1)) if mine else 0
+        floor[m] = len(mine) // max(len(competitors), 1)
+    extra = max(len(candidates) - sum(floor.values()), 0)
     counts = dict.fromkeys(members, 0)
     taken: set[tuple[uuid.UUID, int]] = set()
-    # Sticky pass: keep what each member had, up to its share.
+    # Sticky passes: keep what each member had, up to its share, then one more while extras remain.
+    previous = {m: [(t, p) for t, ps in sorted(current.get(m, {}).items(), key=lambda kv: str(kv[0]))
+                    for p in sorted(ps) if (t, p) in candidates and m in candidates[(t, p)]] for m in members}
     for m in members:
-        for topic_id, partitions in sorted(current.get(m, {}).items(), key=lambda kv: str(kv[0])):
-            for p in sorted(partitions):
-                tp = (topic_id, p)
-                if tp in candidates and tp not in taken and m in candidates[tp] and counts[m] < share[m]:
-                    out[m].setdefault(topic_id, set()).add(p)
-                    counts[m] += 1
-                    taken.add(tp)
+        for tp in previous[m]:
+            if tp not in taken and counts[m] < floor[m]:
+                out[m].setdefault(tp[0], set()).add(tp[1])
+                counts[m] += 1
+                taken.add(tp)
+    for m in sorted(members, key=lambda m: -len(previous[m])):
+        if extra <= 0:
+            break
+        left = [tp for tp in previous[m] if tp not in taken]
+        if left and counts[m] == floor[m]:
+            out[m].setdefault(left[0][0], set()).add(left[0][1])
+            counts[m] += 1
+            taken.add(left[0])
+            extra -= 1
     # The rest, each to its least loaded candidate (ties: member id order).
     for tp in sorted(candidates, key=lambda tp: (str(tp[0]), tp[1])):
         if tp in taken:
