@@ -277,6 +277,10 @@ class ProcessCluster(Deployment):
     name = "cluster"
     replication_factor = 3
     BROKER_IDS = (4, 5, 6)
+    #: How the test reaches the controller listener when it runs TLS or SASL (`kraftpy.security.tls.ClientTls`,
+    #: `kraftpy.security.sasl.SaslLogin`): set by tests that secure it, read by `active_controller`.
+    control_tls: Any = None
+    control_sasl: Any = None
 
     def __init__(self, root: Path, settings: dict[str, Any] | None = None, *, metrics: bool = False,
                  log_level: str = "debug") -> None:
@@ -364,7 +368,7 @@ class ProcessCluster(Deployment):
     def active_controller(self) -> int:
         """The id of the active controller (the quorum leader), asked of the live controllers."""
         live = [self.voters[i] for i, p in self.controllers.items() if p.running]
-        status = trio.run(fetch_status, live)
+        status = trio.run(fetch_status, live, 5.0, self.control_tls, self.control_sasl)
         return status["leader_id"]
 
     def wait_for_active_controller(self, since: dict[int, int], exclude: int | None = None,

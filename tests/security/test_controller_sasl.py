@@ -405,6 +405,12 @@ class SaslSslCluster(ProcessCluster):
                                 "sasl.mechanism.controller.protocol": "SCRAM-SHA-512",
                                 "listener.name.controller.sasl.enabled.mechanisms": "SCRAM-SHA-512"})
         self.pki = pki
+        from kraftpy.security.tls import ClientTls
+        from kraftpy.security.tls import client_settings as tls_client_settings
+
+        self.control_tls = ClientTls(tls_client_settings({
+            "security.protocol": "SSL", "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca_file)}))
+        self.control_sasl = SaslLogin("SCRAM-SHA-512", "controller", USERS["controller"])
         for path in self.configs:
             props = load_properties_dict(path)
             node_id = int(props["node.id"])
@@ -457,6 +463,7 @@ def test_a_sasl_ssl_cluster_serves_and_a_controller_with_a_wrong_password_cannot
     root.mkdir()
     with SaslSslCluster(root, Pki(tmp_path / "pki")) as cluster:
         # The quorum elected over authenticated connections, and the brokers registered through them.
+        assert cluster.active_controller() in cluster.controllers  # asked over SASL_SSL
         for proc in cluster.controllers.values():
             assert proc.find(SASL_FAILED) is None
             assert proc.find("SASL authenticated", where=lambda line: line.get("principal") == "User:broker")
