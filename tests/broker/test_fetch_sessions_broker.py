@@ -3,6 +3,7 @@ consuming through a session, and followers replicating through theirs."""
 
 from __future__ import annotations
 
+import random
 import uuid
 
 import pytest
@@ -209,3 +210,40 @@ async def test_followers_replicate_through_incremental_sessions(tmp_path):
         finally:
             for c in conns.values():
                 await c.aclose()
+
+
+async def test_the_incremental_reader_leaves_out_only_what_the_answer_would_leave_out(tmp_path):
+    """`FetchApi._read` skips building an answer for a session partition with nothing new: checked
+    against the answer it builds otherwise, over random session states of real partitions."""
+    from kraftpy.broker.apis.fetch import FetchApi
+    from kraftpy.broker.fetch_sessions import CachedPartition
+
+    async with open_cluster(tmp_path, brokers=1) as cluster:
+        await cluster.create_topic("s", partitions=3)
+        async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1]) as conn:
+            for p in range(3):
+                for i in range(p + 1):
+                    await produce(conn, "s", p, batch(b"%d" % i))
+        parts = [cluster.partition(1, "s", p) for p in range(3)]
+        rng = random.Random(5)
+        skipped = 0
+        for _ in range(400):
+            items = []
+            for part in parts:
+                hw, lso, start, end = (part.high_watermark, part.last_stable_offset, part.log_start_offset,
+                                       part.log_end_offset)
+                cached = CachedPartition("s", None, part.tp.partition, rng.choice((0, hw, end, end + 1, lso)), 1 << 20,
+                                         high_watermark=rng.choice((hw, hw, -1, hw - 1)),
+                                         last_stable_offset=rng.choice((lso, lso, -1)),
+                                         local_log_start_offset=rng.choice((start, start, -1)))
+                items.append((("s", part.tp.partition), cached, part, ErrorCode.NONE))
+            is_replica, read_committed = rng.choice(((True, False), (False, False), (False, True)))
+            _, quick, _ = FetchApi._read(items, 1 << 20, is_replica, {}, read_committed=read_committed,
+                                         incremental=True)
+            _, built, _ = FetchApi._read(items, 1 << 20, is_replica, {}, read_committed=read_committed)
+            for (_, cached, _, _), fast, data in zip(items, quick, built, strict=True):
+                size = len(data.records) if isinstance(data.records, bytes) else data.records.length
+                if fast is None:
+                    skipped += 1
+                    assert not cached.maybe_update_response_data(data, size, update=False)
+        assert skipped > 50
