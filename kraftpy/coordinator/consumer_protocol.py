@@ -23,9 +23,14 @@ Timers (shard timers, keyed like the classic ones): ``("cg-session", group, memb
 member that did not heartbeat within group.consumer.session.timeout.ms; ``("cg-revoke", group,
 member)`` removes a member that did not revoke within its rebalance timeout.
 
-State is in memory only: the ConsumerGroup* records are not written yet, so a coordinator failover
-fences every member (UNKNOWN_MEMBER_ID) and they join again with epoch 0; committed offsets are
-written and loaded like the classic groups' offsets.
+Durability: after a heartbeat (or a timeout) changed a group, the records that differ from what was
+last written for it (:mod:`kraftpy.coordinator.consumer_group_records`: group epoch, subscribed topics,
+each member's metadata, target and current assignment, tombstones for members gone) go to the
+partition as one write, and the heartbeat is answered once that write, and every earlier one of the
+group, is committed: a member never learns an epoch or partitions a failover could forget. (Memory
+changes first, as in Kafka's coordinator; a concurrent heartbeat of the same group waits for the same
+write.) Loading replays the records, the last of each key winning, and gives every member a fresh
+session timeout. Committed offsets are the classic groups' records.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from kraftpy.coordinator import consumer_group_records as cgr
 from kraftpy.coordinator.assignors import ASSIGNORS, Assignment
 from kraftpy.coordinator.consumer_group import (
     JOIN_EPOCH,
@@ -46,6 +52,7 @@ from kraftpy.coordinator.consumer_group import (
     ConsumerMember,
     MemberState,
 )
+from kraftpy.coordinator.runtime import Waiter
 from kraftpy.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -106,6 +113,12 @@ class ConsumerGroupProtocol:
     def __init__(self, shard: GroupShard) -> None:
         self.shard = shard
         self.groups: dict[str, ConsumerGroup] = {}
+        #: group id -> its records as last written (key bytes -> value bytes): what the next write diffs.
+        self._written: dict[str, dict[bytes, bytes]] = {}
+        #: group id -> the waiter of its last write, (offset, error) once committed or failed.
+        self._last_write: dict[str, Waiter] = {}
+        #: Loading: group id -> key bytes -> (key version, value bytes); the last record of a key wins.
+        self._loaded: dict[str, dict[bytes, tuple[int, bytes]]] = {}
 
     @property
     def config(self):
@@ -308,6 +321,7 @@ class ConsumerGroupProtocol:
         if self.groups.get(group.group_id) is not group or not self.shard.shard.active:
             return
         self._remove(group, member_id, why)
+        self.write(group.group_id)
 
     def _cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
         self.shard.timers.cancel(("cg-session", group.group_id, member_id))
@@ -346,6 +360,7 @@ class ConsumerGroupProtocol:
         if group.members:
             return ErrorCode.NON_EMPTY_GROUP
         del self.groups[group_id]
+        self.write(group_id)
         return ErrorCode.NONE
 
     def drop_empty(self, group_id: str) -> bool:
@@ -357,10 +372,70 @@ class ConsumerGroupProtocol:
         if group.members:
             return False
         del self.groups[group_id]
+        self.write(group_id)
         return True
 
     def clear(self) -> None:
         self.groups.clear()
+        self._written.clear()
+        for waiter in self._last_write.values():
+            if not waiter.is_set():
+                waiter.set((-1, None))
+        self._last_write.clear()
+
+    # -- durability --------------------------------------------------------------------------------
+
+    def write(self, group_id: str) -> Waiter | None:
+        """Write the records of ``group_id`` that changed since its last write (tombstones for what is
+        gone, all of them when the group is); returns the waiter of the group's latest write, None when
+        it has none pending."""
+        group = self.groups.get(group_id)
+        now = _group_records(group) if group is not None else {}
+        before = self._written.get(group_id, {})
+        batch = [(k, v) for k, v in now.items() if before.get(k) != v]
+        batch += [(k, None) for k in before if k not in now]
+        if batch:
+            if now:
+                self._written[group_id] = now
+            else:
+                self._written.pop(group_id, None)
+            waiter: Waiter = Waiter()
+            self._last_write[group_id] = waiter
+
+            def done(offset: int, error: BaseException | None) -> None:
+                waiter.set((offset, error))
+                if error is not None:
+                    self.shard.log.warning("consumer group records not written", group=group_id,
+                                           error=f"{type(error).__name__}: {error}")
+                if self._last_write.get(group_id) is waiter:
+                    del self._last_write[group_id]
+
+            self.shard.shard.write(batch, done)
+        return self._last_write.get(group_id)
+
+    def pending_write(self, group_id: str) -> Waiter | None:
+        """The waiter of the group's last write while it is not yet committed."""
+        return self._last_write.get(group_id)
+
+    def replay(self, key_version: int, key: bytes, value: bytes | None) -> None:
+        group_id, _ = cgr.decode_key(key_version, key)
+        records = self._loaded.setdefault(group_id, {})
+        if value is None:
+            records.pop(bytes(key), None)
+        else:
+            records[bytes(key)] = (key_version, bytes(value))
+
+    def on_loaded(self) -> None:
+        """Rebuild the groups from the replayed records; every member gets a fresh session."""
+        for group_id, loaded in self._loaded.items():
+            group = _group_from_records(group_id, loaded, self.config.group_consumer_assignors)
+            if group is None:
+                continue
+            self.groups[group_id] = group
+            self._written[group_id] = {k: v for k, (_, v) in loaded.items()}
+            for member in group.members.values():
+                self._schedule_session(group, member)
+        self._loaded.clear()
 
 
 class _TopicsView(Mapping[str, tuple[uuid.UUID, int]]):
@@ -381,3 +456,75 @@ class _TopicsView(Mapping[str, tuple[uuid.UUID, int]]):
 
 
 __all__ = ["ASSIGNORS", "ConsumerGroupProtocol", "HeartbeatRequest", "HeartbeatResult"]
+
+
+#: MemberState <-> Kafka's int8 codes (its MemberState enum).
+_STATE_CODES = {MemberState.STABLE: 1, MemberState.UNREVOKED_PARTITIONS: 2, MemberState.UNRELEASED_PARTITIONS: 3}
+_STATES = {code: state for state, code in _STATE_CODES.items()}
+
+
+def _group_records(group: ConsumerGroup) -> dict[bytes, bytes]:
+    """Every record that describes ``group`` now: key bytes -> value bytes."""
+    gid = group.group_id
+    out = {
+        cgr.key(cgr.METADATA, gid): cgr.value(cgr.METADATA, cgr.ConsumerGroupMetadataValue(epoch=group.group_epoch)),
+        cgr.key(cgr.TARGET_METADATA, gid): cgr.value(cgr.TARGET_METADATA, cgr.ConsumerGroupTargetAssignmentMetadataValue(
+            assignment_epoch=group.assignment_epoch)),
+    }
+    meta = cgr.ConsumerGroupPartitionMetadataValue
+    out[cgr.key(cgr.PARTITION_METADATA, gid)] = cgr.value(cgr.PARTITION_METADATA, meta(topics=[
+        meta.TopicMetadata(topic_id=topic_id, topic_name=name, num_partitions=count)
+        for name, (topic_id, count) in sorted(group.subscription_metadata.items())]))
+    current = cgr.ConsumerGroupCurrentMemberAssignmentValue
+    target = cgr.ConsumerGroupTargetAssignmentMemberValue
+    for m in group.members.values():
+        out[cgr.key(cgr.MEMBER_METADATA, gid, m.member_id)] = cgr.value(
+            cgr.MEMBER_METADATA, cgr.ConsumerGroupMemberMetadataValue(
+                instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
+                subscribed_topic_names=sorted(m.subscribed_topic_names), subscribed_topic_regex=m.subscribed_topic_regex,
+                rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor))
+        out[cgr.key(cgr.TARGET_MEMBER, gid, m.member_id)] = cgr.value(cgr.TARGET_MEMBER, target(
+            topic_partitions=cgr.topic_partitions(target.TopicPartition, group.target.get(m.member_id, {}))))
+        out[cgr.key(cgr.CURRENT_ASSIGNMENT, gid, m.member_id)] = cgr.value(cgr.CURRENT_ASSIGNMENT, current(
+            member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch, state=_STATE_CODES[m.state],
+            assigned_partitions=cgr.topic_partitions(current.TopicPartitions, m.assigned),
+            partitions_pending_revocation=cgr.topic_partitions(current.TopicPartitions, m.pending_revocation)))
+    return out
+
+
+def _group_from_records(group_id: str, loaded: dict[bytes, tuple[int, bytes]], assignors) -> ConsumerGroup | None:
+    """The group the replayed records describe; None without its metadata record (deleted)."""
+    by_kind: dict[int, list[tuple[str | None, object]]] = {}
+    for k, (version, v) in loaded.items():
+        _, member_id = cgr.decode_key(version, k)
+        by_kind.setdefault(version, []).append((member_id, cgr.decode_value(version, v)))
+    if cgr.METADATA not in by_kind:
+        return None
+    group = ConsumerGroup(group_id)
+    group.group_epoch = by_kind[cgr.METADATA][0][1].epoch
+    if cgr.TARGET_METADATA in by_kind:
+        group.assignment_epoch = by_kind[cgr.TARGET_METADATA][0][1].assignment_epoch
+    if cgr.PARTITION_METADATA in by_kind:
+        group.subscription_metadata = {t.topic_name: (t.topic_id, t.num_partitions)
+                                       for t in by_kind[cgr.PARTITION_METADATA][0][1].topics}
+    for member_id, v in by_kind.get(cgr.MEMBER_METADATA, []):
+        group.add_member(ConsumerMember(
+            member_id=member_id, instance_id=v.instance_id, rack_id=v.rack_id, client_id=v.client_id,
+            client_host=v.client_host, rebalance_timeout_ms=v.rebalance_timeout_ms,
+            subscribed_topic_names=frozenset(v.subscribed_topic_names),
+            subscribed_topic_regex=v.subscribed_topic_regex, server_assignor=v.server_assignor))
+    for member_id, v in by_kind.get(cgr.TARGET_MEMBER, []):
+        if member_id in group.members:
+            group.target[member_id] = cgr.assignment_of(v.topic_partitions)
+    for member_id, v in by_kind.get(cgr.CURRENT_ASSIGNMENT, []):
+        member = group.members.get(member_id)
+        if member is not None:
+            member.member_epoch, member.previous_member_epoch = v.member_epoch, v.previous_member_epoch
+            member.state = _STATES.get(v.state, MemberState.STABLE)
+            member.assigned = cgr.assignment_of(v.assigned_partitions)
+            member.pending_revocation = cgr.assignment_of(v.partitions_pending_revocation)
+    for member in group.members.values():
+        if member.subscribed_topic_regex is not None:  # as matched when last written; evaluated again next heartbeat
+            member.regex_matches = match_topics(member.subscribed_topic_regex, group.subscription_metadata)
+    group.assignor_name = group.preferred_assignor(list(assignors))
+    return group

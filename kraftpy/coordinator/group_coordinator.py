@@ -530,6 +530,12 @@ class GroupCoordinator:
             subscribed_topic_regex=request.subscribed_topic_regex if ctx.api_version >= 1 else None,
             server_assignor=request.server_assignor, owned=owned, client_id=ctx.client_id,
             client_host=ctx.client_host), lookup, match)
+        # Answered once what the heartbeat changed (and every earlier change of the group) is committed.
+        written = shard.consumer.write(request.group_id)
+        if written is not None:
+            _, write_error = await written.wait()
+            if write_error is not None and result.error == ErrorCode.NONE:
+                return ConsumerGroupHeartbeatResponse(error_code=write_error_for_commit(write_error), member_epoch=-1)
         response = ConsumerGroupHeartbeatResponse(
             error_code=result.error, error_message=result.message, member_id=result.member_id,
             member_epoch=result.member_epoch, heartbeat_interval_ms=result.heartbeat_interval_ms)
@@ -628,6 +634,9 @@ class GroupCoordinator:
             error, shard = self._route(group_id, "delete_groups")
             if error is None:
                 error, tombstones = shard.delete_group(group_id)
+                consumer_write = shard.consumer.pending_write(group_id)
+                if consumer_write is not None:  # a consumer group's tombstones
+                    writes.append((group_id, consumer_write))
                 if tombstones:
                     waiter: Waiter = Waiter()
                     shard.shard.write(tombstones, lambda _offset, exc, w=waiter: w.set(exc))
@@ -635,6 +644,8 @@ class GroupCoordinator:
             results[group_id] = error
         for group_id, waiter in writes:
             exc = await waiter.wait()
+            if isinstance(exc, tuple):  # (offset, error) of a consumer group's write
+                exc = exc[1]
             if exc is not None:
                 results[group_id] = write_error_for_commit(exc)
         cls = DeleteGroupsResponse.DeletableGroupResult

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from kraftpy.coordinator import consumer_group_records as cgr
 from kraftpy.coordinator import records
 from kraftpy.coordinator.consumer_protocol import ConsumerGroupProtocol
 from kraftpy.coordinator.group import (
@@ -178,6 +179,8 @@ class GroupShard:
                     self._loaded_groups.pop(decoded.group, None)
                 else:
                     self._loaded_groups[decoded.group] = records.decode_group_value(value)
+            elif decoded.version in cgr.BY_KEY_VERSION and producer_id is None:
+                self.consumer.replay(decoded.version, key, value)
             else:
                 self.skipped_records += 1
                 self.log.warning("__consumer_offsets record of an unknown key version skipped", offset=offset,
@@ -227,6 +230,7 @@ class GroupShard:
         self._loaded_pending.clear()
         for group in list(self.groups.values()):
             self._on_group_loaded(group)
+        self.consumer.on_loaded()
         self.log.info("groups loaded", groups=len(self.groups),
                       offsets=sum(len(g.offsets) for g in self.groups.values()))
         if self._on_loaded_hook is not None:

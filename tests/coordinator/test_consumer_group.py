@@ -388,3 +388,57 @@ async def test_commits_check_the_member_epoch_and_describe_shows_the_group(autoj
     assert [(tp.topic_name, tp.partitions) for tp in g.members[0].assignment.topic_partitions] == [("t", [0, 1])]
     assert none.error_code == ErrorCode.GROUP_ID_NOT_FOUND
     assert await h.delete_groups("g") == {"g": ErrorCode.NON_EMPTY_GROUP}
+
+
+async def failover(h: GroupHarness, nursery) -> None:
+    """Every partition's leadership moves to a new coordinator, which loads the log."""
+    old = h.coordinator
+    for p, log in h.logs.items():
+        log.new_epoch()
+        old.on_resigned(p, log.leader_epoch - 1)
+    h.coordinator = h.new_coordinator()
+    await h.start(nursery)
+
+
+async def test_a_new_coordinator_loads_the_groups_from_their_records(autojump_clock, nursery):
+    topics = Topics(t=4, events=2)
+    h = await harness(nursery, topics)
+    a = Client(h, "g", instance_id="pod-a")
+    b = Client(h, "g", regex="ev.*")
+    b.topics = ("t",)
+    await a.beat()
+    await b.beat()
+    await settle([a, b])
+    gone = Client(h, "g")
+    await gone.beat()
+    await gone.leave()
+    await settle([a, b])
+    deleted = Client(h, "deleted")
+    await deleted.beat()
+    await deleted.leave()
+    assert await h.delete_groups("deleted") == {"deleted": ErrorCode.NONE}
+    before = h.shard("g").consumer.groups["g"]
+    state = {m.member_id: (m.member_epoch, m.assigned, m.subscribed_topics(), m.instance_id)
+             for m in before.members.values()}
+    epochs = (before.group_epoch, before.assignment_epoch)
+
+    await failover(h, nursery)
+    after = h.shard("g").consumer.groups["g"]
+    assert {m.member_id: (m.member_epoch, m.assigned, m.subscribed_topics(), m.instance_id)
+            for m in after.members.values()} == state
+    assert (after.group_epoch, after.assignment_epoch) == epochs
+    assert after.target == before.target and after.state is ConsumerGroupState.STABLE
+    assert "deleted" not in h.shard("deleted").consumer.groups
+    # The members go on with their epochs: no rebalance.
+    await settle([a, b], rounds=2)
+    assert (after.group_epoch, after.assignment_epoch) == epochs
+    t = topics.ids["t"]
+    assert a.partitions(t) | b.partitions(t) == {0, 1, 2, 3} and b.partitions(topics.ids["events"]) == {0, 1}
+    # A member that never comes back is removed at its session timeout.
+    for _ in range(12):
+        await trio.sleep(1)
+        await a.beat()
+    assert set(after.members) == {a.member_id}
+    await failover(h, nursery)
+    assert set(h.shard("g").consumer.groups["g"].members) == {a.member_id}
+    assert h.timer_failures() == 0
