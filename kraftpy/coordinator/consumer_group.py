@@ -136,6 +136,10 @@ class ConsumerGroup:
         self.static_members: dict[str, str] = {}
         #: The assignor of the last target assignment.
         self.assignor_name = ""
+        #: The group's consumer.session.timeout.ms / consumer.heartbeat.interval.ms as of its last
+        #: heartbeat (None: the broker's).
+        self.session_timeout_ms: int | None = None
+        self.heartbeat_interval_ms: int | None = None
 
     def __repr__(self) -> str:
         return f"ConsumerGroup({self.group_id!r}, epoch={self.group_epoch}, members={len(self.members)})"

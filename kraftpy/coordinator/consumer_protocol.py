@@ -86,6 +86,10 @@ class HeartbeatRequest:
     owned: Assignment | None = None
     client_id: str = ""
     client_host: str = ""
+    #: The group's own consumer.session.timeout.ms and consumer.heartbeat.interval.ms (GROUP configs);
+    #: None: the broker's group.consumer.* settings.
+    session_timeout_ms: int | None = None
+    heartbeat_interval_ms: int | None = None
 
 
 @attrs.frozen
@@ -173,6 +177,8 @@ class ConsumerGroupProtocol:
                 return _error(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {r.group_id} not found.")
             group = self.groups[r.group_id] = ConsumerGroup(r.group_id)
             self.shard.log.info("consumer group created", group=r.group_id)
+        group.session_timeout_ms = r.session_timeout_ms
+        group.heartbeat_interval_ms = r.heartbeat_interval_ms
         if r.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
             return self._leave(group, r)
         if r.member_epoch == JOIN_EPOCH:
@@ -201,7 +207,7 @@ class ConsumerGroupProtocol:
         changed = before != (member.member_epoch, member.assigned)
         send = full or changed or (r.owned is not None and r.owned != member.assigned)
         return HeartbeatResult(ErrorCode.NONE, member_id=member.member_id, member_epoch=member.member_epoch,
-                               heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
+                               heartbeat_interval_ms=self._heartbeat_interval_ms(group),
                                assignment=dict(member.assigned) if send else None)
 
     def _join(self, group: ConsumerGroup, r: HeartbeatRequest) -> ConsumerMember | HeartbeatResult:
@@ -327,10 +333,13 @@ class ConsumerGroupProtocol:
         self.shard.timers.cancel(("cg-session", group.group_id, member_id))
         self.shard.timers.cancel(("cg-revoke", group.group_id, member_id))
 
+    def _heartbeat_interval_ms(self, group: ConsumerGroup) -> int:
+        return group.heartbeat_interval_ms or self.config.group_consumer_heartbeat_interval_ms
+
     def _schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         member_id = member.member_id
-        self.shard.timers.schedule(("cg-session", group.group_id, member_id),
-                                   self.config.group_consumer_session_timeout_ms / 1000,
+        timeout_ms = group.session_timeout_ms or self.config.group_consumer_session_timeout_ms
+        self.shard.timers.schedule(("cg-session", group.group_id, member_id), timeout_ms / 1000,
                                    lambda: self._fence(group, member_id, "session timed out"))
 
     # -- offsets, listing, deletion --------------------------------------------------------------

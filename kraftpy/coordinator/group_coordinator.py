@@ -512,12 +512,15 @@ class GroupCoordinator:
     # -- KIP-848 consumer groups ---------------------------------------------------------------
 
     async def consumer_group_heartbeat(self, ctx: RequestContext, request, lookup: TopicLookup,
-                                       match: RegexMatcher | None = None) -> ConsumerGroupHeartbeatResponse:
+                                       match: RegexMatcher | None = None,
+                                       group_timeouts=None) -> ConsumerGroupHeartbeatResponse:
         """ConsumerGroupHeartbeat; ``lookup`` finds a subscribed topic's id and partition count in the
-        broker's metadata, ``match`` the topics a subscribed regex matches."""
+        broker's metadata, ``match`` the topics a subscribed regex matches, ``group_timeouts(group_id)``
+        the group's own (session timeout, heartbeat interval), each None when not set."""
         error, shard = self._route(request.group_id, "consumer_group_heartbeat")
         if error is not None:
             return ConsumerGroupHeartbeatResponse(error_code=error, member_epoch=-1)
+        session_ms, interval_ms = group_timeouts(request.group_id) if group_timeouts is not None else (None, None)
         owned = None
         if request.topic_partitions is not None:
             owned = {t.topic_id: frozenset(t.partitions) for t in request.topic_partitions if t.partitions}
@@ -529,7 +532,8 @@ class GroupCoordinator:
             else tuple(request.subscribed_topic_names),
             subscribed_topic_regex=request.subscribed_topic_regex if ctx.api_version >= 1 else None,
             server_assignor=request.server_assignor, owned=owned, client_id=ctx.client_id,
-            client_host=ctx.client_host), lookup, match)
+            client_host=ctx.client_host, session_timeout_ms=session_ms, heartbeat_interval_ms=interval_ms),
+            lookup, match)
         # Answered once what the heartbeat changed (and every earlier change of the group) is committed.
         written = shard.consumer.write(request.group_id)
         if written is not None:

@@ -442,3 +442,15 @@ async def test_a_new_coordinator_loads_the_groups_from_their_records(autojump_cl
     await failover(h, nursery)
     assert set(h.shard("g").consumer.groups["g"].members) == {a.member_id}
     assert h.timer_failures() == 0
+
+
+async def test_a_groups_own_session_timeout_and_heartbeat_interval_win(autojump_clock, nursery):
+    h = await harness(nursery, Topics(t=2), group_consumer_session_timeout_ms=45000)
+    a = Client(h, "g")
+    request = ConsumerGroupHeartbeatRequest(group_id="g", member_id=a.member_id, member_epoch=0,
+                                            rebalance_timeout_ms=60000, subscribed_topic_names=["t"])
+    response = await h.coordinator.consumer_group_heartbeat(h.ctx(1), request, h.lookup, h.match,
+                                                            lambda group_id: (6000, 2000))
+    assert (response.error_code, response.heartbeat_interval_ms) == (ErrorCode.NONE, 2000)
+    await trio.sleep(7)  # past the group's 6 s session, far from the broker's 45 s
+    assert h.shard("g").consumer.groups["g"].members == {}

@@ -50,7 +50,8 @@ from kraftpy.broker.settings import BrokerSettings
 from kraftpy.coordinator.consumer_protocol import match_topics
 from kraftpy.coordinator.group_coordinator import GroupCoordinator, RequestContext, partition_for
 from kraftpy.metadata import messages as m
-from kraftpy.metadata.records import NO_LEADER
+from kraftpy.metadata.image import ConfigResource
+from kraftpy.metadata.records import NO_LEADER, ConfigResourceType
 from kraftpy.metadata.topic_names import GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
@@ -162,6 +163,12 @@ class GroupsApi:
             cached = self._regex_cache[regex] = match_topics(regex, names.keys())
         return cached
 
+    def _group_timeouts(self, group_id: str) -> tuple[int | None, int | None]:
+        """The group's consumer.session.timeout.ms and consumer.heartbeat.interval.ms, when set on it."""
+        configs = self.metadata.image.configs.config(ConfigResource(ConfigResourceType.GROUP, group_id))
+        session, interval = configs.get("consumer.session.timeout.ms"), configs.get("consumer.heartbeat.interval.ms")
+        return (int(session) if session is not None else None, int(interval) if interval is not None else None)
+
     def _topic_name(self, topic_id) -> str | None:
         topic_uuid = from_wire_uuid(topic_id)
         topic = self.metadata.image.topics.get_by_id(topic_uuid) if topic_uuid is not None else None
@@ -179,7 +186,8 @@ class GroupsApi:
                 error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, member_epoch=-1,
                 error_message=f"The client is not authorized to describe topics: {', '.join(sorted(denied))}.")
         return await self.coordinator.consumer_group_heartbeat(request_context(header, conn), request,
-                                                               self._lookup_topic, self._match_topics)
+                                                               self._lookup_topic, self._match_topics,
+                                                               self._group_timeouts)
 
     async def handle_consumer_group_describe(self, header: Any, request: Any, conn: Connection
                                              ) -> ConsumerGroupDescribeResponse:
