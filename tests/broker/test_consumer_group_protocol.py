@@ -17,6 +17,9 @@ from contextlib import ExitStack
 import pytest
 import trio
 
+from kraftpy.broker.client import KafkaConnection
+from kraftpy.protocol.api_keys import ApiKey
+from kraftpy.protocol.messages import ApiVersionsRequest
 from tests.helpers.cluster import open_cluster
 from tests.helpers.group_members import Member, stable_assignment, wait_until
 
@@ -52,6 +55,24 @@ def consumer_member(stack: ExitStack, bootstrap: str, group: str, name: str, con
     return stack.enter_context(member)
 
 
+async def advertised(cluster) -> dict[int, tuple[int, int]]:
+    async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1], client_id="t") as conn:
+        response = await conn.request(ApiKey.API_VERSIONS, 3, ApiVersionsRequest(client_software_name="t",
+                                                                                client_software_version="1"))
+    return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+
+async def test_the_consumer_protocol_is_advertised_only_when_turned_on(tmp_path):
+    async with open_cluster(tmp_path / "off", brokers=1) as cluster:
+        versions = await advertised(cluster)
+        assert ApiKey.CONSUMER_GROUP_HEARTBEAT not in versions and ApiKey.CONSUMER_GROUP_DESCRIBE not in versions
+        assert versions[ApiKey.OFFSET_COMMIT] == (0, 9)
+    async with open_cluster(tmp_path / "on", brokers=1, **SETTINGS) as cluster:
+        versions = await advertised(cluster)
+        assert versions[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
+        assert versions[ApiKey.CONSUMER_GROUP_DESCRIBE] == (0, 0)
+
+
 async def test_three_consumer_protocol_members_a_killed_member_and_added_partitions(tmp_path):
     async with open_cluster(tmp_path, brokers=1, **SETTINGS) as cluster:
         await cluster.create_topic(TOPIC, partitions=PARTITIONS)
@@ -75,6 +96,11 @@ async def test_three_consumer_protocol_members_a_killed_member_and_added_partiti
                 orphaned = victim.partitions
                 victim.kill()
                 wait_until(survivors, lambda: stable_assignment(survivors, PARTITIONS), "the survivors taking over")
+                admin = AdminClient({"bootstrap.servers": bootstrap})  # ConsumerGroupDescribe
+                described = admin.describe_consumer_groups(["kip848"], request_timeout=10)["kip848"].result(timeout=15)
+                assert len(described.members) == 2 and described.type.name == "CONSUMER"
+                assert {tp.partition for m in described.members for tp in m.assignment.topic_partitions} == set(
+                    range(PARTITIONS))
                 before = len(read(survivors))
                 second = [f"b{i}" for i in range(30)]
                 produce(bootstrap, second, PARTITIONS)
@@ -86,7 +112,6 @@ async def test_three_consumer_protocol_members_a_killed_member_and_added_partiti
                 assert Counter(got_b) == Counter(second), "a record of the second batch read twice, or missed"
 
                 # Partitions added while the group runs: the broker sees them and assigns them.
-                admin = AdminClient({"bootstrap.servers": bootstrap})
                 admin.create_partitions([NewPartitions(TOPIC, 9)])[TOPIC].result(timeout=30)
                 wait_until(survivors, lambda: stable_assignment(survivors, 9), "the new partitions assigned")
                 third = [f"c{i}" for i in range(27)]
