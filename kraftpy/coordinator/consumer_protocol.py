@@ -361,6 +361,19 @@ class ConsumerGroupProtocol:
             return ErrorCode.STALE_MEMBER_EPOCH
         return None
 
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode | None:
+        """Kafka's ConsumerGroup.validateOffsetFetch: an admin (no member, epoch -1) may always read; a
+        member must be known and at its epoch."""
+        group = self.groups.get(group_id)
+        if group is None or (member_epoch < 0 and not member_id):
+            return None
+        member = group.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return None
+
     def delete_group(self, group_id: str) -> ErrorCode | None:
         """None when ``group_id`` is no consumer group; else NON_EMPTY_GROUP or NONE (then removed)."""
         group = self.groups.get(group_id)

@@ -25,9 +25,11 @@ validateGroupStatus)::
 then handed to its shard. A handler that must wait (a JoinGroup for the rebalance, a commit for
 replication) waits on a :class:`~kraftpy.coordinator.runtime.Waiter` the shard completes.
 
-Served versions (Kafka 3.6): OffsetCommit 0-8, OffsetFetch 0-8, JoinGroup 0-9, Heartbeat 0-4,
-LeaveGroup 0-5, SyncGroup 0-5, DescribeGroups 0-5, ListGroups 0-4, DeleteGroups 0-2, OffsetDelete 0
-(FindCoordinator is the broker's: it needs the cluster's metadata).
+Served versions (Kafka 3.6's, and 3.9's where KIP-848 added one): OffsetCommit 0-9, OffsetFetch 0-9,
+JoinGroup 0-9, Heartbeat 0-4, LeaveGroup 0-5, SyncGroup 0-5, DescribeGroups 0-5, ListGroups 0-5,
+DeleteGroups 0-2, OffsetDelete 0, and KIP-848's ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe 0
+(:mod:`kraftpy.coordinator.consumer_protocol`). FindCoordinator is the broker's: it needs the
+cluster's metadata.
 
 Transactions: :meth:`GroupCoordinator.txn_offset_commit` takes a TxnOffsetCommit (0-4) and writes
 its offsets inside the producer's transaction, and :meth:`GroupCoordinator.complete_transaction`
@@ -427,15 +429,20 @@ class GroupCoordinator:
     async def offset_fetch(self, ctx: RequestContext, request) -> OffsetFetchResponse:
         version = ctx.api_version
         require_stable = version >= 7 and request.require_stable
+        members: dict[str, tuple[str | None, int]] = {}
         if version >= 8:
             asked = [(g.group_id, None if g.topics is None else
                       [(t.name, p) for t in g.topics for p in t.partition_indexes]) for g in request.groups]
+            if version >= 9:  # a consumer-protocol member names itself and its epoch
+                members = {g.group_id: (g.member_id, g.member_epoch) for g in request.groups}
         else:
             asked = [(request.group_id, None if request.topics is None else
                       [(t.name, p) for t in request.topics for p in t.partition_indexes])]
         answers = []
         for group_id, partitions in asked:
             error, shard = self._route(group_id, "offset_fetch")
+            if error is None and group_id in members and group_id in shard.consumer.groups:
+                error = shard.consumer.validate_offset_fetch(group_id, *members[group_id])
             if error is not None:
                 answers.append((group_id, partitions, error, []))
             else:
@@ -595,12 +602,14 @@ class GroupCoordinator:
         if not self.runtime.running:
             return ListGroupsResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
         wanted = {s.lower() for s in request.states_filter} if ctx.api_version >= 4 else set()
+        # v5 (KIP-848): a filter on the group type, classic or consumer (any case, as Kafka parses it).
+        types = {t.lower() for t in request.types_filter} if ctx.api_version >= 5 else set()
         groups = []
         for shard in self.runtime.active_shards():
-            for group_id, protocol_type, state in shard.machine.list_groups():
-                if not wanted or state.lower() in wanted:
+            for group_id, protocol_type, state, group_type in shard.machine.list_groups_typed():
+                if (not wanted or state.lower() in wanted) and (not types or group_type in types):
                     groups.append(ListGroupsResponse.ListedGroup(group_id=group_id, protocol_type=protocol_type,
-                                                                 group_state=state))
+                                                                 group_state=state, group_type=group_type))
         error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.runtime.is_loading() else ErrorCode.NONE
         return ListGroupsResponse(error_code=error, groups=groups)
 

@@ -1131,10 +1131,14 @@ class GroupShard:
     # -- listing ---------------------------------------------------------------------------------
 
     def list_groups(self) -> list[tuple[str, str, str]]:
+        return [(group_id, protocol_type, state) for group_id, protocol_type, state, _ in self.list_groups_typed()]
+
+    def list_groups_typed(self) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type, state, group type: classic or consumer) of every group."""
         consumer = self.consumer.groups
-        return [*((g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()
+        return [*((g.group_id, g.protocol_type or "", g.state.value, "classic") for g in self.groups.values()
                   if g.group_id not in consumer),
-                *((g.group_id, "consumer", g.state.value) for g in consumer.values())]
+                *((g.group_id, "consumer", g.state.value, "consumer") for g in consumer.values())]
 
     def describe_group(self, group_id: str):
         """(state, protocol_type, protocol, members as (id, instance, client, host, metadata, assignment))."""

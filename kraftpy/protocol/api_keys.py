@@ -102,7 +102,7 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.LEAVE_GROUP:               VersionRange(0, 5),
     ApiKey.SYNC_GROUP:                VersionRange(0, 5),
     ApiKey.DESCRIBE_GROUPS:           VersionRange(0, 5),
-    ApiKey.LIST_GROUPS:               VersionRange(0, 4),
+    ApiKey.LIST_GROUPS:               VersionRange(0, 5),
     # KIP-848's consumer groups: advertised only when group.coordinator.rebalance.protocols has "consumer"
     # (the broker registers their handlers then).
     ApiKey.CONSUMER_GROUP_HEARTBEAT:  VersionRange(0, 1),

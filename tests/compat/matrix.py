@@ -32,7 +32,6 @@ NOTES: dict[str, str] = {
     "Fetch": "from v4 (the v2 record format); v14-17 (KIP-951, KIP-903, KIP-853) not yet",
     "ListOffsets": "v0 (several offsets per partition) not served; v8-10 (KIP-1005, KIP-890) not yet",
     "FindCoordinator": "v5-6 (KIP-890, share groups) not yet",
-    "ListGroups": "v5 (KIP-848 group types) comes with the consumer group protocol",
     "ApiVersions": "v4 (KIP-511 tags of newer clients) not yet",
     "CreateTopics": "v0-1 not served (Kafka 4.0 removes them, KIP-896)",
     "DeleteTopics": "v0 not served (Kafka 4.0 removes it, KIP-896)",

@@ -18,7 +18,12 @@ from kraftpy.coordinator.assignors import range_, uniform
 from kraftpy.coordinator.consumer_group import ConsumerGroupState, MemberState
 from kraftpy.coordinator.consumer_protocol import match_topics
 from kraftpy.protocol.errors import ErrorCode
-from kraftpy.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
+from kraftpy.protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+    ListGroupsRequest,
+    OffsetFetchRequest,
+)
 from tests.helpers.offsets_log import GroupHarness
 
 T1 = uuid.UUID(int=1)
@@ -379,6 +384,19 @@ async def test_commits_check_the_member_epoch_and_describe_shows_the_group(autoj
     fetched, error = await h.fetch("g", [("t", 0)], version=9)
     assert (fetched, error) == ({("t", 0): (7, ErrorCode.NONE)}, ErrorCode.NONE)
     assert await h.list_groups() == (ErrorCode.NONE, {"g": "Stable"})
+    await h.commit("classic", {("t", 0): 1})
+    listed = await h.coordinator.list_groups(h.ctx(5), ListGroupsRequest(types_filter=["Consumer"]))
+    assert [(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in listed.groups] == [
+        ("g", "consumer", "Stable", "consumer")]
+    listed = await h.coordinator.list_groups(h.ctx(5), ListGroupsRequest())
+    assert {g.group_id: g.group_type for g in listed.groups} == {"g": "consumer", "classic": "classic"}
+    # OffsetFetch v9: a member names itself and its epoch; an admin names neither.
+    for member_id, epoch, expected in [(a.member_id, a.epoch, ErrorCode.NONE), (None, -1, ErrorCode.NONE),
+                                       (a.member_id, a.epoch + 1, ErrorCode.STALE_MEMBER_EPOCH),
+                                       ("who", 1, ErrorCode.UNKNOWN_MEMBER_ID)]:
+        fetch = OffsetFetchRequest(groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
+            group_id="g", member_id=member_id, member_epoch=epoch, topics=None)])
+        assert (await h.coordinator.offset_fetch(h.ctx(9), fetch)).groups[0].error_code == expected
     assert (await h.describe("g")).error_code == ErrorCode.GROUP_ID_NOT_FOUND  # DescribeGroups is for classic groups
     response = await h.coordinator.consumer_group_describe(
         h.ctx(0), ConsumerGroupDescribeRequest(group_ids=["g", "none"]), lambda t: "t" if t == T1 else None)
