@@ -15,6 +15,7 @@ that does not exist, is assigned to nobody.
 
 from __future__ import annotations
 
+import heapq
 import uuid
 from collections.abc import Callable, Mapping
 
@@ -34,28 +35,32 @@ def uniform(subscriptions: Mapping[str, frozenset[str]], topics: TopicsMetadata,
     out: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in members}
     if not members:
         return {}
-    # Every partition that must be assigned, with the members that may take it.
-    candidates: dict[tuple[uuid.UUID, int], list[str]] = {}
+    # The members that may take each subscribed topic's partitions.
+    takers: dict[uuid.UUID, list[str]] = {}
+    taker_sets: dict[uuid.UUID, frozenset[str]] = {}
+    counts_of: dict[uuid.UUID, int] = {}
     for name in sorted({t for subs in subscriptions.values() for t in subs}):
-        if name not in topics:
-            continue
-        topic_id, count = topics[name]
-        takers = [m for m in members if name in subscriptions[m]]
-        for p in range(count):
-            candidates[(topic_id, p)] = takers
+        if name in topics:
+            topic_id, count = topics[name]
+            takers[topic_id] = [m for m in members if name in subscriptions[m]]
+            taker_sets[topic_id] = frozenset(takers[topic_id])
+            counts_of[topic_id] = count
+    homogeneous = len({subscriptions[m] for m in members}) == 1
     # A member's share: the partitions it may take divided among the members competing for them,
     # rounded down; ``extra`` members may keep one more (those that had more, first).
     floor: dict[str, int] = {}
     for m in members:
-        mine = [tp for tp, takers in candidates.items() if m in takers]
-        competitors = {c for tp in mine for c in candidates[tp]}
-        floor[m] = len(mine) // max(len(competitors), 1)
-    extra = max(len(candidates) - sum(floor.values()), 0)
+        mine = [t for t in takers if m in taker_sets[t]]
+        competitors = set().union(*(taker_sets[t] for t in mine)) if mine else set()
+        floor[m] = sum(counts_of[t] for t in mine) // max(len(competitors), 1)
+    total = sum(counts_of.values())
+    extra = max(total - sum(floor.values()), 0)
     counts = dict.fromkeys(members, 0)
     taken: set[tuple[uuid.UUID, int]] = set()
     # Sticky passes: keep what each member had, up to its share, then one more while extras remain.
     previous = {m: [(t, p) for t, ps in sorted(current.get(m, {}).items(), key=lambda kv: str(kv[0]))
-                    for p in sorted(ps) if (t, p) in candidates and m in candidates[(t, p)]] for m in members}
+                    if t in taker_sets and m in taker_sets[t] for p in sorted(ps) if p < counts_of[t]]
+                for m in members}
     for m in members:
         for tp in previous[m]:
             if tp not in taken and counts[m] < floor[m]:
@@ -72,21 +77,28 @@ def uniform(subscriptions: Mapping[str, frozenset[str]], topics: TopicsMetadata,
             taken.add(left[0])
             extra -= 1
     # The rest, each to its least loaded candidate (ties: member id order).
-    for tp in sorted(candidates, key=lambda tp: (str(tp[0]), tp[1])):
-        if tp in taken:
-            continue
-        m = min(candidates[tp], key=lambda c: (counts[c], c))
-        out[m].setdefault(tp[0], set()).add(tp[1])
+    rest = [(t, p) for t in sorted(takers, key=str) for p in range(counts_of[t]) if (t, p) not in taken]
+    if homogeneous:
+        heap = [(counts[m], m) for m in members]
+        heapq.heapify(heap)
+        for t, p in rest:
+            count, m = heapq.heappop(heap)
+            out[m].setdefault(t, set()).add(p)
+            counts[m] = count + 1
+            heapq.heappush(heap, (count + 1, m))
+        return _freeze(out)
+    for t, p in rest:
+        m = min(takers[t], key=lambda c: (counts[c], c))
+        out[m].setdefault(t, set()).add(p)
         counts[m] += 1
-    # Even out what stickiness left uneven among members that could swap (homogeneous case).
+    # Different subscriptions: even out what stickiness left uneven among members that could swap.
     moved = True
     while moved:
         moved = False
         for m in members:
             for topic_id in sorted(out[m], key=str):
                 for p in sorted(out[m][topic_id]):
-                    takers = candidates[(topic_id, p)]
-                    target = min(takers, key=lambda c: (counts[c], c))
+                    target = min(takers[topic_id], key=lambda c: (counts[c], c))
                     if counts[target] + 1 < counts[m]:
                         out[m][topic_id].discard(p)
                         out[target].setdefault(topic_id, set()).add(p)

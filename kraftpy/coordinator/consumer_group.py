@@ -140,6 +140,16 @@ class ConsumerGroup:
         #: heartbeat (None: the broker's).
         self.session_timeout_ms: int | None = None
         self.heartbeat_interval_ms: int | None = None
+        #: The members whose records may have changed since the group was last written (None: all of
+        #: them, after a new target assignment).
+        self.touched: set[str] | None = set()
+
+    def touch(self, member_id: str | None = None) -> None:
+        """Mark a member's records (None: every member's) for the next write."""
+        if member_id is None:
+            self.touched = None
+        elif self.touched is not None:
+            self.touched.add(member_id)
 
     def __repr__(self) -> str:
         return f"ConsumerGroup({self.group_id!r}, epoch={self.group_epoch}, members={len(self.members)})"
@@ -166,6 +176,7 @@ class ConsumerGroup:
     # -- members -------------------------------------------------------------------------------
 
     def add_member(self, member: ConsumerMember) -> None:
+        self.touch(member.member_id)
         self.members[member.member_id] = member
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
@@ -174,6 +185,7 @@ class ConsumerGroup:
         member = self.members.pop(member_id, None)
         if member is None:
             return None
+        self.touch(member_id)
         self.target.pop(member_id, None)
         if member.instance_id is not None and self.static_members.get(member.instance_id) == member_id:
             del self.static_members[member.instance_id]
@@ -221,6 +233,7 @@ class ConsumerGroup:
         self.target = ASSIGNORS[name](subscriptions, self.subscription_metadata, self.target)
         self.assignor_name = name
         self.assignment_epoch = self.group_epoch
+        self.touch()
         return True
 
     # -- reconciliation ------------------------------------------------------------------------

@@ -203,6 +203,7 @@ class ConsumerGroupProtocol:
                                 epoch=group.assignment_epoch, assignor=group.assignor_name,
                                 members=len(group.members))
         self._reconcile(group, member, r.owned)
+        group.touch(member.member_id)
         self._schedule_session(group, member)
         changed = before != (member.member_epoch, member.assigned)
         send = full or changed or (r.owned is not None and r.owned != member.assigned)
@@ -308,6 +309,7 @@ class ConsumerGroupProtocol:
             # Its place and partitions wait for it until its session times out.
             member.previous_member_epoch = member.member_epoch
             member.member_epoch = LEAVE_STATIC_EPOCH
+            group.touch(member_id)
             self._schedule_session(group, member)
             self.shard.log.info("static member left temporarily", group=group.group_id, member=member_id,
                                 instance_id=r.instance_id)
@@ -412,15 +414,28 @@ class ConsumerGroupProtocol:
         gone, all of them when the group is); returns the waiter of the group's latest write, None when
         it has none pending."""
         group = self.groups.get(group_id)
-        now = _group_records(group) if group is not None else {}
         before = self._written.get(group_id, {})
-        batch = [(k, v) for k, v in now.items() if before.get(k) != v]
-        batch += [(k, None) for k in before if k not in now]
-        if batch:
-            if now:
-                self._written[group_id] = now
+        if group is None:
+            batch: list[tuple[bytes, bytes | None]] = [(k, None) for k in before]
+            self._written.pop(group_id, None)
+        else:
+            # Only the members touched since the last write are encoded (all after a new target).
+            touched, group.touched = group.touched, set()
+            now = _group_records(group, None if touched is None else touched & group.members.keys())
+            batch = [(k, v) for k, v in now.items() if before.get(k) != v]
+            if touched is None:
+                gone = [k for k in before if k not in now]
             else:
-                self._written.pop(group_id, None)
+                gone = [k for mid in touched - group.members.keys() for kind in _MEMBER_KINDS
+                        if (k := cgr.key(kind, group_id, mid)) in before]
+            batch += [(k, None) for k in gone]
+            written = self._written.setdefault(group_id, {})
+            for k, v in batch:
+                if v is None:
+                    written.pop(k, None)
+                else:
+                    written[k] = v
+        if batch:
             waiter: Waiter = Waiter()
             self._last_write[group_id] = waiter
 
@@ -453,6 +468,7 @@ class ConsumerGroupProtocol:
             group = _group_from_records(group_id, loaded, self.config.group_consumer_assignors)
             if group is None:
                 continue
+            group.touched = set()
             self.groups[group_id] = group
             self._written[group_id] = {k: v for k, (_, v) in loaded.items()}
             for member in group.members.values():
@@ -485,8 +501,12 @@ _STATE_CODES = {MemberState.STABLE: 1, MemberState.UNREVOKED_PARTITIONS: 2, Memb
 _STATES = {code: state for state, code in _STATE_CODES.items()}
 
 
-def _group_records(group: ConsumerGroup) -> dict[bytes, bytes]:
-    """Every record that describes ``group`` now: key bytes -> value bytes."""
+_MEMBER_KINDS = (cgr.MEMBER_METADATA, cgr.TARGET_MEMBER, cgr.CURRENT_ASSIGNMENT)
+
+
+def _group_records(group: ConsumerGroup, member_ids=None) -> dict[bytes, bytes]:
+    """The records that describe ``group`` now, key bytes -> value bytes: the group's own and those of
+    the members in ``member_ids`` (None: every member)."""
     gid = group.group_id
     out = {
         cgr.key(cgr.METADATA, gid): cgr.value(cgr.METADATA, cgr.ConsumerGroupMetadataValue(epoch=group.group_epoch)),
@@ -499,7 +519,8 @@ def _group_records(group: ConsumerGroup) -> dict[bytes, bytes]:
         for name, (topic_id, count) in sorted(group.subscription_metadata.items())]))
     current = cgr.ConsumerGroupCurrentMemberAssignmentValue
     target = cgr.ConsumerGroupTargetAssignmentMemberValue
-    for m in group.members.values():
+    members = group.members.values() if member_ids is None else [group.members[i] for i in member_ids]
+    for m in members:
         out[cgr.key(cgr.MEMBER_METADATA, gid, m.member_id)] = cgr.value(
             cgr.MEMBER_METADATA, cgr.ConsumerGroupMemberMetadataValue(
                 instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,

@@ -234,9 +234,20 @@ def test_random_membership_never_assigns_a_partition_twice_and_converges(steps):
                 subscribed = set().union(*(set(c.topics) for c in clients))
                 assert held == {(topics.ids[n], p) for n in subscribed for p in range(topics.counts[n])}
                 assert h.shard("g").consumer.groups["g"].state is ConsumerGroupState.STABLE
+            # What was written is what a new coordinator loads.
+            groups = h.shard("g").consumer.groups
+            before = {gid: _snapshot(g) for gid, g in groups.items()}
+            await failover(h, nursery)
+            assert {gid: _snapshot(g) for gid, g in h.shard("g").consumer.groups.items()} == before
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def _snapshot(group) -> tuple:
+    return (group.group_epoch, group.assignment_epoch, group.subscription_metadata, group.target,
+            {m.member_id: (m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.pending_revocation,
+                           m.subscribed_topics()) for m in group.members.values()})
 
 
 async def test_epochs_are_checked(autojump_clock, nursery):
