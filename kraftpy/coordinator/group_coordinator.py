@@ -625,7 +625,7 @@ class GroupCoordinator:
                 continue
             if group_id in shard.consumer.groups:
                 # As Kafka 3.9: a consumer-protocol group is described by ConsumerGroupDescribe.
-                described.append(cls(error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=group_id, group_state="",
+                described.append(cls(error_code=ErrorCode.GROUP_ID_NOT_FOUND, group_id=group_id, group_state="Dead",
                                      protocol_type="", protocol_data=""))
                 continue
             state, protocol_type, protocol, members = shard.describe_group(group_id)
