@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from kraftpy.coordinator import consumer_group_records as cgr
+from kraftpy.coordinator import records
 from kraftpy.coordinator.assignors import ASSIGNORS, Assignment
 from kraftpy.coordinator.consumer_group import (
     JOIN_EPOCH,
@@ -177,6 +178,12 @@ class ConsumerGroupProtocol:
                 return _error(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {r.group_id} not found.")
             group = self.groups[r.group_id] = ConsumerGroup(r.group_id)
             self.shard.log.info("consumer group created", group=r.group_id)
+            if classic is not None and classic.protocol_type is not None:
+                # An empty classic group becomes a consumer group: its metadata goes (a tombstone, as
+                # Kafka writes), its offsets stay, expiring as a consumer group's do (after the commit).
+                classic.protocol_type = classic.protocol_name = classic.leader_id = None
+                classic.generation_id = 0
+                self.shard.shard.write([(records.group_metadata_key(r.group_id), None)], _ignore)
         group.session_timeout_ms = r.session_timeout_ms
         group.heartbeat_interval_ms = r.heartbeat_interval_ms
         if r.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
@@ -494,6 +501,11 @@ class _TopicsView(Mapping[str, tuple[uuid.UUID, int]]):
 
 
 __all__ = ["ASSIGNORS", "ConsumerGroupProtocol", "HeartbeatRequest", "HeartbeatResult"]
+
+
+def _ignore(_offset: int, _error: BaseException | None) -> None:
+    """A write whose failure changes nothing: the tombstone of a classic group turned consumer group
+    (a reload without it sees an empty classic group beside the consumer group, served the same)."""
 
 
 #: MemberState <-> Kafka's int8 codes (its MemberState enum).

@@ -14,6 +14,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kraftpy.coordinator import records
 from kraftpy.coordinator.assignors import range_, uniform
 from kraftpy.coordinator.consumer_group import ConsumerGroupState, MemberState
 from kraftpy.coordinator.consumer_protocol import match_topics
@@ -374,6 +375,17 @@ async def test_classic_and_consumer_groups_do_not_mix(autojump_clock, nursery):
     await h.stable("classics", 1)
     refused = await Client(h, "classics").beat()
     assert refused.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    # An empty classic group becomes a consumer group: its metadata is tombstoned, its offsets kept.
+    [classic_member] = (await h.stable("was-classic", 1)).keys()
+    await h.commit("was-classic", {("t", 1): 9}, generation=1, member_id=classic_member)
+    await h.leave("was-classic", (classic_member, None))
+    convert = Client(h, "was-classic")
+    assert (await convert.beat()).error_code == ErrorCode.NONE
+    fetched, _ = await h.fetch("was-classic", [("t", 1)])
+    assert fetched == {("t", 1): (9, ErrorCode.NONE)}
+    await trio.testing.wait_all_tasks_blocked()
+    key = records.group_metadata_key("was-classic")
+    assert [v for _, k, v in h.logs[0].records if k == key][-1] is None
     # An empty consumer group becomes a classic one when a classic member joins.
     await a.leave()
     assert (await h.join("consumers")).error_code == ErrorCode.MEMBER_ID_REQUIRED
