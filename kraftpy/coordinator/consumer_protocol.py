@@ -394,6 +394,16 @@ class ConsumerGroupProtocol:
         self.write(group_id)
         return ErrorCode.NONE
 
+    def remove_empty_groups(self, has_offsets: Callable[[str], bool]) -> int:
+        """The retention pass: consumer groups with no members and no offsets are deleted (Kafka's
+        cleanupGroupMetadata); returns how many."""
+        gone = [gid for gid, g in self.groups.items() if not g.members and not has_offsets(gid)]
+        for group_id in gone:
+            del self.groups[group_id]
+            self.write(group_id)
+            self.shard.log.info("empty consumer group removed", group=group_id)
+        return len(gone)
+
     def drop_empty(self, group_id: str) -> bool:
         """A classic member joining: an empty consumer group becomes a classic one (True); a
         consumer group with members refuses it (False)."""

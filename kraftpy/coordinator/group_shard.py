@@ -1126,6 +1126,8 @@ class GroupShard:
             self.shard.write(batch, done)
         if removed_total:
             self.log.info("expired offsets removed", offsets=removed_total)
+        # A consumer group without members and without offsets goes (its records get tombstones).
+        self.consumer.remove_empty_groups(lambda group_id: group_id in self.groups)
         return removed_total
 
     # -- listing ---------------------------------------------------------------------------------

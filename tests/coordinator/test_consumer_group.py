@@ -495,3 +495,22 @@ async def test_a_groups_own_session_timeout_and_heartbeat_interval_win(autojump_
     assert (response.error_code, response.heartbeat_interval_ms) == (ErrorCode.NONE, 2000)
     await trio.sleep(7)  # past the group's 6 s session, far from the broker's 45 s
     assert h.shard("g").consumer.groups["g"].members == {}
+
+
+async def test_an_empty_consumer_group_goes_with_its_last_offsets(autojump_clock, nursery):
+    h = await harness(nursery, Topics(t=1), offsets_retention_minutes=1)
+    a, b = Client(h, "kept"), Client(h, "bare")
+    await a.beat()
+    await b.beat()
+    assert await h.commit("kept", {("t", 0): 3}, generation=a.epoch, member_id=a.member_id, version=9) == {
+        ("t", 0): ErrorCode.NONE}
+    await a.leave()
+    await b.leave()
+    h.coordinator.expire_offsets()  # the offsets are younger than the retention: only "bare" goes
+    assert set(h.shard("kept").consumer.groups) == {"kept"}
+    await trio.sleep(61)
+    h.coordinator.expire_offsets()
+    assert h.shard("kept").consumer.groups == {}
+    await trio.testing.wait_all_tasks_blocked()  # the tombstones written
+    await failover(h, nursery)
+    assert h.shard("kept").consumer.groups == {}
