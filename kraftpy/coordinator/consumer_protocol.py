@@ -188,6 +188,7 @@ class ConsumerGroupProtocol:
         group.heartbeat_interval_ms = r.heartbeat_interval_ms
         if r.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
             return self._leave(group, r)
+        epoch_before = group.group_epoch
         if r.member_epoch == JOIN_EPOCH:
             joined = self._join(group, r)
             if isinstance(joined, HeartbeatResult):
@@ -205,6 +206,8 @@ class ConsumerGroupProtocol:
         before = (member.member_epoch, member.assigned)
         self._update_member(group, member, r, match)
         group.refresh_subscription_metadata(_TopicsView(group, lookup))
+        # However many changes this heartbeat brought (a member and its topics), they make one new epoch.
+        group.group_epoch = min(group.group_epoch, epoch_before + 1)
         if group.maybe_update_target(self.config.group_consumer_assignors):
             self.shard.log.info("consumer group target assignment", group=group.group_id,
                                 epoch=group.assignment_epoch, assignor=group.assignor_name,

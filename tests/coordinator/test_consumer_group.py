@@ -181,7 +181,7 @@ async def test_a_second_member_gets_partitions_only_after_the_first_revoked_them
     a = Client(h, "g")
     first = await a.beat()
     assert first.error_code == ErrorCode.NONE and first.member_id == a.member_id
-    assert first.heartbeat_interval_ms == 1000
+    assert first.heartbeat_interval_ms == 1000 and first.member_epoch == 1  # one join, one new epoch
     assert a.partitions() == set(range(6))
     b = Client(h, "g")
     joined = await b.beat()
