@@ -1,7 +1,11 @@
 """A group consumer as its own process, for tests: confluent-kafka, kafka-python or aiokafka.
 
     python -m tests.helpers.group_consumer --client confluent --bootstrap 127.0.0.1:9092 \\
-        --topic events --group readers [--instance-id a] [--assignor cooperative-sticky]
+        --topic events --group readers [--instance-id a] [--assignor cooperative-sticky] \\
+        [--group-protocol consumer]
+
+``--group-protocol consumer`` (confluent only) joins with KIP-848's protocol: the broker then sets the
+session and heartbeat interval, and ``--assignor`` names its server-side assignor (uniform, range).
 
 It subscribes to the topic in the group, and for every poll that returns records prints them, then
 commits the next offsets of what it printed (synchronously) and prints the commit. Rebalances are
