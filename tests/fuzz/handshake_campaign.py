@@ -39,9 +39,11 @@ from tests.fuzz.campaign import Campaign, CampaignConfig
 from tests.fuzz.handshake_gen import Attempt, Ctx, Unexpected, _login, make_attempt
 from tests.fuzz.report import Finding
 from tests.fuzz.secure_target import SecureDevTarget
-from tests.fuzz.wire import Closed, Wire
+from tests.fuzz.wire import Closed, Silent, Wire
 
 TOPIC = "fuzz-handshake"
+#: The most one attempt may take in all (each wait for the broker has the hang bound).
+ATTEMPT_BOUND_S = 120.0
 #: Logins checked before and after the campaign: (name, listener, mechanism or None for mutual TLS).
 LOGINS = (("SCRAM-SHA-512 over SASL_SSL", "SASL_SSL", "SCRAM-SHA-512"),
           ("SCRAM-SHA-256 over SASL_PLAINTEXT", "SASL_PLAINTEXT", "SCRAM-SHA-256"),
@@ -92,6 +94,7 @@ class HandshakeCampaign(Campaign):
     async def fuzz(self, nursery: trio.Nursery) -> None:
         config = self.config
         indexes = self._indexes()
+        seen = 0
         for start in range(0, len(indexes), config.chunk):
             attempts = []
             for index in indexes[start:start + config.chunk]:
@@ -105,11 +108,16 @@ class HandshakeCampaign(Campaign):
             memory = self.target.memory_kb()
             self.report.rss_samples.append((self.report.frames_sent, memory.get("VmRSS", 0)))
             self.report.fd_samples.append((self.report.frames_sent, self.target.open_files()))
-            self.log(f"{self.report.frames_sent} attempts, rss {memory.get('VmRSS', 0) // 1024} MiB, "
+            self.log(f"{time.strftime('%H:%M:%S')} {self.report.frames_sent} attempts, rss {memory.get('VmRSS', 0) // 1024} MiB, "
                      f"{len(self.report.findings)} findings")
+            for finding in self.report.findings[seen:]:  # as they come: a long run can be judged while it runs
+                self.log(f"  {finding.kind} [{finding.klass}] attempt {finding.frame_index}: {finding.message[:300]}")
+            seen = len(self.report.findings)
 
     async def send_one(self, attempt: Attempt) -> None:
         port = self.target.ports[attempt.port]
+        # A hang is the broker owing an answer (or a close) and giving neither within the bound: each
+        # wait for it is bounded, not the attempt (a client writing one byte at a time is slow itself).
         bound = self.config.hang_bound + (TLS_HANDSHAKE_TIMEOUT_S if attempt.stall else 0)
         self.recent.append(attempt)
         context = None
@@ -122,10 +130,11 @@ class HandshakeCampaign(Campaign):
         except OSError:
             self._down = True
             return
+        wire.wait_bound = bound
         ctx = Ctx(wire, self.pools.served, _script_rng(self.config.seed, attempt.index))
-        kind, note = "hang", ""
+        kind, note = "hang", f"the attempt did not end within {ATTEMPT_BOUND_S:g}s"
         try:
-            with trio.move_on_after(bound):
+            with trio.move_on_after(ATTEMPT_BOUND_S):
                 try:
                     if context is not None and attempt.api != "TLS":  # SASL_SSL: TLS first, then the exchange
                         await wire.handshake()
@@ -134,6 +143,8 @@ class HandshakeCampaign(Campaign):
                         kind = await self._after_refusal(ctx)
                 except Closed as exc:
                     kind, note = "closed", str(exc)
+                except Silent as exc:
+                    kind, note = "hang", str(exc)
                 except Unexpected as exc:
                     kind, note = "answered", str(exc)
                 except Exception as exc:  # the script's own fault: reported, the campaign goes on
@@ -154,9 +165,8 @@ class HandshakeCampaign(Campaign):
 
     async def _after_refusal(self, ctx: Ctx) -> str:
         try:
-            with trio.move_on_after(self.config.hang_bound):
-                if await ctx.served_check() == "served":
-                    return "served-after-refusal"
+            if await ctx.served_check() == "served":
+                return "served-after-refusal"
         except (Closed, Unexpected):
             pass
         return "refused"
@@ -164,7 +174,7 @@ class HandshakeCampaign(Campaign):
     def judge(self, attempt: Attempt, kind: str, note: str, bound: float) -> None:
         expect = attempt.expect
         if kind == "hang":
-            self.report.add(Finding("hang", attempt, f"no answer nor close within {bound:.1f}s"))
+            self.report.add(Finding("hang", attempt, note))
         elif kind == "served-after-refusal":
             self.report.add(Finding("auth-bypass", attempt, "a request was served after the broker refused the exchange"))
         elif expect == "served" and kind != "served":

@@ -28,6 +28,10 @@ class Closed(Exception):
     """The broker closed the connection (or broke it, or a TLS alert ended it)."""
 
 
+class Silent(Exception):
+    """The broker neither answered nor closed within the wait bound (`Wire.wait_bound`)."""
+
+
 class Wire:
     """A client connection: ``chunk`` bytes per ``send`` (None: all at once)."""
 
@@ -35,6 +39,8 @@ class Wire:
                  chunk: int | None = None) -> None:
         self.stream = stream
         self.chunk = chunk
+        #: Seconds one wait for the broker may last (None: no bound); past it, `Silent`.
+        self.wait_bound: float | None = None
         self.sent: list[bytes] = []  # what went on the socket, for the report (capped)
         self._sent_bytes = 0
         self._reader = FrameReader(MAX_ANSWER_BYTES)
@@ -85,7 +91,10 @@ class Wire:
 
     async def _receive_raw(self) -> bytes:
         try:
-            data = await self.stream.receive_some(65536)
+            with trio.fail_after(self.wait_bound if self.wait_bound is not None else float("inf")):
+                data = await self.stream.receive_some(65536)
+        except trio.TooSlowError:
+            raise Silent(f"no answer nor close within {self.wait_bound:g}s") from None
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise Closed(f"receive: {exc}") from None
         if not data:
