@@ -26,13 +26,13 @@ _REPLICA = [
 DescribeQuorumResponse = message(
     "DescribeQuorumResponse", api_key=55, kind="response", versions="0-2", flexible="0+", fields=[
         F("error_code", "int16"),
-        F("error_message", "string", "2+", nullable="2+", default=None),
+        F("error_message", "string", "2+", nullable="2+"),
         F("topics", "[]TopicData", "0+", [
             F("topic_name", "string"),
             F("partitions", "[]PartitionData", "0+", [
                 F("partition_index", "int32"),
                 F("error_code", "int16"),
-                F("error_message", "string", "2+", nullable="2+", default=None),
+                F("error_message", "string", "2+", nullable="2+"),
                 F("leader_id", "int32"),
                 F("leader_epoch", "int32"),
                 F("high_watermark", "int64"),

@@ -22,11 +22,11 @@ UpdateFeaturesResponse = message(
     "UpdateFeaturesResponse", api_key=57, kind="response", versions="0-2", flexible="0+", fields=[
         F("throttle_time_ms", "int32"),
         F("error_code", "int16"),
-        F("error_message", "string", nullable="0+", default=None),
+        F("error_message", "string", nullable="0+"),
         F("results", "[]UpdatableFeatureResult", "0-1", [
             F("feature", "string"),
             F("error_code", "int16"),
-            F("error_message", "string", nullable="0+", default=None),
+            F("error_message", "string", nullable="0+"),
         ]),
     ],
 )
