@@ -40,6 +40,7 @@ from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.consumer_protocol import AssignmentError, decode_assignment
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import (
+    ConsumerGroupDescribeRequest,
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     ListGroupsRequest,
@@ -260,24 +261,63 @@ def _assignment(protocol_type: str, member: Any) -> dict[str, list[int]]:
         return {}
 
 
+async def describe_consumer_group(admin: AdminClient, group: str) -> tuple[Any, int] | None:
+    """(ConsumerGroupDescribe's entry for ``group``, its coordinator) when it is a KIP-848 consumer group;
+    None when it is none or the brokers do not serve that API."""
+    async def ask() -> tuple[Any, int] | None:
+        node_id = await admin.find_coordinator(group)
+        try:
+            admin.version_for(ApiKey.CONSUMER_GROUP_DESCRIBE, node_id)
+        except KafkaError:
+            return None
+        response = await admin.request(ApiKey.CONSUMER_GROUP_DESCRIBE,
+                                       ConsumerGroupDescribeRequest(group_ids=[group]), node_id=node_id)
+        entry = response.groups[0]
+        if entry.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return None
+        check(entry.error_code, entry.error_message, subject=f"group {group}")
+        return entry, node_id
+
+    return await retrying(admin, "ConsumerGroupDescribe", ask)
+
+
 async def _describe_one(admin: AdminClient, group: str, with_offsets: bool) -> dict[str, Any]:
-    entry, coordinator = await describe_group(admin, group)
-    if entry.group_state == "Dead":
-        raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"consumer group '{group}' does not exist",
-                         subject=f"group {group}")
-    broker = admin.brokers.get(coordinator)
+    try:
+        entry, coordinator = await describe_group(admin, group)
+        classic = entry.group_state != "Dead"
+    except KafkaError as exc:
+        if exc.code != ErrorCode.GROUP_ID_NOT_FOUND:
+            raise
+        classic = False
     members = []
-    for m in entry.members:
-        members.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                        "client_id": m.client_id, "host": m.client_host,
-                        "assignment": _assignment(entry.protocol_type, m)})
+    if classic:
+        for m in entry.members:
+            members.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                            "client_id": m.client_id, "host": m.client_host,
+                            "assignment": _assignment(entry.protocol_type, m)})
+        state, protocol_type, strategy = entry.group_state, entry.protocol_type, entry.protocol_data
+    else:
+        # Not a classic group: a KIP-848 consumer group answers ConsumerGroupDescribe.
+        found = await describe_consumer_group(admin, group)
+        if found is None:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"consumer group '{group}' does not exist",
+                             subject=f"group {group}")
+        consumer, coordinator = found
+        for m in consumer.members:
+            assignment = {tp.topic_name: sorted(tp.partitions) for tp in m.assignment.topic_partitions}
+            members.append({"member_id": m.member_id, "group_instance_id": m.instance_id,
+                            "client_id": m.client_id, "host": m.client_host, "assignment": assignment})
+        state, protocol_type, strategy = consumer.group_state, "consumer", consumer.assignor_name
+    broker = admin.brokers.get(coordinator)
     doc: dict[str, Any] = {
-        "group": group, "state": entry.group_state, "protocol_type": entry.protocol_type,
-        "assignment_strategy": entry.protocol_data,
+        "group": group, "state": state, "protocol_type": protocol_type,
+        "assignment_strategy": strategy,
         "coordinator": {"id": coordinator, "host": broker.host if broker else None,
                         "port": broker.port if broker else None},
         "members": members,
     }
+    if not classic:
+        doc["group_protocol"] = "consumer"
     if with_offsets:
         committed = await fetch_committed(admin, group)
         owner: dict[TopicPartition, dict[str, Any]] = {}

@@ -10,6 +10,9 @@ and read.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 from collections import Counter
 from contextlib import ExitStack
@@ -100,6 +103,15 @@ async def test_three_consumer_protocol_members_a_killed_member_and_added_partiti
                 described = admin.describe_consumer_groups(["kip848"], request_timeout=10)["kip848"].result(timeout=15)
                 assert len(described.members) == 2 and described.type.name == "CONSUMER"
                 assert {tp.partition for m in described.members for tp in m.assignment.topic_partitions} == set(
+                    range(PARTITIONS))
+                # kraftpy's own tool describes it too (ConsumerGroupDescribe when DescribeGroups knows no such group).
+                cli = subprocess.run([sys.executable, "-m", "kraftpy", "groups", "describe", "--group", "kip848",
+                                      "--members", "--json", "--bootstrap-server", bootstrap],
+                                     capture_output=True, text=True, timeout=60)
+                assert cli.returncode == 0, cli.stderr
+                (doc,) = json.loads(cli.stdout)["groups"]
+                assert doc["protocol_type"] == "consumer" and len(doc["members"]) == 2
+                assert sorted(p for m in doc["members"] for p in m["assignment"].get(TOPIC, [])) == list(
                     range(PARTITIONS))
                 before = len(read(survivors))
                 second = [f"b{i}" for i in range(30)]
