@@ -151,6 +151,7 @@ class HandshakeCampaign(Campaign):
                     kind, note = "harness-error", f"{type(exc).__name__}: {exc}"
                     self.report.add(Finding("harness-error", attempt, note[:500]))
         finally:
+            handshake_seconds = wire.handshake_seconds
             attempt.data = b"".join(wire.sent)[:4096]
             local_port = wire.local_port
             await wire.aclose()
@@ -161,6 +162,13 @@ class HandshakeCampaign(Campaign):
             self.report.note_port(local_port, attempt)
         for problem, message in ctx.problems:
             self.report.add(Finding(problem, attempt, message))
+        if (attempt.expect == "served" and kind == "closed" and handshake_seconds is not None
+                and handshake_seconds >= TLS_HANDSHAKE_TIMEOUT_S):
+            # The client took longer than the broker's TLS handshake timeout (a loaded fuzzer writing one
+            # byte at a time): closing it is the broker's rule, not a refused login.
+            self.report.add(Finding("slow-client", attempt, f"TLS handshake of {handshake_seconds:.1f}s closed by "
+                                    f"the broker's {TLS_HANDSHAKE_TIMEOUT_S:g}s handshake timeout: {note}"))
+            return
         self.judge(attempt, kind, note, bound)
 
     async def _after_refusal(self, ctx: Ctx) -> str:

@@ -41,6 +41,8 @@ class Wire:
         self.chunk = chunk
         #: Seconds one wait for the broker may last (None: no bound); past it, `Silent`.
         self.wait_bound: float | None = None
+        #: How long the TLS handshake took (or lasted until it failed); None before one.
+        self.handshake_seconds: float | None = None
         self.sent: list[bytes] = []  # what went on the socket, for the report (capped)
         self._sent_bytes = 0
         self._reader = FrameReader(MAX_ANSWER_BYTES)
@@ -126,6 +128,14 @@ class Wire:
         """Do the TLS handshake; with ``stop_after_bytes``, return once that many handshake bytes went out."""
         assert self.tls is not None
         written = 0
+        started = trio.current_time()
+        try:
+            await self._handshake(stop_after_bytes, written)
+        finally:
+            self.handshake_seconds = trio.current_time() - started
+
+    async def _handshake(self, stop_after_bytes: int | None, written: int) -> None:
+        assert self.tls is not None
         while True:
             try:
                 self.tls.do_handshake()
