@@ -19,8 +19,9 @@ SEED = 11
 
 def test_group_kill_smoke_campaign_is_valid(tmp_path):
     out = tmp_path / "run"
+    # Its own ports (--base-port): make test runs test files in two workers, so two campaigns may run at once.
     code = runner.main(["--workload", "group", "--time-limit", "25", "--nemesis", "kill", "--interval", "9",
-                        "--churn-interval", "9", "--seed", str(SEED), "--out", str(out), "--network", "none",
+                        "--churn-interval", "9", "--seed", str(SEED), "--base-port", "19200", "--out", str(out), "--network", "none",
                         "--offsets-partitions", "6", "--startup-timeout", "120", "--final-read-timeout", "60",
                         "--drain-timeout", "60"])
     log = (out / "runner.log").read_text() if (out / "runner.log").exists() else ""

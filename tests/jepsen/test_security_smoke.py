@@ -21,8 +21,9 @@ SEED = 5  # with --interval 5 and --time-limit 15: cert-rotate, acl-flap, cert-r
 
 def test_secured_campaign_with_cert_rotation_and_acl_flaps_is_valid(tmp_path):
     out = tmp_path / "run"
+    # Its own ports (--base-port): make test runs test files in two workers, so two campaigns may run at once.
     code = runner.main(["--security", "sasl_ssl", "--nemesis", "cert-rotate,acl-flap", "--time-limit", "15",
-                        "--interval", "5", "--seed", str(SEED), "--out", str(out), "--network", "none",
+                        "--interval", "5", "--seed", str(SEED), "--base-port", "19600", "--out", str(out), "--network", "none",
                         "--producers", "2", "--consumers", "1", "--startup-timeout", "120",
                         "--final-read-timeout", "60"])
     log = (out / "runner.log").read_text() if (out / "runner.log").exists() else ""

@@ -20,8 +20,9 @@ SEED = 13
 
 def test_txn_kill_smoke_campaign_is_valid(tmp_path):
     out = tmp_path / "run"
+    # Its own ports (--base-port): make test runs test files in two workers, so two campaigns may run at once.
     code = runner.main(["--workload", "txn", "--time-limit", "20", "--nemesis", "kill", "--interval", "8",
-                        "--churn-interval", "8", "--seed", str(SEED), "--out", str(out), "--network", "none",
+                        "--churn-interval", "8", "--seed", str(SEED), "--base-port", "19400", "--out", str(out), "--network", "none",
                         "--producers", "2", "--consumers", "1", "--offsets-partitions", "4", "--txn-partitions", "4",
                         "--transaction-timeout-ms", "6000", "--startup-timeout", "120",
                         "--final-read-timeout", "60"])
