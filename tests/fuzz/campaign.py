@@ -362,11 +362,16 @@ class Campaign:
             await self.check_alive(nursery)
             if self._stop:
                 break
-            memory = self.target.memory_kb()
-            self.report.rss_samples.append((self.report.frames_sent, memory.get("VmRSS", 0)))
-            self.report.fd_samples.append((self.report.frames_sent, self.target.open_files()))
-            self.log(f"{self.report.frames_sent} frames, rss {memory.get('VmRSS', 0) // 1024} MiB, "
-                     f"{len(self.report.findings)} findings")
+            self.sample("frames")
+
+    def sample(self, unit: str, prefix: str = "") -> None:
+        """Note the target's resident memory and open files after a chunk, and log them (``unit``: what
+        was sent, frames or attempts)."""
+        memory = self.target.memory_kb()
+        self.report.rss_samples.append((self.report.frames_sent, memory.get("VmRSS", 0)))
+        self.report.fd_samples.append((self.report.frames_sent, self.target.open_files()))
+        self.log(f"{prefix}{self.report.frames_sent} {unit}, rss {memory.get('VmRSS', 0) // 1024} MiB, "
+                 f"{len(self.report.findings)} findings")
 
     async def send_all(self, frames: list[Frame]) -> None:
         iterator = iter(frames)

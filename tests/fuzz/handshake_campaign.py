@@ -105,11 +105,7 @@ class HandshakeCampaign(Campaign):
             await self.check_alive(nursery)
             if self._stop:
                 break
-            memory = self.target.memory_kb()
-            self.report.rss_samples.append((self.report.frames_sent, memory.get("VmRSS", 0)))
-            self.report.fd_samples.append((self.report.frames_sent, self.target.open_files()))
-            self.log(f"{time.strftime('%H:%M:%S')} {self.report.frames_sent} attempts, rss {memory.get('VmRSS', 0) // 1024} MiB, "
-                     f"{len(self.report.findings)} findings")
+            self.sample("attempts", prefix=f"{time.strftime('%H:%M:%S')} ")
             for finding in self.report.findings[seen:]:  # as they come: a long run can be judged while it runs
                 self.log(f"  {finding.kind} [{finding.klass}] attempt {finding.frame_index}: {finding.message[:300]}")
             seen = len(self.report.findings)

@@ -184,3 +184,21 @@ def stable_assignment(members: list[Member], partitions: int) -> bool:
     """Every member holds some partitions, none holds one another holds, and together they hold all."""
     held = [m.partitions for m in members]
     return all(held) and sum(map(len, held)) == partitions and set().union(*held) == set(range(partitions))
+
+
+def values_read_above_commits(members: Iterable[Member]) -> set[str]:
+    """Every value the members read, in the order they printed it (their ``seq``), checking that none was
+    read at an offset below what the group had committed for its partition by then (a redelivery past a
+    commit: what a coordinator failover must never cause)."""
+    lines = sorted((line for m in members for line in m.lines), key=lambda line: line["seq"])
+    high: dict[int, int] = {}
+    seen: set[str] = set()
+    for line in lines:
+        if line["event"] == "committed":
+            for p, o in line["offsets"].items():
+                high[int(p)] = max(high.get(int(p), 0), o)
+        elif line["event"] == "records":
+            for p, o, value in line["records"]:
+                assert o >= high.get(p, 0), f"{value} at {p}:{o} redelivered below the commit {high.get(p)}"
+                seen.add(value)
+    return seen

@@ -14,7 +14,7 @@ from contextlib import ExitStack
 import pytest
 
 from tests.helpers.deployments import ProcessCluster, create_topics
-from tests.helpers.group_members import Member, stable_assignment, wait_until
+from tests.helpers.group_members import Member, stable_assignment, values_read_above_commits, wait_until
 from tests.integration.test_groups_failover import PARTITIONS, TOPIC, committed_by_group, coordinator, produce
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -67,17 +67,6 @@ def test_a_consumer_group_goes_on_after_its_coordinator_is_killed(tmp_path):
         for m in members:
             assert m.partitions == held[m.name]
             assert not [line for line in m.lines[marks[m.name]:] if line["event"] == "revoked"], m.tail()
-        lines = sorted((line for m in members for line in m.lines), key=lambda line: line["seq"])
-        high: dict[int, int] = {}
-        seen: set[str] = set()
-        for line in lines:
-            if line["event"] == "committed":
-                for p, o in line["offsets"].items():
-                    high[int(p)] = max(high.get(int(p), 0), o)
-            elif line["event"] == "records":
-                for p, o, value in line["records"]:
-                    assert o >= high.get(p, 0), f"{value} at {p}:{o} redelivered below the commit {high.get(p)}"
-                    seen.add(value)
-        assert seen == set(first) | set(second)
+        assert values_read_above_commits(members) == set(first) | set(second)
         for m in members:
             m.stop()

@@ -14,7 +14,7 @@ from contextlib import ExitStack
 import pytest
 
 from tests.helpers.deployments import ProcessCluster, create_topics, retry_coordinator
-from tests.helpers.group_members import Member, stable_assignment, wait_until
+from tests.helpers.group_members import Member, stable_assignment, values_read_above_commits, wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
@@ -103,17 +103,6 @@ def test_the_group_goes_on_after_its_coordinator_is_killed(tmp_path):
         assert committed_by_group(cluster.bootstrap) == {p: 20 for p in range(PARTITIONS)}
 
         # Every record read; none read again below an offset the group had committed when it was read.
-        lines = sorted((line for m in members for line in m.lines), key=lambda line: line["seq"])
-        high: dict[int, int] = {}
-        seen: set[str] = set()
-        for line in lines:
-            if line["event"] == "committed":
-                for p, o in line["offsets"].items():
-                    high[int(p)] = max(high.get(int(p), 0), o)
-            elif line["event"] == "records":
-                for p, o, value in line["records"]:
-                    assert o >= high.get(p, 0), f"{value} at {p}:{o} redelivered below the commit {high.get(p)}"
-                    seen.add(value)
-        assert seen == set(first) | set(second)
+        assert values_read_above_commits(members) == set(first) | set(second)
         for m in members:
             m.stop()
