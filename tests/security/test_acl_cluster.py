@@ -8,6 +8,8 @@ ACL stays open to them (replica fetches included, as the cluster resource has no
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import trio
 
@@ -50,7 +52,12 @@ def test_an_acl_made_through_one_broker_is_enforced_by_every_broker(tmp_path):
     settings = {"authorizer.class.name": STANDARD_AUTHORIZER, "allow.everyone.if.no.acl.found": "true"}
     with ProcessCluster(tmp_path, settings, log_level="info") as cluster:
         create_topics(cluster.bootstrap, [NewTopic("secret", 1, 3)], deployment=cluster)
-        assert all(secret_error(cluster, b) == ErrorCode.NONE for b in cluster.BROKER_IDS)
+        # The topic reaches each broker with its metadata: open to everybody (no ACL yet) once there.
+        deadline = time.monotonic() + 60
+        while not all(secret_error(cluster, b) == ErrorCode.NONE for b in cluster.BROKER_IDS):
+            assert time.monotonic() < deadline, "a broker never learned of the topic"
+            with cluster.cond:  # asked again after the next log line of any node, or half a second
+                cluster.cond.wait(0.5)
 
         marks = {b: proc.mark() for b, proc in cluster.brokers.items()}
         results = on_broker(cluster, 4, lambda admin: admin.create_acls([BOB_READS_SECRET]))
