@@ -35,7 +35,7 @@ Network faults have two backends with the same three operations (`partition`, `s
 
 1. `NetnsNetwork` (root on Linux): each node in its own network namespace with a veth pair to a
    bridge in the root namespace, node addresses 10.77.0.10+i/24 and 10.77.0.1 for the root
-   namespace (the harness's clients); partitions are iptables DROP rules inside the nodes'
+   namespace (the harness's clients; another network on the same machine takes its own `subnet`); partitions are iptables DROP rules inside the nodes'
    namespaces; slow and lossy links are `tc netem` (delay, jitter, loss) on a htb class per
    destination. Where the kernel has no netem, a slow link is a rate limit (htb + tbf) and a lossy
    link is an iptables `statistic` DROP rule. Processes are started with `ip netns exec NAME cmd`.
@@ -562,8 +562,7 @@ class ScheduleRunner:
 
 # --- backend 1: Linux network namespaces ------------------------------------------------------
 
-SUBNET = ipaddress.ip_network("10.77.0.0/24")
-ROOT_ADDRESS = "10.77.0.1"
+SUBNET = ipaddress.ip_network("10.77.0.0/24")  # the campaigns' network; the root namespace is its .1
 CHAIN = "KPJ_FAULTS"
 SLOW_RATE = "256kbit"  # the rate limit standing in for a delay where the kernel has no netem
 
@@ -602,19 +601,23 @@ def netns_available() -> str | None:
 class NetnsNetwork:
     """Nodes in their own network namespaces behind one bridge (see the module docstring). A context
     manager: setup on enter (after removing leftovers of the same prefix), teardown on exit; both
-    idempotent. Processes started in a namespace must be stopped before teardown."""
+    idempotent. Processes started in a namespace must be stopped before teardown. Two networks up at
+    once need different prefixes and different subnets."""
 
-    def __init__(self, nodes: Sequence[str], *, prefix: str = "kpj", first_host: int = 10) -> None:
+    def __init__(self, nodes: Sequence[str], *, prefix: str = "kpj", first_host: int = 10,
+                 subnet: str = str(SUBNET)) -> None:
         if len(prefix) > 6 or not prefix.isalnum():
             raise ValueError("prefix must be at most 6 letters or digits (interface names are short)")
-        if first_host + len(nodes) > 254:
-            raise ValueError("too many nodes for 10.77.0.0/24")
+        self.subnet = ipaddress.ip_network(subnet)
+        if first_host < 2 or first_host + len(nodes) > self.subnet.num_addresses - 1:
+            raise ValueError(f"{len(nodes)} nodes from host {first_host} do not fit {self.subnet}")
         self.nodes = list(nodes)
         self.prefix = prefix
         self.bridge = f"{prefix}br"
-        self.addresses = {n: str(SUBNET.network_address + first_host + i) for i, n in enumerate(self.nodes)}
+        self.root_address = str(self.subnet.network_address + 1)
+        self.addresses = {n: str(self.subnet.network_address + first_host + i) for i, n in enumerate(self.nodes)}
         self.netem = False
-        self._forward_rule = ["FORWARD", "-s", str(SUBNET), "-d", str(SUBNET), "-j", "ACCEPT"]
+        self._forward_rule = ["FORWARD", "-s", str(self.subnet), "-d", str(self.subnet), "-j", "ACCEPT"]
 
     def namespace(self, node: str) -> str:
         return f"{self.prefix}-{node}"
@@ -644,19 +647,19 @@ class NetnsNetwork:
             raise RuntimeError(f"network namespaces are not usable: {reason}")
         self.teardown()
         for line in _run(["ip", "-o", "-4", "addr", "show"]).stdout.splitlines():
-            for addr in [ROOT_ADDRESS, *self.addresses.values()]:
+            for addr in [self.root_address, *self.addresses.values()]:
                 if f" {addr}/" in line:
                     raise RuntimeError(f"{addr} is already in use here: {line.strip()}")
         try:
             _run(["ip", "link", "add", self.bridge, "type", "bridge"])
-            _run(["ip", "addr", "add", f"{ROOT_ADDRESS}/{SUBNET.prefixlen}", "dev", self.bridge])
+            _run(["ip", "addr", "add", f"{self.root_address}/{self.subnet.prefixlen}", "dev", self.bridge])
             _run(["ip", "link", "set", self.bridge, "up"])
             for node in self.nodes:
                 ns, veth = self.namespace(node), self._veth(node)
                 _run(["ip", "netns", "add", ns])
                 _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns])
                 _run(["ip", "link", "set", veth, "master", self.bridge, "up"])
-                self._in(node, "ip", "addr", "add", f"{self.addresses[node]}/{SUBNET.prefixlen}", "dev", "eth0")
+                self._in(node, "ip", "addr", "add", f"{self.addresses[node]}/{self.subnet.prefixlen}", "dev", "eth0")
                 self._in(node, "ip", "link", "set", "eth0", "up")
                 self._in(node, "ip", "link", "set", "lo", "up")
                 self._in(node, "iptables", "-N", CHAIN)

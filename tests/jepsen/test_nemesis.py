@@ -521,7 +521,8 @@ print(json.dumps(out))
 def netns():
     if NETNS_REASON is not None:
         pytest.skip(f"network namespaces: {NETNS_REASON}")
-    net = nm.NetnsNetwork(["a", "b", "c"], prefix="kpt")
+    # its own subnet: a smoke campaign in the other test worker may have 10.77.0.0/24 up at the same time
+    net = nm.NetnsNetwork(["a", "b", "c"], prefix="kpt", subnet="10.78.0.0/24")
     servers = []
     with net:
         try:
@@ -629,7 +630,7 @@ def test_netns_netem_delay(netns):
 
 @needs_netns
 def test_netns_setup_and_teardown_are_idempotent():
-    net = nm.NetnsNetwork(["x"], prefix="kpu", first_host=100)
+    net = nm.NetnsNetwork(["x"], prefix="kpu", first_host=100, subnet="10.79.0.0/24")
     net.setup()
     net.setup()  # removes the leftovers first
     assert "kpu-x" in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -644,7 +645,11 @@ def test_netns_network_validates_names():
     with pytest.raises(ValueError, match="prefix"):
         nm.NetnsNetwork(["a"], prefix="much-too-long")
     net = nm.NetnsNetwork(["a", "b"], prefix="kpz")
-    assert net.addresses == {"a": "10.77.0.10", "b": "10.77.0.11"}
+    assert net.addresses == {"a": "10.77.0.10", "b": "10.77.0.11"} and net.root_address == "10.77.0.1"
+    other = nm.NetnsNetwork(["a"], prefix="kpy", subnet="10.78.0.0/24")
+    assert other.addresses == {"a": "10.78.0.10"} and other.root_address == "10.78.0.1"
+    with pytest.raises(ValueError, match="do not fit"):
+        nm.NetnsNetwork(["a", "b"], prefix="kpx", first_host=254)
     assert net.wrap("b", ["kraftpy", "broker"]) == ["ip", "netns", "exec", "kpz-b", "kraftpy", "broker"]
 
 
