@@ -70,9 +70,11 @@ test: $(STAMP) system-deps
 	$(PYTEST) $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 # Regenerate the configuration reference from the schema, and the API table of docs/compatibility.md from
-# the versions kraftpy advertises and Kafka's message definitions.
-docs: $(STAMP)
+# the versions kraftpy advertises and Kafka's message definitions; run every client and version of the
+# client matrix (each in its venv under .venv-compat/) and render its table there too.
+docs: $(STAMP) system-deps
 	$(VENV)/bin/kraftpy config docs > docs/configuration.md
+	$(VENV)/bin/python -m tests.compat.clients
 	$(VENV)/bin/python -m tests.compat
 
 # Fault-injection campaigns against a real cluster, one per workload: the queue workload, the

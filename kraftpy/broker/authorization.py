@@ -86,6 +86,7 @@ API_RULES: dict[ApiKey, str] = {
                      "cluster or the topic",
     ApiKey.DESCRIBE_CLUSTER: "nothing (the cluster's authorized operations are 0 without DESCRIBE on it)",
     ApiKey.DESCRIBE_LOG_DIRS: "DESCRIBE on the cluster",
+    ApiKey.ALTER_REPLICA_LOG_DIRS: "ALTER on the cluster",
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: "DESCRIBE on each topic: named topics not allowed are answered "
                                       "TOPIC_AUTHORIZATION_FAILED, and when all topics are asked for they are left out",
     ApiKey.CREATE_TOPICS: "CREATE on the cluster, or else CREATE on each topic",
@@ -93,6 +94,7 @@ API_RULES: dict[ApiKey, str] = {
     ApiKey.CREATE_PARTITIONS: "ALTER on each topic",
     ApiKey.DESCRIBE_CONFIGS: "DESCRIBE_CONFIGS on each topic, or on the cluster for broker resources",
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "ALTER_CONFIGS on each topic, or on the cluster for broker resources",
+    ApiKey.ALTER_CONFIGS: "ALTER_CONFIGS on each topic, or on the cluster for broker resources",
     ApiKey.FIND_COORDINATOR: "DESCRIBE on the group, or on the transactional id",
     ApiKey.JOIN_GROUP: "READ on the group",
     ApiKey.SYNC_GROUP: "READ on the group",

@@ -2,8 +2,8 @@
 
 The broker never changes metadata itself. CreateTopics, DeleteTopics, CreatePartitions,
 IncrementalAlterConfigs, ElectLeaders, the partition reassignments and UnregisterBroker from
-clients, the leader's ISR changes (AlterPartition) and producer-id blocks (AllocateProducerIds) all
-go through a `ControllerChannel`. Each method
+clients, the leader's ISR changes (AlterPartition), producer-id blocks (AllocateProducerIds) and the
+log directories of its replicas (AssignReplicasToDirs) all go through a `ControllerChannel`. Each method
 returns once the controller's records for the request are committed to the metadata log (the
 broker learns the new state a little later, when the committed records reach it through
 ``BrokerServer.publish``), and raises `ControllerUnavailable` when no controller answers.
@@ -26,6 +26,8 @@ from kraftpy.metadata.messages import (
     AlterPartitionResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     CreateAclsRequest,
     CreateAclsResponse,
     CreatePartitionsRequest,
@@ -66,6 +68,10 @@ class ControllerChannel(Protocol):
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse: ...
 
     async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse: ...
+
+    async def assign_replicas_to_dirs(
+        self, request: AssignReplicasToDirsRequest
+    ) -> AssignReplicasToDirsResponse: ...
 
     async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse: ...
 

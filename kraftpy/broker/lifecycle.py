@@ -102,7 +102,7 @@ class BrokerLifecycle:
         request = BrokerRegistrationRequest(
             self.node_id, self.cluster_id, self.incarnation_id,
             listeners=advertised_endpoints(self.config, getattr(self.server, "ports", None) or self.server.port),
-            features=features, rack=self.config["broker.rack"])
+            features=features, rack=self.config["broker.rack"], log_dirs=self.server.log_dir_ids())
         refusals = 0
         while True:
             try:
@@ -128,7 +128,8 @@ class BrokerLifecycle:
     async def _heartbeat(self) -> None:
         request = BrokerHeartbeatRequest(self.node_id, self.broker_epoch, self.metadata_offset(),
                                          want_fence=False, want_shut_down=self._want_shut_down,
-                                         offline_replicas=self.server.offline_replicas())
+                                         offline_replicas=self.server.offline_replicas(),
+                                         offline_log_dirs=self.server.offline_log_dirs())
         try:
             response = await self.controller.call(request, timeout=max(self.heartbeat_interval * 2, 2.0))
         except ControllerUnavailable as exc:

@@ -20,13 +20,25 @@ the delta touched, as Kafka's ``ReplicaManager.applyDelta`` does with ``TopicsDe
 
 ``set_running`` re-applies roles to every local partition (once per fence or unfence).
 
-Offline replicas (Kafka's log-dir failure handling, by replica): a replica whose log cannot be
-opened (an OSError: its directory unreadable or replaced by a file, a segment that fails to open,
-EIO), whose files fail later (any OSError but a full disk: ENOSPC only fails the one append), or
-whose log may lie in a log directory that failed to load, is *offline*: it has no `Partition`, its
-requests are answered KAFKA_STORAGE_ERROR, and every heartbeat names it (``offline_replicas``) so
-that the controller moves its leadership and ISR place to another replica. It stays offline until
-the broker restarts (or the replica is deleted); a broker with no usable log directory stops.
+Offline replicas and log directories (Kafka's log-dir failure handling): a replica whose log cannot
+be opened (an OSError: its directory unreadable or replaced by a file, a segment that fails to open,
+EIO), or whose log may lie in a log directory that failed to load, is *offline*: it has no
+`Partition`, its requests are answered KAFKA_STORAGE_ERROR, and every heartbeat names it
+(``offline_replicas``) so that the controller moves its leadership and ISR place to another replica.
+Files that fail while the broker runs (any OSError but a full disk: ENOSPC only fails the one
+append) — a replica's, or the directory's own checkpoint files — take the *whole log directory*
+offline (`fail_log_dir`), as Kafka does: every replica in it goes offline and its log is closed,
+nothing more is written there, and the heartbeat names the directory by its id (``offline_log_dirs``,
+KIP-858) beside its replicas; the broker goes on serving its other directories. Everything stays
+offline until the broker restarts (or the replica is deleted); a broker whose last log directory
+fails stops, with one line naming the failures.
+
+Log directories (KIP-858): a new replica's log is created in the directory the metadata records
+for it when that is one of this broker's online directories, in the one holding the fewest
+partitions otherwise (a replica recorded in one of this broker's offline directories stays
+offline). Wherever a replica's log is, the broker tells the controller when the metadata records
+another directory for it (AssignReplicasToDirs, batched and retried by ``_run_dir_assignments``), so
+that the controller knows which replicas a failed directory takes down.
 
 The fetchers are told which partitions to fetch from which leader (``fetch_assignments``, kept
 up to date partition by partition). ISR changes the leaders propose are queued and sent to the
@@ -59,10 +71,11 @@ import trio
 from kraftpy.broker import producer_state as ps
 from kraftpy.broker.controller_channel import ControllerChannel, ControllerUnavailable
 from kraftpy.broker.log_cleaner import LogCleaner
+from kraftpy.broker.log_dir_mover import FUTURE_SUFFIX, LogDirMover, Swapped
 from kraftpy.broker.partition import Partition, Role, TopicPartition
 from kraftpy.broker.replication_quota import ReplicationThrottles
 from kraftpy.broker.settings import BrokerSettings
-from kraftpy.fatal import FatalError, describe_os_error
+from kraftpy.fatal import NO_SPACE_ERRNOS, FatalError, describe_os_error
 from kraftpy.ids import Uuid
 from kraftpy.metadata import configs as config_defs
 from kraftpy.metadata.delta import LocalPartition, MetadataDelta
@@ -71,12 +84,16 @@ from kraftpy.metadata.messages import (
     AlterPartitionPartitionData,
     AlterPartitionRequest,
     AlterPartitionTopicData,
+    AssignReplicasToDirsDirectory,
+    AssignReplicasToDirsPartition,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsTopic,
     BrokerState,
 )
-from kraftpy.metadata.records import NO_LEADER, ConfigResourceType
+from kraftpy.metadata.records import DIRECTORY_UNASSIGNED, NO_LEADER, ConfigResourceType
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.record_validation import ProduceRules
-from kraftpy.storage.log import Log
+from kraftpy.storage.log import Log, LogClosedError
 from kraftpy.storage.log_config import LogConfig
 from kraftpy.storage.log_manager import LogManager, partition_dir_name
 
@@ -184,6 +201,8 @@ class _OpenRequest:
     tp: TopicPartition
     topic_id: Uuid
     settings: TopicLogSettings
+    #: The directory the metadata records for this broker's replica (DIRECTORY_UNASSIGNED: none yet).
+    directory: Uuid = DIRECTORY_UNASSIGNED
 
 
 class ReplicaManager:
@@ -210,6 +229,8 @@ class ReplicaManager:
         self.assignments_changed = trio.Event()
         self._isr_send, self._isr_receive = trio.open_memory_channel[Partition](math.inf)
         self._delete_send, self._delete_receive = trio.open_memory_channel[Path](math.inf)
+        #: Set (and replaced) after each directory removed in the background.
+        self.deleted = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._loaded = False
         #: Replicas this broker holds but cannot serve (see the module doc), with why.
@@ -220,6 +241,14 @@ class ReplicaManager:
         self.throttles = ReplicationThrottles(self.node_id, trio.current_time)
         #: Compacts the replicas of compacted topics (a task of `run`).
         self.log_cleaner = LogCleaner(settings, lambda: list(self.partitions.values()), clock)
+        #: Moves of replicas between this broker's log directories (AlterReplicaLogDirs).
+        self.mover = LogDirMover(self.log_manager, self._log_manager_lock, self.node_id)
+        self.mover.on_swapped = self._replica_moved
+        self.mover.on_target_failed = self.fail_log_dir
+        self.mover.on_removable = self._delete_send.send_nowait
+        #: Directory assignments the controller has yet to record: (topic id, partition) -> directory id.
+        self.pending_dir_assignments: dict[tuple[Uuid, int], Uuid] = {}
+        self._dir_assignments_queued = trio.Event()
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -238,8 +267,9 @@ class ReplicaManager:
         if not self.log_manager.online_dirs:
             failures = "; ".join(self.log_manager.offline_dirs.values())
             raise FatalError(f"no log directory can be used (log.dirs): {failures}")
+        # Directories left to delete, and future logs of moves a restart ended (they are asked again).
         return [child for directory in self.log_manager.online_dirs for child in directory.iterdir()
-                if child.is_dir() and child.name.endswith(DELETE_SUFFIX)]
+                if child.is_dir() and child.name.endswith((DELETE_SUFFIX, FUTURE_SUFFIX))]
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """The background work, until cancelled. The owner calls `close` once nothing else runs."""
@@ -252,6 +282,7 @@ class ReplicaManager:
                 nursery.start_soon(self._run_housekeeping)
                 nursery.start_soon(self._run_checkpoints)
                 nursery.start_soon(self._run_deletions)
+                nursery.start_soon(self._run_dir_assignments)
                 await nursery.start(self.log_cleaner.run)
                 task_status.started()
         finally:
@@ -340,6 +371,7 @@ class ReplicaManager:
             if i and not i % _CHUNK:
                 await trio.lowlevel.checkpoint()  # a big delta (a topic of thousands) in slices
             await self._apply_role(local.topic_name, local.partition, local.registration)
+            self._check_directory(local.topic_id, local.topic_name, local.partition, local.registration)
             if self.offline and TopicPartition(local.topic_name, local.partition) in self.offline:
                 reg = local.registration
                 self._log.info("partition of an offline replica changed", partition=f"{local.topic_name}-{local.partition}",
@@ -448,8 +480,9 @@ class ReplicaManager:
             if topic_settings is None:
                 topic_settings = settings_of[local.topic_name] = log_settings_for(image, static, local.topic_name,
                                                                                    self.settings.node_id)
+            directory = local.registration.directory_of(self.node_id) or DIRECTORY_UNASSIGNED
             requests.append(_OpenRequest(TopicPartition(local.topic_name, local.partition), local.topic_id,
-                                         topic_settings))
+                                         topic_settings, directory))
         counts = Counter(part.log.directory.parent for part in self.partitions.values())
         async with self._log_manager_lock:
             opened, stale, failed = await trio.to_thread.run_sync(self._open_logs, requests, counts)
@@ -477,6 +510,7 @@ class ReplicaManager:
         failed: list[tuple[TopicPartition, OfflineReplica]] = []
         online = self.log_manager.online_dirs
         offline_dirs = self.log_manager.offline_dirs
+        by_id = {dir_id: path for path, dir_id in self.log_manager.directory_ids().items()}
         for request in requests:
             tp = request.tp
             log = None
@@ -496,6 +530,13 @@ class ReplicaManager:
                     directory = candidate
                     known = on_disk is not None
                     break
+                assigned = by_id.get(request.directory)
+                if directory is None and assigned is not None and assigned in offline_dirs:
+                    reason = f"its log directory is offline ({offline_dirs[assigned]})"
+                    failed.append((tp, OfflineReplica(request.topic_id, reason)))
+                    continue
+                if directory is None and assigned is not None:
+                    directory = assigned / log_dir_name(tp)  # where the controller recorded it
                 if directory is None and offline_dirs:
                     # Not in a usable log dir: it may be in the offline one. A new empty log here would
                     # hide that one's records when it is back (Kafka keeps such a replica offline too).
@@ -539,27 +580,71 @@ class ReplicaManager:
             self.on_offline()
 
     def mark_offline(self, part: Partition, exc: OSError) -> None:
-        """Trio thread: ``part``'s files failed (``exc``, not a full disk): take it offline and close
-        its log (in a worker thread, once no log work runs) as a crash would leave it."""
+        """Trio thread: ``part``'s files failed (``exc``, not a full disk): the log directory holding
+        it goes offline with every replica in it (`fail_log_dir`)."""
         if self.partitions.get(part.tp) is not part:
             return
-        self._detach_partition(part.tp)
         where = exc.filename or part.log.directory
-        self._went_offline(part.tp, OfflineReplica(part.topic_id, f"{where}: {describe_os_error(exc)}"))
+        reason = f"{where}: {describe_os_error(exc)}"
+        log_dir = self.log_manager.log_dir_of(part.log.directory)
+        if log_dir is None:  # not under a log directory of this broker: the replica alone
+            self._take_offline([part], reason)
+            return
+        self.fail_log_dir(log_dir, reason)
+
+    def fail_log_dir(self, log_dir: Path, reason: str) -> None:
+        """Trio thread: the log directory ``log_dir`` failed (``reason``: ``<file>: <why> (<errno>)``).
+        Every replica in it goes offline and its log is closed (in a worker thread, once no log work
+        runs, as a crash would leave it); nothing more is written there; the heartbeat that follows
+        names the directory. The broker stops when no log directory is left."""
+        if not self.log_manager.fail_dir(log_dir, reason):
+            return
+        self.mover.cancel_in(log_dir)
+        in_dir = [part for part in self.partitions.values() if self.log_manager.log_dir_of(part.log.directory) == log_dir]
+        self._log.error("log directory offline: its replicas answer KAFKA_STORAGE_ERROR until a restart",
+                        log_dir=str(log_dir), reason=reason, replicas=len(in_dir))
+        self._take_offline(in_dir, f"log directory {log_dir} offline: {reason}")
+        if not self.log_manager.online_dirs:
+            failures = "; ".join(self.log_manager.offline_dirs.values())
+            fatal = FatalError(f"every log directory failed; stopping the broker (log.dirs): {failures}")
+
+            async def stop() -> None:
+                raise fatal
+
+            if self._nursery is None:
+                raise fatal
+            self._nursery.start_soon(stop)
+
+    def _take_offline(self, parts: list[Partition], reason: str) -> None:
+        """Trio thread: detach ``parts``, report them offline and close their logs in the background."""
+        for part in parts:
+            self._detach_partition(part.tp)
+            self.offline[part.tp] = OfflineReplica(part.topic_id, reason)
+            self._log.error("replica offline: KAFKA_STORAGE_ERROR until a restart", partition=str(part.tp),
+                            reason=reason)
+        if parts and self.on_offline is not None:
+            self.on_offline()
         self._signal_assignments()
 
-        async def abandon() -> None:
+        async def abandon(part: Partition) -> None:
             await part.pause_cleaning()  # for good
             await part.wait_idle()
             await trio.to_thread.run_sync(part.log.abandon)
 
         if self._nursery is not None:
-            self._nursery.start_soon(abandon)
+            for part in parts:
+                self._nursery.start_soon(abandon, part)
+
+    def offline_log_dir_ids(self) -> list[Uuid]:
+        """The ids of the offline log directories (what a heartbeat reports as OfflineLogDirs)."""
+        ids = self.log_manager.directory_ids()
+        return [ids[path] for path in self.log_manager.offline_dirs if path in ids]
 
     def _detach_partition(self, tp: TopicPartition) -> Partition:
         """Take a replica out of the maps and stop its roles (trio thread); its log is closed apart."""
         part = self.partitions.pop(tp)
         self._by_id.pop((part.topic_id, tp.partition), None)
+        self.mover.cancel_soon(tp)
         part.make_offline()
         self._assign_fetch(tp, None)
         return part
@@ -590,6 +675,127 @@ class ReplicaManager:
     async def _run_deletions(self) -> None:
         async for directory in self._delete_receive:
             await trio.to_thread.run_sync(shutil.rmtree, directory, True)
+            event, self.deleted = self.deleted, trio.Event()
+            event.set()
+
+    # -- moving replicas between log directories ------------------------------------------------
+
+    async def alter_replica_log_dir(self, tp: TopicPartition, path: Path) -> ErrorCode:
+        """Move this broker's replica ``tp`` to its log directory ``path`` (AlterReplicaLogDirs): answered
+        at once, the copy runs in the background (see kraftpy.broker.log_dir_mover). Kafka's errors:
+        LOG_DIR_NOT_FOUND (not a log directory of this broker), KAFKA_STORAGE_ERROR (that directory or
+        the replica is offline), REPLICA_NOT_AVAILABLE (no replica of it here)."""
+        if path not in self.log_manager.dirs:
+            return ErrorCode.LOG_DIR_NOT_FOUND
+        if path in self.log_manager.offline_dirs or tp in self.offline:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        part = self.partitions.get(tp)
+        if part is None or self._nursery is None:
+            return ErrorCode.REPLICA_NOT_AVAILABLE
+        if part.log.directory.parent == path:
+            await self.mover.cancel(tp)  # already there: a move elsewhere stops
+            return ErrorCode.NONE
+        if (path / log_dir_name(tp)).exists():
+            self._log.warning("cannot move a replica: its directory name is taken in the target",
+                              partition=str(tp), target=str(path))
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        try:
+            await self.mover.start(self._nursery, part, path)
+        except OSError as exc:
+            self.fail_log_dir(path, f"{exc.filename or path}: {describe_os_error(exc)}")
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return ErrorCode.NONE
+
+    def _replica_moved(self, part: Partition, old_directory: Path, swapped: Swapped) -> None:
+        """Trio thread: ``part`` now serves from its log in another directory. The old log closes and its
+        directory goes once no fetch can still be sending from it; the controller learns the new directory."""
+        delay = part.log.config.file_delete_delay_ms / 1000
+        ids = self.log_manager.directory_ids()
+        new_id = ids.get(part.log.directory.parent)
+        if new_id is not None:
+            self.report_directory(part.topic_id, part.tp.partition, new_id)
+
+        async def retire() -> None:
+            try:
+                await part.run_exclusive(part.snapshot_producer_state)
+            except (OSError, ValueError, LogClosedError) as exc:
+                self._log.warning("producer state snapshot after a move failed", partition=str(part.tp),
+                                  error=str(exc))
+            await trio.sleep(delay)
+            await trio.to_thread.run_sync(swapped.old_log.abandon)
+            self._delete_send.send_nowait(swapped.doomed)
+
+        if self._nursery is not None:
+            self._nursery.start_soon(retire)
+
+    # -- log directory assignments (KIP-858) -------------------------------------------------------
+
+    def _check_directory(self, topic_id: Uuid, topic: str, index: int, reg: PartitionRegistration) -> None:
+        """Queue an AssignReplicasToDirs entry when the metadata records another directory for this
+        broker's replica than the one holding its log (and drop one the metadata now agrees with)."""
+        part = self.partitions.get(TopicPartition(topic, index))
+        if part is None or part.topic_id != topic_id:
+            return
+        log_dir = self.log_manager.log_dir_of(part.log.directory)
+        actual = self.log_manager.directory_ids().get(log_dir) if log_dir is not None else None
+        if actual is None:
+            return  # a directory without an id (never formatted): nothing to report
+        key = (topic_id, index)
+        if reg.directory_of(self.node_id) == actual:
+            if self.pending_dir_assignments.get(key) == actual:
+                del self.pending_dir_assignments[key]
+            return
+        self.report_directory(topic_id, index, actual)
+
+    def report_directory(self, topic_id: Uuid, index: int, directory: Uuid) -> None:
+        """Tell the controller (soon, batched) that this broker's replica is in ``directory``."""
+        self.pending_dir_assignments[(topic_id, index)] = directory
+        self._dir_assignments_queued.set()
+
+    async def _run_dir_assignments(self) -> None:
+        """Send the queued directory assignments, as many at a time as are queued, until the
+        controller has recorded each (retried after ``replica.fetch.backoff.ms`` on failure)."""
+        backoff = max(self.settings.replica_fetch_backoff_ms, 1) / 1000
+        while True:
+            await self._dir_assignments_queued.wait()
+            self._dir_assignments_queued = trio.Event()
+            while self.pending_dir_assignments:
+                batch = dict(self.pending_dir_assignments)
+                if not await self._send_dir_assignments(batch):
+                    await trio.sleep(backoff)
+                    continue
+                for key, directory in batch.items():
+                    if self.pending_dir_assignments.get(key) == directory:
+                        del self.pending_dir_assignments[key]
+
+    async def _send_dir_assignments(self, batch: dict[tuple[Uuid, int], Uuid]) -> bool:
+        """One AssignReplicasToDirs; whether the controller answered it (entries of partitions it no
+        longer knows, or this broker no longer holds, are dropped: there is nothing to record)."""
+        reg = self.image.cluster.broker(self.node_id)
+        if reg is None:
+            return False
+        by_dir: dict[Uuid, dict[Uuid, list[int]]] = {}
+        for (topic_id, index), directory in sorted(batch.items(), key=lambda item: (str(item[0][0]), item[0][1])):
+            by_dir.setdefault(directory, {}).setdefault(topic_id, []).append(index)
+        request = AssignReplicasToDirsRequest(self.node_id, reg.epoch, tuple(
+            AssignReplicasToDirsDirectory(directory, tuple(
+                AssignReplicasToDirsTopic(topic_id, tuple(AssignReplicasToDirsPartition(i) for i in indexes))
+                for topic_id, indexes in topics.items()))
+            for directory, topics in by_dir.items()))
+        try:
+            response = await self.channel.assign_replicas_to_dirs(request)
+        except ControllerUnavailable as exc:
+            self._log.warning("AssignReplicasToDirs failed: no controller", error=str(exc))
+            return False
+        if response.error_code != ErrorCode.NONE:
+            self._log.warning("AssignReplicasToDirs refused", error=ErrorCode(response.error_code).name)
+            return False
+        refused = [(str(t.topic_id), p.partition_index, ErrorCode(p.error_code).name)
+                   for d in response.directories for t in d.topics for p in t.partitions if p.error_code]
+        if refused:
+            self._log.info("directory assignments not recorded", refused=refused)
+        self._log.info("log directories assigned", replicas=len(batch))
+        return True
 
     # -- ISR changes ------------------------------------------------------------------------------
 
@@ -717,13 +923,17 @@ class ReplicaManager:
             await self.housekeeping()
 
     async def checkpoint_now(self) -> None:
-        """Write the log directories' offset checkpoints (one worker-thread hop for all of them)."""
-        try:
-            async with self._log_manager_lock:
-                logs = [part.log for part in self.partitions.values()]  # taken under the lock: none forgotten since
-                await trio.to_thread.run_sync(self.log_manager.checkpoint, logs)
-        except OSError as exc:
-            self._log.warning("offset checkpoint failed", error=str(exc))
+        """Write the log directories' offset checkpoints (one worker-thread hop for all of them); a
+        directory whose files cannot be written (not for a full disk) goes offline."""
+        async with self._log_manager_lock:
+            logs = [part.log for part in self.partitions.values()]  # taken under the lock: none forgotten since
+            failed = await trio.to_thread.run_sync(self.log_manager.checkpoint, logs)
+        for path, exc in failed.items():
+            where = exc.filename or path
+            if exc.errno in NO_SPACE_ERRNOS:
+                self._log.warning("offset checkpoint failed", log_dir=str(path), error=describe_os_error(exc))
+                continue
+            self.fail_log_dir(path, f"{where}: {describe_os_error(exc)}")
 
     async def _run_checkpoints(self) -> None:
         while True:

@@ -71,6 +71,8 @@ from kraftpy.broker.settings import BrokerSettings
 from kraftpy.broker.txn_support import BrokerConnections, TxnMarkerSender, TxnVerifier
 from kraftpy.coordinator.group_coordinator import GroupCoordinator
 from kraftpy.coordinator.txn_coordinator import TxnCoordinator
+from kraftpy.ids import Uuid
+from kraftpy.metadata import metadata_version
 from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.image import MetadataImage
 from kraftpy.metadata.messages import OfflineReplicaTopic
@@ -221,6 +223,15 @@ class BrokerServer:
         return tuple(OfflineReplicaTopic(topic_id, tuple(partitions))
                      for topic_id, partitions in self.replicas.offline_replicas().items())
 
+    def log_dir_ids(self) -> tuple[Uuid, ...]:
+        """The ids of this broker's online log directories, as its registration names them (KIP-858)."""
+        ids = self.replicas.log_manager.directory_ids()
+        return tuple(ids[path] for path in self.replicas.log_manager.online_dirs if path in ids)
+
+    def offline_log_dirs(self) -> tuple[Uuid, ...]:
+        """The ids of this broker's offline log directories, as a heartbeat reports them (KIP-858)."""
+        return tuple(self.replicas.offline_log_dir_ids())
+
     def _replicas_went_offline(self) -> None:
         # An offline __consumer_offsets or __transaction_state replica leads no more.
         self.leadership.sync(self.replicas.image)
@@ -278,9 +289,14 @@ class BrokerServer:
                 await self.replicas.set_running(update)
             else:
                 image, delta = update
+                features_before = self.metadata.image.features
                 await self.replicas.apply_delta(image, delta)
                 self.authorizer.apply_delta(delta)
                 self.metadata.set_image(image)
+                if image.features != features_before:
+                    level = image.features.metadata_version
+                    self._log.info("features changed", levels=dict(image.features.levels), metadata_version=level,
+                                   release_version=metadata_version.name(level))
                 if delta.changed_brokers:
                     brokers = image.cluster.brokers
                     self._log.info("brokers changed", changed=list(delta.changed_brokers),

@@ -9,7 +9,8 @@ Output: a rich table on a terminal; tab-separated columns with a header line whe
 
 Exit codes (`EXIT_*`): 0 everything asked for was done; 1 a request failed (the message names
 Kafka's error code and the resource); 2 the command line itself was wrong; 3 no broker or
-controller could be reached. Messages go to stderr as one line each: ``kraftpy: <what failed>``.
+controller could be reached; 130 interrupted (Ctrl-C). Messages go to stderr as one line each:
+``kraftpy: <what failed>``.
 """
 
 from __future__ import annotations
@@ -23,14 +24,22 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import trio
 import typer
 
-from kraftpy.admin.client import AdminClient, AdminError, ClientConfig, KafkaError, parse_addresses
-from kraftpy.config.properties import load_properties
+from kraftpy.admin.client import (
+    CLIENT_CONFIG_KEYS,
+    AdminClient,
+    AdminError,
+    ClientConfig,
+    KafkaError,
+    parse_addresses,
+)
+from kraftpy.config.properties import PropertiesSyntaxError, load_properties
 from kraftpy.protocol.errors import ErrorCode
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+EXIT_INTERRUPTED = 130
 
 T = TypeVar("T")
 
@@ -52,16 +61,30 @@ def die(message: str, code: int = EXIT_FAILED) -> NoReturn:
     raise typer.Exit(code)
 
 
+def read_properties_or_exit(path: Path, flag: str) -> dict[str, str]:
+    """A client settings file as a dict; a file that cannot be read or parsed is one line and exit 2."""
+    try:
+        entries = load_properties(path)
+    except PropertiesSyntaxError as exc:
+        # A file that cannot be read is reported at line 0: name the flag and the reason only.
+        detail = str(exc).removeprefix(f"{exc.source}:0: ") if exc.line == 0 else str(exc)
+        die(f"{flag}={path}: {detail}", EXIT_USAGE)
+    except OSError as exc:
+        die(f"{flag}={path}: {exc.strerror or exc}", EXIT_USAGE)
+    except ValueError as exc:
+        die(f"{flag}={path}: {exc}", EXIT_USAGE)
+    return {e.key: e.value for e in entries}
+
+
 def client_config(path: Path | None) -> ClientConfig:
     if path is None:
         return ClientConfig()
-    try:
-        entries = load_properties(path)
-    except OSError as exc:
-        die(f"--command-config={path}: {exc.strerror or exc}", EXIT_USAGE)
-    except ValueError as exc:
-        die(f"--command-config={path}: {exc}", EXIT_USAGE)
-    props = {e.key: e.value for e in entries}
+    props = read_properties_or_exit(path, "--command-config")
+    for key in props:
+        # As Kafka's clients do, a setting the client does not read is named, then left alone.
+        if key not in CLIENT_CONFIG_KEYS and not key.startswith(("ssl.", "sasl.")):
+            typer.echo(f"kraftpy: warning: --command-config={path}: {key} is not a setting the admin client "
+                       "reads (ignored)", err=True)
     try:
         return ClientConfig.from_properties(props)
     except ValueError as exc:
@@ -77,6 +100,19 @@ def bootstrap_or_exit(bootstrap_server: str | None) -> list[tuple[str, int]]:
         die(f"--bootstrap-server={bootstrap_server}: {exc}", EXIT_USAGE)
 
 
+def run_trio(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``trio.run(fn, *args)``; Ctrl-C ends the command with one line and exit 130, not a traceback
+    (trio may deliver it inside an exception group, from a nursery that was connecting)."""
+    try:
+        return trio.run(fn, *args)
+    except KeyboardInterrupt:
+        pass
+    except BaseExceptionGroup as group:
+        if group.subgroup(KeyboardInterrupt) is None:
+            raise
+    die("interrupted", EXIT_INTERRUPTED)
+
+
 def run_admin(bootstrap_server: str | None, command_config: Path | None,
               body: Callable[[AdminClient], Awaitable[T]]) -> T:
     """Connect, run ``body(admin)`` under trio, close; an `AdminError` ends the process with its one
@@ -89,7 +125,7 @@ def run_admin(bootstrap_server: str | None, command_config: Path | None,
             return await body(admin)
 
     try:
-        return trio.run(main)
+        return run_trio(main)
     except AdminError as exc:
         die(str(exc), exc.exit_code)
 
@@ -111,7 +147,8 @@ def emit_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: 
 
         table = Table(title=title, show_lines=False)
         for name in columns:
-            table.add_column(name)
+            # Fold long cells (topic ids, config lists) onto more lines: never cut what a user reads.
+            table.add_column(name, overflow="fold")
         for row in cells:
             table.add_row(*row)
         Console().print(table)

@@ -21,6 +21,7 @@ import typer
 
 from kraftpy.admin.client import AdminClient, AdminConnectionError, AdminError, check, parse_addresses
 from kraftpy.cli.admin_common import (
+    EXIT_FAILED,
     EXIT_USAGE,
     BootstrapControllerOption,
     BootstrapServerOption,
@@ -31,23 +32,34 @@ from kraftpy.cli.admin_common import (
     emit_json,
     emit_table,
     run_admin,
+    run_trio,
 )
-from kraftpy.metadata.rpc import CLUSTER_DESCRIBE_API, NOT_CONTROLLER
+from kraftpy.metadata.rpc import API_OF, CLUSTER_DESCRIBE_API, CONTROLLER_APIS, NOT_CONTROLLER, WIRE
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.messages import DescribeClusterRequest, UnregisterBrokerRequest
 from kraftpy.rpc.control import AuthenticationFailed, ControlClient, RpcError
+from kraftpy.rpc.wire import WireError
 
 app = typer.Typer(help="Describe the cluster (its id, controller and brokers); unregister a broker.",
                   no_args_is_help=True)
 
 
+#: Answers after which the request goes to the next controller, or again after a pause.
+_ASKED_AGAIN = frozenset({NOT_CONTROLLER, "NETWORK_EXCEPTION", "REQUEST_TIMED_OUT"})
+
+
 async def ask_active_controller(addresses: list[tuple[str, int]], timeout: float, tls: Any = None,
-                                sasl: Any = None) -> dict[str, Any]:
-    """The active controller's DescribeClusterState answer. Controllers that are not active point at
-    the leader (``id@host:port``); while none is active yet (an election), ask again until ``timeout``."""
+                                sasl: Any = None, api: str = CLUSTER_DESCRIBE_API,
+                                body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The active controller's answer to control-plane request ``api`` (DescribeClusterState unless
+    told). Controllers that are not active point at the leader (``id@host:port``; a pointer naming only
+    the id is resolved by asking that controller DescribeClusterState); while none is active yet (an
+    election), ask again until ``timeout``."""
     errors: list[str] = []
     #: A refused login: asking again will not help.
     refused: str | None = None
+    #: The active controller's own error answer (INVALID_REQUEST, an ACL's refusal): final too.
+    denied: RpcError | None = None
     async with trio.open_nursery() as nursery:
         clients: dict[tuple[str, int], ControlClient] = {}
 
@@ -59,7 +71,7 @@ async def ask_active_controller(addresses: list[tuple[str, int]], timeout: float
 
         try:
             with trio.move_on_after(timeout):
-                while refused is None:
+                while refused is None and denied is None:
                     queue = list(addresses)
                     seen: set[tuple[str, int]] = set()
                     while queue:
@@ -68,15 +80,21 @@ async def ask_active_controller(addresses: list[tuple[str, int]], timeout: float
                             continue
                         seen.add(address)
                         try:
-                            return await client(address).request(CLUSTER_DESCRIBE_API, {})
+                            return await client(address).request(api, body or {})
                         except AuthenticationFailed as exc:
                             refused = exc.message
                             break
                         except RpcError as exc:
+                            if api != CLUSTER_DESCRIBE_API and exc.code not in _ASKED_AGAIN:
+                                denied = exc
+                                break
                             errors.append(f"{address[0]}:{address[1]}: {exc}")
-                            if exc.code == NOT_CONTROLLER and "@" in exc.message:
-                                queue.insert(0, parse_addresses(exc.message)[0])
-                    if refused is None:
+                            pointer = exc.message if exc.code == NOT_CONTROLLER else ""
+                            if pointer.isdigit() and api != CLUSTER_DESCRIBE_API:
+                                pointer = await _leader_address(client(address))
+                            if "@" in pointer:
+                                queue.insert(0, parse_addresses(pointer)[0])
+                    if refused is None and denied is None:
                         await trio.sleep(0.1)
         finally:
             for c in clients.values():
@@ -84,10 +102,22 @@ async def ask_active_controller(addresses: list[tuple[str, int]], timeout: float
             nursery.cancel_scope.cancel()
     if refused is not None:
         raise AdminConnectionError(refused)
+    if denied is not None:
+        raise denied
     raise AdminConnectionError("no active controller answered: " + "; ".join(dict.fromkeys(errors)))
 
 
-def controller_state(bootstrap_controller: str, command_config: Path | None) -> dict[str, Any]:
+async def _leader_address(client: ControlClient) -> str:
+    """``id@host:port`` of the active controller as a controller that is not it knows it, or ""."""
+    try:
+        await client.request(CLUSTER_DESCRIBE_API, {})
+    except RpcError as exc:
+        return exc.message if exc.code == NOT_CONTROLLER else ""
+    return ""
+
+
+def controller_state(bootstrap_controller: str, command_config: Path | None, api: str = CLUSTER_DESCRIBE_API,
+                     body: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run `ask_active_controller` for a command; its failure ends the process with one line."""
     try:
         addresses = parse_addresses(bootstrap_controller)
@@ -95,9 +125,24 @@ def controller_state(bootstrap_controller: str, command_config: Path | None) -> 
         die(f"--bootstrap-controller={bootstrap_controller}: {exc}", EXIT_USAGE)
     config = client_config(command_config)
     try:
-        return trio.run(ask_active_controller, addresses, config.request_timeout_s, config.tls, config.sasl)
+        return run_trio(ask_active_controller, addresses, config.request_timeout_s, config.tls, config.sasl,
+                        api, body)
     except AdminError as exc:
         die(str(exc), exc.exit_code)
+    except RpcError as exc:
+        die(f"{api}: {exc}", EXIT_FAILED)
+
+
+def controller_call(bootstrap_controller: str, command_config: Path | None, request: Any) -> Any:
+    """Send ``request`` (a kraftpy.metadata.messages request of `CONTROLLER_APIS`, the control plane that
+    brokers forward admin requests to) to the active controller and return its decoded response."""
+    api = API_OF[type(request)]
+    _, response_type = CONTROLLER_APIS[api]
+    answer = controller_state(bootstrap_controller, command_config, api, {"request": WIRE.encode(request)})
+    try:
+        return WIRE.decode_as(answer["response"], response_type)
+    except (KeyError, TypeError, WireError) as exc:
+        die(f"{api}: malformed answer from the controller: {exc}", EXIT_FAILED)
 
 
 def one_source(bootstrap_server: str | None, bootstrap_controller: str | None) -> None:

@@ -7,6 +7,13 @@ kraftpy.cli.configs_quotas; ``--entity-default`` for the default user or client 
 lists each entity's own dynamic overrides, or with ``--all`` every key with its value and source;
 ``alter`` sends one IncrementalAlterConfigs with ``--add-config`` (SET) and ``--delete-config``
 (DELETE), all of it or none of it applied, validated only with ``--dry-run``.
+
+With ``--bootstrap-controller`` instead of ``--bootstrap-server`` (KIP-919), topics and brokers are
+described and altered by the active controller itself, over the control plane brokers forward these
+requests to (DescribeConfigs and IncrementalAlterConfigs of kraftpy.metadata.rpc.CONTROLLER_APIS): it
+knows every dynamic config and the defaults, but not a broker's own properties file, so a broker's
+static values are the controller's. Topics need ``--entity-name`` there (controllers do not list
+topics); groups, users and clients are described and altered through a broker only.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import typer
 from kraftpy.admin.client import AdminClient, KafkaError, check
 from kraftpy.cli.admin_common import (
     EXIT_USAGE,
+    BootstrapControllerOption,
     BootstrapServerOption,
     CommandConfigOption,
     JsonOption,
@@ -27,8 +35,10 @@ from kraftpy.cli.admin_common import (
     emit_table,
     run_admin,
 )
+from kraftpy.cli.cluster import controller_call, controller_state, one_source
 from kraftpy.cli.configs_quotas import alter_quotas, describe_clients, describe_users_and_quotas, is_quota_key
 from kraftpy.cli.configs_users import alter_users, describe_users
+from kraftpy.metadata import messages as control
 from kraftpy.metadata.records import ConfigResourceType
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
@@ -153,11 +163,15 @@ def describe(
     all_configs: Annotated[bool, typer.Option(
         "--all", help="Every config with its value and source, not only the entity's own overrides.")] = False,
     bootstrap_server: BootstrapServerOption = None,
+    bootstrap_controller: BootstrapControllerOption = None,
     command_config: CommandConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Describe an entity's configs (every topic's or broker's when no --entity-name is given)."""
+    one_source(bootstrap_server, bootstrap_controller)
     name = _entity(entity_type, entity_name, entity_default, required=False)
+    if bootstrap_controller:
+        _controller_only(entity_type)
     if entity_type is EntityType.clients:
         describe_clients(name or None, entity_default, bootstrap_server, command_config, as_json)
         return
@@ -187,7 +201,10 @@ def describe(
             out.append((entity, list(result.configs)))
         return out
 
-    described = run_admin(bootstrap_server, command_config, body)
+    if bootstrap_controller:
+        described = _describe_by_controller(bootstrap_controller, command_config, entity_type, name)
+    else:
+        described = run_admin(bootstrap_server, command_config, body)
     documents = []
     for entity, entries in described:
         own = _own_source(entity_type, entity)
@@ -222,11 +239,15 @@ def alter(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Validate the change without applying it.")] = False,
     bootstrap_server: BootstrapServerOption = None,
+    bootstrap_controller: BootstrapControllerOption = None,
     command_config: CommandConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Set and delete an entity's configs (IncrementalAlterConfigs): all of them, or none."""
+    one_source(bootstrap_server, bootstrap_controller)
     name = _entity(entity_type, entity_name, entity_default, required=True)
+    if bootstrap_controller:
+        _controller_only(entity_type)
     assert name is not None
     added = parse_add_config(add_config) if add_config is not None else {}
     deleted = [k.strip() for k in (delete_config or "").split(",") if k.strip()]
@@ -266,7 +287,10 @@ def alter(
         if result.error_code != ErrorCode.NONE:
             raise KafkaError(result.error_code, result.error_message, subject=label)
 
-    run_admin(bootstrap_server, command_config, body)
+    if bootstrap_controller:
+        _alter_by_controller(bootstrap_controller, command_config, entity_type, name, added, deleted, dry_run)
+    else:
+        run_admin(bootstrap_server, command_config, body)
     if as_json:
         emit_json({"entity_type": entity_type.value, "entity_name": name, "set": added, "deleted": deleted,
                    "dry_run": dry_run})
@@ -274,3 +298,51 @@ def alter(
         typer.echo(f"Validated updating config for {label} (nothing changed).")
     else:
         typer.echo(f"Completed updating config for {label}.")
+
+
+# -- --bootstrap-controller: the active controller's own view ---------------------------------------
+
+
+def _controller_only(entity_type: EntityType) -> None:
+    """Controllers decide topic and broker configs here; the rest is a broker's (one line, exit 2)."""
+    if entity_type not in (EntityType.topics, EntityType.brokers):
+        die(f"--entity-type {entity_type.value} is described and altered through a broker: use "
+            "--bootstrap-server (--bootstrap-controller takes topics and brokers)", EXIT_USAGE)
+
+
+def _fail(code: int, message: str | None, label: str) -> None:
+    if code != ErrorCode.NONE:
+        error = KafkaError(code, message, subject=label)
+        die(str(error), error.exit_code)
+
+
+def _describe_by_controller(bootstrap_controller: str, command_config: Any, entity_type: EntityType,
+                            name: str | None) -> list[tuple[str, list[Any]]]:
+    """DescribeConfigs answered from the active controller's image, one entity per request."""
+    if name is not None:
+        names = [name]
+    elif entity_type is EntityType.topics:
+        die("--bootstrap-controller: name the topic (--entity-name); controllers do not list topics", EXIT_USAGE)
+    else:
+        names = [str(b["id"]) for b in controller_state(bootstrap_controller, command_config)["brokers"]]
+    out = []
+    for entity in names:
+        response = controller_call(bootstrap_controller, command_config, control.DescribeConfigsRequest(
+            resources=(control.DescribeConfigsResource(_RESOURCE_TYPE[entity_type], entity),)))
+        [result] = response.results
+        _fail(result.error_code, result.error_message, _label(entity_type, entity))
+        out.append((entity, list(result.configs)))
+    return out
+
+
+def _alter_by_controller(bootstrap_controller: str, command_config: Any, entity_type: EntityType, name: str,
+                         added: dict[str, str], deleted: list[str], dry_run: bool) -> None:
+    """IncrementalAlterConfigs applied (or with ``dry_run`` validated) by the active controller."""
+    Op = control.AlterConfigOp
+    request = control.IncrementalAlterConfigsRequest(resources=(control.AlterConfigsResource(
+        _RESOURCE_TYPE[entity_type], name,
+        (*(control.AlterableConfig(k, Op.SET, v) for k, v in added.items()),
+         *(control.AlterableConfig(k, Op.DELETE, None) for k in deleted))),), validate_only=dry_run)
+    response = controller_call(bootstrap_controller, command_config, request)
+    [result] = response.responses
+    _fail(result.error_code, result.error_message, _label(entity_type, name))

@@ -13,12 +13,21 @@ a line is ``KEY<key.separator>VALUE``; with ``parse.headers=true`` it starts wit
 and commits the offsets of what it printed. It ends after ``--max-messages`` records, after
 ``--timeout-ms`` without one, or on Ctrl-C, printing "Processed a total of N messages" on stderr.
 
+The flags are the admin commands' where they share a meaning: ``--command-config FILE`` is the client
+settings file (Kafka's ``--producer.config`` and ``--consumer.config`` name it too), the same file the
+admin commands read, its Kafka keys translated for librdkafka (`kraftpy.cli.client_properties`), and ``--json``
+makes produce end with one JSON document (the topic and the records delivered) and consume print one
+JSON object per record (JSON Lines: topic, partition, offset, timestamp, headers, key, value; a key or
+value that is not UTF-8 is given as ``key_base64`` or ``value_base64`` instead).
+
 Exit codes: 0 done; 1 a record was not delivered, or the topic does not exist; 2 a bad flag or
 property; 3 no broker answered.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import sys
@@ -30,8 +39,15 @@ from typing import IO, Annotated, Any
 
 import typer
 
-from kraftpy.cli.admin_common import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, die, parse_key_values
-from kraftpy.config.properties import load_properties
+from kraftpy.cli.admin_common import (
+    EXIT_FAILED,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    die,
+    emit_json,
+    parse_key_values,
+)
+from kraftpy.cli.client_properties import librdkafka_settings_or_exit
 
 app = typer.Typer(help="Produce records from lines of text, and print records as lines.", no_args_is_help=True)
 
@@ -103,15 +119,11 @@ def _flag(props: dict[str, str], key: str) -> bool:
 
 
 def _client_config(config_file: Path | None, items: list[str] | None, flag: str) -> dict[str, str]:
-    """Client settings from a ``.properties`` file, then ``k=v`` items (which win)."""
+    """Client settings from a ``--command-config`` file (Kafka's client keys, translated for librdkafka),
+    then ``k=v`` items (librdkafka's names, which win)."""
     out: dict[str, str] = {}
     if config_file is not None:
-        try:
-            out.update({e.key: e.value for e in load_properties(config_file)})
-        except OSError as exc:
-            die(f"{config_file}: {exc.strerror or exc}", EXIT_USAGE)
-        except ValueError as exc:
-            die(f"{config_file}: {exc}", EXIT_USAGE)
+        out.update(librdkafka_settings_or_exit(config_file))
     out.update(parse_key_values(items, flag))
     return out
 
@@ -281,6 +293,9 @@ def run_produce(bootstrap: str, topic: str, stream: IO[bytes], reader: LineReade
                         break
                     except BufferError:  # the local queue is full: serve delivery reports until there is room
                         producer.poll(0.05)
+                    except ck.KafkaException as exc:  # refused before sending (a record over message.max.bytes)
+                        err = exc.args[0]
+                        raise ConsoleError(f"topic {topic}: {err.name()}: line {number}: {err.str()}") from None
                 producer.poll(0)
                 if failed:
                     break
@@ -310,10 +325,14 @@ def produce_command(
         "--producer-property", help="A producer setting key=value (librdkafka's names); may be repeated.",
         show_default=False)] = None,
     producer_config: Annotated[Path | None, typer.Option(
-        "--producer.config", help="A .properties file of producer settings.", show_default=False)] = None,
+        "--command-config", "--producer.config", help="A .properties file of client settings: Kafka's keys, as for "
+        "the admin commands (security.protocol, sasl.jaas.config, ssl.truststore.location, ...), or librdkafka's.",
+        show_default=False)] = None,
     compression_codec: Annotated[str, typer.Option(
         "--compression-codec", help=f"One of {', '.join(CODECS)}.")] = "none",
     acks: Annotated[str, typer.Option("--request-required-acks", help="all (-1), 1 or 0.")] = "-1",
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="End with one JSON document: the topic and the records delivered.")] = False,
 ) -> None:
     """Send each line of stdin (or --file) as one record; exits 1 if a record was not delivered."""
     if compression_codec not in CODECS:
@@ -330,13 +349,15 @@ def produce_command(
             except OSError as exc:
                 die(f"--file={file}: {exc.strerror or exc}", EXIT_USAGE)
             with stream:
-                run_produce(bootstrap_server, topic, stream, reader, config)
+                delivered = run_produce(bootstrap_server, topic, stream, reader, config)
         else:
-            run_produce(bootstrap_server, topic, sys.stdin.buffer, reader, config)
+            delivered = run_produce(bootstrap_server, topic, sys.stdin.buffer, reader, config)
     except ConsoleError as exc:
         die(str(exc), exc.code)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    if as_json:
+        emit_json({"topic": topic, "records_delivered": delivered})
 
 
 # -- consume ---------------------------------------------------------------------------------------
@@ -381,6 +402,34 @@ class Formatter:
         return self.key_separator.join(parts) + self.line_separator
 
 
+class JsonFormatter:
+    """A record to one line of JSON (``--json``)."""
+
+    @staticmethod
+    def _bytes(doc: dict[str, Any], name: str, data: bytes | None) -> None:
+        if data is None:
+            doc[name] = None
+            return
+        try:
+            doc[name] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            doc[f"{name}_base64"] = base64.b64encode(data).decode("ascii")
+
+    def format(self, msg: Any) -> bytes:
+        _kind, timestamp = msg.timestamp()
+        doc: dict[str, Any] = {"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(),
+                               "timestamp": timestamp}
+        headers: list[dict[str, Any]] = []
+        for name, value in msg.headers() or ():
+            header: dict[str, Any] = {"key": name}
+            self._bytes(header, "value", value)
+            headers.append(header)
+        doc["headers"] = headers
+        self._bytes(doc, "key", msg.key())
+        self._bytes(doc, "value", msg.value())
+        return json.dumps(doc, ensure_ascii=False).encode() + b"\n"
+
+
 def _start_offset(text: str | None, from_beginning: bool) -> int:
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
 
@@ -408,7 +457,8 @@ class ConsumeRun:
 
 
 def run_consume(bootstrap: str, topic: str, group: str | None, partition: int | None, start: int,
-                from_beginning: bool, max_messages: int | None, timeout_ms: int | None, formatter: Formatter,
+                from_beginning: bool, max_messages: int | None, timeout_ms: int | None,
+                formatter: Formatter | JsonFormatter,
                 config: dict[str, str], out: IO[bytes], run: ConsumeRun) -> None:
     """Print records until one of the ends, counting them in ``run``."""
     ck = _confluent()
@@ -494,10 +544,15 @@ def consume_command(
         "--consumer-property", help="A consumer setting key=value (librdkafka's names); may be repeated.",
         show_default=False)] = None,
     consumer_config: Annotated[Path | None, typer.Option(
-        "--consumer.config", help="A .properties file of consumer settings.", show_default=False)] = None,
+        "--command-config", "--consumer.config", help="A .properties file of client settings: Kafka's keys, as for "
+        "the admin commands (security.protocol, sasl.jaas.config, ssl.truststore.location, ...), or librdkafka's.",
+        show_default=False)] = None,
     isolation_level: Annotated[str, typer.Option(
         "--isolation-level", help="read_uncommitted, or read_committed to skip aborted transactions.")
     ] = "read_uncommitted",
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print each record as one line of JSON (topic, partition, offset, timestamp, headers, "
+        "key, value) instead of --property's format.")] = False,
 ) -> None:
     """Print records, one line each, until --max-messages, --timeout-ms or Ctrl-C."""
     if offset is not None and partition is None:
@@ -513,7 +568,8 @@ def consume_command(
     if isolation_level not in ISOLATION_LEVELS:
         die(f"--isolation-level={isolation_level}: not one of {', '.join(ISOLATION_LEVELS)}", EXIT_USAGE)
     _confluent()
-    formatter = Formatter(_properties(prop, CONSUME_PROPERTIES, "--property"))
+    text_formatter = Formatter(_properties(prop, CONSUME_PROPERTIES, "--property"))
+    formatter = JsonFormatter() if as_json else text_formatter
     config = {"isolation.level": isolation_level,
               **_client_config(consumer_config, consumer_property, "--consumer-property")}
     start = _start_offset(offset, from_beginning)

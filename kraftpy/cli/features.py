@@ -4,8 +4,10 @@ With ``--bootstrap-server``, from a broker's ApiVersions (v3: the ranges it supp
 finalized levels and their epoch); with ``--bootstrap-controller``, from the active controller (the
 ranges it supports, and the finalized levels in its image as of the offset printed as the epoch).
 
-``upgrade --feature NAME=LEVEL``, ``downgrade --feature NAME=LEVEL`` and ``disable --feature NAME`` send
-UpdateFeatures to ``--bootstrap-server`` (the broker forwards it to the controller): each feature is
+``upgrade --feature NAME=LEVEL`` (or ``--release-version 3.9``: metadata.version at that release's level),
+``downgrade --feature NAME=LEVEL`` and ``disable --feature NAME`` send
+UpdateFeatures to ``--bootstrap-server`` (the broker forwards it to the controller), or with
+``--bootstrap-controller`` straight to the active controller (KIP-919): each feature is
 reported as Kafka's tool reports it ("metadata.version was upgraded to 7."), ``--dry-run`` only
 validates ("... can be upgraded to ..."), ``--unsafe`` makes a downgrade or disable one that may lose
 metadata. The update is all or nothing; a refused one exits 1 with the controller's reason.
@@ -30,11 +32,14 @@ from kraftpy.cli.admin_common import (
     emit_table,
     run_admin,
 )
-from kraftpy.cli.cluster import controller_state, one_source
+from kraftpy.cli.cluster import controller_call, controller_state, one_source
+from kraftpy.metadata import messages as control
+from kraftpy.metadata import metadata_version
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import ApiVersionsRequest, UpdateFeaturesRequest
 
+METADATA_VERSION = "metadata.version"
 app = typer.Typer(help="Describe the cluster's feature levels (kafka-features.sh).", no_args_is_help=True)
 
 
@@ -73,10 +78,15 @@ def describe(
     if as_json:
         emit_json(rows)
         return
+    def level(row: dict[str, Any], value: int | None) -> Any:
+        # metadata.version by its release name, as kafka-features.sh prints it (3.9-IV0).
+        if value is None:
+            return ""
+        return metadata_version.name(value) if row["feature"] == METADATA_VERSION and value else value
+
     emit_table(["Feature", "SupportedMinVersion", "SupportedMaxVersion", "FinalizedVersionLevel", "Epoch"],
-               [[r["feature"], "" if r["supported_min_version"] is None else r["supported_min_version"],
-                 "" if r["supported_max_version"] is None else r["supported_max_version"],
-                 r["finalized_version_level"], r["epoch"]] for r in rows])
+               [[r["feature"], level(r, r["supported_min_version"]), level(r, r["supported_max_version"]),
+                 level(r, r["finalized_version_level"]), r["epoch"]] for r in rows])
 
 
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
@@ -103,15 +113,23 @@ def _levels(features: list[str], *, with_level: bool = True) -> list[tuple[str, 
 
 
 def _update(levels: list[tuple[str, int]], upgrade_type: int, dry_run: bool, verb: str,
-            bootstrap_server: str | None, command_config: Any, as_json: bool) -> None:
-    Key = UpdateFeaturesRequest.FeatureUpdateKey
-    request = UpdateFeaturesRequest(timeout_ms=30000, validate_only=dry_run, feature_updates=[
-        Key(feature=name, max_version_level=level, upgrade_type=upgrade_type) for name, level in levels])
+            bootstrap_server: str | None, bootstrap_controller: str | None, command_config: Any,
+            as_json: bool) -> None:
+    one_source(bootstrap_server, bootstrap_controller)
+    if bootstrap_controller:
+        # The control plane's UpdateFeatures, which brokers forward this request to: the same answer.
+        response = controller_call(bootstrap_controller, command_config, control.UpdateFeaturesRequest(
+            tuple(control.FeatureUpdateKey(name, level, control.FeatureUpgradeType(upgrade_type))
+                  for name, level in levels), validate_only=dry_run))
+    else:
+        Key = UpdateFeaturesRequest.FeatureUpdateKey
+        request = UpdateFeaturesRequest(timeout_ms=30000, validate_only=dry_run, feature_updates=[
+            Key(feature=name, max_version_level=level, upgrade_type=upgrade_type) for name, level in levels])
 
-    async def body(admin: AdminClient) -> Any:
-        return await admin.request(ApiKey.UPDATE_FEATURES, request, version=1)
+        async def body(admin: AdminClient) -> Any:
+            return await admin.request(ApiKey.UPDATE_FEATURES, request, version=1)
 
-    response = run_admin(bootstrap_server, command_config, body)
+        response = run_admin(bootstrap_server, command_config, body)
     results = {r.feature: r for r in response.results}
     rows = []
     for name, level in levels:
@@ -138,25 +156,39 @@ def _update(levels: list[tuple[str, int]], upgrade_type: int, dry_run: bool, ver
 
 
 @app.command("upgrade")
-def upgrade(feature: FeatureOption, dry_run: DryRunOption = False, bootstrap_server: BootstrapServerOption = None,
+def upgrade(feature: Annotated[list[str] | None, typer.Option(
+                "--feature", help="NAME=LEVEL (repeatable).", show_default=False)] = None,
+            release_version: Annotated[str | None, typer.Option(
+                "--release-version", "--metadata", help="Raise metadata.version to this Kafka release's level "
+                "(3.9 or 3.9-IV0; 3.7 means 3.7-IV4).", show_default=False)] = None,
+            dry_run: DryRunOption = False, bootstrap_server: BootstrapServerOption = None,
+            bootstrap_controller: BootstrapControllerOption = None,
             command_config: CommandConfigOption = None, as_json: JsonOption = False) -> None:
-    """Raise finalized feature levels."""
-    _update(_levels(feature), UPGRADE, dry_run, "upgrade", bootstrap_server, command_config, as_json)
+    """Raise finalized feature levels; metadata.version rises online, without a restart."""
+    levels = _levels(feature) if feature else []
+    if release_version is not None:
+        try:
+            levels.append((METADATA_VERSION, metadata_version.parse_release_version(release_version)))
+        except metadata_version.ReleaseVersionError as exc:
+            die(f"--release-version: {exc}", EXIT_USAGE)
+    if not levels:
+        die("name a feature (--feature NAME=LEVEL) or a release (--release-version 3.9)", EXIT_USAGE)
+    _update(levels, UPGRADE, dry_run, "upgrade", bootstrap_server, bootstrap_controller, command_config, as_json)
 
 
 @app.command("downgrade")
 def downgrade(feature: FeatureOption, unsafe: UnsafeOption = False, dry_run: DryRunOption = False,
-              bootstrap_server: BootstrapServerOption = None, command_config: CommandConfigOption = None,
-              as_json: JsonOption = False) -> None:
+              bootstrap_server: BootstrapServerOption = None, bootstrap_controller: BootstrapControllerOption = None,
+              command_config: CommandConfigOption = None, as_json: JsonOption = False) -> None:
     """Lower finalized feature levels (metadata.version never goes down)."""
     _update(_levels(feature), UNSAFE_DOWNGRADE if unsafe else SAFE_DOWNGRADE, dry_run, "downgrade",
-            bootstrap_server, command_config, as_json)
+            bootstrap_server, bootstrap_controller, command_config, as_json)
 
 
 @app.command("disable")
 def disable(feature: FeatureOption, unsafe: UnsafeOption = False, dry_run: DryRunOption = False,
-            bootstrap_server: BootstrapServerOption = None, command_config: CommandConfigOption = None,
-            as_json: JsonOption = False) -> None:
+            bootstrap_server: BootstrapServerOption = None, bootstrap_controller: BootstrapControllerOption = None,
+            command_config: CommandConfigOption = None, as_json: JsonOption = False) -> None:
     """Remove finalized features (level 0)."""
     _update(_levels(feature, with_level=False), UNSAFE_DOWNGRADE if unsafe else SAFE_DOWNGRADE, dry_run,
-            "downgrade", bootstrap_server, command_config, as_json)
+            "downgrade", bootstrap_server, bootstrap_controller, command_config, as_json)

@@ -18,10 +18,11 @@ import attrs
 import typer
 
 from kraftpy.cli.common import fail
+from kraftpy.ids import Uuid
 from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.image import EMPTY_IMAGE, MetadataImage, MetadataProvenance
 from kraftpy.metadata.loader import decode_snapshot_file, decode_snapshot_records
-from kraftpy.metadata.records import decode_record
+from kraftpy.metadata.records import DIRECTORY_LOST, DIRECTORY_MIGRATING, DIRECTORY_UNASSIGNED, decode_record
 from kraftpy.protocol.batch_header import CorruptRecordError
 from kraftpy.protocol.records import iter_decoded
 from kraftpy.raft.control import LeaderChangeMessage, decode_leader_change
@@ -138,6 +139,12 @@ def load_image(directory: Path) -> MetadataImage:
     return delta.apply()
 
 
+def _directory_name(directory: Uuid) -> str:
+    """A replica's directory id, or Kafka's name for a reserved one."""
+    return {DIRECTORY_UNASSIGNED: "UNASSIGNED", DIRECTORY_LOST: "LOST", DIRECTORY_MIGRATING: "MIGRATING"}.get(
+        directory, str(directory))
+
+
 @app.command("show")
 def show(log: LogOption = None) -> None:
     """Replay a metadata log and print the cluster it describes."""
@@ -153,13 +160,15 @@ def show(log: LogOption = None) -> None:
     for broker_id, reg in sorted(image.cluster.brokers.items()):
         state = "fenced" if reg.fenced else "unfenced"
         endpoints = ", ".join(f"{e.name}://{e.host}:{e.port}" for e in reg.listeners)
-        typer.echo(f"  {broker_id}: epoch {reg.epoch} {state} rack={reg.rack} {endpoints}")
+        dirs = f" log dirs {[str(d) for d in reg.directories]}" if reg.directories else ""
+        typer.echo(f"  {broker_id}: epoch {reg.epoch} {state} rack={reg.rack} {endpoints}{dirs}")
     typer.echo("topics:")
     for name, topic in sorted(image.topics.by_name.items()):
         typer.echo(f"  {name} (id {topic.id}), {len(topic.partitions)} partitions")
         for pid, part in sorted(topic.partitions.items()):
             typer.echo(f"    {pid}: leader {part.leader} epoch {part.leader_epoch} replicas {list(part.replicas)} "
-                       f"isr {list(part.isr)} partition epoch {part.partition_epoch}")
+                       f"isr {list(part.isr)} partition epoch {part.partition_epoch} "
+                       f"directories {[_directory_name(d) for d in part.directories]}")
     if image.configs.resources:
         typer.echo("configs:")
         for resource, entries in sorted(image.configs.resources.items()):

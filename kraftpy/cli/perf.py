@@ -27,6 +27,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -47,7 +48,12 @@ ProgressCallback = Callable[[int], None]
 
 
 class PerfError(Exception):
-    """A problem that stops a run before it measures anything (bad settings, unknown topic)."""
+    """A problem that stops a run before it measures anything: bad settings (exit 2), an unknown topic or
+    a record the client refuses (exit 1), no broker answering (exit 3) — the admin commands' exit codes."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 # -- statistics ------------------------------------------------------------------------------------
@@ -166,7 +172,7 @@ def _check_reachable(client: Any, bootstrap: str, errors: _ClientErrors, timeout
         client.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise PerfError(f"no broker answered at {bootstrap} within {timeout_s:g}s: "
-                        f"{errors.first or exc}") from None
+                        f"{errors.first or exc}", exit_code=3) from None
 
 
 # -- produce ---------------------------------------------------------------------------------------
@@ -304,6 +310,10 @@ def run_produce(settings: ProduceSettings, on_progress: ProgressCallback | None 
                 break
             except BufferError:  # the local queue is full: serve delivery reports until there is room
                 poll(0.005)
+            except KafkaException as exc:  # refused before sending (a record over message.max.bytes)
+                producer.flush(settings.flush_timeout_s)
+                err = exc.args[0]
+                raise PerfError(f"topic {topic}: {err.name()}: {err.str()}", exit_code=1) from None
         poll(0)
         if throttled:
             throttler.wait(sent + 1)
@@ -422,12 +432,12 @@ def _assignment(consumer: Any, settings: ConsumeSettings) -> list[Any]:
     topic = metadata.topics.get(settings.topic)
     if topic is None or topic.error is not None or not topic.partitions:
         why = topic.error if topic is not None and topic.error is not None else "no such topic"
-        raise PerfError(f"topic {settings.topic}: {why}")
+        raise PerfError(f"topic {settings.topic}: {why}", exit_code=1)
     known = sorted(topic.partitions)
     wanted = settings.partitions if settings.partitions is not None else known
     missing = [p for p in wanted if p not in topic.partitions]
     if missing:
-        raise PerfError(f"topic {settings.topic} has partitions {known}, not {missing}")
+        raise PerfError(f"topic {settings.topic} has partitions {known}, not {missing}", exit_code=1)
     offset = OFFSET_BEGINNING if settings.from_beginning else OFFSET_END
     return [TopicPartition(settings.topic, p, offset) for p in wanted]
 
@@ -539,14 +549,27 @@ def progress_bar(total: int, label: str, enabled: bool) -> Iterator[ProgressCall
         yield update
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"kraftpy: {message}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
+
+
+def _with_command_config(path: Path | None, props: dict[str, str]) -> dict[str, str]:
+    """The client settings of a ``--command-config`` file, under the ``--*-props`` items (which win)."""
+    if path is None:
+        return props
+    from kraftpy.cli.client_properties import librdkafka_settings_or_exit
+
+    return {**librdkafka_settings_or_exit(path), **props}
 
 
 BootstrapOption = Annotated[str, typer.Option(
     "--bootstrap-server", help="Brokers to connect to, host:port[,host:port...].")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the results as one JSON object.")]
+CommandConfigOption = Annotated[Path | None, typer.Option(
+    "--command-config", help="A .properties file of client settings, Kafka's keys as for the admin commands "
+    "(security.protocol, sasl.jaas.config, ssl.truststore.location, ...) or librdkafka's; --producer-props and "
+    "--consumer-props win over it.", show_default=False)]
 
 
 @app.command("produce")
@@ -566,6 +589,7 @@ def produce_command(
     producer_props: Annotated[list[str] | None, typer.Option(
         "--producer-props", help="A librdkafka producer property key=value; may be repeated.",
         show_default=False)] = None,
+    command_config: CommandConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Send records as fast as allowed and report records/s, MB/s and delivery latency percentiles.
@@ -576,12 +600,13 @@ def produce_command(
         settings = ProduceSettings(
             bootstrap_servers=bootstrap_server, topic=topic, num_records=num_records, record_size=record_size,
             throughput=throughput, acks=acks, compression=compression, batch_size=batch_size,
-            linger_ms=linger_ms, props=parse_props(producer_props, "--producer-props"))
+            linger_ms=linger_ms,
+            props=_with_command_config(command_config, parse_props(producer_props, "--producer-props")))
         settings.validate()
         with progress_bar(num_records, f"produce {topic}", sys.stdout.isatty()) as update:
             result = run_produce(settings, update)
     except PerfError as exc:
-        _fail(str(exc))
+        _fail(str(exc), exc.exit_code)
     typer.echo(json.dumps(result.to_dict(), sort_keys=True) if as_json else result.summary())
     if result.errors:
         raise typer.Exit(1)
@@ -601,6 +626,7 @@ def consume_command(
     consumer_props: Annotated[list[str] | None, typer.Option(
         "--consumer-props", help="A librdkafka consumer property key=value; may be repeated.",
         show_default=False)] = None,
+    command_config: CommandConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Read records and report records/s, MB/s and end-to-end latency from record timestamps.
@@ -612,12 +638,12 @@ def consume_command(
         settings = ConsumeSettings(
             bootstrap_servers=bootstrap_server, topic=topic, messages=messages, from_beginning=from_beginning,
             partitions=parse_partitions(partitions), timeout_ms=timeout,
-            props=parse_props(consumer_props, "--consumer-props"))
+            props=_with_command_config(command_config, parse_props(consumer_props, "--consumer-props")))
         settings.validate()
         with progress_bar(messages, f"consume {topic}", sys.stdout.isatty()) as update:
             result = run_consume(settings, update)
     except PerfError as exc:
-        _fail(str(exc))
+        _fail(str(exc), exc.exit_code)
     typer.echo(json.dumps(result.to_dict(), sort_keys=True) if as_json else result.summary())
     if result.timed_out or result.errors:
         raise typer.Exit(1)

@@ -2,8 +2,8 @@
 
 The files are Kafka's: a topics-to-move file ``{"version": 1, "topics": [{"topic": "t"}]}`` and a
 reassignment file ``{"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [2, 3],
-"log_dirs": ["any", "any"]}]}`` (``log_dirs`` is written for Kafka's tools and ignored: one log
-directory per broker).
+"log_dirs": ["any", "any"]}]}`` (``log_dirs`` names, per replica, the log directory it should be in on
+its broker, or ``"any"``: see ``kraftpy log-dirs alter``).
 
 * ``generate`` prints the current assignment of the topics and a proposal spreading them over
   ``--broker-list`` (the controller's own placement: rack-aware round robin from a random start).
@@ -12,7 +12,9 @@ directory per broker).
   ``leader.replication.throttled.rate`` and ``follower.replication.throttled.rate`` on every broker
   the moves involve, and the topics' ``leader.replication.throttled.replicas`` (the current replicas
   of the moving partitions) and ``follower.replication.throttled.replicas`` (their new replicas), as
-  Kafka's tool does. ``--wait`` waits until every move is done (a progress bar on a terminal).
+  Kafka's tool does. Replicas the file's ``log_dirs`` place in a directory are then moved there
+  (AlterReplicaLogDirs, as kafka-reassign-partitions.sh does). ``--wait`` waits until every move is
+  done (a progress bar on a terminal).
 * ``verify`` says of each partition whether its move is done, still in progress, or off target; once
   all are done it removes the throttles. Exit 0 only when every partition is where the file says.
 * ``cancel`` cancels the moves of the file's partitions (their replicas go back to what they were).
@@ -42,6 +44,7 @@ from kraftpy.cli.admin_common import (
     emit_json,
     run_admin,
 )
+from kraftpy.cli.log_dirs import alter_log_dirs, log_dir_moves, wait_for_log_dir_moves
 from kraftpy.metadata.placement import PlacementBroker, PlacementError, assign_replicas
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
@@ -368,8 +371,17 @@ def execute(
             await set_throttles(admin, throttle, current, moves)
         results = await alter(admin, moves)
         ok = all(code == ErrorCode.NONE for *_, code, _ in results)
+        dir_moves = log_dir_moves(_load(reassignment_json_file, "--reassignment-json-file"),
+                                  f"--reassignment-json-file={reassignment_json_file}")
+        if ok and dir_moves:
+            for (t, p, b, d), error in await alter_log_dirs(admin, dir_moves):
+                ok = False
+                results.append((t, p, ErrorCode[error] if error in ErrorCode.__members__ else
+                                ErrorCode.UNKNOWN_SERVER_ERROR, f"log directory {d} on broker {b}"))
         if ok and wait:
             await wait_until_done(admin, moves)
+            if dir_moves:
+                await wait_for_log_dir_moves(admin, dir_moves)
         return current, results, ok
 
     current, results, ok = run_admin(bootstrap_server, command_config, body)

@@ -8,7 +8,9 @@ import typer
 
 from kraftpy.cli.common import ConfigOption, OverrideOption, fail, load_config_or_exit
 from kraftpy.ids import random_uuid_str
+from kraftpy.metadata import metadata_version
 from kraftpy.metadata.bootstrap import BootstrapError, parse_add_scram, write_bootstrap
+from kraftpy.metadata.records import FeatureLevelRecord
 from kraftpy.storage.formatter import FormatError, format_dirs, inspect_dirs
 
 app = typer.Typer(help="Format log directories and show their state.", no_args_is_help=True)
@@ -32,21 +34,42 @@ def format_(
         "--add-scram", "-S", help="A SCRAM credential the new cluster starts with, as Kafka's "
         "'SCRAM-SHA-512=[name=admin,password=admin-secret]' (also iterations=, salt=, saltedpassword=).",
         show_default=False)] = None,
+    release_version: Annotated[str | None, typer.Option(
+        "--release-version", "-r", help="The metadata.version the new cluster starts at, as a Kafka release "
+        f"({metadata_version.NAMES[metadata_version.MINIMUM]} to {metadata_version.NAMES[metadata_version.LATEST]}; "
+        "3.7 means 3.7-IV4); the newest by default. Raise it later with 'kraftpy features upgrade'.",
+        show_default=False)] = None,
 ) -> None:
     """Write meta.properties into every log directory and the metadata log directory."""
     cfg = load_config_or_exit(config, override)
+    bootstrap: list = []
+    level = metadata_version.LATEST
+    if release_version is not None:
+        try:
+            level = metadata_version.parse_release_version(release_version)
+        except metadata_version.ReleaseVersionError as exc:
+            fail(f"--release-version: {exc}")
+        bootstrap.append(FeatureLevelRecord("metadata.version", level))
     try:
         scram = [parse_add_scram(text) for text in add_scram or ()]
     except BootstrapError as exc:
         fail(str(exc))
+    if scram and not metadata_version.scram_supported(level):
+        fail(f"--add-scram: SCRAM is only supported in metadata.version {metadata_version.NAMES[metadata_version.SCRAM_LEVEL]}"
+             f" or later, not {metadata_version.name(level)} (--release-version)")
+    bootstrap += scram
     try:
         result = format_dirs(cfg.all_dirs, cluster_id, cfg.node_id, ignore_formatted)
     except FormatError as exc:
         fail(str(exc))
-    if scram and cfg.metadata_log_dir in result.formatted:
-        write_bootstrap(cfg.metadata_log_dir, scram)
-        typer.echo(f"Bootstrap metadata in {cfg.metadata_log_dir}: SCRAM credentials for "
-                   f"{', '.join(sorted({r.name for r in scram}))}.")
+    if bootstrap and cfg.metadata_log_dir in result.formatted:
+        write_bootstrap(cfg.metadata_log_dir, bootstrap)
+        if release_version is not None:
+            typer.echo(f"Bootstrap metadata in {cfg.metadata_log_dir}: metadata.version {metadata_version.name(level)} "
+                       f"({level}).")
+        if scram:
+            typer.echo(f"Bootstrap metadata in {cfg.metadata_log_dir}: SCRAM credentials for "
+                       f"{', '.join(sorted({r.name for r in scram}))}.")
     for d in result.formatted:
         typer.echo(f"Formatted {d} for cluster {cluster_id}, node {cfg.node_id}.")
     for d in result.skipped:

@@ -330,7 +330,8 @@ KEYS: list[ConfigKey] = [
               "How often the controller checks for leaders that are not the preferred replica.",
               at_least(1), roles=C),
     ConfigKey("leader.imbalance.per.broker.percentage", "int", 10,
-              "Share of non-preferred leaders on a broker that triggers a rebalance.", between(0, 100),
+              "Accepted for Kafka's configs and, as in Kafka's KRaft controller, not consulted: each "
+              "leader imbalance check moves every partition it can to its preferred replica.", between(0, 100),
               roles=C),
     ConfigKey("delete.topic.enable", "boolean", True, "Whether topics may be deleted."),
     ConfigKey("replica.lag.time.max.ms", "long", 30000,
@@ -404,8 +405,10 @@ KEYS: list[ConfigKey] = [
               "name another (uniform: even and sticky; range: contiguous ranges per topic).",
               one_of("uniform", "range"), roles=B),
     ConfigKey("group.consumer.migration.policy", "string", "disabled",
-              "Whether a group may change protocol: disabled, upgrade (classic to consumer), downgrade "
-              "(consumer to classic) or bidirectional. kraftpy converts only empty groups, whatever the policy.",
+              "Whether a group with members may change protocol while it runs (KIP-848 online migration): "
+              "disabled, upgrade (a classic group becomes a consumer group when a consumer-protocol member "
+              "joins), downgrade (a consumer group becomes classic when its last consumer-protocol member "
+              "leaves) or bidirectional. Empty groups change protocol whatever the policy.",
               one_of("disabled", "upgrade", "downgrade", "bidirectional"), roles=B),
     ConfigKey("group.consumer.min.heartbeat.interval.ms", "int", 5000,
               "Smallest consumer.heartbeat.interval.ms a consumer-protocol group may be given.", at_least(1)),
@@ -461,7 +464,7 @@ KEYS: list[ConfigKey] = [
               "when there are fewer.", between(1, 32767), roles=B),
     ConfigKey("transaction.state.log.min.isr", "int", 2,
               "min.insync.replicas of __transaction_state: replicas that must have a coordinator's write "
-              "before it is acknowledged.", at_least(1), roles=B),
+              "before it is acknowledged; capped at the topic's replicas when it is created.", at_least(1), roles=B),
     ConfigKey("transaction.state.log.segment.bytes", "int", 104857600,
               "Segment size of __transaction_state, kept small so that compaction and loading stay fast.",
               at_least(14), roles=B),

@@ -29,6 +29,12 @@ Group state (as ConsumerGroupDescribe and ListGroups show it): Empty (no members
 target is older than the group epoch), Reconciling (some member is not yet at the assignment epoch or
 not stable), Stable.
 
+Classic members (KIP-848's online migration): a member may speak the classic protocol (JoinGroup,
+SyncGroup, Heartbeat, LeaveGroup) inside a consumer group; it then has ``classic`` metadata (its
+session timeout and the protocols it joined with). It is reconciled when it joins, like a consumer
+member at a heartbeat, and learns a new target by REBALANCE_IN_PROGRESS in its heartbeats; its
+generation is its member epoch.
+
 Leaving: member epoch -1 removes the member (and bumps the group epoch). A static member (with an
 instance id) leaving with -2 keeps its place and its assignment until its session times out; joining
 again with epoch 0 and the same instance id takes both over under a new member id.
@@ -83,6 +89,21 @@ def _union(a: Assignment, b: Assignment) -> Assignment:
     return _copy(out)
 
 
+@attrs.frozen
+class ClassicMetadata:
+    """What a member using the classic protocol joined with (ConsumerGroupMemberMetadataValue's
+    ClassicMemberMetadata)."""
+
+    session_timeout_ms: int
+    #: (name, metadata) in the member's order of preference; never empty.
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        """The protocol the member is answered with (its first, as Kafka does)."""
+        return self.protocols[0][0]
+
+
 @attrs.define(eq=False)
 class ConsumerMember:
     member_id: str
@@ -104,6 +125,8 @@ class ConsumerMember:
     assigned: Assignment = attrs.Factory(dict)
     #: Partitions the member still owns but must give up (not in ``assigned``).
     pending_revocation: Assignment = attrs.Factory(dict)
+    #: Set when the member uses the classic protocol (JoinGroup/SyncGroup/Heartbeat).
+    classic: ClassicMetadata | None = None
 
     def owned(self) -> Assignment:
         return _union(self.assigned, self.pending_revocation)
@@ -200,6 +223,35 @@ class ConsumerGroup:
         if target is not None:
             self.target[new_member_id] = target
         return member
+
+    # -- classic members --------------------------------------------------------------------------
+
+    def classic_members(self) -> list[ConsumerMember]:
+        return [m for m in self.members.values() if m.classic is not None]
+
+    def all_classic_except(self, member_id: str) -> bool:
+        """Kafka's allMembersUseClassicProtocolExcept: ``member_id`` uses the consumer protocol and
+        every other member the classic one."""
+        member = self.members.get(member_id)
+        return (member is not None and member.classic is None
+                and all(m.classic is not None for m in self.members.values() if m is not member))
+
+    def supports_classic_protocols(self, protocol_type: str, names: set[str]) -> bool:
+        """Kafka's supportsClassicProtocols: a consumer-type protocol every classic member supports."""
+        if protocol_type != "consumer":
+            return False
+        classic = self.classic_members()
+        if not classic:
+            return bool(names)
+        return any(all(name in {n for n, _ in m.classic.protocols} for m in classic) for name in names)
+
+    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Kafka's waitingOnUnreleasedPartition: some target partition of ``member`` is still owned
+        by another member."""
+        if member.state is not MemberState.UNRELEASED_PARTITIONS:
+            return False
+        wanted = _minus(self.target.get(member.member_id, {}), member.assigned)
+        return bool(_intersect(wanted, self.owned_by_others(member.member_id)))
 
     # -- target assignment ---------------------------------------------------------------------
 

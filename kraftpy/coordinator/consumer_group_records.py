@@ -8,6 +8,8 @@ tagged fields)::
     3            group              ConsumerGroupMetadataValue v0              the group epoch
     4            group              ConsumerGroupPartitionMetadataValue v0     the subscribed topics' ids and counts
     5            group, member      ConsumerGroupMemberMetadataValue v0        a member's ids, subscriptions, assignor
+                                                                           (a classic member: its session
+                                                                           timeout and protocols, tagged)
     6            group              ConsumerGroupTargetAssignmentMetadataValue v0   the assignment epoch
     7            group, member      ConsumerGroupTargetAssignmentMemberValue v0     a member's target partitions
     8            group, member      ConsumerGroupCurrentMemberAssignmentValue v0    a member's epochs, state, partitions

@@ -6,8 +6,9 @@ Theory of operation
 A heartbeat (Kafka's GroupMetadataManager.consumerGroupHeartbeat) runs, synchronously:
 
 1. checks the request (INVALID_REQUEST), the assignor it names (UNSUPPORTED_ASSIGNOR) and that the
-   group id is not a classic group with members (GROUP_ID_NOT_FOUND: the migration of a live classic
-   group is not done; an empty classic group, offsets only, becomes a consumer group as in Kafka);
+   group id is not a classic group with members, unless group.consumer.migration.policy lets a joining
+   member upgrade it (:mod:`kraftpy.coordinator.consumer_group_migration`; else GROUP_ID_NOT_FOUND;
+   an empty classic group, offsets only, becomes a consumer group whatever the policy, as in Kafka);
 2. finds the member: epoch 0 joins (a new member id, or a static member's place taken over), -1
    leaves, -2 leaves a static member's place open, any other epoch must be the member's current one,
    or its previous one when the client still owns no more than it was given (a lost response);
@@ -49,10 +50,12 @@ from kraftpy.coordinator.consumer_group import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     LEAVE_STATIC_EPOCH,
+    ClassicMetadata,
     ConsumerGroup,
     ConsumerMember,
     MemberState,
 )
+from kraftpy.coordinator.consumer_group_migration import ClassicMembers
 from kraftpy.coordinator.runtime import Waiter
 from kraftpy.protocol.errors import ErrorCode
 
@@ -124,6 +127,10 @@ class ConsumerGroupProtocol:
         self._last_write: dict[str, Waiter] = {}
         #: Loading: group id -> key bytes -> (key version, value bytes); the last record of a key wins.
         self._loaded: dict[str, dict[bytes, tuple[int, bytes]]] = {}
+        #: group id -> records to write first in the group's next write (a converted group's tombstones).
+        self._before_write: dict[str, list[tuple[bytes, bytes | None]]] = {}
+        #: The classic members of the consumer groups, and the conversions between group types.
+        self.classic = ClassicMembers(self)
 
     @property
     def config(self):
@@ -171,7 +178,17 @@ class ConsumerGroupProtocol:
                           f"Supported assignors: {', '.join(self.config.group_consumer_assignors)}.")
         classic = self.shard.groups.get(r.group_id)
         if classic is not None and classic.size() > 0:
-            return _error(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {r.group_id} is not a consumer group.")
+            refused = self.classic.validate_online_upgrade(classic) if r.member_epoch == JOIN_EPOCH else ""
+            if refused is None and classic.size() >= self.config.group_consumer_max_size:
+                # The joining member would not fit: refused before anything is converted.
+                return _error(ErrorCode.GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum "
+                              f"capacity of {self.config.group_consumer_max_size} members.")
+            if refused is not None:
+                if refused:
+                    self.shard.log.info("classic group not upgraded to a consumer group", group=r.group_id,
+                                        reason=refused)
+                return _error(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {r.group_id} is not a consumer group.")
+            self.classic.upgrade(classic, lookup)
         group = self.groups.get(r.group_id)
         if group is None:
             if r.member_epoch != JOIN_EPOCH:
@@ -204,22 +221,35 @@ class ConsumerGroupProtocol:
                 return error
             full = False
         before = (member.member_epoch, member.assigned)
+        member.classic = None  # a ConsumerGroupHeartbeat speaks the consumer protocol (as Kafka resets it)
         self._update_member(group, member, r, match)
-        group.refresh_subscription_metadata(_TopicsView(group, lookup))
-        # However many changes this heartbeat brought (a member and its topics), they make one new epoch.
-        group.group_epoch = min(group.group_epoch, epoch_before + 1)
-        if group.maybe_update_target(self.config.group_consumer_assignors):
-            self.shard.log.info("consumer group target assignment", group=group.group_id,
-                                epoch=group.assignment_epoch, assignor=group.assignor_name,
-                                members=len(group.members))
+        self.refresh_and_assign(group, lookup, epoch_before)
         self._reconcile(group, member, r.owned)
         group.touch(member.member_id)
-        self._schedule_session(group, member)
+        self.schedule_session(group, member)
         changed = before != (member.member_epoch, member.assigned)
         send = full or changed or (r.owned is not None and r.owned != member.assigned)
         return HeartbeatResult(ErrorCode.NONE, member_id=member.member_id, member_epoch=member.member_epoch,
                                heartbeat_interval_ms=self._heartbeat_interval_ms(group),
                                assignment=dict(member.assigned) if send else None)
+
+    def refresh_and_assign(self, group: ConsumerGroup, lookup: TopicLookup | None, epoch_before: int) -> None:
+        """Refresh the subscribed topics' metadata, then compute a new target if the group epoch moved.
+        However many changes one request brought (a member and its topics), they make one new epoch."""
+        if lookup is not None:
+            group.refresh_subscription_metadata(_TopicsView(group, lookup))
+        group.group_epoch = min(group.group_epoch, epoch_before + 1)
+        if group.maybe_update_target(self.config.group_consumer_assignors):
+            self.shard.log.info("consumer group target assignment", group=group.group_id,
+                                epoch=group.assignment_epoch, assignor=group.assignor_name,
+                                members=len(group.members))
+
+    def update_member_subscription(self, group: ConsumerGroup, member: ConsumerMember, topics: tuple[str, ...],
+                                   rack_id: str | None, rebalance_timeout_ms: int) -> None:
+        """A classic member's JoinGroup: its subscription's topics and rack, its rebalance timeout."""
+        self._update_member(group, member, HeartbeatRequest(
+            group_id=group.group_id, member_id=member.member_id, member_epoch=member.member_epoch,
+            rack_id=rack_id, rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topic_names=topics), None)
 
     def _join(self, group: ConsumerGroup, r: HeartbeatRequest) -> ConsumerMember | HeartbeatResult:
         if r.instance_id is not None and r.instance_id in group.static_members:
@@ -227,7 +257,7 @@ class ConsumerGroupProtocol:
             if old.member_epoch != LEAVE_STATIC_EPOCH:
                 return _error(ErrorCode.UNRELEASED_INSTANCE_ID, f"Static member {old.member_id} with instance id "
                               f"{r.instance_id} is not released yet.")
-            self._cancel_timers(group, old.member_id)
+            self.cancel_timers(group, old.member_id)
             member = group.replace_static_member(old, str(uuid.uuid4()))
             member.member_epoch, member.previous_member_epoch = old.previous_member_epoch, old.previous_member_epoch
             self.shard.log.info("static member rejoined", group=group.group_id, member=member.member_id,
@@ -302,7 +332,7 @@ class ConsumerGroupProtocol:
         if member.state is MemberState.UNREVOKED_PARTITIONS and not was_revoking:
             member_id = member.member_id
             self.shard.timers.schedule(key, member.rebalance_timeout_ms / 1000,
-                                       lambda: self._fence(group, member_id, "did not revoke its partitions within "
+                                       lambda: self.fence(group, member_id, "did not revoke its partitions within "
                                                                              "its rebalance timeout"))
         elif member.state is not MemberState.UNREVOKED_PARTITIONS:
             self.shard.timers.cancel(key)
@@ -320,39 +350,52 @@ class ConsumerGroupProtocol:
             member.previous_member_epoch = member.member_epoch
             member.member_epoch = LEAVE_STATIC_EPOCH
             group.touch(member_id)
-            self._schedule_session(group, member)
+            self.schedule_session(group, member)
             self.shard.log.info("static member left temporarily", group=group.group_id, member=member_id,
                                 instance_id=r.instance_id)
             return HeartbeatResult(ErrorCode.NONE, member_id=member_id, member_epoch=LEAVE_STATIC_EPOCH)
-        self._remove(group, member_id, "left the group")
+        if self.classic.validate_online_downgrade(group, member_id):
+            self.classic.downgrade(group, member_id)
+        else:
+            self._remove(group, member_id, "left the group")
         return HeartbeatResult(ErrorCode.NONE, member_id=member_id, member_epoch=LEAVE_EPOCH)
 
     def _remove(self, group: ConsumerGroup, member_id: str, why: str) -> None:
-        self._cancel_timers(group, member_id)
+        self.cancel_timers(group, member_id)
         if group.remove_member(member_id) is None:
             return
         group.bump_group_epoch()
         self.shard.log.info(f"consumer group member {why}", group=group.group_id, member=member_id,
                             group_epoch=group.group_epoch)
 
-    def _fence(self, group: ConsumerGroup, member_id: str, why: str) -> None:
+    def fence(self, group: ConsumerGroup, member_id: str, why: str) -> None:
+        """A timer removes a member (Kafka's consumerGroupFenceMember: the last consumer-protocol member
+        fenced may leave a classic group behind)."""
         if self.groups.get(group.group_id) is not group or not self.shard.shard.active:
+            return
+        if self.classic.validate_online_downgrade(group, member_id):
+            self.shard.log.info(f"consumer group member {why}", group=group.group_id, member=member_id)
+            self.classic.downgrade(group, member_id)
             return
         self._remove(group, member_id, why)
         self.write(group.group_id)
 
-    def _cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
-        self.shard.timers.cancel(("cg-session", group.group_id, member_id))
-        self.shard.timers.cancel(("cg-revoke", group.group_id, member_id))
+    def cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
+        for kind in ("cg-session", "cg-revoke", "cg-join", "cg-sync"):
+            self.shard.timers.cancel((kind, group.group_id, member_id))
 
     def _heartbeat_interval_ms(self, group: ConsumerGroup) -> int:
         return group.heartbeat_interval_ms or self.config.group_consumer_heartbeat_interval_ms
 
-    def _schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+    def schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """(Re)start the member's session: a classic member's own session timeout, else the group's."""
         member_id = member.member_id
-        timeout_ms = group.session_timeout_ms or self.config.group_consumer_session_timeout_ms
+        if member.classic is not None:
+            timeout_ms = member.classic.session_timeout_ms
+        else:
+            timeout_ms = group.session_timeout_ms or self.config.group_consumer_session_timeout_ms
         self.shard.timers.schedule(("cg-session", group.group_id, member_id), timeout_ms / 1000,
-                                   lambda: self._fence(group, member_id, "session timed out"))
+                                   lambda: self.fence(group, member_id, "session timed out"))
 
     # -- offsets, listing, deletion --------------------------------------------------------------
 
@@ -367,6 +410,9 @@ class ConsumerGroupProtocol:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if member.classic is not None:
+            # A classic member commits with its generation, the member epoch, at any version.
+            return ErrorCode.ILLEGAL_GENERATION if member_epoch != member.member_epoch else None
         if api_version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
@@ -383,7 +429,7 @@ class ConsumerGroupProtocol:
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
-            return ErrorCode.STALE_MEMBER_EPOCH
+            return ErrorCode.ILLEGAL_GENERATION if member.classic is not None else ErrorCode.STALE_MEMBER_EPOCH
         return None
 
     def delete_group(self, group_id: str) -> ErrorCode | None:
@@ -422,6 +468,7 @@ class ConsumerGroupProtocol:
     def clear(self) -> None:
         self.groups.clear()
         self._written.clear()
+        self._before_write.clear()
         for waiter in self._last_write.values():
             if not waiter.is_set():
                 waiter.set((-1, None))
@@ -435,6 +482,7 @@ class ConsumerGroupProtocol:
         it has none pending."""
         group = self.groups.get(group_id)
         before = self._written.get(group_id, {})
+        first = self._before_write.pop(group_id, [])
         if group is None:
             batch: list[tuple[bytes, bytes | None]] = [(k, None) for k in before]
             self._written.pop(group_id, None)
@@ -455,6 +503,20 @@ class ConsumerGroupProtocol:
                     written.pop(k, None)
                 else:
                     written[k] = v
+        return self.write_batch(group_id, [*first, *batch])
+
+    def before_next_write(self, group_id: str, batch: list[tuple[bytes, bytes | None]]) -> None:
+        """Records the group's next write starts with (in the same batch)."""
+        self._before_write.setdefault(group_id, []).extend(batch)
+
+    def forget(self, group_id: str) -> list[tuple[bytes, None]]:
+        """The group leaves this shard (it became a classic group): the tombstones of its records."""
+        self.groups.pop(group_id, None)
+        self._before_write.pop(group_id, None)
+        return [(k, None) for k in self._written.pop(group_id, {})]
+
+    def write_batch(self, group_id: str, batch: list[tuple[bytes, bytes | None]]) -> Waiter | None:
+        """Write ``batch`` as the group's latest write; its waiter (None when nothing is pending)."""
         if batch:
             waiter: Waiter = Waiter()
             self._last_write[group_id] = waiter
@@ -492,7 +554,7 @@ class ConsumerGroupProtocol:
             self.groups[group_id] = group
             self._written[group_id] = {k: v for k, (_, v) in loaded.items()}
             for member in group.members.values():
-                self._schedule_session(group, member)
+                self.schedule_session(group, member)
         self._loaded.clear()
 
 
@@ -550,7 +612,8 @@ def _group_records(group: ConsumerGroup, member_ids=None) -> dict[bytes, bytes]:
             cgr.MEMBER_METADATA, cgr.ConsumerGroupMemberMetadataValue(
                 instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
                 subscribed_topic_names=sorted(m.subscribed_topic_names), subscribed_topic_regex=m.subscribed_topic_regex,
-                rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor))
+                rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor,
+                classic_member_metadata=_classic_record(m)))
         out[cgr.key(cgr.TARGET_MEMBER, gid, m.member_id)] = cgr.value(cgr.TARGET_MEMBER, target(
             topic_partitions=cgr.topic_partitions(target.TopicPartition, group.target.get(m.member_id, {}))))
         out[cgr.key(cgr.CURRENT_ASSIGNMENT, gid, m.member_id)] = cgr.value(cgr.CURRENT_ASSIGNMENT, current(
@@ -580,7 +643,8 @@ def _group_from_records(group_id: str, loaded: dict[bytes, tuple[int, bytes]], a
             member_id=member_id, instance_id=v.instance_id, rack_id=v.rack_id, client_id=v.client_id,
             client_host=v.client_host, rebalance_timeout_ms=v.rebalance_timeout_ms,
             subscribed_topic_names=frozenset(v.subscribed_topic_names),
-            subscribed_topic_regex=v.subscribed_topic_regex, server_assignor=v.server_assignor))
+            subscribed_topic_regex=v.subscribed_topic_regex, server_assignor=v.server_assignor,
+            classic=_classic_of(v.classic_member_metadata)))
     for member_id, v in by_kind.get(cgr.TARGET_MEMBER, []):
         if member_id in group.members:
             group.target[member_id] = cgr.assignment_of(v.topic_partitions)
@@ -596,3 +660,19 @@ def _group_from_records(group_id: str, loaded: dict[bytes, tuple[int, bytes]], a
             member.regex_matches = match_topics(member.subscribed_topic_regex, group.subscription_metadata)
     group.assignor_name = group.preferred_assignor(list(assignors))
     return group
+
+
+def _classic_record(member: ConsumerMember):
+    """A classic member's ClassicMemberMetadata (None for a consumer-protocol member)."""
+    if member.classic is None:
+        return None
+    cls = cgr.ConsumerGroupMemberMetadataValue.ClassicMemberMetadata
+    return cls(session_timeout_ms=member.classic.session_timeout_ms, supported_protocols=[
+        cgr.ConsumerGroupMemberMetadataValue.ClassicProtocol(name=n, metadata=d) for n, d in member.classic.protocols])
+
+
+def _classic_of(value) -> ClassicMetadata | None:
+    if value is None or not value.supported_protocols:
+        return None
+    return ClassicMetadata(value.session_timeout_ms, tuple((p.name, bytes(p.metadata))
+                                                           for p in value.supported_protocols))

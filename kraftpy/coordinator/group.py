@@ -382,6 +382,44 @@ class ClassicGroup:
     def generate_member_id(self, client_id: str, instance_id: str | None) -> str:
         return f"{instance_id if instance_id is not None else client_id}-{uuid.uuid4()}"
 
+    # -- online migration (KIP-848) -------------------------------------------------------------
+
+    def clear_membership(self, now_ms: int) -> None:
+        """The group became a consumer group (its members moved there): what stays is an Empty group
+        holding the offsets. Not a transition of the graph above: the members are not gone, they are
+        served elsewhere, so no rebalance and no Empty-state bookkeeping happen."""
+        self.members.clear()
+        self.static_members.clear()
+        self.pending_members.clear()
+        self.pending_sync_members.clear()
+        self.num_awaiting_join = 0
+        self.supported_protocols = Counter()
+        self.protocol_type = self.protocol_name = self.leader_id = None
+        self.generation_id = 0
+        self.subscribed_topics = None
+        self.join_timer = None
+        self.sync_timer_generation = None
+        self.new_member_added = False
+        self.state = EMPTY
+        self.state_timestamp = now_ms
+
+    def is_offsets_only(self) -> bool:
+        """Empty, without members or pending members: what a consumer group's offsets live in."""
+        return self.is_(EMPTY) and not self.members and not self.pending_members
+
+    def adopt_members(self, generation_id: int, members: list[Member], now_ms: int) -> None:
+        """A consumer group whose members all use the classic protocol became this group (Kafka's
+        ClassicGroup.fromConsumerGroup): Stable at ``generation_id``, each member with its assignment.
+        Only an Empty group without members adopts (the offsets holder of the consumer group)."""
+        assert self.is_(EMPTY) and not self.members and members
+        for member in members:
+            self.add(member)
+        self.generation_id = generation_id
+        self.protocol_name = self.select_protocol()
+        self.subscribed_topics = self.compute_subscribed_topics()
+        self.state = STABLE
+        self.state_timestamp = now_ms
+
     # -- protocols -------------------------------------------------------------------------------
 
     def candidate_protocols(self) -> set[str]:

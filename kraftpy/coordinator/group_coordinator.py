@@ -47,7 +47,8 @@ import trio
 
 from kraftpy.coordinator.consumer_protocol import HeartbeatRequest, RegexMatcher, TopicLookup
 from kraftpy.coordinator.group import OffsetAndMetadata
-from kraftpy.coordinator.group_shard import GroupShard, write_error_for_commit
+from kraftpy.coordinator.group_shard import GroupShard, write_error_for_commit, write_error_for_group
+from kraftpy.coordinator.key_limits import too_long
 from kraftpy.coordinator.runtime import (
     CoordinatorRuntime,
     CoordinatorShard,
@@ -146,7 +147,8 @@ def partition_for(group_id: str, num_partitions: int) -> int:
 
 class GroupCoordinator:
     def __init__(self, config: GroupConfig, *, clock: Callable[[], int], node_id: int = -1,
-                 partition_exists: Callable[[str, int], bool] | None = None) -> None:
+                 partition_exists: Callable[[str, int], bool] | None = None,
+                 topic_lookup: TopicLookup | None = None) -> None:
         """``clock`` returns wall-clock milliseconds (commit and state timestamps, offset expiry);
         timers run on trio's clock. ``partition_exists(topic, partition)`` answers from the broker's
         metadata whether a partition exists: commits and deletions of others are refused with
@@ -155,6 +157,9 @@ class GroupCoordinator:
         self.clock = clock
         self.node_id = node_id
         self.partition_exists = partition_exists or (lambda topic, partition: True)
+        #: Finds a topic's id and partition count in the broker's metadata (the classic members of a
+        #: consumer group subscribe by name); the broker sets it.
+        self.topic_lookup = topic_lookup
         self._log = _logger.bind(node_id=node_id)
         self.runtime = CoordinatorRuntime(self._make_shard, log=self._log)
         #: partition -> (leader epoch, producer id, committed, marker offset) of the transaction
@@ -213,7 +218,7 @@ class GroupCoordinator:
         return shard.machine if shard is not None and shard.active else None
 
     def _route(self, group_id: str | None, api: str) -> tuple[ErrorCode | None, GroupShard | None]:
-        if group_id is None or (not group_id and api not in _EMPTY_ID_ALLOWED):
+        if group_id is None or (not group_id and api not in _EMPTY_ID_ALLOWED) or too_long(group_id):
             return ErrorCode.INVALID_GROUP_ID, None
         if not self.runtime.running:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, None
@@ -248,8 +253,12 @@ class GroupCoordinator:
             protocols=[(p.name, p.metadata) for p in request.protocols],
             callback=waiter.set,
             reason=request.reason,
+            lookup=self.topic_lookup,
         )
         result = await waiter.wait()
+        error = await self._consumer_group_written(shard, request.group_id)
+        if error is not None and result.error == ErrorCode.NONE:
+            return self._join_response(version, result.member_id, write_error_for_group(error))
         response = self._join_response(version, result.member_id, result.error)
         response.generation_id = result.generation_id
         response.protocol_type = result.protocol_type
@@ -261,6 +270,18 @@ class GroupCoordinator:
             member_id=member_id, group_instance_id=instance_id, metadata=metadata)
             for member_id, instance_id, metadata in result.members]
         return response
+
+    @staticmethod
+    async def _consumer_group_written(shard: GroupShard, group_id: str) -> BaseException | None:
+        """A classic member of a consumer group is answered once the group's records (what its request
+        changed, and every earlier change) are written: the write's error, or None."""
+        if group_id not in shard.consumer.groups:
+            return None
+        written = shard.consumer.write(group_id)
+        if written is None:
+            return None
+        _, error = await written.wait()
+        return error
 
     @staticmethod
     def _join_response(version: int, member_id: str, error: ErrorCode) -> JoinGroupResponse:
@@ -286,6 +307,9 @@ class GroupCoordinator:
         shard.sync_group(request.group_id, request.generation_id, request.member_id, request.protocol_type,
                          request.protocol_name, request.group_instance_id, assignments, waiter.set)
         result = await waiter.wait()
+        error = await self._consumer_group_written(shard, request.group_id)
+        if error is not None and result.error == ErrorCode.NONE:
+            return SyncGroupResponse(error_code=write_error_for_group(error))
         return SyncGroupResponse(error_code=result.error, protocol_type=result.protocol_type,
                                  protocol_name=result.protocol_name, assignment=result.assignment)
 
@@ -309,6 +333,9 @@ class GroupCoordinator:
             top, members = error, []
         else:
             top, members = shard.leave_group(request.group_id, leaving)
+            error = await self._consumer_group_written(shard, request.group_id)
+            if error is not None:
+                top, members = write_error_for_group(error), []
         if version >= 3:
             return LeaveGroupResponse(error_code=top, members=[
                 LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=i, error_code=e)

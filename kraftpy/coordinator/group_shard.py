@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 A :class:`GroupShard` is the state machine of one :class:`~kraftpy.coordinator.runtime.CoordinatorShard`:
 it is built by replaying the partition's records (``replay``), then serves JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup and the offset APIs for the groups that hash to that partition. It follows
+Heartbeat, LeaveGroup and the offset APIs for the groups that hash to that partition. A JoinGroup,
+SyncGroup, Heartbeat or LeaveGroup naming a KIP-848 consumer group that has members goes to that
+group instead (its classic members: :mod:`kraftpy.coordinator.consumer_group_migration`). It follows
 Kafka 3.6's GroupCoordinator.scala and GroupMetadataManager.scala rule for rule; where kraftpy
 differs, the comment says so and why.
 
@@ -486,6 +488,12 @@ class GroupShard:
 
     def _store_group(self, group: ClassicGroup, assignment: dict[str, bytes],
                      callback: Callable[[ErrorCode], None]) -> None:
+        batch = [self.group_metadata_record(group, assignment)]
+        self.shard.write(batch, lambda _offset, error: callback(
+            ErrorCode.NONE if error is None else write_error_for_group(error)))
+
+    def group_metadata_record(self, group: ClassicGroup, assignment: dict[str, bytes]) -> tuple[bytes, bytes]:
+        """The GroupMetadata record of ``group`` with each member's ``assignment``."""
         value = records.GroupMetadataValue(
             protocol_type=group.protocol_type or "",
             generation=group.generation_id,
@@ -498,9 +506,28 @@ class GroupShard:
                 session_timeout=m.session_timeout_ms, subscription=m.metadata(group.protocol_name),
                 assignment=assignment[m.member_id]) for m in group.members.values()],
         )
-        batch = [(records.group_metadata_key(group.group_id), records.group_metadata_value(value))]
-        self.shard.write(batch, lambda _offset, error: callback(
-            ErrorCode.NONE if error is None else write_error_for_group(error)))
+        return records.group_metadata_key(group.group_id), records.group_metadata_value(value)
+
+    # -- online migration (kraftpy.coordinator.consumer_group_migration) --------------------------
+
+    def cancel_classic_timers(self, group: ClassicGroup) -> None:
+        """The group's members moved to a consumer group: none of its classic timers may fire."""
+        for member_id in [*group.members, *group.pending_members]:
+            self._cancel_heartbeat(group, member_id)
+            self.timers.cancel(("pending", group.group_id, member_id))
+        self.timers.cancel(("join", group.group_id))
+        self.timers.cancel(("sync", group.group_id))
+
+    def start_downgraded_group(self, group: ClassicGroup, reason: str) -> None:
+        """A consumer group became ``group`` (Stable, with members): their sessions start and a
+        rebalance has them rejoin as a classic group."""
+        for member in group.members.values():
+            self._schedule_heartbeat(group, member, member.session_timeout_ms)
+        self._prepare_rebalance(group, reason)
+
+    def _consumer_group_with_members(self, group_id: str):
+        group = self.consumer.groups.get(group_id)
+        return group if group is not None and group.members else None
 
     def _tombstones(self, group: ClassicGroup, removed: Iterable[TopicPartition]) -> list[tuple[bytes, None]]:
         """Tombstones for ``removed`` offsets; and, if that leaves an Empty group with nothing, the
@@ -523,15 +550,21 @@ class GroupShard:
     def join_group(self, group_id: str, member_id: str, instance_id: str | None, require_known_member_id: bool,
                    support_skip_assignment: bool, client_id: str, client_host: str, rebalance_timeout_ms: int,
                    session_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
-                   callback: JoinCallback, reason: str | None) -> None:
+                   callback: JoinCallback, reason: str | None, lookup=None) -> None:
+        """``lookup`` finds a topic's id and partition count (a classic member of a consumer group
+        needs it)."""
         if not (self.config.group_min_session_timeout_ms <= session_timeout_ms
                 <= self.config.group_max_session_timeout_ms):
             callback(JoinResult(member_id, ErrorCode.INVALID_SESSION_TIMEOUT))
             return
-        if not self.consumer.drop_empty(group_id):
-            # A consumer group with members: no classic member may join it (no migration yet).
-            callback(JoinResult(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+        consumer_group = self._consumer_group_with_members(group_id)
+        if consumer_group is not None:
+            # A consumer group with members serves the classic member itself (KIP-848 migration).
+            callback(self.consumer.classic.join(
+                consumer_group, member_id, instance_id, require_known_member_id, client_id, client_host,
+                rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols, lookup))
             return
+        self.consumer.drop_empty(group_id)
         is_unknown = member_id == UNKNOWN_MEMBER_ID
         group = self.groups.get(group_id)
         created = False
@@ -769,6 +802,11 @@ class GroupShard:
     def sync_group(self, group_id: str, generation_id: int, member_id: str, protocol_type: str | None,
                    protocol_name: str | None, instance_id: str | None, assignments: dict[str, bytes],
                    callback: SyncCallback) -> None:
+        consumer_group = self._consumer_group_with_members(group_id)
+        if consumer_group is not None:
+            callback(self.consumer.classic.sync(consumer_group, generation_id, member_id, instance_id, protocol_type,
+                                                protocol_name))
+            return
         group = self.groups.get(group_id)
         if group is None:
             callback(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
@@ -829,6 +867,9 @@ class GroupShard:
     # -- Heartbeat -------------------------------------------------------------------------------
 
     def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int) -> ErrorCode:
+        consumer_group = self._consumer_group_with_members(group_id)
+        if consumer_group is not None:
+            return self.consumer.classic.heartbeat(consumer_group, member_id, instance_id, generation_id)
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -851,6 +892,9 @@ class GroupShard:
                     ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
         """``leaving``: (member_id, group_instance_id, reason); returns the top-level error and one
         (member_id, group_instance_id, error) per leaving member."""
+        consumer_group = self._consumer_group_with_members(group_id)
+        if consumer_group is not None:
+            return ErrorCode.NONE, self.consumer.classic.leave(consumer_group, leaving)
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.NONE, [(m, i, ErrorCode.UNKNOWN_MEMBER_ID) for m, i, _ in leaving]

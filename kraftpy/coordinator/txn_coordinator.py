@@ -34,6 +34,7 @@ import structlog
 import trio
 
 from kraftpy.coordinator.group_coordinator import partition_for
+from kraftpy.coordinator.key_limits import too_long
 from kraftpy.coordinator.runtime import CoordinatorRuntime, CoordinatorShard, PartitionWriter, ShardStatus
 from kraftpy.coordinator.txn_shard import InitProducerIdResult, MarkerSender, TxnShard
 from kraftpy.coordinator.txn_state import (
@@ -132,7 +133,7 @@ class TxnCoordinator:
                                expected: ProducerIdAndEpoch | None = None) -> InitProducerIdResult:
         """InitProducerId with a transactional id; ``expected`` is the producer id and epoch the
         producer already has (KIP-360), None when it has none (-1/-1 on the wire)."""
-        if not transactional_id:
+        if not transactional_id or too_long(transactional_id):  # longer than its record key can hold
             return InitProducerIdResult(ErrorCode.INVALID_REQUEST)
         error, shard = self._route(transactional_id)
         if error is not None:

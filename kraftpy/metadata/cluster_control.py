@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kraftpy.metadata import replication_control
+from kraftpy.metadata import directory_control, replication_control
 from kraftpy.metadata.controller_config import ControllerConfig
 from kraftpy.metadata.delta import replay_records
 from kraftpy.metadata.errors import Errors
@@ -95,6 +95,7 @@ def _same_details(reg: BrokerRegistration, request: BrokerRegistrationRequest) -
         and reg.listeners == tuple(request.listeners)
         and reg.features == tuple(request.features)
         and reg.rack == request.rack
+        and reg.directories == tuple(request.log_dirs)
     )
 
 
@@ -114,6 +115,9 @@ def _registration_error(
     existing = image.cluster.broker(request.broker_id)
     if existing is not None and session_alive and existing.incarnation_id != request.incarnation_id:
         return Errors.DUPLICATE_BROKER_REGISTRATION, "Another broker is registered with that broker id."
+    problem = directory_control.registration_directories_error(request)
+    if problem is not None:
+        return Errors.INVALID_REGISTRATION, problem
     return None
 
 
@@ -143,6 +147,7 @@ def register_broker(
         rack=request.rack,
         fenced=True,
         in_controlled_shutdown=False,
+        log_dirs=request.log_dirs,
     )
     records: list[MetadataRecord] = [record]
     # The previous incarnation may still lead partitions or sit in ISRs; the new one starts fenced.
@@ -204,10 +209,13 @@ def process_heartbeat(
     if reg.epoch != request.broker_epoch:
         return ControllerResult([], BrokerHeartbeatResponse(Errors.STALE_BROKER_EPOCH))
     result = _state_transition(image, reg, request, config)
-    if not request.offline_replicas:
+    if not request.offline_replicas and not request.offline_log_dirs:
         return result
     after = replay_records(image, result.records) if result.records else image
-    offline = replication_control.offline_replica_changes(after, reg.id, request.offline_replicas, config)
+    # The replicas it names, and those recorded in a directory it reports offline (KIP-858).
+    reported = [*request.offline_replicas,
+                *directory_control.replicas_in_directories(after, reg.id, request.offline_log_dirs)]
+    offline = replication_control.offline_replica_changes(after, reg.id, reported, config)
     return ControllerResult([*result.records, *offline], result.response)
 
 

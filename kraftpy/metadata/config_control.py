@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from kraftpy.config.keys import BY_NAME as STATIC_BROKER_KEYS
 from kraftpy.metadata import configs as config_defs
 from kraftpy.metadata.controller_config import ControllerConfig
 from kraftpy.metadata.errors import ControllerError, Errors
@@ -73,6 +74,9 @@ def _alter_resource(
     altered: dict[str, str | None] = {}
     for op in entry.configs:
         key = schema.get(op.name)
+        if key is None and resource.type is ConfigResourceType.BROKER and op.name in STATIC_BROKER_KEYS:
+            # A broker key that only the properties file sets (log.dirs, listeners): Kafka's words for it.
+            raise ControllerError(Errors.INVALID_CONFIG, f"Cannot update these configs dynamically: {op.name}")
         if key is None:
             raise ControllerError(Errors.INVALID_CONFIG, f"Unknown {resource.type.name.lower()} config name: {op.name}")
         try:

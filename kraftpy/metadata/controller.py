@@ -28,6 +28,7 @@ from kraftpy.metadata import (
     acl_control,
     cluster_control,
     config_control,
+    directory_control,
     feature_control,
     producer_id_control,
     quota_control,
@@ -48,6 +49,8 @@ from kraftpy.metadata.messages import (
     AlterPartitionResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -107,8 +110,7 @@ class QuorumController:
         self._next_rebalance = now + self.config.leader_imbalance_check_interval_seconds
         records: list[MetadataRecord] = []
         if METADATA_VERSION not in self.image.features.levels:
-            records += feature_control.bootstrap_records()
-            records += self.config.bootstrap_records
+            records += feature_control.bootstrap_records(self.config.bootstrap_records)
         return ControllerResult(records, None)
 
     def replay(
@@ -208,6 +210,11 @@ class QuorumController:
 
     def handle_alter_partition(self, request: AlterPartitionRequest) -> ControllerResult[AlterPartitionResponse]:
         return replication_control.alter_partition(self.image, request, self.config)
+
+    def handle_assign_replicas_to_dirs(
+        self, request: AssignReplicasToDirsRequest
+    ) -> ControllerResult[AssignReplicasToDirsResponse]:
+        return directory_control.assign_replicas_to_dirs(self.image, request, self.config)
 
     def handle_elect_leaders(self, request: ElectLeadersRequest) -> ControllerResult[ElectLeadersResponse]:
         return replication_control.elect_leaders(self.image, request, self.config)

@@ -7,11 +7,15 @@ from types import MappingProxyType
 
 import attrs
 
-#: metadata.version levels this build can run at. Level 7 is Kafka's 3.3-IV3, the first whose
-#: RegisterBrokerRecord and BrokerRegistrationChangeRecord carry in_controlled_shutdown, which the
-#: controller writes; kraftpy writes the same record versions at every level it supports.
-MINIMUM_METADATA_VERSION = 7
-LATEST_METADATA_VERSION = 7
+from kraftpy.metadata import metadata_version
+
+#: metadata.version levels this build can run at: Kafka's 3.3-IV3 to 3.9-IV0 (kraftpy.metadata.metadata_version
+#: says what each turns on). kraftpy records log directories (KIP-858: RegisterBrokerRecord v3 LogDirs,
+#: PartitionRecord and PartitionChangeRecord v1 Directories) at every level, where Kafka waits for 3.7-IV2:
+#: kraftpy's metadata log is read by kraftpy only, and every kraftpy that writes these versions reads the
+#: earlier ones too.
+MINIMUM_METADATA_VERSION = metadata_version.MINIMUM
+LATEST_METADATA_VERSION = metadata_version.LATEST
 
 DEFAULT_SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = MappingProxyType(
     {"metadata.version": (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION)}

@@ -29,6 +29,7 @@ from kraftpy.metadata.cluster_describe import describe_cluster
 from kraftpy.metadata.configs import static_broker_configs
 from kraftpy.metadata.controller import QuorumController
 from kraftpy.metadata.controller_config import ControllerConfig
+from kraftpy.metadata.controller_kafka import ControllerKafkaApis
 from kraftpy.metadata.loader import MetadataLoader, write_metadata_snapshots
 from kraftpy.metadata.records import UserScramCredentialRecord, encode_record
 from kraftpy.metadata.replication_control import unclean_elections
@@ -141,13 +142,14 @@ class ControllerServer:
         assert listener is not None
         async with trio.open_nursery() as nursery:
             await nursery.start(self.run_quorum)
+            sasl = server_sasl(self.config, lookup_scram=self.lookup_scram, authorize=self.authorize_control_plane)
+            # Kafka-protocol requests (kafka-metadata-quorum.sh --bootstrap-controller) on the same listener.
+            kafka = ControllerKafkaApis(self, listener_name=listener.name, sasl=sasl, acls=lambda: self.acls)
             server = ControlServer(self.handle, max_frame_bytes=self.config["socket.request.max.bytes"],
                                    name="controller",
                                    queued_max_request_bytes=self.config["queued.max.request.bytes"],
                                    connections_max_idle_ms=self.config["connections.max.idle.ms"],
-                                   tls=listener_tls(self.config, listener.name),
-                                   sasl=server_sasl(self.config, lookup_scram=self.lookup_scram,
-                                                    authorize=self.authorize_control_plane))
+                                   tls=listener_tls(self.config, listener.name), sasl=sasl, kafka=kafka.serve)
             if server.tls is not None:
                 await nursery.start(server.tls.watch, self.config["ssl.reload.check.interval.ms"] / 1000,
                                     self.log.bind(listener=listener.name))
@@ -278,6 +280,7 @@ class ControllerServer:
             "AlterPartition": lambda c, now: c.handle_alter_partition(request),
             "CreateTopics": lambda c, now: self._bounded(c, request) or c.handle_create_topics(request),
             "DeleteTopics": lambda c, now: c.handle_delete_topics(request),
+            "AssignReplicasToDirs": lambda c, now: c.handle_assign_replicas_to_dirs(request),
             "CreatePartitions": lambda c, now: self._bounded(c, request) or c.handle_create_partitions(request),
             "IncrementalAlterConfigs": lambda c, now: c.handle_incremental_alter_configs(request),
             "AllocateProducerIds": lambda c, now: c.handle_allocate_producer_ids(request),

@@ -10,6 +10,7 @@ a lower one. The update is all or nothing: one refused feature means no record i
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from kraftpy.metadata.controller_config import LATEST_METADATA_VERSION, ControllerConfig
 from kraftpy.metadata.errors import Errors
@@ -25,9 +26,14 @@ from kraftpy.metadata.records import FeatureLevelRecord, MetadataRecord
 from kraftpy.metadata.result import ControllerResult
 
 
-def bootstrap_records(metadata_version: int = LATEST_METADATA_VERSION) -> list[MetadataRecord]:
-    """The records a freshly formatted cluster's metadata log starts with."""
-    return [FeatureLevelRecord(METADATA_VERSION, metadata_version)]
+def bootstrap_records(bootstrap: Sequence[MetadataRecord] = ()) -> list[MetadataRecord]:
+    """The records a freshly formatted cluster's metadata log starts with: its metadata.version (the one
+    `storage format --release-version` put in the bootstrap records, else the newest this build runs at),
+    then the rest of the bootstrap records (`storage format --add-scram`)."""
+    level = next((r.feature_level for r in bootstrap
+                  if isinstance(r, FeatureLevelRecord) and r.name == METADATA_VERSION), LATEST_METADATA_VERSION)
+    rest = [r for r in bootstrap if not (isinstance(r, FeatureLevelRecord) and r.name == METADATA_VERSION)]
+    return [FeatureLevelRecord(METADATA_VERSION, level), *rest]
 
 
 def _update_error(image: MetadataImage, update: FeatureUpdateKey, config: ControllerConfig) -> str | None:

@@ -27,6 +27,7 @@ import attrs
 from kraftpy.ids import Uuid
 from kraftpy.metadata.persistent import PersistentMap, persistent
 from kraftpy.metadata.records import (
+    DIRECTORY_UNASSIGNED,
     NO_LEADER,
     NO_LEADER_CHANGE,
     NO_LEADER_RECOVERY_STATE_CHANGE,
@@ -99,6 +100,8 @@ class BrokerRegistration:
     rack: str | None
     fenced: bool
     in_controlled_shutdown: bool
+    #: The ids of its online log directories when it registered (KIP-858), in ``log.dirs`` order.
+    directories: tuple[Uuid, ...] = ()
 
     @property
     def is_active(self) -> bool:
@@ -121,7 +124,13 @@ class BrokerRegistration:
             rack=record.rack,
             fenced=record.fenced,
             in_controlled_shutdown=record.in_controlled_shutdown,
+            directories=record.log_dirs,
         )
+
+    def default_directory(self) -> Uuid:
+        """Where a new replica on this broker is recorded before the broker says (Kafka's
+        ``ClusterControlManager.defaultDir``): its only directory, or `DIRECTORY_UNASSIGNED`."""
+        return self.directories[0] if len(self.directories) == 1 else DIRECTORY_UNASSIGNED
 
     def to_record(self) -> RegisterBrokerRecord:
         return RegisterBrokerRecord(
@@ -133,6 +142,7 @@ class BrokerRegistration:
             rack=self.rack,
             fenced=self.fenced,
             in_controlled_shutdown=self.in_controlled_shutdown,
+            log_dirs=self.directories,
         )
 
 
@@ -188,6 +198,20 @@ class PartitionRegistration:
     leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
     leader_epoch: int = 0
     partition_epoch: int = 0
+    #: The log directory of each replica on its broker, in ``replicas`` order (KIP-858); always as
+    #: long as ``replicas`` (`DIRECTORY_UNASSIGNED` where no broker reported one).
+    directories: tuple[Uuid, ...] = attrs.field(default=())
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.directories) != len(self.replicas):
+            object.__setattr__(self, "directories", (DIRECTORY_UNASSIGNED,) * len(self.replicas))
+
+    def directory_of(self, broker_id: int) -> Uuid | None:
+        """The directory of ``broker_id``'s replica (None if it holds none)."""
+        try:
+            return self.directories[self.replicas.index(broker_id)]
+        except ValueError:
+            return None
 
     @property
     def preferred_leader(self) -> int:
@@ -208,6 +232,7 @@ class PartitionRegistration:
             leader_recovery_state=LeaderRecoveryState(record.leader_recovery_state),
             leader_epoch=record.leader_epoch,
             partition_epoch=record.partition_epoch,
+            directories=record.directories,
         )
 
     def to_record(self, topic_id: Uuid, partition_id: int) -> PartitionRecord:
@@ -222,6 +247,7 @@ class PartitionRegistration:
             leader_recovery_state=int(self.leader_recovery_state),
             leader_epoch=self.leader_epoch,
             partition_epoch=self.partition_epoch,
+            directories=self.directories,
         )
 
     def merge(self, change: PartitionChangeRecord) -> PartitionRegistration:
@@ -233,8 +259,14 @@ class PartitionRegistration:
         recovery = self.leader_recovery_state
         if change.leader_recovery_state != NO_LEADER_RECOVERY_STATE_CHANGE:
             recovery = LeaderRecoveryState(change.leader_recovery_state)
+        replicas = self.replicas if change.replicas is None else change.replicas
+        if change.directories is not None:
+            directories = change.directories
+        else:  # replicas that stay keep their directory, new ones have none yet
+            directories = _directories_for(replicas, self.replicas, self.directories)
         return PartitionRegistration(
-            replicas=self.replicas if change.replicas is None else change.replicas,
+            replicas=replicas,
+            directories=directories,
             isr=self.isr if change.isr is None else change.isr,
             removing_replicas=self.removing_replicas if change.removing_replicas is None else change.removing_replicas,
             adding_replicas=self.adding_replicas if change.adding_replicas is None else change.adding_replicas,
@@ -243,6 +275,14 @@ class PartitionRegistration:
             leader_epoch=leader_epoch,
             partition_epoch=self.partition_epoch + 1,
         )
+
+
+def _directories_for(replicas: tuple[int, ...], old_replicas: tuple[int, ...],
+                     old_directories: tuple[Uuid, ...]) -> tuple[Uuid, ...]:
+    """The directory of each of ``replicas``: the old one of a replica that was there, else unassigned."""
+    known = dict(zip(old_replicas, old_directories, strict=True)) if len(old_replicas) == len(old_directories) \
+        else {}
+    return tuple(known.get(r, DIRECTORY_UNASSIGNED) for r in replicas)
 
 
 @attrs.frozen

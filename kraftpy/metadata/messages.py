@@ -43,6 +43,8 @@ class BrokerRegistrationRequest:
     listeners: tuple[BrokerEndpoint, ...] = _seq()
     features: tuple[BrokerFeature, ...] = _seq()
     rack: str | None = None
+    #: Kafka's LogDirs (KIP-858): the ``directory.id`` of each online log directory of the broker.
+    log_dirs: tuple[Uuid, ...] = _seq()
 
 
 @attrs.frozen
@@ -68,11 +70,13 @@ class BrokerHeartbeatRequest:
     current_metadata_offset: Int64
     want_fence: bool = False
     want_shut_down: bool = False
-    #: Every replica of this broker that is offline, in each heartbeat. kraftpy's counterpart of
-    #: Kafka's OfflineLogDirs (KIP-858): the metadata log records no log directory per replica, so
-    #: the broker names the replicas themselves, and the controller moves their leadership and ISR
-    #: places away as Kafka's does for the replicas of a failed log directory.
+    #: Every replica of this broker that is offline, in each heartbeat: the controller moves their
+    #: leadership and ISR places away. It covers what the directory ids cannot name: a replica whose
+    #: log failed to open before any directory was assigned to it.
     offline_replicas: tuple[OfflineReplicaTopic, ...] = _seq()
+    #: Kafka's OfflineLogDirs (KIP-858): the ids of the broker's log directories that are offline;
+    #: the controller moves leadership and ISR places off every replica assigned to one of them.
+    offline_log_dirs: tuple[Uuid, ...] = _seq()
 
 
 @attrs.frozen
@@ -81,6 +85,57 @@ class BrokerHeartbeatResponse:
     is_caught_up: bool = False
     is_fenced: bool = True
     should_shut_down: bool = False
+
+
+@attrs.frozen
+class AssignReplicasToDirsPartition:
+    partition_index: NonNegativeInt32
+
+
+@attrs.frozen
+class AssignReplicasToDirsTopic:
+    topic_id: Uuid
+    partitions: tuple[AssignReplicasToDirsPartition, ...] = _seq()
+
+
+@attrs.frozen
+class AssignReplicasToDirsDirectory:
+    id: Uuid
+    topics: tuple[AssignReplicasToDirsTopic, ...] = _seq()
+
+
+@attrs.frozen
+class AssignReplicasToDirsRequest:
+    """Kafka's AssignReplicasToDirs (KIP-858): the log directory in which a broker placed (or moved)
+    each of its replicas, for the controller to record in the partitions' ``directories``."""
+
+    broker_id: NonNegativeInt32
+    broker_epoch: Int64
+    directories: tuple[AssignReplicasToDirsDirectory, ...] = _seq()
+
+
+@attrs.frozen
+class AssignReplicasToDirsPartitionResult:
+    partition_index: Int32
+    error_code: Int16
+
+
+@attrs.frozen
+class AssignReplicasToDirsTopicResult:
+    topic_id: Uuid
+    partitions: tuple[AssignReplicasToDirsPartitionResult, ...] = _seq()
+
+
+@attrs.frozen
+class AssignReplicasToDirsDirectoryResult:
+    id: Uuid
+    topics: tuple[AssignReplicasToDirsTopicResult, ...] = _seq()
+
+
+@attrs.frozen
+class AssignReplicasToDirsResponse:
+    error_code: Int16
+    directories: tuple[AssignReplicasToDirsDirectoryResult, ...] = _seq()
 
 
 @attrs.frozen

@@ -13,7 +13,15 @@ anything malformed (``CorruptMetadataRecordError``): a log written by a newer kr
 loudly instead of being misread.
 
 Fields of Kafka's schemas deliberately left out are listed in ``OMITTED_KAFKA_FIELDS`` with the reason;
-the version each class writes is the highest one whose other fields it carries.
+the version each class writes is the highest one whose other fields it carries. A class that gained
+fields in a later version (always at the end) still reads its earlier versions (``MIN_VERSION``), the
+missing fields taking their defaults: a metadata log written before keeps loading.
+
+Log directories (KIP-858) are 16-byte ids like every other: ``PartitionRecord.directories`` holds the
+directory of each replica in ``replicas`` order, ``PartitionChangeRecord.directories`` the new list
+(None: unchanged), ``RegisterBrokerRecord.log_dirs`` a broker's online directories. Kafka's reserved
+ids keep their meaning: `DIRECTORY_UNASSIGNED` (the broker has not said where the replica is yet),
+`DIRECTORY_LOST` (it was in a directory now unknown) and `DIRECTORY_MIGRATING`.
 
 ``PartitionChangeRecord`` keeps Kafka's convention for "unchanged": ``None`` for the lists,
 ``NO_LEADER_CHANGE`` (-2) for the leader and -1 for the leader recovery state.
@@ -46,6 +54,15 @@ class LeaderRecoveryState(enum.IntEnum):
 #: ``LeaderRecoveryState`` of a PartitionChangeRecord that does not change it.
 NO_LEADER_RECOVERY_STATE_CHANGE = -1
 
+#: Kafka's ``DirectoryId.UNASSIGNED``: a replica whose broker has not reported its directory yet.
+DIRECTORY_UNASSIGNED = Uuid(bytes(16))
+#: Kafka's ``DirectoryId.LOST``: a replica in a directory that is no longer known.
+DIRECTORY_LOST = Uuid(bytes(15) + b"\x01")
+#: Kafka's ``DirectoryId.MIGRATING``: a replica whose directory was never chosen by this cluster.
+DIRECTORY_MIGRATING = Uuid(bytes(15) + b"\x02")
+#: Ids no directory may have.
+RESERVED_DIRECTORY_IDS = frozenset({DIRECTORY_UNASSIGNED, DIRECTORY_LOST, DIRECTORY_MIGRATING})
+
 
 class ConfigResourceType(enum.IntEnum):
     """Kafka's ``ConfigResource.Type`` codes."""
@@ -76,18 +93,16 @@ class InControlledShutdownChange(enum.IntEnum):
 OMITTED_KAFKA_FIELDS: dict[str, dict[str, str]] = {
     "RegisterBrokerRecord": {
         "IsMigratingZkBroker": "there is no ZooKeeper to migrate from",
-        "LogDirs": "one log directory per broker: JBOD directory assignment (KIP-858) is not supported",
     },
     "BrokerRegistrationChangeRecord": {
-        "LogDirs": "one log directory per broker: JBOD directory assignment (KIP-858) is not supported",
+        "LogDirs": "a broker's directories change only when it registers again (RegisterBrokerRecord LogDirs); "
+                   "a directory failing is reported in heartbeats (OfflineLogDirs)",
     },
     "PartitionRecord": {
-        "Directories": "one log directory per broker: JBOD directory assignment (KIP-858) is not supported",
         "EligibleLeaderReplicas": "eligible leader replicas (KIP-966) are not implemented",
         "LastKnownElr": "eligible leader replicas (KIP-966) are not implemented",
     },
     "PartitionChangeRecord": {
-        "Directories": "one log directory per broker: JBOD directory assignment (KIP-858) is not supported",
         "EligibleLeaderReplicas": "eligible leader replicas (KIP-966) are not implemented",
         "LastKnownElr": "eligible leader replicas (KIP-966) are not implemented",
     },
@@ -165,6 +180,14 @@ def _uuid_field() -> Any:
     return attrs.field(converter=Uuid.coerce)
 
 
+def _uuid_tuple(value: Iterable[Any]) -> tuple[Uuid, ...]:
+    return tuple(Uuid.coerce(v) for v in value)
+
+
+def _optional_uuid_tuple(value: Iterable[Any] | None) -> tuple[Uuid, ...] | None:
+    return None if value is None else _uuid_tuple(value)
+
+
 T = TypeVar("T")
 
 
@@ -217,18 +240,19 @@ def _to_float(value: object) -> float:
 _REGISTRY: dict[int, type] = {}
 
 
-def _record(type_tag: int, version: int) -> Callable[[type[T]], type[T]]:
+def _record(type_tag: int, version: int, min_version: int | None = None) -> Callable[[type[T]], type[T]]:
     def register(cls: type[T]) -> type[T]:
         assert type_tag not in _REGISTRY, type_tag
         cls.RECORD_TYPE = type_tag  # type: ignore[attr-defined]
         cls.VERSION = version  # type: ignore[attr-defined]
+        cls.MIN_VERSION = version if min_version is None else min_version  # type: ignore[attr-defined]
         _REGISTRY[type_tag] = cls
         return cls
 
     return register
 
 
-@_record(type_tag=0, version=1)
+@_record(type_tag=0, version=3, min_version=1)
 @attrs.frozen
 class RegisterBrokerRecord:
     """A broker registered (or re-registered) and got ``broker_epoch``: the offset of this record."""
@@ -241,6 +265,8 @@ class RegisterBrokerRecord:
     rack: str | None = attrs.field(validator=_is_optional_str)
     fenced: bool = attrs.field(default=True, validator=_is_bool)
     in_controlled_shutdown: bool = attrs.field(default=False, validator=_is_bool)
+    #: The ids of the broker's online log directories (KIP-858; version 3).
+    log_dirs: tuple[Uuid, ...] = attrs.field(default=(), converter=_uuid_tuple)
 
 
 @_record(type_tag=1, version=0)
@@ -257,7 +283,7 @@ class TopicRecord:
     topic_id: Uuid = _uuid_field()
 
 
-@_record(type_tag=3, version=0)
+@_record(type_tag=3, version=1, min_version=0)
 @attrs.frozen
 class PartitionRecord:
     """The full state of one partition; ``replicas`` in preferred order (the first is the preferred leader)."""
@@ -272,6 +298,9 @@ class PartitionRecord:
     leader_recovery_state: int = _int_field(default=LeaderRecoveryState.RECOVERED)
     leader_epoch: int = _int_field(default=0)
     partition_epoch: int = _int_field(default=0)
+    #: The log directory of each replica, in ``replicas`` order (version 1; empty from version 0:
+    #: every replica `DIRECTORY_UNASSIGNED`).
+    directories: tuple[Uuid, ...] = attrs.field(default=(), converter=_uuid_tuple)
 
 
 @_record(type_tag=4, version=0)
@@ -285,7 +314,7 @@ class ConfigRecord:
     value: str | None = attrs.field(validator=_is_optional_str)
 
 
-@_record(type_tag=5, version=0)
+@_record(type_tag=5, version=1, min_version=0)
 @attrs.frozen
 class PartitionChangeRecord:
     """A change to one partition; fields left at their defaults are unchanged. Replaying it bumps the
@@ -299,6 +328,8 @@ class PartitionChangeRecord:
     removing_replicas: tuple[int, ...] | None = _optional_ids_field()
     adding_replicas: tuple[int, ...] | None = _optional_ids_field()
     leader_recovery_state: int = _int_field(default=NO_LEADER_RECOVERY_STATE_CHANGE)
+    #: The new directory of each replica, in the (new) ``replicas`` order; None: unchanged (version 1).
+    directories: tuple[Uuid, ...] | None = attrs.field(default=None, converter=_optional_uuid_tuple)
 
 
 @_record(type_tag=7, version=0)
@@ -495,11 +526,29 @@ def decode_record(data: bytes) -> MetadataRecord:
     cls = _REGISTRY.get(tag)
     if cls is None:
         raise UnknownMetadataRecordError(f"unknown metadata record type {tag} (version {version})")
-    if version != cls.VERSION:
+    if not cls.MIN_VERSION <= version <= cls.VERSION:
+        readable = f"version {cls.VERSION}" if cls.MIN_VERSION == cls.VERSION else \
+            f"versions {cls.MIN_VERSION}-{cls.VERSION}"
         raise UnsupportedMetadataRecordVersionError(
-            f"{cls.__name__} (type {tag}) version {version} is not supported; this build reads version {cls.VERSION}"
+            f"{cls.__name__} (type {tag}) version {version} is not supported; this build reads {readable}"
         )
+    if version < cls.VERSION and len(fields) > _field_count(cls, version):
+        raise CorruptMetadataRecordError(f"malformed {cls.__name__}: too many fields for version {version}")
     try:
         return cls(*fields)
     except (TypeError, ValueError) as exc:
         raise CorruptMetadataRecordError(f"malformed {cls.__name__}: {exc}") from exc
+
+
+#: Fields each class gained after its ``MIN_VERSION`` (always at the end), by the version that added them.
+_ADDED_FIELDS: dict[str, dict[int, int]] = {
+    "RegisterBrokerRecord": {3: 1},
+    "PartitionRecord": {1: 1},
+    "PartitionChangeRecord": {1: 1},
+}
+
+
+def _field_count(cls: type, version: int) -> int:
+    """How many fields ``cls`` has at ``version`` (at most what it has now)."""
+    added = _ADDED_FIELDS.get(cls.__name__, {})
+    return len(attrs.fields(cls)) - sum(n for v, n in added.items() if v > version)

@@ -56,6 +56,7 @@ from kraftpy.metadata.messages import (
 from kraftpy.metadata.partition_change import Election, PartitionChangeBuilder, isr_without
 from kraftpy.metadata.placement import PlacementBroker, PlacementError, assign_replicas
 from kraftpy.metadata.records import (
+    DIRECTORY_UNASSIGNED,
     ConfigRecord,
     ConfigResourceType,
     LeaderRecoveryState,
@@ -191,7 +192,14 @@ def _new_partition_record(image: MetadataImage, topic_id: Uuid, pid: int, replic
     return PartitionRecord(
         partition_id=pid, topic_id=topic_id, replicas=replicas, isr=isr, leader=isr[0],
         leader_recovery_state=LeaderRecoveryState.RECOVERED, leader_epoch=0, partition_epoch=0,
+        directories=tuple(_default_directory(image, b) for b in replicas),
     )
+
+
+def _default_directory(image: MetadataImage, broker_id: int) -> Uuid:
+    """Where a new replica on ``broker_id`` is recorded until the broker reports where it placed it."""
+    reg = image.cluster.broker(broker_id)
+    return reg.default_directory() if reg is not None else DIRECTORY_UNASSIGNED
 
 
 def _create_topic(

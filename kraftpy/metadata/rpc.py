@@ -25,6 +25,8 @@ from kraftpy.metadata.messages import (
     AlterPartitionResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -67,6 +69,7 @@ CONTROLLER_APIS: dict[str, tuple[type, type]] = {
     "BrokerHeartbeat": (BrokerHeartbeatRequest, BrokerHeartbeatResponse),
     "UnregisterBroker": (UnregisterBrokerRequest, UnregisterBrokerResponse),
     "AlterPartition": (AlterPartitionRequest, AlterPartitionResponse),
+    "AssignReplicasToDirs": (AssignReplicasToDirsRequest, AssignReplicasToDirsResponse),
     "CreateTopics": (CreateTopicsRequest, CreateTopicsResponse),
     "DeleteTopics": (DeleteTopicsRequest, DeleteTopicsResponse),
     "CreatePartitions": (CreatePartitionsRequest, CreatePartitionsResponse),
@@ -202,6 +205,9 @@ class ControllerClient:
         return await self.call(request)
 
     async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse:
+        return await self.call(request)
+
+    async def assign_replicas_to_dirs(self, request: AssignReplicasToDirsRequest) -> AssignReplicasToDirsResponse:
         return await self.call(request)
 
     async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:

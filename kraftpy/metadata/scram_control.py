@@ -10,7 +10,9 @@ alteration gets none of its alterations written, with Kafka's errors and message
 * a mechanism other than 1 (SCRAM-SHA-256) or 2 (SCRAM-SHA-512): UNSUPPORTED_SASL_MECHANISM;
 * iterations outside 4096..16384: UNACCEPTABLE_CREDENTIAL "Too few/many iterations";
 * the same user and mechanism twice in one request: DUPLICATE_RESOURCE;
-* deleting a credential that does not exist: RESOURCE_NOT_FOUND.
+* deleting a credential that does not exist: RESOURCE_NOT_FOUND;
+* any alteration while the cluster's metadata.version is below 3.5-IV2 (kraftpy.metadata.metadata_version):
+  UNSUPPORTED_VERSION "The current metadata.version does not support SCRAM" (raise it with UpdateFeatures).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kraftpy.metadata.messages import (
     AlterUserScramCredentialsResponse,
     AlterUserScramCredentialsResult,
 )
+from kraftpy.metadata.metadata_version import scram_supported
 from kraftpy.metadata.records import (
     MetadataRecord,
     RemoveUserScramCredentialRecord,
@@ -51,6 +54,14 @@ def alter_user_scram_credentials(
 
     def fail(name: str, error: _Error) -> None:
         errors.setdefault(name, error)
+
+    level = image.features.metadata_version
+    if level and not scram_supported(level):  # an image without metadata.version is one not bootstrapped yet
+        for alteration in (*request.deletions, *request.upsertions):
+            if alteration.name not in records:
+                order.append(alteration.name)
+                records[alteration.name] = []
+            fail(alteration.name, (Errors.UNSUPPORTED_VERSION, "The current metadata.version does not support SCRAM"))
 
     def first_time(name: str, mechanism: int) -> bool:
         if name not in records:

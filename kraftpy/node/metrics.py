@@ -103,6 +103,8 @@ class NodeCollector(Collector):
             ("kraftpy_leader_count", "Partitions this broker leads.", node),
             ("kraftpy_partition_count", "Partition replicas this broker holds (leader or follower).", node),
             ("kraftpy_offline_replicas", "Replicas this broker holds but cannot serve (their log failed).", node),
+            ("kraftpy_offline_log_dirs", "Log directories of this broker that are offline (they failed to load "
+             "or failed while it ran; Kafka's OfflineLogDirectoryCount).", node),
             ("kraftpy_broker_state", "The broker's state as Kafka numbers it: 0 not running, 2 fenced "
              "(catching up), 3 running, 6 controlled shutdown.", node),
             ("kraftpy_log_size_bytes", "Bytes of a partition replica's log on disk.", partition),
@@ -166,6 +168,7 @@ class NodeCollector(Collector):
         out["kraftpy_leader_count"].add_metric([node], leaders)
         out["kraftpy_partition_count"].add_metric([node], len(replicas.partitions))
         out["kraftpy_offline_replicas"].add_metric([node], len(replicas.offline))
+        out["kraftpy_offline_log_dirs"].add_metric([node], len(replicas.log_manager.offline_dirs))
         out["kraftpy_broker_state"].add_metric([node], KAFKA_BROKER_STATE[broker.lifecycle.state])
         states: dict[str, int] = {}
         for shard in broker.server.coordinator.runtime.active_shards():

@@ -47,6 +47,8 @@ class ApiKey(enum.IntEnum):
     CREATE_ACLS = 30
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
     DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     SASL_AUTHENTICATE = 36
@@ -92,11 +94,11 @@ class VersionRange:
 API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.PRODUCE:                   VersionRange(0, 9, min_accepted=3),
     ApiKey.FETCH:                     VersionRange(4, 13),
-    ApiKey.LIST_OFFSETS:              VersionRange(1, 7),
+    ApiKey.LIST_OFFSETS:              VersionRange(1, 10),
     ApiKey.METADATA:                  VersionRange(0, 12),
     ApiKey.OFFSET_COMMIT:             VersionRange(0, 9),
     ApiKey.OFFSET_FETCH:              VersionRange(0, 9),
-    ApiKey.FIND_COORDINATOR:          VersionRange(0, 4),
+    ApiKey.FIND_COORDINATOR:          VersionRange(0, 6),
     ApiKey.JOIN_GROUP:                VersionRange(0, 9),
     ApiKey.HEARTBEAT:                 VersionRange(0, 4),
     ApiKey.LEAVE_GROUP:               VersionRange(0, 5),
@@ -107,7 +109,7 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     # (the broker registers their handlers then).
     ApiKey.CONSUMER_GROUP_HEARTBEAT:  VersionRange(0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE:   VersionRange(0, 0),
-    ApiKey.API_VERSIONS:              VersionRange(0, 3),
+    ApiKey.API_VERSIONS:              VersionRange(0, 4),
     ApiKey.CREATE_TOPICS:             VersionRange(2, 7),
     ApiKey.DELETE_TOPICS:             VersionRange(1, 6),
     ApiKey.DELETE_RECORDS:            VersionRange(0, 2),
@@ -115,10 +117,13 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH:   VersionRange(2, 4),
     ApiKey.DESCRIBE_CONFIGS:          VersionRange(1, 4),
     ApiKey.DESCRIBE_LOG_DIRS:         VersionRange(1, 4),
+    ApiKey.ALTER_REPLICA_LOG_DIRS:    VersionRange(1, 2),
     ApiKey.CREATE_PARTITIONS:         VersionRange(0, 3),
     ApiKey.DELETE_GROUPS:             VersionRange(0, 2),
     ApiKey.ELECT_LEADERS:             VersionRange(0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
+    # The legacy whole-resource form, for clients without IncrementalAlterConfigs (kraftpy.broker.apis.configs).
+    ApiKey.ALTER_CONFIGS:             VersionRange(0, 2),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: VersionRange(0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: VersionRange(0, 0),
     ApiKey.OFFSET_DELETE:             VersionRange(0, 0),

@@ -61,7 +61,7 @@ from kraftpy.security.controller_sasl import ControlSasl
 from kraftpy.security.listener_sasl import mechanism_server
 from kraftpy.security.sasl import Authenticated, Challenge, SaslLogin, authenticate_client
 from kraftpy.security.scram import ScramError
-from kraftpy.security.tls import handshake_failure
+from kraftpy.security.tls import ANONYMOUS, handshake_failure, peer_principal
 
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
 #: How long a TLS peer has to finish its handshake.
@@ -72,6 +72,8 @@ SASL_HANDSHAKE_API = "SaslHandshake"
 SASL_AUTHENTICATE_API = "SaslAuthenticate"
 
 Handler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+#: ``serve(framed, peer, principal)``: a connection that speaks the Kafka protocol (see `ControlServer`).
+KafkaHandler = Callable[[FramedStream, str, str], Awaitable[None]]
 
 
 class RpcError(Exception):
@@ -114,10 +116,16 @@ class ControlServer:
 
     def __init__(self, handler: Handler, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  name: str = "control", queued_max_request_bytes: int = -1,
-                 connections_max_idle_ms: int = -1, tls: Any = None, sasl: ControlSasl | None = None) -> None:
+                 connections_max_idle_ms: int = -1, tls: Any = None, sasl: ControlSasl | None = None,
+                 kafka: KafkaHandler | None = None) -> None:
         """``queued_max_request_bytes`` (-1: no bound) and ``connections_max_idle_ms`` (-1: never)
-        are Kafka's ``queued.max.request.bytes`` and ``connections.max.idle.ms``."""
+        are Kafka's ``queued.max.request.bytes`` and ``connections.max.idle.ms``. ``kafka`` serves the
+        connections whose first frame is a Kafka request (its api key's high byte, 0, where a control
+        frame starts with a msgpack map) after the TLS handshake, with the peer and its TLS principal;
+        such a connection does its own SASL exchange, in the Kafka protocol
+        (kraftpy.metadata.controller_kafka)."""
         self.handler = handler
+        self.kafka = kafka
         self.max_frame_bytes = max_frame_bytes
         #: The listener's `ServerTls` when it runs over TLS.
         self.tls = tls
@@ -140,13 +148,17 @@ class ControlServer:
 
     async def _handle_connection(self, stream: trio.SocketStream) -> None:
         peer = _peer(stream)
+        principal = ANONYMOUS
         if self.tls is not None:
             ssl_stream = await self._handshake(stream)
             if ssl_stream is None:
                 return
             stream = ssl_stream
+            principal = peer_principal(ssl_stream)
         framed = FramedStream(stream, self.max_frame_bytes, budget=self.budget, idle_timeout=self.idle_timeout)
         try:
+            if self.kafka is not None and await self._served_as_kafka(framed, peer, principal):
+                return
             if self.sasl is not None and await self._authenticate(framed, peer) is None:
                 return
             async with trio.open_nursery() as nursery:
@@ -163,6 +175,26 @@ class ControlServer:
         finally:
             with trio.CancelScope(shield=True):
                 await framed.aclose()
+
+    async def _served_as_kafka(self, framed: FramedStream, peer: str, principal: str) -> bool:
+        """Look at the connection's first frame: a Kafka request's connection is served by the ``kafka``
+        handler here (True once it is done with); a control-plane one is left for the caller (False)."""
+        assert self.kafka is not None
+        try:
+            first = await framed.receive_frame()
+            if first is None:
+                return True
+            framed.unread(first)
+            if bytes(first[:1]) != b"\x00":
+                return False
+            await self.kafka(framed, peer, principal)
+        except FrameError as exc:
+            self.log.warning("closing connection", peer=peer, reason=str(exc))
+        except IdleConnection as exc:
+            self.log.debug("closing idle connection", peer=peer, reason=str(exc))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        return True
 
     async def _handshake(self, stream: trio.SocketStream) -> trio.SSLStream | None:
         ssl_stream = self.tls.wrap(stream)

@@ -223,6 +223,11 @@ class FramedStream:
         self._held = total
         self._admitted = True
 
+    def unread(self, frame: memoryview) -> None:
+        """Put a frame `receive_frame` returned back in front of the others (a server looking at a
+        connection's first frame to choose its protocol); it keeps holding its bytes of the budget."""
+        self._frames.appendleft(frame)
+
     def release(self, frame: memoryview | bytes | int) -> None:
         """The request in ``frame`` (or a frame of that many bytes) has been handled: give its bytes
         back to the budget."""

@@ -23,6 +23,12 @@ log is gone, so a checkpoint taken while logs are still being opened loses no lo
 `write_clean_shutdown_markers` runs after every log was closed and the last checkpoint written.
 A directory that cannot be loaded (an OSError: unreadable, EIO) is *offline*: its files are left
 as they are, nothing is written to it, and no log is opened in it until a restart finds it well.
+A directory also goes offline while the broker runs (`fail_dir`): when a replica's files in it fail,
+or its own checkpoint files cannot be written (`checkpoint` reports which), as Kafka's
+``LogDirFailureChannel`` takes a whole directory out on one I/O error.
+
+Each directory's ``directory.id`` (its ``meta.properties``, written by ``kraftpy storage format``) is
+read at load: it is the name the controller knows the directory by (KIP-858).
 
 Every method blocks on the file system: the broker calls them in a worker thread, one hop for a
 whole batch of logs, never one per partition. The manager is not thread-safe: its owner
@@ -39,6 +45,7 @@ import attrs
 import structlog
 
 from kraftpy.fatal import describe_os_error
+from kraftpy.ids import Uuid
 from kraftpy.storage.checkpoint import (
     CHECKPOINT_VERSION,
     LEGACY_OFFSETS_FILE,
@@ -50,6 +57,7 @@ from kraftpy.storage.checkpoint import (
 from kraftpy.storage.fsutil import fsync_dir, sync_filesystem, write_atomic
 from kraftpy.storage.log import Log, wall_clock_ms
 from kraftpy.storage.log_config import LogConfig
+from kraftpy.storage.meta_properties import MetaPropertiesError, read_meta_properties
 
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 REPLICATION_CHECKPOINT_FILE = "replication-offset-checkpoint"
@@ -85,6 +93,8 @@ class LogDirectory:
     #: Why the directory could not be loaded (``<dir>: <reason> (<errno>)``); None while it is usable.
     #: An offline directory is left alone: no checkpoint, no marker, no log opened in it.
     failure: str | None = None
+    #: The ``directory.id`` of its meta.properties (None in a directory never formatted).
+    directory_id: Uuid | None = None
 
 
 class LogManager:
@@ -111,6 +121,12 @@ class LogManager:
 
     def _load_dir(self, log_dir: LogDirectory) -> None:
         log_dir.path.mkdir(parents=True, exist_ok=True)
+        try:
+            meta = read_meta_properties(log_dir.path)
+        except MetaPropertiesError:
+            meta = None  # the start checks refuse such a directory before the broker loads it
+        if meta is not None:
+            log_dir.directory_id = Uuid.from_base64(meta.directory_id)
         marker = log_dir.path / CLEAN_SHUTDOWN_FILE
         log_dir.clean_shutdown = marker.exists()
         try:
@@ -143,6 +159,25 @@ class LogManager:
     def offline_dirs(self) -> dict[Path, str]:
         """The log directories that failed to load, with why."""
         return {path: log_dir.failure for path, log_dir in self.dirs.items() if log_dir.failure is not None}
+
+    def fail_dir(self, path: Path, reason: str) -> bool:
+        """The log directory ``path`` failed while the broker runs (``reason``: ``<file>: <why> (<errno>)``):
+        from now on nothing is written to it and no log is opened in it. Returns whether it was online."""
+        log_dir = self.dirs.get(path)
+        if log_dir is None or log_dir.failure is not None:
+            return False
+        log_dir.failure = reason
+        self._log.error("log directory offline", log_dir=str(path), error=reason)
+        return True
+
+    def log_dir_of(self, directory: Path) -> Path | None:
+        """The log directory holding the partition (or future) directory ``directory``, if it is one of them."""
+        parent = Path(directory).parent
+        return parent if parent in self.dirs else None
+
+    def directory_ids(self) -> dict[Path, Uuid]:
+        """The ``directory.id`` of each log directory that has one, in ``log.dirs`` order."""
+        return {path: d.directory_id for path, d in self.dirs.items() if d.directory_id is not None}
 
     def existing_partition_dirs(self) -> list[Path]:
         """Every ``<topic>-<partition>`` directory in the online log directories (deleted ones excluded)."""
@@ -179,6 +214,18 @@ class LogManager:
             log_dir.recorded[key] = log.offsets
         return log
 
+    def adopt_log(self, directory: Path, config: LogConfig, offsets: LogOffsets) -> Log:
+        """Open the log just closed cleanly and moved into ``directory`` (a replica moved from another log
+        directory), trusting ``offsets``, and record them for the directory's next checkpoint."""
+        log_dir = self.dirs.get(directory.parent)
+        key = _parse_partition_dir(directory.name)
+        if log_dir is None or key is None:
+            raise ValueError(f"{directory} is not a partition directory of this broker")
+        log = Log.open(directory, config, clock=self.clock, offsets=offsets, clean_shutdown=True)
+        log_dir.recorded[key] = log.offsets
+        log_dir.legacy.discard(key)
+        return log
+
     def forget(self, directory: Path) -> None:
         """The partition log in ``directory`` is gone (deleted): drop its recorded offsets."""
         log_dir = self.dirs.get(directory.parent)
@@ -189,9 +236,11 @@ class LogManager:
 
     # -- checkpoints -------------------------------------------------------------------------------
 
-    def checkpoint(self, logs: Iterable[Log]) -> None:
+    def checkpoint(self, logs: Iterable[Log]) -> dict[Path, OSError]:
         """Write the three offset files of every log directory from ``logs`` (the open ones);
-        partitions recorded before and not among them keep their recorded offsets.
+        partitions recorded before and not among them keep their recorded offsets. Returns the
+        directories whose files could not be written, with the error (the others are written all
+        the same); the caller takes them offline.
 
         Runs in a worker thread, where Python work holds the GIL away from the event loop: the
         entries' ``<topic> <partition> `` prefixes are made once per partition, and a file whose
@@ -203,30 +252,37 @@ class LogManager:
                 live = by_dir.get(where[0])
                 if live is not None:
                     live[where[1]] = log.offsets
+        failed: dict[Path, OSError] = {}
         for path, log_dir in self.dirs.items():
             if log_dir.failure is not None:
                 continue
-            live = by_dir[os.fspath(path)]
-            log_dir.recorded.update(live)
-            recorded = log_dir.recorded
-            keys = sorted(recorded)
-            prefixes = [self._prefix_of(key) for key in keys]
-            entries = [recorded[key] for key in keys]
-            header = f"{CHECKPOINT_VERSION}\n{len(keys)}\n"
-            for name, field in ((RECOVERY_POINT_CHECKPOINT_FILE, "recovery_point"),
-                                (REPLICATION_CHECKPOINT_FILE, "high_watermark"),
-                                (LOG_START_CHECKPOINT_FILE, "log_start_offset")):
-                data = (header + "".join([f"{prefix}{getattr(o, field)}\n"
-                                          for prefix, o in zip(prefixes, entries, strict=True)])).encode()
-                if log_dir.written.get(name) != data:
-                    write_atomic(path / name, data)
-                    log_dir.written[name] = data
-            for key in list(log_dir.legacy):
-                if key in recorded:
-                    directory = path / partition_dir_name(*key)
-                    (directory / LEGACY_OFFSETS_FILE).unlink(missing_ok=True)
-                    (directory / _LEGACY_MARKER).unlink(missing_ok=True)
-                    log_dir.legacy.discard(key)
+            try:
+                self._checkpoint_dir(path, log_dir, by_dir[os.fspath(path)])
+            except OSError as exc:
+                failed[path] = exc
+        return failed
+
+    def _checkpoint_dir(self, path: Path, log_dir: LogDirectory, live: dict[TopicPartitionKey, LogOffsets]) -> None:
+        log_dir.recorded.update(live)
+        recorded = log_dir.recorded
+        keys = sorted(recorded)
+        prefixes = [self._prefix_of(key) for key in keys]
+        entries = [recorded[key] for key in keys]
+        header = f"{CHECKPOINT_VERSION}\n{len(keys)}\n"
+        for name, field in ((RECOVERY_POINT_CHECKPOINT_FILE, "recovery_point"),
+                            (REPLICATION_CHECKPOINT_FILE, "high_watermark"),
+                            (LOG_START_CHECKPOINT_FILE, "log_start_offset")):
+            data = (header + "".join([f"{prefix}{getattr(o, field)}\n"
+                                      for prefix, o in zip(prefixes, entries, strict=True)])).encode()
+            if log_dir.written.get(name) != data:
+                write_atomic(path / name, data)
+                log_dir.written[name] = data
+        for key in list(log_dir.legacy):
+            if key in recorded:
+                directory = path / partition_dir_name(*key)
+                (directory / LEGACY_OFFSETS_FILE).unlink(missing_ok=True)
+                (directory / _LEGACY_MARKER).unlink(missing_ok=True)
+                log_dir.legacy.discard(key)
 
     def _where(self, directory: Path) -> tuple[str, TopicPartitionKey] | None:
         """The log directory (as text) and partition of a partition directory (None if it is not one)."""
@@ -272,7 +328,8 @@ class LogManager:
         try:
             self.sync()
             unclean = {id(log) for log, _ in failed}
-            self.checkpoint(log for log in logs if log.closed and id(log) not in unclean)
+            for exc in self.checkpoint(log for log in logs if log.closed and id(log) not in unclean).values():
+                failed.append((None, exc))
             if not failed:
                 self.write_clean_shutdown_markers()
         except OSError as exc:

@@ -71,6 +71,12 @@ class StandInServer:
     def offline_replicas(self) -> tuple[OfflineReplicaTopic, ...]:
         return self.offline
 
+    def offline_log_dirs(self) -> tuple:
+        return ()
+
+    def log_dir_ids(self) -> tuple:
+        return ()
+
 
 def lifecycle(tmp_path: Path, controller: ScriptedController, server: StandInServer) -> BrokerLifecycle:
     properties = dev_properties(tmp_path, 9092, 9093) | {"broker.heartbeat.interval.ms": str(int(HEARTBEAT_S * 1000))}

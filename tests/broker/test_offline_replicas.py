@@ -124,8 +124,9 @@ async def test_a_follower_replica_that_fails_leaves_the_isr_and_the_leader_keeps
 
 async def test_a_log_that_fails_while_open_goes_offline(tmp_path):
     """An I/O error other than a full disk (EIO here) on an append takes the replica offline at once;
-    the producer gets KAFKA_STORAGE_ERROR, and so does the next request."""
-    async with open_cluster(tmp_path, brokers=1) as cluster:
+    the producer gets KAFKA_STORAGE_ERROR, and so does the next request. (The broker has a second
+    log directory: with its last one failed it would stop.)"""
+    async with open_cluster(tmp_path, brokers=1, log_dirs_per_broker=2) as cluster:
         await cluster.create_topic("t", partitions=1, replication_factor=1)
         await produce_values(cluster, "t", [b"a"])
         part = cluster.partition(1, "t")

@@ -280,6 +280,12 @@ class StandInServer:
     def offline_replicas(self) -> tuple:
         return ()
 
+    def log_dir_ids(self) -> tuple:
+        return ()
+
+    def offline_log_dirs(self) -> tuple:
+        return ()
+
 
 async def test_slow_heartbeat_answers_do_not_stretch_the_heartbeat_period(tmp_path: Path, autojump_clock) -> None:
     """Heartbeats start every broker.heartbeat.interval.ms even when each answer takes most of it: the

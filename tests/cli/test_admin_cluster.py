@@ -1,4 +1,4 @@
-"""`kraftpy cluster describe`, `kraftpy features describe`, `kraftpy cluster unregister`'s errors, and the `kraftpy topics` behaviour that needs
+"""`kraftpy cluster describe`, `kraftpy features describe|upgrade|downgrade|disable`, `kraftpy quorum status`, `kraftpy cluster unregister`'s errors, and the `kraftpy topics` behaviour that needs
 several brokers (replica placement, the partition filters after a broker dies), on a 3+3 cluster.
 """
 
@@ -83,6 +83,90 @@ def test_cluster_and_features_from_brokers_and_the_active_controller(cluster):
     both = kraftpy("cluster", "describe", "--bootstrap-server", cluster.bootstrap,
                    "--bootstrap-controller", controllers(cluster))
     assert both.returncode == 2
+
+
+def test_quorum_status_from_a_broker_matches_the_controllers(cluster):
+    def status(*source: object) -> dict:
+        result = kraftpy("quorum", "status", *source, "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    by_controller = status("--bootstrap-controller", controllers(cluster))
+    # DescribeQuorum through a broker, which asks the quorum's leader: the same leader, voters and observers.
+    by_broker = until(lambda: (d := status("--bootstrap-server", cluster.bootstrap))
+                      and sorted(o["id"] for o in d["observers"]) == [4, 5, 6] and d)
+    assert by_broker["cluster_id"] == by_controller["cluster_id"]
+    assert (by_broker["leader_id"], by_broker["leader_epoch"]) == (by_controller["leader_id"],
+                                                                    by_controller["leader_epoch"])
+    assert sorted(v["id"] for v in by_broker["voters"]) == [1, 2, 3]
+    assert by_broker["high_watermark"] >= by_controller["high_watermark"] > 0
+    assert all(v["last_fetch_ms_ago"] is not None for v in by_broker["voters"])
+    piped = kraftpy("quorum", "status", "--bootstrap-server", cluster.bootstrap).stdout.splitlines()
+    assert piped[1] == f"LeaderId:               {by_controller['leader_id']}"
+
+    both = kraftpy("quorum", "status", "--bootstrap-server", cluster.bootstrap, "--bootstrap-controller",
+                   controllers(cluster))
+    assert both.returncode == 2
+    assert both.stderr == "kraftpy: give exactly one of --bootstrap-controller and --bootstrap-server\n"
+    for flag in ("--bootstrap-server", "--bootstrap-controller"):
+        unreachable = kraftpy("quorum", "status", flag, "127.0.0.1:1")
+        assert unreachable.returncode == 3, (flag, unreachable.stderr)
+        assert unreachable.stderr.count("\n") == 1 and unreachable.stderr.startswith("kraftpy: no ")
+
+
+def test_features_upgrade_downgrade_and_disable_with_their_errors(cluster):
+    def features(*args: object) -> subprocess.CompletedProcess:
+        return kraftpy("features", *args, "--bootstrap-server", cluster.bootstrap)
+
+    [current] = json.loads(features("describe", "--json").stdout)
+    level = current["finalized_version_level"]
+    checked = features("upgrade", "--feature", f"metadata.version={level}", "--dry-run")
+    assert checked.returncode == 0 and checked.stdout == f"metadata.version can be upgraded to {level}.\n"
+    done = features("upgrade", "--feature", f"metadata.version={level}", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [{"feature": "metadata.version", "level": level, "error": None,
+                                        "message": f"metadata.version was upgraded to {level}."}]
+    # Refusals are Kafka's error code in one line on stderr, exit 1; nothing changes.
+    beyond = features("upgrade", "--feature", f"metadata.version={current['supported_max_version'] + 1}")
+    assert beyond.returncode == 1 and beyond.stdout == ""
+    assert beyond.stderr.startswith(f"Could not upgrade metadata.version to {current['supported_max_version'] + 1}."
+                                    " INVALID_UPDATE_VERSION: ") and beyond.stderr.count("\n") == 1
+    unknown = features("upgrade", "--feature", "no.such.feature=1")
+    assert unknown.returncode == 1 and "INVALID_UPDATE_VERSION" in unknown.stderr
+    for args in (["downgrade", "--feature", "metadata.version=1"], ["disable", "--feature", "metadata.version"]):
+        refused = features(*args)
+        assert refused.returncode == 1, args
+        assert "INVALID_UPDATE_VERSION: Refusing to lower metadata.version" in refused.stderr, refused.stderr
+    usage = features("upgrade", "--feature", "metadata.version")
+    assert usage.returncode == 2
+    assert usage.stderr == "kraftpy: --feature metadata.version: expected NAME=LEVEL, for example metadata.version=7\n"
+    [after] = json.loads(features("describe", "--json").stdout)
+    assert after["finalized_version_level"] == level
+
+
+def test_configs_and_features_asked_of_a_follower_controller_alone(cluster):
+    """With --bootstrap-controller naming only a controller that is not active, the command follows its
+    pointer to the active one: a topic config altered and described, an upgrade validated."""
+    active = cluster.active_controller()
+    follower = next(i for i in cluster.voters if i != active)
+    only = "{}:{}".format(*cluster.voters[follower])
+    assert kraftpy("topics", "create", "--topic", "by-follower", "--bootstrap-server", cluster.bootstrap).returncode == 0
+    alter = kraftpy("configs", "alter", "--entity-type", "topics", "--entity-name", "by-follower",
+                    "--add-config", "retention.ms=60000", "--bootstrap-controller", only)
+    assert alter.returncode == 0, alter.stderr
+    assert alter.stdout == "Completed updating config for topic by-follower.\n"
+    shown = kraftpy("configs", "describe", "--entity-type", "topics", "--entity-name", "by-follower", "--json",
+                    "--bootstrap-controller", only)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["configs"] == [{"name": "retention.ms", "value": "60000",
+                                                    "source": "DYNAMIC_TOPIC_CONFIG", "sensitive": False,
+                                                    "read_only": False}]
+    [current] = json.loads(kraftpy("features", "describe", "--json", "--bootstrap-controller", only).stdout)
+    level = current["finalized_version_level"]
+    checked = kraftpy("features", "upgrade", "--feature", f"metadata.version={level}", "--dry-run",
+                      "--bootstrap-controller", only)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout == f"metadata.version can be upgraded to {level}.\n"
 
 
 def test_placement_and_partition_filters_when_a_broker_dies(cluster):

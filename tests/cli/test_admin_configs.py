@@ -84,6 +84,13 @@ def test_errors_name_kafkas_code_and_the_key(dev):
 
     unknown = configs(dev, "alter", "--entity-type", "topics", "--entity-name", topic, "--add-config", "colour=red")
     assert unknown.returncode == 1 and "INVALID_CONFIG" in unknown.stderr and "colour" in unknown.stderr
+    # A broker key only the properties file sets is named as such, not as unknown.
+    static = configs(dev, "alter", "--entity-type", "brokers", "--entity-name", 1, "--add-config", "log.dirs=/x")
+    assert static.returncode == 1
+    assert static.stderr == "kraftpy: broker 1: INVALID_CONFIG: Cannot update these configs dynamically: log.dirs\n"
+    made_up = configs(dev, "alter", "--entity-type", "brokers", "--entity-default", "--add-config", "colour=red")
+    assert made_up.returncode == 1
+    assert made_up.stderr == "kraftpy: default broker: INVALID_CONFIG: Unknown broker config name: colour\n"
 
     missing = name("missing")
     for result in (configs(dev, "describe", "--entity-type", "topics", "--entity-name", missing),

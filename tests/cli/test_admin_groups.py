@@ -8,15 +8,10 @@ ordinary consumer) are checked.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
 import re
-import struct
 import subprocess
 import sys
-import termios
 import time
 import uuid
 from pathlib import Path
@@ -40,6 +35,7 @@ from kraftpy.protocol.messages import OffsetCommitRequest
 from kraftpy.protocol.schema import Versions
 from tests.helpers.deployments import DevDeployment, create_topics
 from tests.helpers.processes import free_ports
+from tests.helpers.terminal import run_on_terminal
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import NewTopic  # noqa: E402
@@ -368,29 +364,10 @@ def test_delete_groups_and_offsets(dev):
 def test_reset_of_many_partitions_shows_a_progress_bar_on_a_terminal(dev):
     topic = make_topic(dev, 120, 0)
     group = name("g")
-    primary, secondary = pty.openpty()
-    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120"}
-    env.pop("NO_COLOR", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kraftpy", "groups", "reset-offsets", "--group", group, "--topic", topic,
-         "--to-earliest", "--execute", "--bootstrap-server", dev.bootstrap],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=secondary, env=env)
-    os.close(secondary)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(primary)
-    assert process.stdout is not None
-    stdout = process.stdout.read().decode()
-    assert process.wait(60) == 0
-    screen = b"".join(chunks).decode(errors="replace")
+    run = run_on_terminal("groups", "reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute",
+                          "--bootstrap-server", dev.bootstrap, timeout=60)
+    assert run.returncode == 0
+    screen, stdout = run.screen, run.piped
     assert f"reset {group}" in screen and "━" in screen and "360/360" in screen
     assert len(table(stdout)) == 120  # the table itself still goes to stdout, plain when piped
     assert committed(dev, group, topic, 120) == dict.fromkeys(range(120), 0)

@@ -24,6 +24,7 @@ from kraftpy.storage.formatter import format_dirs
 from kraftpy.storage.meta_properties import read_meta_properties
 from tests.helpers.deployments import Proc, ProcessCluster, create_topics
 from tests.helpers.processes import free_ports
+from tests.helpers.terminal import run_on_terminal
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import NewTopic  # noqa: E402
@@ -165,6 +166,22 @@ def test_move_a_partition_with_data_to_other_brokers(cluster, tmp_path):
     cluster.wait_until(lambda: segment_bytes(cluster, 6, "moved") == segment_bytes(cluster, 5, "moved"),
                        "broker 6 holds the leader's bytes")
     cluster.wait_until(lambda: not any(cluster.data_dir(4).glob("moved-0*")), "broker 4's replica deleted")
+
+
+def test_execute_wait_shows_a_progress_bar_on_a_terminal(cluster, tmp_path):
+    """On a terminal, ``--wait`` draws a bar on stderr of the partitions moved; stdout stays the plain
+    rollback file."""
+    make_topic(cluster, "barred", [[4, 5], [4, 5]])
+    produce(cluster, "barred", 200)
+    plan = write_moves(tmp_path / "plan.json", {("barred", 0): [5, 6], ("barred", 1): [6, 5]})
+    run = run_on_terminal("reassign", "execute", "--reassignment-json-file", plan, "--wait",
+                          "--bootstrap-server", cluster.bootstrap)
+    assert run.returncode == 0
+    screen, stdout = run.screen, run.piped
+    assert "moving partitions" in screen and "━" in screen and "2/2" in screen
+    assert '"replicas":[4,5]' in stdout and "━" not in stdout
+    eventually(cluster, lambda: [p[0] for _, p in sorted(partitions(cluster, "barred").items())] == [[5, 6], [6, 5]],
+               "the new replicas")
 
 
 def test_increase_the_replication_factor(cluster, tmp_path):

@@ -8,6 +8,9 @@ checked. Placement across several brokers and the partition filters are in test_
 from __future__ import annotations
 
 import json
+import re
+import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -19,6 +22,7 @@ from kraftpy.cli.main import app
 from kraftpy.cli.topics import parse_replica_assignment
 from tests.helpers.deployments import DevDeployment
 from tests.helpers.processes import free_ports
+from tests.helpers.terminal import run_on_terminal
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +165,66 @@ def test_usage_errors_exit_2_and_unreachable_exit_3(dev):
     result = kraftpy("topics", "list", "--bootstrap-server", f"127.0.0.1:{port}")
     assert result.returncode == 3
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["topics", "list", "--bootstrap-server"],
+                                     ["quorum", "status", "--bootstrap-controller"],
+                                     ["cluster", "describe", "--bootstrap-controller"]])
+def test_ctrl_c_while_waiting_for_an_answer_is_one_line_and_exit_130(command):
+    """A server that accepts the connection and never answers: the command waits; Ctrl-C ends it."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(60)
+        process = subprocess.Popen([sys.executable, "-m", "kraftpy", *command,
+                                    f"127.0.0.1:{server.getsockname()[1]}"],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        connection, _ = server.accept()  # the command is connected and waits for its answer
+        with connection:
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert (out, err) == ("", "kraftpy: interrupted\n")
+
+
+def test_a_command_config_setting_the_admin_client_does_not_read_is_warned_about(tmp_path):
+    settings = tmp_path / "client.properties"
+    settings.write_text("client.id=ops\nretries=3\nssl.truststore.type=PEM\n")
+    (port,) = free_ports(1)
+    result = kraftpy("topics", "list", "--bootstrap-server", f"127.0.0.1:{port}", "--command-config", settings)
+    assert result.returncode == 3
+    lines = result.stderr.splitlines()
+    assert lines[0] == (f"kraftpy: warning: --command-config={settings}: retries is not a setting the admin client "
+                        "reads (ignored)")
+    assert len(lines) == 2 and lines[1].startswith("kraftpy: no broker answered")
+
+
+def on_a_terminal(*args: object, columns: int = 80) -> str:
+    """Run ``kraftpy *args`` with stdout on a pseudo-terminal of ``columns`` columns; what it drew."""
+    run = run_on_terminal(*args, terminal="stdout", columns=columns, timeout=60)
+    assert run.returncode == 0, run.piped
+    return re.sub(r"\x1b\[[0-9;]*m", "", run.screen)
+
+
+def test_a_table_on_a_terminal_is_drawn_whole_and_piped_is_plain(dev):
+    topic = name("a-rather-long-topic-name")
+    configs = ("retention.ms=86400000", "cleanup.policy=compact", "segment.bytes=1048576")
+    assert topics(dev, "create", "--topic", topic, *[x for c in configs for x in ("--config", c)]).returncode == 0
+    doc = describe_json(dev, topic)
+    screen = on_a_terminal("topics", "describe", "--topic", topic, "--bootstrap-server", dev.bootstrap)
+    assert "┏" in screen and "┃ Topic" in screen and "\t" not in screen
+    # 80 columns are too few for the row: cells are folded onto more lines, never cut ("…").
+    assert "…" not in screen
+    # The Topics table's body: each column's pieces, line after line, joined again.
+    body = screen[screen.index("┡"):screen.index("└")].splitlines()[1:]
+    columns = ["".join(piece.strip() for piece in pieces) for pieces in
+               zip(*(line.strip().strip("│").split("│") for line in body), strict=True)]
+    assert columns[:4] == [topic, doc["id"], "1", "1"]
+    assert all(c in columns[4] for c in configs), columns[4]
+    piped = tables(topics(dev, "describe", "--topic", topic).stdout)
+    assert piped["Topics"] == [{"Topic": topic, "TopicId": doc["id"], "PartitionCount": "1",
+                                "ReplicationFactor": "1",
+                                "Configs": ",".join(sorted([*configs, "min.insync.replicas=1"]))}]
 
 
 def test_list_excludes_internal_topics_on_request(dev):

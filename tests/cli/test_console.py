@@ -7,14 +7,10 @@ consumer; consume reads what an ordinary producer wrote, and its group's commits
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
+import json
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import uuid
 
 import pytest
@@ -23,6 +19,7 @@ from typer.testing import CliRunner
 from kraftpy.cli.main import app
 from tests.helpers.deployments import DevDeployment, create_topics
 from tests.helpers.processes import free_ports
+from tests.helpers.terminal import run_on_terminal
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import NewTopic  # noqa: E402
@@ -121,6 +118,37 @@ def test_consume_prints_what_the_properties_ask(dev):
     assert result.returncode == 0 and result.stdout == b"v2\n"
 
 
+def test_json_prints_one_object_per_record_and_a_produce_summary(dev):
+    topic = make_topic(dev)
+    sent = console(dev, "produce", "--topic", topic, "--property", "parse.key=true", "--json",
+                   stdin=b"k0\tv0\nk1\tv1\n")
+    assert sent.returncode == 0, sent.stderr
+    assert json.loads(sent.stdout) == {"topic": topic, "records_delivered": 2}
+    produce(dev, topic, [(None, b"\xff\xfe", [("h", b"x"), ("n", None)])], timestamp=1_700_000_000_123)
+    result = console(dev, "consume", "--topic", topic, "--from-beginning", "--max-messages", 3, "--json")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.decode().splitlines()]
+    assert [(r["offset"], r["key"], r.get("value")) for r in lines[:2]] == [(0, "k0", "v0"), (1, "k1", "v1")]
+    assert lines[2] == {"topic": topic, "partition": 0, "offset": 2, "timestamp": 1_700_000_000_123,
+                        "headers": [{"key": "h", "value": "x"}, {"key": "n", "value": None}],
+                        "key": None, "value_base64": "//4="}
+
+
+def test_command_config_is_the_client_settings_file(dev, tmp_path):
+    topic = make_topic(dev)
+    settings = tmp_path / "client.properties"
+    settings.write_text("message.max.bytes=1000\n")
+    # The same file under Kafka's older console names and under the admin commands' --command-config.
+    for flag in ("--command-config", "--producer.config"):
+        refused = console(dev, "produce", "--topic", topic, flag, settings, stdin=b"x" * 2000 + b"\n")
+        assert refused.returncode == 1, (flag, refused.stderr)
+        assert refused.stderr.decode().startswith(f"kraftpy: topic {topic}: MSG_SIZE_TOO_LARGE"), refused.stderr
+    missing = console(dev, "consume", "--topic", topic, "--command-config", tmp_path / "none.properties")
+    assert missing.returncode == 2
+    assert missing.stderr.decode() == (f"kraftpy: --command-config={tmp_path / 'none.properties'}: cannot read: "
+                                       "No such file or directory\n")
+
+
 def test_consume_in_a_group_commits_what_it_printed(dev):
     topic = make_topic(dev)
     produce(dev, topic, [(None, f"v{i}".encode(), None) for i in range(5)], timestamp=0)
@@ -195,27 +223,10 @@ def test_progress_bar_when_producing_a_large_file_on_a_terminal(dev, tmp_path):
     path = tmp_path / "big.txt"
     count = 11_000
     path.write_bytes(b"".join(b"%06d" % i + b"x" * 94 + b"\n" for i in range(count)))  # 1.1 MB
-    primary, secondary = pty.openpty()
-    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120"}
-    env.pop("NO_COLOR", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kraftpy", "console", "produce", "--topic", topic, "--file", str(path),
-         "--bootstrap-server", dev.bootstrap], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=secondary,
-        env=env)
-    os.close(secondary)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(primary)
-    assert process.wait(60) == 0
-    screen = b"".join(chunks).decode(errors="replace")
+    run = run_on_terminal("console", "produce", "--topic", topic, "--file", path, "--bootstrap-server", dev.bootstrap,
+                          timeout=60)
+    assert run.returncode == 0
+    screen = run.screen
     assert "produce" in screen and "━" in screen  # the bar's label and its track
     c = ck.Consumer({"bootstrap.servers": dev.bootstrap, "group.id": "count", **QUIET})
     low, high = c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=10)

@@ -6,14 +6,7 @@ small, and the checks are about consistency (counts, bytes, ordered percentiles)
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
-import struct
-import subprocess
-import sys
-import termios
 import uuid
 
 import pytest
@@ -35,6 +28,7 @@ from kraftpy.cli.perf import (
     run_produce,
 )
 from tests.helpers.processes import DevProcess, free_ports
+from tests.helpers.terminal import run_on_terminal
 
 pytest.importorskip("confluent_kafka")
 
@@ -248,37 +242,43 @@ def test_plain_output_without_a_terminal(dev):
 
 @pytest.mark.slow
 def test_unknown_topic_and_unreachable_broker(dev):
+    # The admin commands' exit codes: 1 an unknown topic, 3 no broker answering.
     result = perf("consume", "--bootstrap-server", dev.bootstrap, "--topic", topic_name(), "--messages", 1)
-    assert result.exit_code == 2 and "Unknown topic" in result.stderr
+    assert result.exit_code == 1 and "Unknown topic" in result.stderr
     (port,) = free_ports(1)
-    with pytest.raises(PerfError, match="no broker answered"):
+    with pytest.raises(PerfError, match="no broker answered") as refused:
         run_produce(ProduceSettings(f"127.0.0.1:{port}", "t", num_records=1, connect_timeout_s=0.5))
+    assert refused.value.exit_code == 3
+
+
+@pytest.mark.slow
+def test_command_config_file_and_a_record_the_client_refuses(dev, tmp_path):
+    """--command-config's client settings apply (the props flags win); a record over message.max.bytes is
+    Kafka's error in one line, exit 1, not a traceback."""
+    topic = topic_name()
+    settings = tmp_path / "client.properties"
+    settings.write_text("message.max.bytes=1000\n")
+    refused = perf("produce", "--bootstrap-server", dev.bootstrap, "--topic", topic, "--num-records", 1,
+                   "--record-size", 2000, "--command-config", settings)
+    assert refused.exit_code == 1, refused.output
+    assert refused.stderr == f"kraftpy: topic {topic}: MSG_SIZE_TOO_LARGE: Unable to produce message: Broker: " \
+                             "Message size too large\n"
+    won = perf("produce", "--bootstrap-server", dev.bootstrap, "--topic", topic, "--num-records", 1,
+               "--record-size", 2000, "--command-config", settings, "--producer-props", "message.max.bytes=100000",
+               "--json")
+    assert won.exit_code == 0, won.output
+    assert json.loads(won.stdout)["records"] == 1
+    missing = perf("consume", "--bootstrap-server", dev.bootstrap, "--topic", topic, "--messages", 1,
+                   "--command-config", tmp_path / "none")
+    assert missing.exit_code == 2 and "--command-config=" in missing.stderr and "cannot read" in missing.stderr
 
 
 @pytest.mark.slow
 def test_progress_bar_on_a_terminal(dev):
     """On a terminal (a pseudo-terminal here) the command draws a rich progress bar."""
-    primary, secondary = pty.openpty()
-    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120"}
-    env.pop("NO_COLOR", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kraftpy", "perf", "produce", "--bootstrap-server", dev.bootstrap,
-         "--topic", topic_name(), "--num-records", "3000", "--throughput", "6000"],
-        stdin=subprocess.DEVNULL, stdout=secondary, stderr=subprocess.PIPE, env=env,
-    )
-    os.close(secondary)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(primary)
-    assert process.wait(60) == 0, process.stderr.read().decode()
-    screen = b"".join(chunks).decode(errors="replace")
+    run = run_on_terminal("perf", "produce", "--bootstrap-server", dev.bootstrap, "--topic", topic_name(),
+                          "--num-records", "3000", "--throughput", "6000", terminal="stdout", timeout=60)
+    assert run.returncode == 0, run.piped
+    screen = run.screen
     assert "produce perf-" in screen and "━" in screen  # the bar's description and its track
     assert "3000 records sent" in screen

@@ -30,9 +30,9 @@ NOTES: dict[str, str] = {
     "Produce": "v0-2 are advertised but answered UNSUPPORTED_VERSION (message formats before v2); v10-11 "
                "(KIP-951 leader hints, KIP-890) not yet",
     "Fetch": "from v4 (the v2 record format); v14-17 (KIP-951, KIP-903, KIP-853) not yet",
-    "ListOffsets": "v0 (several offsets per partition) not served; v8-10 (KIP-1005, KIP-890) not yet",
-    "FindCoordinator": "v5-6 (KIP-890, share groups) not yet",
-    "ApiVersions": "v4 (KIP-511 tags of newer clients) not yet",
+    "ListOffsets": "v0 (several offsets per partition) not served; no tiered storage: -4 (v8) is the log start "
+                   "offset, -5 (v9) offset -1, v10's TimeoutMs is not waited on",
+    "FindCoordinator": "key type 2 (share groups, v6) answered COORDINATOR_NOT_AVAILABLE, as Kafka 3.9 does",
     "CreateTopics": "v0-1 not served (Kafka 4.0 removes them, KIP-896)",
     "DeleteTopics": "v0 not served (Kafka 4.0 removes it, KIP-896)",
     "InitProducerId": "v5 (KIP-890 part 2) not run",
@@ -40,15 +40,16 @@ NOTES: dict[str, str] = {
     "AddPartitionsToTxn": "v5 only lets a broker answer TRANSACTION_ABORTABLE, which kraftpy never does",
     "EndTxn": "v5 is KIP-890 part 2, unstable in Kafka 3.9",
     "DescribeConfigs": "v0 not served (Kafka 4.0 removes it, KIP-896)",
-    "AlterConfigs": "not served: the legacy whole-resource API; tools use IncrementalAlterConfigs",
-    "AlterReplicaLogDirs": "not served: kraftpy does not move a replica between log directories",
+    "AlterReplicaLogDirs": "v0 not served (Kafka 4.0 removes it, KIP-896)",
     "DescribeLogDirs": "v0 not served (Kafka 4.0 removes it, KIP-896)",
     "CreateDelegationToken": "not served: no delegation tokens",
     "RenewDelegationToken": "not served: no delegation tokens",
     "ExpireDelegationToken": "not served: no delegation tokens",
     "DescribeDelegationToken": "not served: no delegation tokens",
-    "DescribeQuorum": "directory ids are zero until the dynamic quorum (KIP-853)",
-    "DescribeCluster": "v2 is Kafka 4.0's (KIP-1073), newer than 3.9",
+    "DescribeQuorum": "directory ids are zero until the dynamic quorum (KIP-853); also served by controllers "
+                      "(v0-2, kafka-metadata-quorum.sh --bootstrap-controller)",
+    "DescribeCluster": "v2 is Kafka 4.0's (KIP-1073), newer than 3.9; controllers serve v0-1 (KIP-919)",
+    "UpdateFeatures": "metadata.version 3.3-IV3 to 3.9-IV0, raised online",
     "ConsumerGroupHeartbeat": "advertised only when group.coordinator.rebalance.protocols includes consumer; "
                               "v1 (Kafka 4.0's topic regex, unstable in 3.9) too: librdkafka's consumer "
                               "protocol asks for it",

@@ -63,6 +63,16 @@ async def test_join_of_a_new_group_without_protocol_type_or_protocols(autojump_c
     assert await snapshot(h) == before  # and no group "new" was left behind
 
 
+async def test_a_group_id_longer_than_its_record_key_is_invalid(autojump_clock, stable_group):
+    """Found by the protocol fuzzer (make soak, seed 1): JoinGroup v6+ carries
+    ids longer than a __consumer_offsets key (an int16-length string) can hold."""
+    h, _, _ = stable_group
+    before = await snapshot(h)
+    assert (await h.join("g" * 40000)).error_code == ErrorCode.INVALID_GROUP_ID
+    assert await h.commit("g" * 40000, {T0: 1}, generation=-1, member_id="") == {T0: ErrorCode.INVALID_GROUP_ID}
+    assert await snapshot(h) == before
+
+
 async def test_commit_for_a_generation_that_ended(autojump_clock, stable_group):
     h, joined, leader = stable_group
     # A member of generation 1 commits after the group moved on to generation 2 without it.

@@ -366,12 +366,15 @@ async def test_partitions_added_and_topics_created_reach_the_members(autojump_cl
     assert (await bad.beat()).error_code == ErrorCode.INVALID_REGULAR_EXPRESSION
 
 
-async def test_classic_and_consumer_groups_do_not_mix(autojump_clock, nursery):
+async def test_classic_and_consumer_groups_mix_only_as_the_migration_policy_says(autojump_clock, nursery):
     h = await harness(nursery, Topics(t=2))
     a = Client(h, "consumers")
     await a.beat()
-    joined = await h.join("consumers")
+    # A classic member may join a consumer group with members (Kafka 3.9), if its subscription parses.
+    joined = await h.join_new("consumers")
     assert joined.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert (await h.join("consumers", protocol_type="connect")).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    # group.consumer.migration.policy=disabled (the default): a classic group with members stays one.
     await h.stable("classics", 1)
     refused = await Client(h, "classics").beat()
     assert refused.error_code == ErrorCode.GROUP_ID_NOT_FOUND

@@ -343,6 +343,17 @@ async def test_a_timeout_outside_the_maximum_is_refused(autojump_clock, nursery,
     assert h.logs[0].records == []
 
 
+async def test_a_transactional_id_longer_than_its_record_key_is_refused_before_any_write(autojump_clock, nursery):
+    """Found by the protocol fuzzer (make soak, seed 1): a 40,000-byte id, which
+    InitProducerId v2+ can carry, failed encoding its __transaction_state key and the handler failed."""
+    h = TxnHarness()
+    await h.start(nursery)
+    assert (await h.coordinator.init_producer_id("t" * 40000, 60000)).error == ErrorCode.INVALID_REQUEST
+    assert (await h.coordinator.init_producer_id("é" * 16384, 60000)).error == ErrorCode.INVALID_REQUEST  # bytes count
+    assert all(log.records == [] for log in h.logs.values())
+    assert (await h.coordinator.init_producer_id("t" * 32767, 60000)).error == ErrorCode.NONE  # the longest key
+
+
 async def test_no_producer_id_block_is_answered_load_in_progress(autojump_clock, nursery):
     h = TxnHarness()
 

@@ -576,7 +576,7 @@ def make_safe(pools: Pools, api_key: int, obj: Any) -> None:
         for topic in _items(obj.topics):
             if topic.name in pools.protected:
                 topic.name = scratch[0]
-    elif api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
+    elif api_key in (ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS):
         for resource in _items(obj.resources):
             if resource.resource_type == RESOURCE_TOPIC and resource.resource_name in pools.protected:
                 resource.resource_name = scratch[0]
@@ -685,7 +685,7 @@ def touches_protected(pools: Pools, api_key: int, request: Any) -> bool:
             t.name in pools.protected or t.topic_id.bytes in pools.protected_ids() for t in request.topics or ())
     if api_key == ApiKey.DELETE_RECORDS:
         return any(t.name in pools.protected for t in request.topics)
-    if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS and not request.validate_only:
+    if api_key in (ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS) and not request.validate_only:
         return any(r.resource_type != RESOURCE_TOPIC or r.resource_name in pools.protected for r in request.resources)
     return False
 

@@ -66,7 +66,8 @@ def test_valid_requests_name_the_pools_topics():
 def test_destructive_requests_never_name_protected_topics():
     p = pools()
     for n in range(400):
-        for api_key in (ApiKey.DELETE_TOPICS, ApiKey.DELETE_RECORDS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
+        for api_key in (ApiKey.DELETE_TOPICS, ApiKey.DELETE_RECORDS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                        ApiKey.ALTER_CONFIGS):
             lo, hi = SERVED[api_key]
             frame = kafka_gen.kafka_frame(frame_rng(n, api_key), p, n, api=(api_key, lo + n % (hi - lo + 1)))
             try:

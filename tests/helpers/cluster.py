@@ -27,10 +27,10 @@ import trio
 from kraftpy.broker.controller_channel import ControllerUnavailable
 from kraftpy.broker.server import BrokerServer
 from kraftpy.broker.settings import BrokerSettings
-from kraftpy.ids import Uuid
+from kraftpy.ids import Uuid, random_uuid_str
 from kraftpy.metadata import cluster_control
 from kraftpy.metadata.controller import QuorumController
-from kraftpy.metadata.controller_config import ControllerConfig
+from kraftpy.metadata.controller_config import LATEST_METADATA_VERSION, ControllerConfig
 from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.errors import Errors
 from kraftpy.metadata.image import EMPTY_IMAGE, MetadataImage, PartitionRegistration
@@ -41,6 +41,8 @@ from kraftpy.metadata.messages import (
     AlterPartitionReassignmentsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     CreatableTopic,
@@ -62,6 +64,7 @@ from kraftpy.metadata.messages import (
 )
 from kraftpy.metadata.records import BrokerEndpoint, BrokerFeature
 from kraftpy.metadata.result import ControllerResult
+from kraftpy.storage.meta_properties import MetaProperties, read_meta_properties, write_meta_properties
 
 CLUSTER_ID = "a3JhZnRweS10ZXN0LWNsdXN0ZXI"
 RAFT_EPOCH = 1
@@ -122,6 +125,9 @@ class InProcessController:
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         return await self._call("alter_partition", request, self.controller.handle_alter_partition)
 
+    async def assign_replicas_to_dirs(self, request: AssignReplicasToDirsRequest) -> AssignReplicasToDirsResponse:
+        return await self._call("assign_replicas_to_dirs", request, self.controller.handle_assign_replicas_to_dirs)
+
     async def allocate_producer_ids(self, request: AllocateProducerIdsRequest) -> AllocateProducerIdsResponse:
         return await self._call("allocate_producer_ids", request, self.controller.handle_allocate_producer_ids)
 
@@ -177,7 +183,8 @@ class InProcessController:
             cluster_id=self.config.cluster_id,
             incarnation_id=Uuid(bytes([broker.node_id % 256]) + bytes(15)),
             listeners=(BrokerEndpoint("PLAINTEXT", "127.0.0.1", port, 0),),
-            features=(BrokerFeature("metadata.version", 1, 7),),
+            features=(BrokerFeature("metadata.version", 1, LATEST_METADATA_VERSION),),
+            log_dirs=broker.log_dir_ids(),
         )
         response = self.commit(self.controller.handle_broker_registration(request, 0.0, self.last_offset + 1))
         assert response.error_code == Errors.NONE, response
@@ -197,7 +204,8 @@ class InProcessController:
         broker = self.brokers[broker_id]
         reg = self.image.cluster.broker(broker_id)
         heartbeat = BrokerHeartbeatRequest(broker_id, reg.epoch, current_metadata_offset=self.last_offset,
-                                           offline_replicas=broker.offline_replicas())
+                                           offline_replicas=broker.offline_replicas(),
+                                           offline_log_dirs=broker.offline_log_dirs())
         response = self.commit(self.controller.handle_broker_heartbeat(heartbeat, 0.0))
         assert response.error_code == Errors.NONE, response
 
@@ -342,11 +350,20 @@ async def _set_when(source: trio.Event, target: trio.Event) -> None:
     target.set()
 
 
-def broker_settings(root: Path, broker_id: int, **overrides) -> BrokerSettings:
+def broker_settings(root: Path, broker_id: int, log_dirs_per_broker: int = 1, **overrides) -> BrokerSettings:
+    """``log_dirs_per_broker`` > 1: that many log directories (``broker-N/dir-K``), formatted (each has
+    its own directory.id)."""
+    dirs: tuple[Path, ...] = (root / f"broker-{broker_id}",)
+    if log_dirs_per_broker > 1:
+        dirs = tuple(root / f"broker-{broker_id}" / f"dir-{k}" for k in range(log_dirs_per_broker))
+        for d in dirs:  # the identity of each directory (the harness's cluster id is not a base64 uuid)
+            if read_meta_properties(d) is None:
+                d.mkdir(parents=True, exist_ok=True)
+                write_meta_properties(d, MetaProperties(random_uuid_str(), broker_id, random_uuid_str()))
     values = dict(
         node_id=broker_id,
         cluster_id=CLUSTER_ID,
-        log_dirs=(root / f"broker-{broker_id}",),
+        log_dirs=dirs,
         host="127.0.0.1",
         port=0,
         replica_fetch_backoff_ms=50,
@@ -364,6 +381,7 @@ async def open_cluster(
     static_configs: Mapping[str, str] | None = None,
     controller_config: Mapping[str, object] | None = None,
     clock: Callable[[], int] | None = None,
+    log_dirs_per_broker: int = 1,
     **settings_overrides,
 ) -> AsyncIterator[Cluster]:
     """Start ``brokers`` brokers (ids 1..N) and an in-process controller; stop them all on exit."""
@@ -372,7 +390,7 @@ async def open_cluster(
                               static_broker_configs=static, **(controller_config or {}))
     controller = InProcessController(config)
     settings = {
-        b: broker_settings(root, b, static_broker_configs=static, **settings_overrides)
+        b: broker_settings(root, b, log_dirs_per_broker, static_broker_configs=static, **settings_overrides)
         for b in range(1, brokers + 1)
     }
     cluster = Cluster(root, controller, settings, clock)

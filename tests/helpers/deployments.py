@@ -255,6 +255,8 @@ class DevDeployment(Deployment):
         self.controllers = {1: self.proc}
         self.brokers = {1: self.proc}
         self.bootstrap = f"127.0.0.1:{port}"
+        #: The controller listener (kraftpy's control plane, and the Kafka APIs a controller serves).
+        self.controller_address = ("127.0.0.1", controller_port)
         self.log_dir = directory / "logs"
 
     def start(self) -> None:

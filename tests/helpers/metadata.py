@@ -8,7 +8,7 @@ import random
 
 from kraftpy.ids import Uuid
 from kraftpy.metadata.controller import QuorumController
-from kraftpy.metadata.controller_config import ControllerConfig
+from kraftpy.metadata.controller_config import LATEST_METADATA_VERSION, ControllerConfig
 from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.messages import (
     AlterPartitionRequest,
@@ -49,7 +49,7 @@ class Metadata:
         for b in brokers:
             request = BrokerRegistrationRequest(b, CLUSTER_ID, Uuid(bytes([b]) + bytes(15)),
                                                 listeners=(BrokerEndpoint("PLAINTEXT", "127.0.0.1", 9000 + b, 0),),
-                                                features=(BrokerFeature("metadata.version", 1, 7),))
+                                                features=(BrokerFeature("metadata.version", 1, LATEST_METADATA_VERSION),))
             epoch = self.commit(self.controller.handle_broker_registration(request, 0.0, self.offset + 1)).broker_epoch
             self.commit(self.controller.handle_broker_heartbeat(BrokerHeartbeatRequest(b, epoch, self.offset), 0.0))
 

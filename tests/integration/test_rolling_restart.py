@@ -8,11 +8,16 @@ rebalance or a coordinator moving re-delivers from the last commit), with the va
 its offset; per partition the group read offsets in order, never skipping one (it only goes back, to
 a committed offset); and the producer's acknowledgements follow its send order. The roll's duration
 is printed (`-s` shows it; bench/roll.py measures it under load).
+
+The controllers run with auto.leader.rebalance.enable (Kafka's default) and a short
+leader.imbalance.check.interval.seconds: a roll leaves the last broker restarted leading nothing, and the
+controller gives every partition back to its preferred replica by itself, with no election asked for.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -29,6 +34,8 @@ pytestmark = pytest.mark.slow
 QUIET = {"log_level": 0}
 TOPIC = "rolled"
 PARTITIONS = 6
+#: leader.imbalance.check.interval.seconds: how often the active controller moves leaders back.
+IMBALANCE_CHECK_S = 2
 
 
 class GroupReader:
@@ -100,8 +107,29 @@ class GroupReader:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("roll")
-    with ProcessCluster(root, metrics=True, log_level="info") as deployed:
+    with ProcessCluster(root, {"auto.leader.rebalance.enable": "true",
+                               "leader.imbalance.check.interval.seconds": IMBALANCE_CHECK_S},
+                        metrics=True, log_level="info") as deployed:
         yield deployed
+
+
+def leaders_off_preferred(bootstrap: str) -> dict[int, tuple[int, int]]:
+    """partition -> (leader, preferred replica) for each partition of TOPIC led by another replica."""
+    from confluent_kafka.admin import AdminClient
+
+    topic = AdminClient({"bootstrap.servers": bootstrap, **QUIET}).list_topics(TOPIC, timeout=10).topics[TOPIC]
+    return {p: (m.leader, m.replicas[0]) for p, m in topic.partitions.items() if m.leader != m.replicas[0]}
+
+
+def wait_until_leaders_preferred(cluster: Any, timeout: float) -> None:
+    """Until every partition of TOPIC is led by its preferred replica; checked after each new log line of
+    any node, at least every half second (the check asks a broker, outside the deployment's lock)."""
+    deadline = time.monotonic() + timeout
+    while off := leaders_off_preferred(cluster.bootstrap):
+        left = deadline - time.monotonic()
+        assert left > 0, f"leaders not back on their preferred replicas (partition: (leader, preferred)): {off}"
+        with cluster.cond:
+            cluster.cond.wait(min(left, 0.5))
 
 
 def test_a_rolling_restart_of_every_node_loses_nothing_and_keeps_order(cluster):
@@ -148,3 +176,5 @@ def test_a_rolling_restart_of_every_node_loses_nothing_and_keeps_order(cluster):
             previous = offset
         missing = [(seq, offset) for seq, offset in acked if at.get(offset) != seq]
         assert missing == [], f"partition {partition}: acknowledged but not read: {missing[:5]}"
+    # No `kraftpy leaders elect`: the controller's imbalance check moves leadership back.
+    wait_until_leaders_preferred(cluster, timeout=10 * IMBALANCE_CHECK_S + 10)

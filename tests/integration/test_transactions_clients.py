@@ -538,6 +538,25 @@ def test_kill_9_of_a_partition_leader_mid_commit_ends_the_transaction_as_a_whole
     commit_through_a_kill(processes, topic, txn_id, a_leader_not_the_coordinator)
 
 
+def test_the_transaction_log_is_compacted_replicated_three_times_and_needs_two_in_sync(processes):
+    """``__transaction_state`` as the first transactional producer makes it on three brokers: the
+    configured partitions, three replicas (transaction.state.log.replication.factor, all brokers alive),
+    min.insync.replicas 2 (transaction.state.log.min.isr), compacted."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    every_broker_back(processes)
+    transactional_producer(processes.bootstrap, "state-log").flush(10)
+    admin = AdminClient({"bootstrap.servers": processes.bootstrap, **QUIET})
+    topic = admin.list_topics("__transaction_state", timeout=30).topics["__transaction_state"]
+    assert topic.error is None, topic.error
+    assert len(topic.partitions) == PROCESS_SETTINGS["transaction.state.log.num.partitions"]
+    assert {len(p.replicas) for p in topic.partitions.values()} == {3}
+    resource = ConfigResource(ResourceType.TOPIC, "__transaction_state")
+    configs = admin.describe_configs([resource])[resource].result(30)
+    assert {k: configs[k].value for k in ("cleanup.policy", "min.insync.replicas", "unclean.leader.election.enable")} \
+        == {"cleanup.policy": "compact", "min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
+
+
 # -- an abort of a transaction its coordinator never recorded ---------------------------------------
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from kraftpy.ids import Uuid
 from kraftpy.metadata.controller import QuorumController
-from kraftpy.metadata.controller_config import ControllerConfig
+from kraftpy.metadata.controller_config import LATEST_METADATA_VERSION, ControllerConfig
 from kraftpy.metadata.errors import Errors
 from kraftpy.metadata.image import MetadataImage, PartitionRegistration, TopicImage
 from kraftpy.metadata.messages import (
@@ -44,7 +44,7 @@ def registration_request(
         cluster_id=cluster_id,
         incarnation_id=incarnation(broker_id, generation),
         listeners=(BrokerEndpoint("PLAINTEXT", f"broker{broker_id}", port or 9092 + broker_id, 0),),
-        features=tuple(features) if features is not None else (BrokerFeature("metadata.version", 1, 7),),
+        features=tuple(features) if features is not None else (BrokerFeature("metadata.version", 1, LATEST_METADATA_VERSION),),
         rack=rack,
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kraftpy.metadata.controller_config import ControllerConfig
+from kraftpy.metadata.controller_config import LATEST_METADATA_VERSION, ControllerConfig
 from kraftpy.metadata.errors import Errors
 from kraftpy.metadata.messages import UnregisterBrokerRequest
 from kraftpy.metadata.records import (
@@ -259,4 +259,15 @@ def test_activation_gives_registered_brokers_a_fresh_session(cluster3):
 
 
 def test_bootstrap_writes_metadata_version_first(cluster):
-    assert cluster.log[0].name == "metadata.version" and cluster.image.features.metadata_version == 7
+    assert cluster.log[0].name == "metadata.version"
+    assert cluster.image.features.metadata_version == LATEST_METADATA_VERSION == 21  # 3.9-IV0
+
+
+def test_bootstrap_starts_at_the_formatted_release_version_then_the_other_bootstrap_records():
+    from kraftpy.metadata.feature_control import bootstrap_records
+    from kraftpy.metadata.records import FeatureLevelRecord, UserScramCredentialRecord
+
+    scram = UserScramCredentialRecord("admin", 2, b"s", b"k" * 64, b"v" * 64, 4096)
+    assert bootstrap_records((scram, FeatureLevelRecord("metadata.version", 11))) == [
+        FeatureLevelRecord("metadata.version", 11), scram]
+    assert bootstrap_records(()) == [FeatureLevelRecord("metadata.version", LATEST_METADATA_VERSION)]

@@ -38,10 +38,13 @@ def update(c, *updates, validate_only=False):
 
 
 TEST_FEATURES = {"metadata.version": (7, 7), "group.version": (0, 3)}
+#: A cluster formatted with --release-version 3.3-IV3.
+AT_LEVEL_7 = (FeatureLevelRecord("metadata.version", 7),)
 
 
 def featured_cluster(make_cluster, broker_max=3):
-    c = make_cluster(ControllerConfig(cluster_id="MkU3OEVBNTcwNTJENDM2Qg", supported_features=TEST_FEATURES))
+    c = make_cluster(ControllerConfig(cluster_id="MkU3OEVBNTcwNTJENDM2Qg", supported_features=TEST_FEATURES,
+                                      bootstrap_records=AT_LEVEL_7))
     for b in (1, 2):
         feats = [BrokerFeature("metadata.version", 7, 7), BrokerFeature("group.version", 0, broker_max if b == 2 else 3)]
         c.register(b, features=feats)
@@ -69,7 +72,7 @@ def test_feature_level_a_broker_does_not_support_is_refused(make_cluster):
 
 def test_metadata_version_never_goes_down(make_cluster):
     c = make_cluster(ControllerConfig(cluster_id="MkU3OEVBNTcwNTJENDM2Qg",
-                                      supported_features={"metadata.version": (5, 7)}))
+                                      supported_features={"metadata.version": (5, 7)}, bootstrap_records=AT_LEVEL_7))
     for kind in FeatureUpgradeType:
         assert update(c, ("metadata.version", 6, kind)).error_code == Errors.INVALID_UPDATE_VERSION
     assert c.image.features.metadata_version == 7

@@ -64,15 +64,17 @@ STRATEGIES = {
     ),
     RemoveUserScramCredentialRecord: st.builds(RemoveUserScramCredentialRecord, text, int8),
     RegisterBrokerRecord: st.builds(
-        RegisterBrokerRecord, int32, uuids, int64, endpoints, features, st.none() | text, st.booleans(), st.booleans()
+        RegisterBrokerRecord, int32, uuids, int64, endpoints, features, st.none() | text, st.booleans(), st.booleans(),
+        st.lists(uuids, max_size=3).map(tuple),
     ),
     UnregisterBrokerRecord: st.builds(UnregisterBrokerRecord, int32, int64),
     TopicRecord: st.builds(TopicRecord, text, uuids),
-    PartitionRecord: st.builds(PartitionRecord, int32, uuids, ids, ids, ids, ids, int32, int8, int32, int32),
+    PartitionRecord: st.builds(PartitionRecord, int32, uuids, ids, ids, ids, ids, int32, int8, int32, int32,
+                               st.lists(uuids, max_size=6).map(tuple)),
     ConfigRecord: st.builds(ConfigRecord, int8, text, text, st.none() | text),
     PartitionChangeRecord: st.builds(
         PartitionChangeRecord, int32, uuids, st.none() | ids, int32, st.none() | ids, st.none() | ids,
-        st.none() | ids, int8,
+        st.none() | ids, int8, st.none() | st.lists(uuids, max_size=6).map(tuple),
     ),
     FenceBrokerRecord: st.builds(FenceBrokerRecord, int32, int64),
     UnfenceBrokerRecord: st.builds(UnfenceBrokerRecord, int32, int64),
@@ -110,8 +112,30 @@ def test_unknown_record_type_is_refused():
 
 
 def test_unknown_record_version_is_refused():
-    with pytest.raises(UnsupportedMetadataRecordVersionError, match="RegisterBrokerRecord .* version 3 is not supported"):
-        decode_record(msgpack.packb([RegisterBrokerRecord.RECORD_TYPE, 3, []]))
+    with pytest.raises(UnsupportedMetadataRecordVersionError, match="RegisterBrokerRecord .* version 4 is not supported"):
+        decode_record(msgpack.packb([RegisterBrokerRecord.RECORD_TYPE, 4, []]))
+
+
+def test_records_written_before_directories_existed_still_load():
+    """PartitionRecord v0, PartitionChangeRecord v0 and RegisterBrokerRecord v1 (a log written before
+    KIP-858 directories) decode with the later fields at their defaults; one field too many is refused."""
+    topic = Uuid(bytes(range(16)))
+    old = msgpack.packb([3, 0, [0, topic.raw, [1, 2], [1, 2], [], [], 1, 0, 0, 0]])
+    assert decode_record(old) == PartitionRecord(0, topic, (1, 2), (1, 2), leader=1)
+    old_change = msgpack.packb([5, 0, [0, topic.raw, [1], -2, None, None, None, -1]])
+    assert decode_record(old_change).directories is None
+    old_broker = msgpack.packb([0, 1, [1, topic.raw, 5, [], [], None, True, False]])
+    assert decode_record(old_broker).log_dirs == ()
+    with pytest.raises(CorruptMetadataRecordError, match="too many fields"):
+        decode_record(msgpack.packb([3, 0, [0, topic.raw, [1], [1], [], [], 1, 0, 0, 0, [topic.raw]]]))
+
+
+def test_directories_are_sixteen_raw_bytes_per_replica():
+    a, b = Uuid(b"a" * 16), Uuid(b"b" * 16)
+    record = PartitionRecord(0, Uuid(bytes(16)), (1, 2), (1, 2), directories=(a, b))
+    frame = msgpack.unpackb(encode_record(record))
+    assert frame[:2] == [3, 1] and frame[2][-1] == [b"a" * 16, b"b" * 16]
+    assert decode_record(encode_record(record)) == record
 
 
 @pytest.mark.parametrize(

@@ -217,6 +217,31 @@ def test_perf_produce_and_consume_against_dev(venv: Venv, dev: Dev) -> None:
     assert consumed["records"] == 20000
 
 
+def test_admin_and_console_commands_against_dev(venv: Venv, dev: Dev) -> None:
+    """The admin commands (kraftpy's own client) and the console ones (librdkafka) from the installed venv."""
+    server = ("--bootstrap-server", dev.bootstrap)
+    _check(venv.run(venv.kraftpy, "topics", "create", "--topic", "admin", "--partitions", "2", *server))
+    described = json.loads(_check(venv.run(venv.kraftpy, "topics", "describe", "--topic", "admin", "--json",
+                                           *server)).stdout)
+    assert described["topics"][0]["partition_count"] == 2
+    lines = venv.cwd / "lines.txt"
+    lines.write_text("k1:v1\nk2:v2\n")
+    sent = _check(venv.run(venv.kraftpy, "console", "produce", "--topic", "admin", "--file", str(lines),
+                           "--property", "parse.key=true", "--property", "key.separator=:", "--json", *server))
+    assert json.loads(sent.stdout) == {"topic": "admin", "records_delivered": 2}
+    read = _check(venv.run(venv.kraftpy, "console", "consume", "--topic", "admin", "--from-beginning",
+                           "--max-messages", "2", "--group", "g", "--json", *server))
+    assert sorted((r["key"], r["value"]) for r in map(json.loads, read.stdout.splitlines())) == [
+        ("k1", "v1"), ("k2", "v2")]
+    groups = _check(venv.run(venv.kraftpy, "groups", "list", *server)).stdout.splitlines()
+    assert groups[0] == "GROUP\tSTATE" and "g\tEmpty" in groups[1:]
+    quorum = json.loads(_check(venv.run(venv.kraftpy, "quorum", "status", "--json", *server)).stdout)
+    assert quorum["leader_id"] == 1
+    missing = venv.run(venv.kraftpy, "topics", "describe", "--topic", "missing", *server)
+    assert missing.returncode == 1
+    assert missing.stderr == "kraftpy: topic missing: UNKNOWN_TOPIC_OR_PARTITION: Topic 'missing' does not exist.\n"
+
+
 def test_spark_connector_without_its_extra_is_one_line(installs: dict[str, Future[Venv]]) -> None:
     base = installs["base-wheel"].result(timeout=TIMEOUT)
     done = _check(base.run(base.python, "-c", """

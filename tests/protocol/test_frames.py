@@ -139,8 +139,8 @@ def test_unsupported_versions():
     assert (info.value.api_key, info.value.api_version, info.value.correlation_id) == (0, 2, 5)
     # A newer ApiVersions than the broker speaks: the correlation id is known, so the broker can answer.
     with pytest.raises(UnsupportedVersionError) as info:
-        parse_request(struct.pack(">hhi", 18, 4, 77) + b"\x00\x01c\x00\x00\x00\x00")
-    assert info.value.correlation_id == 77 and info.value.api_version == 4
+        parse_request(struct.pack(">hhi", 18, 5, 77) + b"\x00\x01c\x00\x00\x00\x00")
+    assert info.value.correlation_id == 77 and info.value.api_version == 5
 
 
 def test_malformed_requests():

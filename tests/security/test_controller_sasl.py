@@ -24,6 +24,7 @@ import trio
 import trio.testing
 
 from kraftpy.admin.client import AdminConnectionError
+from kraftpy.broker.client import ConnectionClosed, KafkaConnection
 from kraftpy.cli.cluster import ask_active_controller
 from kraftpy.cli.quorum import fetch_status
 from kraftpy.config import ConfigError, load_config
@@ -41,6 +42,9 @@ from kraftpy.metadata.messages import (
 from kraftpy.metadata.records import UserScramCredentialRecord
 from kraftpy.metadata.rpc import API_OF, CONTROLLER_APIS, WIRE
 from kraftpy.node.raft_node import RaftNode
+from kraftpy.protocol.api_keys import ApiKey
+from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.messages import DescribeClusterRequest, DescribeQuorumRequest
 from kraftpy.rpc.control import (
     SASL_AUTHENTICATION_TIMEOUT_S,
     AuthenticationFailed,
@@ -455,6 +459,22 @@ class SaslSslCluster(ProcessCluster):
 SASL_FAILED = "closing connection: SASL authentication failed"
 
 
+async def describe_each_controller(cluster: SaslSslCluster, password: str = USERS["alice"]) -> dict:
+    """Each controller's DescribeQuorum and DescribeCluster (controllers), asked in the Kafka protocol on its
+    SASL_SSL listener as alice."""
+    answers = {}
+    with trio.fail_after(60):  # bounds a failure only
+        for node_id, (host, port) in cluster.voters.items():
+            async with await KafkaConnection.connect(host, port, tls=cluster.control_tls,
+                                                     sasl=SaslLogin("SCRAM-SHA-512", "alice", password)) as conn:
+                quorum = await conn.request(ApiKey.DESCRIBE_QUORUM, 2, DescribeQuorumRequest(topics=[
+                    DescribeQuorumRequest.TopicData(topic_name="__cluster_metadata", partitions=[
+                        DescribeQuorumRequest.PartitionData(partition_index=0)])]))
+                controllers = await conn.request(ApiKey.DESCRIBE_CLUSTER, 1, DescribeClusterRequest(endpoint_type=2))
+                answers[node_id] = (quorum, controllers)
+    return answers
+
+
 def test_a_sasl_ssl_cluster_serves_and_a_controller_with_a_wrong_password_cannot_join(tmp_path):
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import NewTopic
@@ -497,6 +517,22 @@ def test_a_sasl_ssl_cluster_serves_and_a_controller_with_a_wrong_password_cannot
         status = json.loads(quorum.stdout)
         assert sorted(v["id"] for v in status["voters"]) == [1, 2, 3]
         assert sorted(o["id"] for o in status["observers"]) == [4, 5, 6]
+        # The same in the Kafka protocol (kafka-metadata-quorum.sh --bootstrap-controller): SASL_SSL on the
+        # controller listener; the leader describes the quorum, the others point at it.
+        described = trio.run(describe_each_controller, cluster)
+        for node_id, (quorum, controllers) in described.items():
+            (partition,) = quorum.topics[0].partitions
+            assert controllers.controller_id == status["leader_id"]
+            assert sorted((b.broker_id, b.host, b.port) for b in controllers.brokers) == sorted(
+                (i, h, p) for i, (h, p) in cluster.voters.items())
+            if node_id == status["leader_id"]:
+                assert partition.error_code == ErrorCode.NONE and partition.leader_id == node_id
+                assert sorted(v.replica_id for v in partition.current_voters) == [1, 2, 3]
+                assert sorted(o.replica_id for o in partition.observers) == [4, 5, 6]
+            else:
+                assert partition.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        with pytest.raises(ConnectionClosed, match="SASL_AUTHENTICATION_FAILED"):
+            trio.run(describe_each_controller, cluster, "wrong")
         follower = next(node_id for node_id in (3, 2, 1) if node_id != status["leader_id"])
         others = {node_id: proc for node_id, proc in cluster.controllers.items() if node_id != follower}
         rogue = cluster.controllers[follower]

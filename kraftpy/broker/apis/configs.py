@@ -1,10 +1,17 @@
-"""DescribeConfigs (answered from the metadata cache) and IncrementalAlterConfigs (forwarded).
+"""DescribeConfigs (answered from the metadata cache), IncrementalAlterConfigs (forwarded) and AlterConfigs.
 
 IncrementalAlterConfigs answers once this broker's metadata shows what the controller accepted (as
 CreateTopics does), so a client's next request to the same broker already runs with it.
 
 A topic is described as this broker runs it: its own dynamic override of a broker key (say
 ``log.retention.ms`` set for this broker id) is the topic's value here, with source DYNAMIC_BROKER_CONFIG.
+
+AlterConfigs, the legacy form older clients send (confluent-kafka before incremental_alter_configs,
+kafka-python 2.x, aiokafka), makes a topic's or broker's dynamic configuration exactly the entries it
+names, as Kafka does: it runs as an IncrementalAlterConfigs that SETs each entry named (DELETEs one named
+with a null value) and DELETEs every other override the resource has in this broker's metadata. An
+override another client adds between that read and the controller's write survives it (Kafka's
+controller replaces the set at once). Other resource types are INVALID_REQUEST, as in Kafka.
 
 DescribeConfigs describes each distinct resource once (a resource named twice gets the same answer
 twice) and in turns of `RESOURCES_PER_TURN` (kraftpy.broker.apis.pacing): a request naming a million
@@ -34,12 +41,20 @@ from kraftpy.metadata import config_control
 from kraftpy.metadata import messages as m
 from kraftpy.metadata.controller_config import ControllerConfig
 from kraftpy.metadata.image import ConfigResource
+from kraftpy.metadata.records import ConfigResourceType
 from kraftpy.protocol.api_keys import ApiKey
-from kraftpy.protocol.messages import DescribeConfigsResponse, IncrementalAlterConfigsResponse
+from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.messages import (
+    AlterConfigsResponse,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsResponse,
+)
 from kraftpy.rpc.kafka_server import Connection
 
 #: Resources described between two turns of the other tasks (each lists up to a few dozen entries).
 RESOURCES_PER_TURN = 50
+#: What AlterConfigs alters (Kafka's legacy AlterConfigs takes no other type).
+LEGACY_ALTER_TYPES = (ConfigResourceType.TOPIC, ConfigResourceType.BROKER)
 
 
 class ConfigsApi:
@@ -59,6 +74,7 @@ class ConfigsApi:
         return {
             ApiKey.DESCRIBE_CONFIGS: self.handle_describe_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.handle_incremental_alter_configs,
+            ApiKey.ALTER_CONFIGS: self.handle_alter_configs,
         }
 
     async def handle_describe_configs(self, header: Any, request: Any, conn: Connection) -> DescribeConfigsResponse:
@@ -154,3 +170,32 @@ class ConfigsApi:
                 responses.append(Result(error_code=a.error_code, error_message=a.error_message,
                                         resource_type=a.resource_type, resource_name=a.resource_name))
         return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)
+
+    async def handle_alter_configs(self, header: Any, request: Any, conn: Connection) -> AlterConfigsResponse:
+        image = self.metadata.image
+        Result = AlterConfigsResponse.AlterConfigsResourceResponse
+        answers: dict[int, Any] = {}
+        incremental: list[tuple[int, SimpleNamespace]] = []
+        for i, r in enumerate(request.resources):
+            if r.resource_type not in LEGACY_ALTER_TYPES:
+                answers[i] = Result(error_code=ErrorCode.INVALID_REQUEST, resource_type=r.resource_type,
+                                    resource_name=r.resource_name,
+                                    error_message=f"AlterConfigs does not support resource type {r.resource_type}: "
+                                                  "use IncrementalAlterConfigs")
+                continue
+            named = {c.name for c in r.configs}
+            ops = [SimpleNamespace(name=c.name, value=c.value, config_operation=int(
+                m.AlterConfigOp.SET if c.value is not None else m.AlterConfigOp.DELETE)) for c in r.configs]
+            current = image.configs.config(ConfigResource(r.resource_type, r.resource_name))
+            ops += [SimpleNamespace(name=key, value=None, config_operation=int(m.AlterConfigOp.DELETE))
+                    for key in sorted(current) if key not in named]
+            incremental.append((i, SimpleNamespace(resource_type=r.resource_type, resource_name=r.resource_name,
+                                                   configs=ops)))
+        if incremental:
+            done = await self.handle_incremental_alter_configs(
+                header, SimpleNamespace(resources=[r for _, r in incremental], validate_only=request.validate_only),
+                conn)
+            for (i, _), a in zip(incremental, done.responses, strict=True):
+                answers[i] = Result(error_code=a.error_code, error_message=a.error_message,
+                                    resource_type=a.resource_type, resource_name=a.resource_name)
+        return AlterConfigsResponse(throttle_time_ms=0, responses=[answers[i] for i in range(len(request.resources))])

@@ -39,6 +39,7 @@ from kraftpy.protocol.api_keys import API_VERSIONS, ApiKey, VersionRange
 from kraftpy.protocol.errors import ErrorCode, InvalidRequestError, UnsupportedVersionError
 from kraftpy.protocol.frames import encode_response, parse_request
 from kraftpy.protocol.messages import REQUESTS, ApiVersionsResponse, ProduceResponse
+from kraftpy.protocol.messages.api_versions import supported_feature_keys
 from kraftpy.protocol.schema import EncodeError
 from kraftpy.rpc.kafka_server import BadRequest, Connection
 
@@ -171,10 +172,7 @@ class KafkaApis:
     async def handle_api_versions(self, header: Any, request: Any, conn: Connection) -> ApiVersionsResponse:
         response = ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=self._api_version_list())
         # The feature ranges this broker declared when it registered (Kafka's SupportedFeatures).
-        response.supported_features = [
-            ApiVersionsResponse.SupportedFeatureKey(name=name, min_version=low, max_version=high)
-            for name, (low, high) in sorted(DEFAULT_SUPPORTED_FEATURES.items())
-        ]
+        response.supported_features = supported_feature_keys(DEFAULT_SUPPORTED_FEATURES, header.request_api_version)
         image = self.metadata.image
         levels = image.features.levels
         if levels:

@@ -1,7 +1,7 @@
 """Requests the broker forwards to the active controller, and what it answers when none answers.
 
 A broker never changes metadata itself: CreateTopics, DeleteTopics, CreatePartitions,
-IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments, UnregisterBroker, UpdateFeatures (and InitProducerId, for a block of producer ids) go to the controller
+IncrementalAlterConfigs (and AlterConfigs, run as one), ElectLeaders, Alter/ListPartitionReassignments, UnregisterBroker, UpdateFeatures (and InitProducerId, for a block of producer ids) go to the controller
 through the `ControllerChannel`, which raises `ControllerUnavailable` when no controller answers in
 time. Handlers do not catch it: the dispatcher does, and answers with `error_response` — the
 request's own shape with every item failed (REQUEST_TIMED_OUT, or COORDINATOR_NOT_AVAILABLE for
@@ -24,6 +24,7 @@ from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import (
     AlterClientQuotasResponse,
+    AlterConfigsResponse,
     AlterPartitionReassignmentsResponse,
     CreateAclsResponse,
     CreatePartitionsResponse,
@@ -74,6 +75,14 @@ def _create_partitions(request: Any, version: int, message: str) -> CreatePartit
 def _incremental_alter_configs(request: Any, version: int, message: str) -> IncrementalAlterConfigsResponse:
     Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=[
+        Result(error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=message, resource_type=r.resource_type,
+               resource_name=r.resource_name)
+        for r in request.resources])
+
+
+def _alter_configs(request: Any, version: int, message: str) -> AlterConfigsResponse:
+    Result = AlterConfigsResponse.AlterConfigsResourceResponse
+    return AlterConfigsResponse(throttle_time_ms=0, responses=[
         Result(error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=message, resource_type=r.resource_type,
                resource_name=r.resource_name)
         for r in request.resources])
@@ -142,6 +151,7 @@ _ERROR_RESPONSES: dict[int, Callable[[Any, int, str], Any]] = {
     ApiKey.DELETE_TOPICS: _delete_topics,
     ApiKey.CREATE_PARTITIONS: _create_partitions,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _incremental_alter_configs,
+    ApiKey.ALTER_CONFIGS: _alter_configs,
     ApiKey.INIT_PRODUCER_ID: _init_producer_id,
     ApiKey.ELECT_LEADERS: _elect_leaders,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,

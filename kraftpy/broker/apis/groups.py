@@ -1,6 +1,6 @@
 """Consumer groups on the wire: FindCoordinator, and the group APIs the group coordinator answers.
 
-FindCoordinator (v0-3 one key, v4 a batch of keys, KIP-699) names the broker leading partition
+FindCoordinator (v0-3 one key, v4-6 a batch of keys, KIP-699) names the broker leading partition
 ``abs(hash(group_id)) % N`` of ``__consumer_offsets`` (Java's String.hashCode, as Kafka computes it,
 so a group maps to the same partition number as on a Kafka cluster). When that topic does not exist
 yet, the first FindCoordinator of a group creates it through the controller, as Kafka's
@@ -36,6 +36,7 @@ from kraftpy.broker.apis.common import from_wire_uuid, to_wire_uuid
 from kraftpy.broker.apis.forwarding import await_propagation
 from kraftpy.broker.apis.group_acls import authorized_call
 from kraftpy.broker.authorization import (
+    CLUSTER_ACTION,
     DESCRIBE,
     GROUP,
     NO_AUTHORIZATION,
@@ -67,6 +68,9 @@ _logger = structlog.get_logger(__name__)
 #: FindCoordinator key types (Kafka's CoordinatorType).
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+SHARE_KEY_TYPE = 2
+#: The first FindCoordinator version that may ask for a share group's coordinator (KIP-932).
+SHARE_KEY_MIN_VERSION = 6
 #: Kafka's Node.noNode(): what an error answer names.
 _NO_NODE = (-1, "", -1)
 
@@ -114,6 +118,8 @@ class GroupsApi:
         self._regex_topics: Any = None
         #: Set while this broker asks the controller for an internal topic, by name.
         self._creating: dict[str, trio.Event] = {}
+        # The classic members of a consumer group subscribe by topic name: the coordinator looks them up here.
+        coordinator.topic_lookup = self._lookup_topic
 
     def handlers(self) -> dict[ApiKey, Any]:
         c = self.coordinator
@@ -214,11 +220,15 @@ class GroupsApi:
         resource, denied_error = ((TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                                   if request.key_type == TRANSACTION_KEY_TYPE else
                                   (GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED))
-        denied = self.authz.denied(conn, DESCRIBE, resource, keys) if request.key_type in (
-            GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE) else set()
-        allowed = [k for k in keys if k not in denied]
-        found = iter(await self.find_coordinators(request.key_type, allowed, conn.listener) if allowed else [])
-        answers = [(denied_error, "Authorization failed.", _NO_NODE) if k in denied else next(found) for k in keys]
+        if request.key_type == SHARE_KEY_TYPE:
+            answers = [self._share_coordinator(version, conn)] * len(keys)
+        else:
+            denied = self.authz.denied(conn, DESCRIBE, resource, keys) if request.key_type in (
+                GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE) else set()
+            allowed = [k for k in keys if k not in denied]
+            found = iter(await self.find_coordinators(request.key_type, allowed, conn.listener) if allowed else [])
+            answers = [(denied_error, "Authorization failed.", _NO_NODE) if k in denied else next(found)
+                       for k in keys]
         if version < 4:
             error, message, (node_id, host, port) = answers[0]
             return FindCoordinatorResponse(
@@ -230,6 +240,16 @@ class GroupsApi:
                                                 error_message=message)
             for key, (error, message, (node_id, host, port)) in zip(keys, answers, strict=True)
         ])
+
+    def _share_coordinator(self, version: int, conn: Connection) -> tuple[ErrorCode, str | None, tuple[int, str, int]]:
+        """The answer to a share group's key (type 2), as Kafka 3.9 gives it: INVALID_REQUEST before v6,
+        CLUSTER_AUTHORIZATION_FAILED without CLUSTER_ACTION on the cluster, else COORDINATOR_NOT_AVAILABLE
+        (share groups, KIP-932, are not served)."""
+        if version < SHARE_KEY_MIN_VERSION:
+            return ErrorCode.INVALID_REQUEST, f"Unknown coordinator type received: {SHARE_KEY_TYPE}", _NO_NODE
+        if not self.authz.allows_cluster(conn, CLUSTER_ACTION):
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None, _NO_NODE
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, None, _NO_NODE
 
     async def find_coordinators(self, key_type: int, keys: list[str], listener: str
                                 ) -> list[tuple[ErrorCode, str | None, tuple[int, str, int]]]:

@@ -6,6 +6,14 @@ stable offset, and finds offsets by time only below it, as Kafka does.
 Each handler walks the partitions a request names in turns (kraftpy.broker.apis.pacing), so a request
 naming a million partitions does not hold up other connections. A partition named twice in one
 ListOffsets request is answered INVALID_REQUEST each time, as Kafka does.
+
+The special timestamps and the first version that may name them: -1 latest and -2 earliest (v1),
+-3 the record with the largest timestamp (v7, KIP-734), -4 the start of the local log (v8, KIP-405)
+and -5 the last offset in tiered storage (v9, KIP-1005). kraftpy keeps no tiered storage, so it
+answers as Kafka does when remote storage is off: -4 is the log start offset (as -2), and -5 is
+offset -1 with timestamp -1 and leader epoch -1. Any other negative timestamp, or one named by an
+older version, is answered UNSUPPORTED_VERSION, as Kafka does. v10's TimeoutMs only bounds a wait
+on remote storage; kraftpy answers at once.
 """
 
 from __future__ import annotations
@@ -36,9 +44,25 @@ from kraftpy.rpc.kafka_server import Connection
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+#: The first ListOffsets version that may name each special timestamp (Kafka's KafkaApis table).
+TIMESTAMP_MIN_VERSION = {
+    LATEST_TIMESTAMP: 1,
+    EARLIEST_TIMESTAMP: 1,
+    MAX_TIMESTAMP: 7,
+    EARLIEST_LOCAL_TIMESTAMP: 8,
+    LATEST_TIERED_TIMESTAMP: 9,
+}
 #: ``isolation_level``: READ_COMMITTED consumers see offsets below the last stable offset only.
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+
+
+def timestamp_supported(timestamp: int, version: int) -> bool:
+    """Whether ListOffsets ``version`` may name ``timestamp``: any time, or a special timestamp from
+    its first version on (Kafka answers the rest UNSUPPORTED_VERSION)."""
+    return timestamp >= 0 or version >= TIMESTAMP_MIN_VERSION.get(timestamp, version + 1)
 
 
 def list_offset(part: Partition, timestamp: int, is_consumer: bool, version: int, result: Any,
@@ -53,14 +77,16 @@ def list_offset(part: Partition, timestamp: int, is_consumer: bool, version: int
     else:
         upper = part.high_watermark
     cache = log.leader_epoch_cache
-    if timestamp == EARLIEST_TIMESTAMP:
+    if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):  # no tiered storage: the local log is the log
         result.offset = log.log_start_offset
         epoch = cache.epoch_for_offset(log.log_start_offset)
         result.leader_epoch = epoch if epoch is not None else -1
     elif timestamp == LATEST_TIMESTAMP:
         result.offset = upper
         result.leader_epoch = log.latest_epoch if log.latest_epoch is not None else -1
-    elif timestamp == MAX_TIMESTAMP and version >= 7:
+    elif timestamp == LATEST_TIERED_TIMESTAMP:
+        result.timestamp, result.offset, result.leader_epoch = -1, -1, -1  # nothing is tiered
+    elif timestamp == MAX_TIMESTAMP:
         best = None
         for segment in log.segments:
             if segment.max_timestamp >= 0 and (best is None or segment.max_timestamp > best.max_timestamp):
@@ -70,8 +96,6 @@ def list_offset(part: Partition, timestamp: int, is_consumer: bool, version: int
             result.offset = best.offset_of_max_timestamp
             epoch = cache.epoch_for_offset(best.offset_of_max_timestamp)
             result.leader_epoch = epoch if epoch is not None else -1
-    elif timestamp < 0:
-        result.error_code = ErrorCode.INVALID_REQUEST
     else:
         found = log.offset_for_timestamp(timestamp)
         if found is not None and found.offset < upper:
@@ -123,6 +147,9 @@ class OffsetsApi:
                     continue
                 if named[topic.name, lp.partition_index] > 1:
                     result.error_code = ErrorCode.INVALID_REQUEST
+                    continue
+                if not timestamp_supported(lp.timestamp, version):
+                    result.error_code = ErrorCode.UNSUPPORTED_VERSION
                     continue
                 part, error = self._leader(topic.name, lp.partition_index, lp.current_leader_epoch)
                 if part is None:

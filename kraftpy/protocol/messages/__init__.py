@@ -13,9 +13,14 @@ from kraftpy.protocol.messages.add_partitions_to_txn import (
     AddPartitionsToTxnResponse,
 )
 from kraftpy.protocol.messages.alter_client_quotas import AlterClientQuotasRequest, AlterClientQuotasResponse
+from kraftpy.protocol.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
 from kraftpy.protocol.messages.alter_partition_reassignments import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
+)
+from kraftpy.protocol.messages.alter_replica_log_dirs import (
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
 )
 from kraftpy.protocol.messages.alter_user_scram_credentials import (
     AlterUserScramCredentialsRequest,
@@ -126,10 +131,12 @@ _PAIRS = [
     (CreateAclsRequest, CreateAclsResponse),
     (DeleteAclsRequest, DeleteAclsResponse),
     (DescribeConfigsRequest, DescribeConfigsResponse),
+    (AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse),
     (DescribeLogDirsRequest, DescribeLogDirsResponse),
     (CreatePartitionsRequest, CreatePartitionsResponse),
     (DeleteGroupsRequest, DeleteGroupsResponse),
     (ElectLeadersRequest, ElectLeadersResponse),
+    (AlterConfigsRequest, AlterConfigsResponse),
     (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
     (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse),
     (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse),

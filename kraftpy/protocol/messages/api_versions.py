@@ -1,16 +1,29 @@
-"""ApiVersions (api key 18), versions 0-3: what versions of each API the broker speaks; the first request of every client."""
+"""ApiVersions (api key 18), versions 0-4: what versions of each API the broker speaks; the first request of every client.
+
+v4 is v3 on the wire. What changes is the answer (KAFKA-17011): before v4, a supported feature whose
+lowest version is 0 is left out of ``supported_features``, because older clients fail to read it
+(`supported_feature_keys`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from kraftpy.protocol.schema import F, message
 
+#: The first ApiVersions version whose answer may list a supported feature with a lowest version of 0.
+FEATURE_MIN_VERSION_ZERO_VERSION = 4
+
 ApiVersionsRequest = message(
-    "ApiVersionsRequest", api_key=18, kind="request", versions="0-3", flexible="3+", fields=[
+    "ApiVersionsRequest", api_key=18, kind="request", versions="0-4", flexible="3+", fields=[
         F("client_software_name", "string", "3+"),
         F("client_software_version", "string", "3+"),
     ],
 )
 
 ApiVersionsResponse = message(
-    "ApiVersionsResponse", api_key=18, kind="response", versions="0-3", flexible="3+", fields=[
+    "ApiVersionsResponse", api_key=18, kind="response", versions="0-4", flexible="3+", fields=[
         F("error_code", "int16"),
         F("api_keys", "[]ApiVersion", "0+", [
             F("api_key", "int16"),
@@ -32,3 +45,11 @@ ApiVersionsResponse = message(
         F("zk_migration_ready", "bool", "3+", default=False, tag=3),
     ],
 )
+
+
+def supported_feature_keys(features: Mapping[str, tuple[int, int]], version: int) -> list[Any]:
+    """``supported_features`` of an ApiVersions answer of ``version`` for ``features`` (name to
+    (lowest, highest) version), by name; before v4 without the features whose lowest version is 0."""
+    return [ApiVersionsResponse.SupportedFeatureKey(name=name, min_version=low, max_version=high)
+            for name, (low, high) in sorted(features.items())
+            if low != 0 or version >= FEATURE_MIN_VERSION_ZERO_VERSION]

@@ -1,9 +1,10 @@
-"""ListOffsets (api key 2), versions 1-7: offsets by timestamp: earliest, latest, max timestamp."""
+"""ListOffsets (api key 2), versions 1-10: offsets by timestamp: earliest, latest, max timestamp (v7), local log
+start (v8, KIP-405), last tiered offset (v9, KIP-1005); v10 adds TimeoutMs (KIP-1075)."""
 
 from kraftpy.protocol.schema import F, message
 
 ListOffsetsRequest = message(
-    "ListOffsetsRequest", api_key=2, kind="request", versions="1-7", flexible="6+", fields=[
+    "ListOffsetsRequest", api_key=2, kind="request", versions="1-10", flexible="6+", fields=[
         F("replica_id", "int32"),
         F("isolation_level", "int8", "2+"),
         F("topics", "[]ListOffsetsTopic", "0+", [
@@ -14,11 +15,12 @@ ListOffsetsRequest = message(
                 F("timestamp", "int64"),
             ]),
         ]),
+        F("timeout_ms", "int32", "10+"),
     ],
 )
 
 ListOffsetsResponse = message(
-    "ListOffsetsResponse", api_key=2, kind="response", versions="1-7", flexible="6+", fields=[
+    "ListOffsetsResponse", api_key=2, kind="response", versions="1-10", flexible="6+", fields=[
         F("throttle_time_ms", "int32", "2+"),
         F("topics", "[]ListOffsetsTopicResponse", "0+", [
             F("name", "string"),

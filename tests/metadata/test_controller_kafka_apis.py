@@ -1,0 +1,186 @@
+"""The Kafka APIs a controller serves on its listener (what kafka-metadata-quorum.sh --bootstrap-controller
+and admin clients with bootstrap.controllers ask), beside the control plane on the same port: a `kraftpy dev`
+process answers ApiVersions, DescribeQuorum and DescribeCluster for controllers; anything else closes that
+connection and nothing else. The SASL_SSL cluster test (tests/security/test_controller_sasl.py) asks the
+same over an authenticated connection, followers included."""
+
+from __future__ import annotations
+
+import time
+import types
+
+import pytest
+import structlog
+import trio
+
+from kraftpy.broker.client import ConnectionClosed, KafkaConnection
+from kraftpy.cli.cluster import ask_active_controller
+from kraftpy.metadata.controller_kafka import ControllerKafkaApis
+from kraftpy.metadata.image import EMPTY_IMAGE
+from kraftpy.metadata.records import UserScramCredentialRecord
+from kraftpy.protocol.api_keys import ApiKey
+from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.messages import (
+    ApiVersionsRequest,
+    DescribeClusterRequest,
+    DescribeQuorumRequest,
+    MetadataRequest,
+)
+from kraftpy.rpc.control import ControlClient, ControlServer, RpcError
+from kraftpy.security.authorizer import AclIndex
+from kraftpy.security.controller_sasl import ControlSasl
+from kraftpy.security.sasl import SaslLogin
+from kraftpy.security.scram import ScramCredential
+from tests.helpers.deployments import DevDeployment
+
+
+def quorum_request(topic: str = "__cluster_metadata", partition: int = 0) -> DescribeQuorumRequest:
+    return DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+        topic_name=topic, partitions=[DescribeQuorumRequest.PartitionData(partition_index=partition)])])
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory):
+    with DevDeployment(tmp_path_factory.mktemp("dev")) as deployment:
+        yield deployment
+
+
+def ask(dev: DevDeployment, api_key: int, version: int, request):
+    async def go():
+        with trio.fail_after(30):  # bounds a failure only
+            async with await KafkaConnection.connect(*dev.controller_address) as conn:
+                return await conn.request(api_key, version, request)
+    return trio.run(go)
+
+
+def test_api_versions_lists_only_what_the_controller_listener_serves(dev):
+    versions = ask(dev, ApiKey.API_VERSIONS, 4, ApiVersionsRequest(client_software_name="t",
+                                                                    client_software_version="1"))
+    assert versions.error_code == ErrorCode.NONE
+    assert {(k.api_key, k.min_version, k.max_version) for k in versions.api_keys} == {
+        (ApiKey.API_VERSIONS, 0, 4), (ApiKey.DESCRIBE_QUORUM, 0, 2), (ApiKey.DESCRIBE_CLUSTER, 0, 1)}
+    assert {f.name for f in versions.finalized_features} >= {"metadata.version"}
+
+
+def test_describe_quorum_on_the_controller_listener(dev):
+    now_ms = time.time() * 1000
+    for version in (0, 1, 2):
+        response = ask(dev, ApiKey.DESCRIBE_QUORUM, version, quorum_request())
+        (partition,) = response.topics[0].partitions
+        assert (response.error_code, partition.error_code) == (ErrorCode.NONE, ErrorCode.NONE)
+        assert partition.leader_id == 1 and partition.high_watermark > 0
+        assert [v.replica_id for v in partition.current_voters] == [1]
+        if version >= 1:
+            assert abs(partition.current_voters[0].last_caught_up_timestamp - now_ms) < 60_000
+        if version == 2:
+            assert [(n.node_id, [(li.name, li.host, li.port) for li in n.listeners]) for n in response.nodes] == [
+                (1, [("CONTROLLER", *dev.controller_address)])]
+    other = ask(dev, ApiKey.DESCRIBE_QUORUM, 2, quorum_request("orders", 3))
+    assert other.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_describe_cluster_names_the_controllers(dev):
+    response = ask(dev, ApiKey.DESCRIBE_CLUSTER, 1, DescribeClusterRequest(
+        include_cluster_authorized_operations=True, endpoint_type=2))
+    assert response.error_code == ErrorCode.NONE and response.endpoint_type == 2
+    assert response.controller_id == 1 and response.cluster_id
+    assert [(b.broker_id, b.host, b.port) for b in response.brokers] == [(1, *dev.controller_address)]
+    assert response.cluster_authorized_operations > 0  # no authorizer: every cluster operation
+    # Brokers are described by brokers (and v0 can only ask for brokers); an unknown type is refused.
+    for version, request in ((1, DescribeClusterRequest(endpoint_type=1)), (0, DescribeClusterRequest())):
+        assert ask(dev, ApiKey.DESCRIBE_CLUSTER, version, request).error_code == ErrorCode.MISMATCHED_ENDPOINT_TYPE
+    assert ask(dev, ApiKey.DESCRIBE_CLUSTER, 1, DescribeClusterRequest(endpoint_type=7)).error_code == \
+        ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+
+
+def test_an_api_not_served_closes_that_connection_and_the_control_plane_goes_on(dev):
+    mark = dev.proc.mark()
+    with pytest.raises(ConnectionClosed):
+        ask(dev, ApiKey.METADATA, 12, MetadataRequest(topics=None))
+    line = dev.proc.wait_for("closing connection", since=mark,
+                             where=lambda line: "not a request this controller listener serves" in line.get("why", ""))
+    assert "unknown api key 3" in line["why"]
+    # The msgpack control plane on the same port is unaffected.
+    assert trio.run(ask_active_controller, [dev.controller_address], 30)["cluster_id"]
+
+
+# -- the Kafka side of a controller listener in this process: SASL and authorization ---------------------
+
+SCRAM_SECRET = "controller-secret"
+_CREDENTIAL = ScramCredential.from_password("SCRAM-SHA-512", SCRAM_SECRET)
+SCRAM_RECORD = UserScramCredentialRecord("alice", 2, _CREDENTIAL.salt, _CREDENTIAL.stored_key,
+                                         _CREDENTIAL.server_key, _CREDENTIAL.iterations)
+
+
+class Controller:
+    """What the Kafka side reads of a controller (its id, cluster id, voters, who leads and its image)."""
+
+    node_id = 1
+    cluster_id = "kraftpy-test-cluster"
+    loader = types.SimpleNamespace(leader_id=2, image=EMPTY_IMAGE)
+    raft = types.SimpleNamespace(voters={1: ("127.0.0.1", 9093), 2: ("127.0.0.1", 9094)})
+
+    async def quorum_status(self):
+        raise RpcError("NOT_LEADER_OR_FOLLOWER", "2@127.0.0.1:9094")  # a follower's answer
+
+
+async def serve_kafka_side(nursery, *, sasl=None, acls=None) -> int:
+    apis = ControllerKafkaApis(Controller(), listener_name="CONTROLLER", sasl=sasl, acls=lambda: acls)
+
+    async def control_plane(api, body):
+        return {"api": api}
+
+    server = ControlServer(control_plane, sasl=sasl, kafka=apis.serve)
+    return await nursery.start(server.serve, "127.0.0.1", 0)
+
+
+async def test_a_sasl_listener_authenticates_kafka_clients_and_refuses_a_wrong_password():
+    sasl = ControlSasl(("SCRAM-SHA-512",), {}, lambda name, code: SCRAM_RECORD if name == "alice" else None, 0)
+    with trio.fail_after(30), structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            port = await serve_kafka_side(nursery, sasl=sasl)
+            async with await KafkaConnection.connect("127.0.0.1", port,
+                                                     sasl=SaslLogin("SCRAM-SHA-512", "alice", SCRAM_SECRET)) as conn:
+                versions = await conn.request(ApiKey.API_VERSIONS, 3, ApiVersionsRequest())
+                assert {k.api_key for k in versions.api_keys} == {
+                    ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM, ApiKey.DESCRIBE_CLUSTER, ApiKey.SASL_HANDSHAKE,
+                    ApiKey.SASL_AUTHENTICATE}
+                cluster = await conn.request(ApiKey.DESCRIBE_CLUSTER, 1, DescribeClusterRequest(endpoint_type=2))
+                assert cluster.controller_id == 2 and [b.broker_id for b in cluster.brokers] == [1, 2]
+            with pytest.raises(ConnectionClosed, match="SASL_AUTHENTICATION_FAILED"):
+                await KafkaConnection.connect("127.0.0.1", port, sasl=SaslLogin("SCRAM-SHA-512", "alice", "guess"))
+            # Without logging in, only ApiVersions and the SASL requests are served.
+            async with await KafkaConnection.connect("127.0.0.1", port) as conn:
+                with pytest.raises(ConnectionClosed):
+                    await conn.request(ApiKey.DESCRIBE_CLUSTER, 1, DescribeClusterRequest(endpoint_type=2))
+            # A control-plane client on the same SASL listener still logs in its own way.
+            client = ControlClient(nursery, "127.0.0.1", port, request_timeout=30, connect_timeout=30,
+                                   sasl=SaslLogin("SCRAM-SHA-512", "alice", SCRAM_SECRET))
+            assert await client.request("Echo", {}) == {"api": "Echo"}
+            nursery.cancel_scope.cancel()
+    closed = [line for line in logs if line["event"] == "closing connection"]
+    assert [line["why"] for line in closed] == ["SASL authentication failed", "SASL authentication required"]
+    assert closed[0]["principal"] == "User:alice" and "guess" not in str(closed)
+
+
+async def test_with_an_authorizer_describe_cluster_needs_alter_on_the_cluster():
+    acls = AclIndex(super_users=frozenset({"User:admin"}), allow_everyone_if_no_acl_found=False)
+    sasl = ControlSasl(("PLAIN",), {"admin": "a", "reader": "r"}, lambda name, code: None, 0)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            port = await serve_kafka_side(nursery, sasl=sasl, acls=acls)
+            for user, password, expected in (("admin", "a", ErrorCode.NONE),
+                                             ("reader", "r", ErrorCode.CLUSTER_AUTHORIZATION_FAILED)):
+                async with await KafkaConnection.connect("127.0.0.1", port,
+                                                         sasl=SaslLogin("PLAIN", user, password)) as conn:
+                    answer = await conn.request(ApiKey.DESCRIBE_CLUSTER, 1, DescribeClusterRequest(endpoint_type=2))
+                    assert answer.error_code == expected
+                    quorum = await conn.request(ApiKey.DESCRIBE_QUORUM, 2, quorum_request())
+                    if user == "admin":  # allowed; this controller follows, and says who leads
+                        (partition,) = quorum.topics[0].partitions
+                        assert (quorum.error_code, partition.error_code) == (ErrorCode.NONE,
+                                                                             ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                        assert "2@127.0.0.1:9094" in partition.error_message
+                    else:
+                        assert quorum.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            nursery.cancel_scope.cancel()
