@@ -191,8 +191,9 @@ async def test_many_partitions_and_resources_are_answered_in_turns(tmp_path: Pat
                 assert known[0].configs == known[1].configs != []
             # Answered again and again, never held up for long: a handler that held the event loop
             # would answer the other client about once, after about as long as the request took. (How
-            # many times exactly depends on the machine's load: a few are enough to show turns.)
-            assert answered_meanwhile >= 3 and pinger.slowest < elapsed / 3, (api_key, answered_meanwhile,
+            # many times exactly, and its longest wait, depend on the machine's load: a few answers, none
+            # waiting half the request's time, are enough to show turns.)
+            assert answered_meanwhile >= 3 and pinger.slowest < elapsed / 2, (api_key, answered_meanwhile,
                                                                                  pinger.slowest, elapsed)
             await big.aclose()
             await pinger.stream.aclose()

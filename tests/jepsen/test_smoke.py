@@ -23,7 +23,7 @@ SEED = 7
 
 def test_kill_smoke_campaign_is_valid(tmp_path):
     out = tmp_path / "run"
-    code = runner.main(["--time-limit", "45", "--nemesis", "kill", "--seed", str(SEED), "--out", str(out),
+    code = runner.main(["--time-limit", "35", "--nemesis", "kill", "--seed", str(SEED), "--out", str(out),
                         "--startup-timeout", "120", "--final-read-timeout", "120"])
     log = (out / "runner.log").read_text() if (out / "runner.log").exists() else ""
     assert code != 2, f"the harness failed:\n{log}"
