@@ -6,7 +6,9 @@ Theory of operation
 partitions of (``ReplicaManager.fetch_assignments``), starting and cancelling them as metadata
 moves leaderships around. A fetcher holds one TCP connection to its leader and loops:
 
-1. build one Fetch (v13, topic ids, ``replica_id`` = this broker) for every partition it follows
+1. build one Fetch (topic ids; the version Kafka's followers send at the cluster's metadata.version,
+   `metadata_version.fetch_request_version`: 13 up to 3.4, from 15 on with this broker's id and broker
+   epoch in ``replica_state``, before in ``replica_id``) for every partition it follows
    there, each at the log end offset with the epoch of the last batch (``last_fetched_epoch``)
    and the leader epoch the follower believes in (``current_leader_epoch``). Through a fetch
    session (KIP-227, `FetchSessionHandler`): the first fetch names every partition, the next ones
@@ -46,11 +48,11 @@ from kraftpy.broker.partition import Partition, PartitionChanged, Role, TopicPar
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.broker.replication_quota import SAMPLE_SECONDS
 from kraftpy.fatal import describe_os_error
+from kraftpy.metadata import metadata_version
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode, InvalidResponseError
 from kraftpy.protocol.messages import FetchRequest
 
-FETCH_VERSION = 13
 #: How long a fetch may take beyond its max wait before the connection is considered dead.
 REQUEST_TIMEOUT_S = 30.0
 
@@ -200,8 +202,13 @@ class ReplicaFetcher:
             )
             sent[(topic_id, part.tp.partition)] = (part, part.generation, part.log_end_offset)
         built = self.session.build(wanted)
+        image = self.replicas.image
+        version = metadata_version.fetch_request_version(image.features.metadata_version)
+        registration = image.cluster.broker(self.node_id)
         request = FetchRequest(
             replica_id=self.node_id,
+            replica_state=FetchRequest.ReplicaState(
+                replica_id=self.node_id, replica_epoch=registration.epoch if registration is not None else -1),
             max_wait_ms=self.settings.replica_fetch_wait_max_ms,
             min_bytes=self.settings.replica_fetch_min_bytes,
             max_bytes=self.settings.replica_fetch_response_max_bytes,
@@ -236,7 +243,7 @@ class ReplicaFetcher:
         timeout = self.settings.replica_fetch_wait_max_ms / 1000 + REQUEST_TIMEOUT_S
         try:
             with trio.fail_after(timeout):
-                response = await conn.request(ApiKey.FETCH, FETCH_VERSION, request)
+                response = await conn.request(ApiKey.FETCH, version, request)
         except BaseException:
             self.session.handle_error()
             raise

@@ -54,6 +54,23 @@ class MetadataCache:
                     break
         return out
 
+    def current_leader(self, topic: str, index: int, listener: str) -> tuple[int, int, tuple[str, int, str | None] | None] | None:
+        """(leader id, leader epoch, its (host, port, rack) on ``listener`` or None) of a partition as this
+        broker's metadata has it, for the answers that tell a client where a partition moved (KIP-951);
+        None for an unknown partition or one without a leader."""
+        topic_image = self.image.topics.get_by_name(topic)
+        reg = topic_image.partitions.get(index) if topic_image is not None else None
+        if reg is None or reg.leader < 0:
+            return None
+        broker = self.image.cluster.broker(reg.leader)
+        endpoint = None
+        if broker is not None and not broker.fenced:
+            for listener_endpoint in broker.listeners:
+                if listener_endpoint.name == listener:
+                    endpoint = (listener_endpoint.host, listener_endpoint.port, broker.rack)
+                    break
+        return reg.leader, reg.leader_epoch, endpoint
+
     def partition_error(self, topic: str, index: int) -> ErrorCode:
         """The error for a partition this broker does not lead: unknown, or led elsewhere."""
         topic_image = self.image.topics.get_by_name(topic)

@@ -799,9 +799,16 @@ class ReplicaManager:
 
     # -- ISR changes ------------------------------------------------------------------------------
 
-    def maybe_expand_isr(self, part: Partition, replica_id: int) -> None:
+    def maybe_expand_isr(self, part: Partition, replica_id: int, broker_epoch: int = -1) -> None:
+        """Propose ``replica_id`` for the ISR of ``part`` once it caught up. ``broker_epoch``: the epoch a
+        Fetch v15+ names (KIP-903); a follower fetching under another epoch than its registration's (a
+        process of an earlier registration, or metadata that has not caught up) joins no ISR."""
         if not self.image.cluster.is_active(replica_id):
             return
+        if broker_epoch >= 0:
+            reg = self.image.cluster.broker(replica_id)
+            if reg is None or reg.epoch != broker_epoch:
+                return
         new_isr = part.isr_to_expand(replica_id)
         if new_isr is not None:
             part.propose_isr(new_isr)

@@ -235,7 +235,8 @@ class TxnVerifier:
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
                      partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
-        """An error per partition: NONE when it is in the transaction; NOT_ENOUGH_REPLICAS to retry."""
+        """An error per partition: NONE when it is in the transaction; NOT_ENOUGH_REPLICAS to retry;
+        TRANSACTION_ABORTABLE when it is not (the Produce handler tells it as the request's version knows)."""
         parts = list(partitions)
         image = self.metadata.image
         topic = image.topics.get_by_name(TRANSACTION_STATE_TOPIC_NAME)
@@ -307,13 +308,10 @@ class TxnVerifier:
 
 
 def _for_producer(code: ErrorCode) -> ErrorCode:
-    """A verification's answer as a Produce (v9 and below) tells it: retriable ones as
-    NOT_ENOUGH_REPLICAS, TRANSACTION_ABORTABLE as INVALID_TXN_STATE and PRODUCER_FENCED as
-    INVALID_PRODUCER_EPOCH (codes those versions know), as Kafka answers them."""
+    """A verification's answer as a Produce tells it, as Kafka answers them: retriable ones as
+    NOT_ENOUGH_REPLICAS, PRODUCER_FENCED as INVALID_PRODUCER_EPOCH. TRANSACTION_ABORTABLE stays: Produce
+    v11 carries it, and the Produce handler makes it INVALID_TXN_STATE for the versions before."""
     if code in _RETRIABLE_VERIFICATION:
         return ErrorCode.NOT_ENOUGH_REPLICAS
-    return _OLD_PRODUCE_CODES.get(code, code)
+    return ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED else code
 
-
-_OLD_PRODUCE_CODES = {ErrorCode.TRANSACTION_ABORTABLE: ErrorCode.INVALID_TXN_STATE,
-                      ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH}

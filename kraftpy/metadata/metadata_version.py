@@ -13,6 +13,8 @@ kraftpy serves. What a level turns on, as in Kafka:
 - **SCRAM credentials** (UserScramCredentialRecord) from 3.5-IV2 (`SCRAM_LEVEL`): below it
   AlterUserScramCredentials is answered UNSUPPORTED_VERSION, and `storage format --add-scram` refuses a
   release version that cannot hold the credentials.
+- **The replica fetchers' Fetch version** (`fetch_request_version`): 13 up to 3.4, 15 (the follower's
+  broker epoch) from 3.5-IV1, 16 from 3.7-IV4, 17 (its log directory) from 3.9-IV0.
 
 Every other record kraftpy writes is written the same way at every level: kraftpy's metadata log is read
 by kraftpy only, and each kraftpy that writes a record version reads the earlier ones.
@@ -74,3 +76,19 @@ def parse_release_version(text: str) -> int:
 
 def scram_supported(level: int) -> bool:
     return level >= SCRAM_LEVEL
+
+
+def fetch_request_version(level: int) -> int:
+    """The Fetch version a follower sends its leader at ``level``, as Kafka's MetadataVersion chooses it:
+    every broker of a cluster at that level serves it, mid-upgrade too. 17 from 3.9-IV0 (the follower's
+    log directory, KIP-853), 16 from 3.7-IV4 (KIP-951), 15 from 3.5-IV1 (the follower's broker epoch,
+    KIP-903), 14 from 3.5-IV0, else 13."""
+    if level >= 21:
+        return 17
+    if level >= 19:
+        return 16
+    if level >= 10:
+        return 15
+    if level >= 9:
+        return 14
+    return 13

@@ -92,8 +92,8 @@ class VersionRange:
 
 # fmt: off
 API_VERSIONS: dict[ApiKey, VersionRange] = {
-    ApiKey.PRODUCE:                   VersionRange(0, 9, min_accepted=3),
-    ApiKey.FETCH:                     VersionRange(4, 13),
+    ApiKey.PRODUCE:                   VersionRange(0, 11, min_accepted=3),
+    ApiKey.FETCH:                     VersionRange(4, 17),
     ApiKey.LIST_OFFSETS:              VersionRange(1, 10),
     ApiKey.METADATA:                  VersionRange(0, 12),
     ApiKey.OFFSET_COMMIT:             VersionRange(0, 9),

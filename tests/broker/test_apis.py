@@ -60,8 +60,8 @@ async def test_api_versions_lists_served_apis_and_answers_unknown_versions_with_
     response = await conn.request(ApiKey.API_VERSIONS, 3, ApiVersionsRequest(client_software_name="t",
                                                                             client_software_version="1"))
     ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-    assert ranges[ApiKey.PRODUCE] == (0, 9)
-    assert ranges[ApiKey.FETCH] == (4, 13)
+    assert ranges[ApiKey.PRODUCE] == (0, 11)
+    assert ranges[ApiKey.FETCH] == (4, 17)
     assert ranges[ApiKey.METADATA] == (0, 12)
     assert ranges[ApiKey.JOIN_GROUP] == (0, 9)  # the group coordinator's APIs (tests/broker/test_groups_apis.py)
     # ApiVersions v9, from a client newer than the broker: a v0 answer with UNSUPPORTED_VERSION.

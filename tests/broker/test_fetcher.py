@@ -12,10 +12,11 @@ import uuid
 import pytest
 import trio
 
-from kraftpy.broker.fetcher import FETCH_VERSION, FetcherManager, ReplicaFetcher
+from kraftpy.broker.fetcher import FetcherManager, ReplicaFetcher
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.broker.settings import BrokerSettings
-from kraftpy.metadata import cluster_control
+from kraftpy.metadata import cluster_control, metadata_version
+from kraftpy.metadata.image import METADATA_VERSION
 from kraftpy.metadata.messages import (
     AlterPartitionPartitionData,
     AlterPartitionRequest,
@@ -29,10 +30,11 @@ from kraftpy.metadata.messages import (
     ElectLeadersRequest,
     TopicPartitions,
 )
+from kraftpy.metadata.records import FeatureLevelRecord
 from kraftpy.metadata.result import ControllerResult
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
-from kraftpy.protocol.messages import FetchResponse
+from kraftpy.protocol.messages import FetchRequest, FetchResponse
 from kraftpy.protocol.records import SimpleRecord, build_batch
 from tests.helpers.metadata import CLUSTER_ID, Metadata, WallClock
 
@@ -45,11 +47,13 @@ class Leader:
 
     def __init__(self) -> None:
         self.requests = []
+        self.versions = []
         self.answer = None
 
     async def request(self, api_key, version, request):
-        assert (api_key, version) == (ApiKey.FETCH, FETCH_VERSION)
+        assert api_key == ApiKey.FETCH
         self.requests.append(request)
+        self.versions.append(version)
         return self.answer(request)
 
 
@@ -108,6 +112,46 @@ async def test_fetches_from_its_log_end_and_appends_the_leaders_batches_as_they_
     assert (sent.fetch_offset, sent.last_fetched_epoch) == (3, epoch)
     # The leader's log start moved up (retention, DeleteRecords): the follower's follows.
     assert (part.high_watermark, part.log_start_offset) == (3, 2)
+
+
+async def test_the_fetch_version_follows_the_metadata_version_and_names_the_followers_broker_epoch(follower):
+    """At 3.9-IV0 a follower sends Fetch v17, naming itself and its broker epoch in ReplicaState (KIP-903);
+    the top-level replica_id of the versions before is not on the wire then."""
+    metadata, replicas, part, fetcher = follower
+    leader = Leader()
+    leader.answer = answer(part, high_watermark=0, log_start_offset=0)
+    await fetcher.fetch_once(leader)
+    assert replicas.image.features.metadata_version == metadata_version.LATEST
+    assert leader.versions == [17]
+    wire = FetchRequest.SCHEMA.from_bytes(17, FetchRequest.SCHEMA.to_bytes(17, leader.requests[-1]))
+    epoch = replicas.image.cluster.broker(FOLLOWER).epoch
+    assert epoch >= 0
+    assert (wire.replica_state.replica_id, wire.replica_state.replica_epoch, wire.replica_id) == (FOLLOWER, epoch, -1)
+
+
+@pytest.mark.parametrize(("release", "version"), [("3.4", 13), ("3.5-IV0", 14), ("3.6", 15), ("3.8", 16)])
+async def test_an_older_metadata_version_fetches_with_the_version_kafka_sends_there(tmp_path, autojump_clock, nursery,
+                                                                                      release, version):
+    level = metadata_version.parse_release_version(release)
+    metadata = Metadata(brokers=(FOLLOWER, LEADER),
+                        bootstrap_records=(FeatureLevelRecord(METADATA_VERSION, level),))
+    metadata.commit(metadata.controller.handle_create_topics(CreateTopicsRequest((
+        CreatableTopic("t", -1, -1, (CreatableReplicaAssignment(0, (LEADER, FOLLOWER)),)),))))
+    settings = BrokerSettings(node_id=FOLLOWER, cluster_id=CLUSTER_ID, log_dirs=(tmp_path / "logs",))
+    replicas = ReplicaManager(settings, metadata, WallClock())
+    await nursery.start(replicas.run)
+    await replicas.set_running(True)
+    await metadata.publish_to(replicas)
+    part = replicas.get("t", 0)
+    leader = Leader()
+    leader.answer = answer(part, high_watermark=0, log_start_offset=0)
+    await ReplicaFetcher(FetcherManager(replicas), LEADER).fetch_once(leader)
+    assert replicas.image.features.metadata_version == level
+    assert leader.versions == [version]
+    wire = FetchRequest.SCHEMA.from_bytes(version, FetchRequest.SCHEMA.to_bytes(version, leader.requests[-1]))
+    named = wire.replica_state.replica_id if version >= 15 else wire.replica_id
+    assert named == FOLLOWER
+    await replicas.close()
 
 
 async def test_a_diverging_epoch_truncates_to_where_the_logs_meet(follower):

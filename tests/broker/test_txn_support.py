@@ -11,7 +11,7 @@ which requests go to which broker:
 - verification questions for one coordinator broker that arrive while a request is in flight go
   together in the next AddPartitionsToTxn v4 (one entry per transactional id: a second question of
   the same id waits for the request after), each answered under its id, with the coordinator's codes
-  as Produce v9 tells them (TRANSACTION_ABORTABLE -> INVALID_TXN_STATE, PRODUCER_FENCED ->
+  as a Produce tells them (TRANSACTION_ABORTABLE kept for the Produce handler, PRODUCER_FENCED ->
   INVALID_PRODUCER_EPOCH, "ask again" codes -> NOT_ENOUGH_REPLICAS).
 """
 
@@ -216,7 +216,7 @@ async def test_questions_that_wait_for_a_request_in_flight_go_together_in_the_ne
     ]
     assert answers == {
         "a": [{("t", 0): E.NONE}, {("t", 3): E.NONE}],
-        "b": [{("t", 0): E.INVALID_TXN_STATE}],
+        "b": [{("t", 0): E.TRANSACTION_ABORTABLE}],
         "c": [{("t", 1): E.INVALID_PRODUCER_EPOCH}],
         "d": [{("t", 2): E.NOT_ENOUGH_REPLICAS}],
     }

@@ -99,11 +99,11 @@ class Wire:
             transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=commit))
         return ErrorCode(response.error_code)
 
-    async def produce(self, txn_id: str | None, partition: int, data: bytes):
+    async def produce(self, txn_id: str | None, partition: int, data: bytes, version: int = 9):
         request = ProduceRequest(transactional_id=txn_id, acks=-1, timeout_ms=10_000, topic_data=[
             ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[
                 ProduceRequest.PartitionProduceData(index=partition, records=data)])])
-        response = await self.leaders[partition].request(ApiKey.PRODUCE, 9, request)
+        response = await self.leaders[partition].request(ApiKey.PRODUCE, version, request)
         return response.responses[0].partition_responses[0]
 
     def log(self, partition: int):
@@ -129,9 +129,9 @@ async def open_wire(cluster, stack) -> Wire:
 @pytest.mark.parametrize("verification", [True, False], ids=["verification", "no-verification"])
 async def test_a_batch_outside_the_producers_transaction_is_refused_and_opens_nothing(tmp_path, verification):
     """With transaction.partition.verification.enable (the default), a transactional batch for a
-    partition its transaction does not hold is refused INVALID_TXN_STATE and leaves the partition as it
-    was, before AddPartitionsToTxn and after the transaction ended (a late batch of the ended
-    transaction). Without it, the same late batch is appended and opens a transaction no coordinator
+    partition its transaction does not hold is refused INVALID_TXN_STATE (TRANSACTION_ABORTABLE from
+    Produce v11, KIP-890) and leaves the partition as it was, before AddPartitionsToTxn and after the
+    transaction ended (a late batch of the ended transaction). Without it, the same late batch is appended and opens a transaction no coordinator
     will ever end: the last stable offset stays below it."""
     async with open_cluster(tmp_path, brokers=2, transaction=TXN,
                             transaction_partition_verification_enable=verification) as cluster, \
@@ -147,6 +147,10 @@ async def test_a_batch_outside_the_producers_transaction_is_refused_and_opens_no
                 refused = await wire.produce("app", p, txn_batch(pid, epoch, 0, b"early"))
                 assert refused.error_code == E.INVALID_TXN_STATE, refused
                 assert "does not include" in refused.error_message
+                assert wire.log(p) == (0, 0, 0)
+                # A producer that knows TRANSACTION_ABORTABLE (Produce v11) is told so.
+                told = await wire.produce("app", p, txn_batch(pid, epoch, 0, b"early"), version=11)
+                assert told.error_code == E.TRANSACTION_ABORTABLE, told
                 assert wire.log(p) == (0, 0, 0)
         assert await wire.add("app", pid, epoch, 0, 1) == {0: E.NONE, 1: E.NONE}
         for p in (0, 1):
@@ -165,6 +169,8 @@ async def test_a_batch_outside_the_producers_transaction_is_refused_and_opens_no
         late = await wire.produce("app", 0, txn_batch(pid, epoch, 1, b"late"))
         if verification:
             assert late.error_code == E.INVALID_TXN_STATE, late
+            assert (await wire.produce("app", 0, txn_batch(pid, epoch, 1, b"late"), version=11)).error_code \
+                == E.TRANSACTION_ABORTABLE
             assert wire.log(0) == (2, 2, 2)
         else:
             assert late.error_code == E.NONE, late

@@ -27,9 +27,12 @@ END = "<!-- end of api-table -->"
 
 #: Why kraftpy serves an API (or a version range) differently from Kafka 3.9.
 NOTES: dict[str, str] = {
-    "Produce": "v0-2 are advertised but answered UNSUPPORTED_VERSION (message formats before v2); v10-11 "
-               "(KIP-951 leader hints, KIP-890) not yet",
-    "Fetch": "from v4 (the v2 record format); v14-17 (KIP-951, KIP-903, KIP-853) not yet",
+    "Produce": "v0-2 are advertised but answered UNSUPPORTED_VERSION (message formats before v2); v10 names "
+               "the leader of a NOT_LEADER_OR_FOLLOWER partition and its endpoint (KIP-951); v11 answers "
+               "TRANSACTION_ABORTABLE (KIP-890)",
+    "Fetch": "from v4 (the v2 record format); no tiered storage, so never OFFSET_MOVED_TO_TIERED_STORAGE (v14); "
+             "a follower's broker epoch (v15, KIP-903) gates its return to the ISR; v16 leader hints (KIP-951); "
+             "v17's ReplicaDirectoryId is read and not used (partition followers do not send it, as in Kafka)",
     "ListOffsets": "v0 (several offsets per partition) not served; no tiered storage: -4 (v8) is the log start "
                    "offset, -5 (v9) offset -1, v10's TimeoutMs is not waited on",
     "FindCoordinator": "key type 2 (share groups, v6) answered COORDINATOR_NOT_AVAILABLE, as Kafka 3.9 does",

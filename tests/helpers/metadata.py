@@ -39,8 +39,11 @@ class WallClock:
 class Metadata:
     """A real controller whose committed records become (image, delta) pairs for the broker."""
 
-    def __init__(self, brokers=(1, 2, 3)) -> None:
-        self.controller = QuorumController(ControllerConfig(cluster_id=CLUSTER_ID, auto_leader_rebalance_enable=False),
+    def __init__(self, brokers=(1, 2, 3), *, bootstrap_records: tuple = ()) -> None:
+        """``bootstrap_records``: what `storage format` would leave (a FeatureLevelRecord of metadata.version
+        to start below the newest level)."""
+        self.controller = QuorumController(ControllerConfig(cluster_id=CLUSTER_ID, auto_leader_rebalance_enable=False,
+                                                            bootstrap_records=bootstrap_records),
                                            rng=random.Random(3))
         self.offset = -1
         self.alter_partitions: list[AlterPartitionRequest] = []

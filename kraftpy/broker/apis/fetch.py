@@ -16,7 +16,12 @@ watermark, aborted records included, with no list. Every answer names the last s
 
 A follower's fetch is also how the leader learns its progress: its fetch offset moves the high
 watermark and may bring it back into the ISR; a follower whose last fetched epoch the leader's
-history does not continue gets a diverging epoch instead of records (KIP-320).
+history does not continue gets a diverging epoch instead of records (KIP-320). From v15 (KIP-903) the
+follower's fetch names its broker epoch too, and one fetching under an epoch other than its current
+registration's (a process of an earlier registration) joins no ISR.
+
+From v16 (KIP-951) a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names its
+current leader and epoch, and the answer carries those leaders' endpoints on the request's listener.
 
 Fetch sessions (KIP-227, kraftpy.broker.fetch_sessions): a full fetch may leave its partitions in the
 broker's session cache; an incremental one then names only what changed, reads every partition of the
@@ -26,6 +31,7 @@ partitions left out are never detached, so they cost no descriptor.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
@@ -85,7 +91,11 @@ class FetchApi:
     async def handle_fetch(self, header: Any, request: Any, conn: Connection) -> FetchResponse:
         version = header.request_api_version
         uses_topic_ids = version >= 13
-        replica_id = request.replica_id
+        # From v15 (KIP-903) a follower names itself in ReplicaState, beside its broker epoch.
+        if version >= 15:
+            replica_id, replica_epoch = request.replica_state.replica_id, request.replica_state.replica_epoch
+        else:
+            replica_id, replica_epoch = request.replica_id, -1
         is_replica = replica_id >= 0
         image = self.metadata.image
         #: Each partition once, however often it is named (Kafka keys a fetch's partitions): the last
@@ -142,7 +152,7 @@ class FetchApi:
                     diverging[i] = diverged
                 elif part.log_start_offset <= fp.fetch_offset <= part.log_end_offset:
                     if part.update_follower_fetch(replica_id, fp.fetch_offset) is not None:
-                        self.replicas.maybe_expand_isr(part, replica_id)
+                        self.replicas.maybe_expand_isr(part, replica_id, replica_epoch)
 
         # Replication throttles (see replication_quota): a throttled partition the follower is not in the
         # ISR of is left out of the answer while the leader's quota is exceeded.
@@ -214,7 +224,35 @@ class FetchApi:
                 topic_response = FetchResponse.FetchableTopicResponse(topic=fp.topic, topic_id=fp.topic_id)
                 responses.append(topic_response)
             topic_response.partitions.append(data)
-        return FetchResponse(throttle_time_ms=0, error_code=error, session_id=session_id, responses=responses)
+        node_endpoints = self._current_leaders(items, datas, carried, conn.listener) if version >= 16 else []
+        return FetchResponse(throttle_time_ms=0, error_code=error, session_id=session_id, responses=responses,
+                             node_endpoints=node_endpoints)
+
+    def _current_leaders(self, items: list, datas: list, carried: Iterable[int], listener: str) -> list[Any]:
+        """KIP-951 (Fetch v16+): a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names
+        its leader and epoch as this broker's metadata has them, and the answer lists those leaders'
+        endpoints on the request's listener: the consumer moves without a metadata request."""
+        endpoints: dict[int, Any] = {}
+        for i in carried:
+            data = datas[i]
+            if data.error_code not in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+                continue
+            fp = items[i][1]
+            name = fp.topic if fp.topic else self._topic_name(fp.topic_id)
+            leader = self.metadata.current_leader(name, fp.partition, listener) if name else None
+            if leader is None:
+                continue
+            leader_id, leader_epoch, endpoint = leader
+            data.current_leader.leader_id, data.current_leader.leader_epoch = leader_id, leader_epoch
+            if endpoint is not None and leader_id not in endpoints:
+                host, port, rack = endpoint
+                endpoints[leader_id] = FetchResponse.NodeEndpoint(node_id=leader_id, host=host, port=port, rack=rack)
+        return [endpoints[node_id] for node_id in sorted(endpoints)]
+
+    def _topic_name(self, wire_topic_id: Any) -> str | None:
+        topic_id = from_wire_uuid(wire_topic_id)
+        topic_image = self.metadata.image.topics.get_by_id(topic_id) if topic_id is not None else None
+        return topic_image.name if topic_image is not None else None
 
     def _session_metrics(self) -> None:
         self._sessions_gauge.set(len(self.sessions))

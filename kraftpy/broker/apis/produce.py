@@ -16,9 +16,13 @@ A transactional batch needs the request's ``transactional_id`` (without one the 
 answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka does). The first transactional batch of a
 producer in a partition is verified first (KIP-890 part 1, transaction.partition.verification.enable):
 the transaction coordinator must know the partition as part of the producer's ongoing transaction,
-else the batch is refused (INVALID_TXN_STATE, or NOT_ENOUGH_REPLICAS for "ask again" answers), so a
-late or stray batch cannot open a transaction no marker will ever close. The partitions of one
-request are verified together, before any is appended.
+else the batch is refused (TRANSACTION_ABORTABLE from Produce v11, INVALID_TXN_STATE before, or
+NOT_ENOUGH_REPLICAS for "ask again" answers), so a late or stray batch cannot open a transaction no
+marker will ever close. The partitions of one request are verified together, before any is appended.
+
+From v10 (KIP-951) a partition answered NOT_LEADER_OR_FOLLOWER carries its current leader and epoch,
+and the answer the endpoints of those leaders on the request's listener: the producer redirects its
+next batch without a metadata request.
 """
 
 from __future__ import annotations
@@ -65,6 +69,17 @@ ADMIN_CLIENT_ID = "__admin_client"
 #: in a worker thread (decompressing 8 MiB takes a few milliseconds, gzip about 25).
 INLINE_DECOMPRESSED_SIZE = 8 * 1024 * 1024
 
+
+#: The first Produce version whose producers know TRANSACTION_ABORTABLE (KIP-890).
+TRANSACTION_ABORTABLE_PRODUCE_VERSION = 11
+
+
+def for_produce_version(code: ErrorCode, version: int) -> ErrorCode:
+    """A transaction verification's error as a Produce of ``version`` may carry it: TRANSACTION_ABORTABLE
+    from v11, INVALID_TXN_STATE (which older producers abort the transaction on too) before."""
+    if code == ErrorCode.TRANSACTION_ABORTABLE and version < TRANSACTION_ABORTABLE_PRODUCE_VERSION:
+        return ErrorCode.INVALID_TXN_STATE
+    return code
 
 class ProduceApi:
     #: Set by the broker: WRITE on each topic, and on the transactional id of transactional batches.
@@ -158,7 +173,7 @@ class ProduceApi:
             for result in results:
                 result.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             accepted = []
-        guards = await self._verify(request.transactional_id, accepted, results) if accepted else {}
+        guards = await self._verify(request.transactional_id, accepted, results, version) if accepted else {}
         for key, topic_name, data, part, verdict in accepted:
             result = results[key]
             if result.error_code != ErrorCode.NONE:
@@ -182,6 +197,7 @@ class ProduceApi:
                 waiting[key] = (part, epoch, appended.next_offset)
         if waiting:
             await self._await_replication(waiting, results, request.timeout_ms / 1000)
+        node_endpoints = self._current_leaders(order, conn.listener) if version >= 10 else []
         if acks == 0:
             if any(r.error_code != ErrorCode.NONE for r in results):
                 # The producer reads no answer: closing the connection is how it learns (as in Kafka).
@@ -189,9 +205,30 @@ class ProduceApi:
             return None
         return ProduceResponse(responses=[
             ProduceResponse.TopicProduceResponse(name=name, partition_responses=answers) for name, answers in order
-        ])
+        ], node_endpoints=node_endpoints)
 
-    async def _verify(self, transactional_id: str | None, accepted: list, results: list) -> dict[int, object]:
+    def _current_leaders(self, order: list[tuple[str, list[Any]]], listener: str) -> list[Any]:
+        """KIP-951 (Produce v10+): each NOT_LEADER_OR_FOLLOWER answer names the partition's leader and
+        epoch as this broker's metadata has them, and the answer lists those leaders' endpoints on the
+        request's listener, so the producer sends its next batch there without asking for metadata."""
+        endpoints: dict[int, Any] = {}
+        for name, answers in order:
+            for result in answers:
+                if result.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                    continue
+                leader = self.metadata.current_leader(name, result.index, listener)
+                if leader is None:
+                    continue
+                leader_id, leader_epoch, endpoint = leader
+                result.current_leader.leader_id, result.current_leader.leader_epoch = leader_id, leader_epoch
+                if endpoint is not None and leader_id not in endpoints:
+                    host, port, rack = endpoint
+                    endpoints[leader_id] = ProduceResponse.NodeEndpoint(node_id=leader_id, host=host, port=port,
+                                                                        rack=rack)
+        return [endpoints[node_id] for node_id in sorted(endpoints)]
+
+    async def _verify(self, transactional_id: str | None, accepted: list, results: list,
+                      version: int) -> dict[int, object]:
         """Verify the transactional batches that would open a transaction in their partition; the
         verification guard of each by its answer's place. A partition that is not in the transaction
         gets its error in ``results``."""
@@ -209,7 +246,8 @@ class ProduceApi:
             answer = await self.verify(transactional_id, producer_id, producer_epoch,
                                        [(p.tp.topic, p.tp.partition) for _, p in entries])
             for key, part in entries:
-                code = answer.get((part.tp.topic, part.tp.partition), ErrorCode.INVALID_TXN_STATE)
+                code = for_produce_version(
+                    answer.get((part.tp.topic, part.tp.partition), ErrorCode.TRANSACTION_ABORTABLE), version)
                 if code != ErrorCode.NONE:
                     results[key].error_code = code
                     results[key].error_message = (

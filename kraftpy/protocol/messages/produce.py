@@ -1,9 +1,12 @@
-"""Produce (api key 0), versions 0-9: append record batches; the broker accepts v3+ (message format v2)."""
+"""Produce (api key 0), versions 0-11: append record batches; the broker accepts v3+ (message format v2).
+v10 (KIP-951) answers a NOT_LEADER_OR_FOLLOWER partition with its current leader and that leader's
+endpoint, so the producer moves without a metadata round trip; v11 (KIP-890) lets the answer carry
+TRANSACTION_ABORTABLE."""
 
 from kraftpy.protocol.schema import F, message
 
 ProduceRequest = message(
-    "ProduceRequest", api_key=0, kind="request", versions="0-9", flexible="9+", fields=[
+    "ProduceRequest", api_key=0, kind="request", versions="0-11", flexible="9+", fields=[
         F("transactional_id", "string", "3+", nullable="3+", default=None),
         F("acks", "int16"),
         F("timeout_ms", "int32"),
@@ -18,7 +21,7 @@ ProduceRequest = message(
 )
 
 ProduceResponse = message(
-    "ProduceResponse", api_key=0, kind="response", versions="0-9", flexible="9+", fields=[
+    "ProduceResponse", api_key=0, kind="response", versions="0-11", flexible="9+", fields=[
         F("responses", "[]TopicProduceResponse", "0+", [
             F("name", "string"),
             F("partition_responses", "[]PartitionProduceResponse", "0+", [
@@ -32,8 +35,18 @@ ProduceResponse = message(
                     F("batch_index_error_message", "string", "8+", nullable="8+", default=None),
                 ]),
                 F("error_message", "string", "8+", nullable="8+", default=None),
+                F("current_leader", "LeaderIdAndEpoch", "10+", [
+                    F("leader_id", "int32", "10+", default=-1),
+                    F("leader_epoch", "int32", "10+", default=-1),
+                ], tag=0),
             ]),
         ]),
         F("throttle_time_ms", "int32", "1+", default=0),
+        F("node_endpoints", "[]NodeEndpoint", "10+", [
+            F("node_id", "int32", "10+"),
+            F("host", "string", "10+"),
+            F("port", "int32", "10+"),
+            F("rack", "string", "10+", nullable="10+", default=None),
+        ], tag=0),
     ],
 )
