@@ -1,6 +1,6 @@
 """Deterministic simulation of whole clusters under faults (see tests/helpers/raft_sim.py).
 
-- `test_simulation_seeds` runs KRAFTPY_SIM_SEEDS seeds (default 300) starting at
+- `test_simulation_seeds` runs KRAFTPY_SIM_SEEDS seeds (default 200) starting at
   KRAFTPY_SIM_BASE_SEED (default 0): 1, 3 or 5 voters plus 0-2 observers, on memory logs or (one
   seed in five) real file logs whose crashes may tear a flush, with a leader linger time of 0, 5 or
   50 ms; three simulated minutes of drops, duplicates, delays, partitions, crashes (also mid-way
@@ -50,7 +50,7 @@ def check_seed(seed: int, byzantine: bool = False) -> None:
 
 
 def seeds() -> range:
-    count = int(os.environ.get("KRAFTPY_SIM_SEEDS", "300"))
+    count = int(os.environ.get("KRAFTPY_SIM_SEEDS", "200"))
     base = int(os.environ.get("KRAFTPY_SIM_BASE_SEED", "0"))
     return range(base, base + count)
 
