@@ -18,6 +18,12 @@ Served, one request at a time and answered in order, as Kafka's socket server do
 - **DescribeCluster** v0-1 with EndpointType 2 (controllers): the cluster id, the quorum's leader as
   ``controller_id``, and each voter with its controller-listener endpoint. EndpointType 1 (brokers, v0's
   only kind) is answered MISMATCHED_ENDPOINT_TYPE, another type UNSUPPORTED_ENDPOINT_TYPE, as Kafka does.
+- **DescribeConfigs** v1-4: topics, brokers (a broker id, or ``""`` for the cluster defaults) and groups,
+  from this controller's metadata image with its own properties file as the static layer, as
+  ``kafka-configs.sh --bootstrap-controller --describe`` asks any controller.
+- **IncrementalAlterConfigs** v0-1 and **UpdateFeatures** v0-2: written by the active controller and
+  answered once committed; another controller answers NOT_CONTROLLER (per resource, or for the whole
+  UpdateFeatures), and the admin client asks the one DescribeCluster names.
 - **SaslHandshake** v1 and **SaslAuthenticate** v0-2 on a SASL_PLAINTEXT or SASL_SSL controller listener:
   the listener's mechanisms (PLAIN against its JAAS users, SCRAM against the metadata image or, before the
   controller has replayed any of it, its bootstrap checkpoint). Until the client has authenticated only
@@ -27,7 +33,9 @@ Served, one request at a time and answered in order, as Kafka's socket server do
 
 Authorization, with an authorizer configured: DescribeQuorum needs DESCRIBE on the cluster and
 DescribeCluster ALTER on the cluster (Kafka's rule on controllers: a controller's endpoints are not for
-everyone), both granted to super users. The principal is the SASL user, or the TLS client certificate's
+everyone), UpdateFeatures ALTER on the cluster; DescribeConfigs and IncrementalAlterConfigs need
+DESCRIBE_CONFIGS and ALTER_CONFIGS on the topic, the group, or the cluster for a broker; all are granted to
+super users. The principal is the SASL user, or the TLS client certificate's
 subject, or ``User:ANONYMOUS``. A refusal is CLUSTER_AUTHORIZATION_FAILED.
 
 A request for any other API, or one that does not parse, closes that connection and nothing else.
@@ -41,22 +49,29 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kraftpy.logs import get_logger
+from kraftpy.metadata import config_control
+from kraftpy.metadata import messages as m
 from kraftpy.metadata.controller_config import DEFAULT_SUPPORTED_FEATURES
+from kraftpy.metadata.feature_control import feature_upgrade_type
 from kraftpy.metadata.quorum_describe import (
     describe_quorum_response,
     names_the_metadata_partition,
     partition_errors,
     unknown_partitions,
 )
+from kraftpy.metadata.rpc import NOT_CONTROLLER
 from kraftpy.protocol.api_keys import ApiKey, VersionRange
 from kraftpy.protocol.errors import ErrorCode, InvalidRequestError, UnsupportedVersionError
 from kraftpy.protocol.frames import encode_response, join_frame, parse_request
 from kraftpy.protocol.messages import (
     ApiVersionsResponse,
     DescribeClusterResponse,
+    DescribeConfigsResponse,
     DescribeQuorumResponse,
+    IncrementalAlterConfigsResponse,
     SaslAuthenticateResponse,
     SaslHandshakeResponse,
+    UpdateFeaturesResponse,
 )
 from kraftpy.protocol.messages.api_versions import supported_feature_keys
 from kraftpy.rpc.control import RpcError
@@ -70,6 +85,8 @@ if TYPE_CHECKING:
     from kraftpy.metadata.controller_server import ControllerServer
 
 CLUSTER_NAME = "kafka-cluster"
+#: DescribeConfigs resources described between two checkpoints.
+RESOURCES_PER_TURN = 50
 #: DescribeCluster's EndpointType values (KIP-919).
 BROKERS, CONTROLLERS = 1, 2
 #: What a controller serves on its listener in the Kafka protocol.
@@ -77,6 +94,9 @@ SERVED: dict[ApiKey, VersionRange] = {
     ApiKey.API_VERSIONS: VersionRange(0, 4),
     ApiKey.DESCRIBE_QUORUM: VersionRange(0, 2),
     ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 1),
+    ApiKey.DESCRIBE_CONFIGS: VersionRange(1, 4),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
+    ApiKey.UPDATE_FEATURES: VersionRange(0, 2),
 }
 SASL_SERVED: dict[ApiKey, VersionRange] = {
     ApiKey.SASL_HANDSHAKE: VersionRange(1, 1),
@@ -88,6 +108,12 @@ BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, A
 CLUSTER_OPERATIONS = (AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
                       AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
                       AclOperation.DESCRIBE)
+#: A config resource type -> the ACL resource its configs are authorized on (a broker's: the cluster's).
+CONFIG_ACL_RESOURCES = {2: ResourceType.TOPIC, 4: ResourceType.CLUSTER, 8: ResourceType.CLUSTER,
+                        32: ResourceType.GROUP}
+CONFIG_DENIED = {ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                 ResourceType.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                 ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED}
 
 
 class _Close(Exception):
@@ -162,6 +188,12 @@ class ControllerKafkaApis:
             response = await self._sasl_authenticate(request, session, header, peer)
         elif api_key == ApiKey.DESCRIBE_QUORUM:
             response = await self._describe_quorum(request, session, peer)
+        elif api_key == ApiKey.DESCRIBE_CONFIGS:
+            response = await self._describe_configs(request, session, peer)
+        elif api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
+            response = await self._incremental_alter_configs(request, session, peer)
+        elif api_key == ApiKey.UPDATE_FEATURES:
+            response = await self._update_features(request, header.request_api_version, session, peer)
         else:
             response = self._describe_cluster(request, header.request_api_version, session, peer)
         return encode_response(header.correlation_id, api_key, header.request_api_version, response)
@@ -230,17 +262,27 @@ class ControllerKafkaApis:
 
     # -- authorization --------------------------------------------------------------------------------
 
-    def _allowed(self, session: _Session, peer: str, operation: AclOperation) -> bool:
+    def _allowed(self, session: _Session, peer: str, operation: AclOperation,
+                 resource_type: ResourceType = ResourceType.CLUSTER, name: str = CLUSTER_NAME) -> bool:
         acls = self.acls()
         if acls is None:
             return True
-        decision = acls.decide(session.principal, peer.rpartition(":")[0], operation, ResourceType.CLUSTER,
-                               CLUSTER_NAME)
+        decision = acls.decide(session.principal, peer.rpartition(":")[0], operation, resource_type, name)
         if decision.result is AuthorizationResult.ALLOWED:
             return True
         self.log.info("request denied", principal=session.principal, peer=peer, operation=operation.name,
-                      resource=f"CLUSTER:{CLUSTER_NAME}", rule=str(decision))
+                      resource=f"{resource_type.name}:{name}", rule=str(decision))
         return False
+
+    def _config_denied(self, session: _Session, peer: str, operation: AclOperation, resource_type: int,
+                       resource_name: str) -> ErrorCode | None:
+        """The error refusing ``operation`` on a config resource's configs, or None when allowed (an unknown
+        resource type is left to the answer it gets anyway)."""
+        acl_type = CONFIG_ACL_RESOURCES.get(resource_type)
+        if acl_type is None:
+            return None
+        name = CLUSTER_NAME if acl_type is ResourceType.CLUSTER else resource_name
+        return None if self._allowed(session, peer, operation, acl_type, name) else CONFIG_DENIED[acl_type]
 
     def _cluster_operations(self, session: _Session, peer: str) -> int:
         acls = self.acls()
@@ -291,6 +333,106 @@ class ControllerKafkaApis:
         if request.include_cluster_authorized_operations:
             response.cluster_authorized_operations = self._cluster_operations(session, peer)
         return response
+
+
+    # -- configs and features ---------------------------------------------------------------------------
+
+    async def _describe_configs(self, request: Any, session: _Session, peer: str) -> DescribeConfigsResponse:
+        Result = DescribeConfigsResponse.DescribeConfigsResult
+        Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
+        image = self.controller.loader.image
+        results = []
+        for i, r in enumerate(request.resources):
+            if i and not i % RESOURCES_PER_TURN:
+                await trio.lowlevel.checkpoint()
+            denied = self._config_denied(session, peer, AclOperation.DESCRIBE_CONFIGS, r.resource_type,
+                                         r.resource_name)
+            if denied is not None:
+                results.append(Result(error_code=denied, error_message="Authorization failed.",
+                                      resource_type=r.resource_type, resource_name=r.resource_name, configs=[]))
+                continue
+            keys = r.configuration_keys
+            resource = m.DescribeConfigsResource(r.resource_type, r.resource_name,
+                                                 None if keys is None else tuple(dict.fromkeys(keys)))
+            [answer] = config_control.describe_configs(image, m.DescribeConfigsRequest((resource,)),
+                                                       self.controller.controller_config).results
+            results.append(Result(
+                error_code=answer.error_code, error_message=answer.error_message,
+                resource_type=answer.resource_type, resource_name=answer.resource_name,
+                configs=[Entry(name=c.name, value=c.value, read_only=c.read_only, config_source=int(c.config_source),
+                               is_sensitive=c.is_sensitive) for c in answer.configs]))
+        return DescribeConfigsResponse(throttle_time_ms=0, results=results)
+
+    async def _incremental_alter_configs(self, request: Any, session: _Session,
+                                         peer: str) -> IncrementalAlterConfigsResponse:
+        Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+        denied = {i: error for i, r in enumerate(request.resources)
+                  if (error := self._config_denied(session, peer, AclOperation.ALTER_CONFIGS, r.resource_type,
+                                                   r.resource_name)) is not None}
+        kept = [r for i, r in enumerate(request.resources) if i not in denied]
+        answers: Any = iter(())
+        refusal: tuple[ErrorCode, str] | None = None
+        if kept:
+            mreq = m.IncrementalAlterConfigsRequest(tuple(
+                m.AlterConfigsResource(r.resource_type, r.resource_name,
+                                       tuple(m.AlterableConfig(c.name, c.config_operation, c.value) for c in r.configs))
+                for r in kept), validate_only=request.validate_only)
+            try:
+                answers = iter((await self.controller.serve_request("IncrementalAlterConfigs", mreq)).responses)
+            except RpcError as exc:
+                refusal = _refusal(exc, self.controller)
+        responses = []
+        for i, r in enumerate(request.resources):
+            if i in denied:
+                responses.append(Result(error_code=denied[i], error_message="Authorization failed.",
+                                        resource_type=r.resource_type, resource_name=r.resource_name))
+            elif refusal is not None:
+                responses.append(Result(error_code=refusal[0], error_message=refusal[1],
+                                        resource_type=r.resource_type, resource_name=r.resource_name))
+            else:
+                a = next(answers)
+                responses.append(Result(error_code=a.error_code, error_message=a.error_message,
+                                        resource_type=a.resource_type, resource_name=a.resource_name))
+        return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)
+
+    async def _update_features(self, request: Any, version: int, session: _Session,
+                               peer: str) -> UpdateFeaturesResponse:
+        def whole(error: ErrorCode, message: str) -> UpdateFeaturesResponse:
+            return UpdateFeaturesResponse(throttle_time_ms=0, error_code=error, error_message=message)
+
+        if not self._allowed(session, peer, AclOperation.ALTER):
+            return whole(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+        updates = []
+        for u in request.feature_updates:
+            kind = feature_upgrade_type(u, version)
+            if kind is None:
+                return whole(ErrorCode.INVALID_REQUEST, f"{u.feature}: unknown upgrade type {u.upgrade_type}")
+            updates.append(m.FeatureUpdateKey(u.feature, u.max_version_level, kind))
+        if not updates:
+            return whole(ErrorCode.INVALID_REQUEST, "No feature updates were given.")
+        validate_only = version >= 1 and request.validate_only
+        try:
+            answer = await self.controller.serve_request("UpdateFeatures",
+                                                         m.UpdateFeaturesRequest(tuple(updates), validate_only))
+        except RpcError as exc:
+            return whole(*_refusal(exc, self.controller))
+        Result = UpdateFeaturesResponse.UpdatableFeatureResult
+        return UpdateFeaturesResponse(
+            throttle_time_ms=0, error_code=answer.error_code, error_message=answer.error_message,
+            results=[Result(feature=r.feature, error_code=r.error_code, error_message=r.error_message)
+                     for r in answer.results])
+
+
+def _refusal(exc: RpcError, controller: ControllerServer) -> tuple[ErrorCode, str]:
+    """A control-plane refusal as a Kafka error: NOT_CONTROLLER naming the active controller when known."""
+    if exc.code == NOT_CONTROLLER:
+        leader = controller.loader.leader_id
+        where = f": the active controller is {leader}" if leader is not None and leader != controller.node_id else ""
+        return ErrorCode.NOT_CONTROLLER, f"controller {controller.node_id} is not the active controller{where}"
+    try:
+        return ErrorCode[exc.code], exc.message or exc.code
+    except KeyError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR, f"{exc.code}: {exc.message}"
 
 
 def _voters(controller: ControllerServer) -> Mapping[int, tuple[str, int]]:

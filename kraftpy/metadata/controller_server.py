@@ -266,6 +266,11 @@ class ControllerServer:
         response = await self._serve(api, request)
         return {"response": WIRE.encode(response)}
 
+    async def serve_request(self, api: str, request: Any) -> Any:
+        """One controller API of kraftpy.metadata.rpc.CONTROLLER_APIS, already decoded (the Kafka-protocol
+        side of the listener translates into these); RpcError NOT_CONTROLLER when this one is not active."""
+        return await self._serve(api, request)
+
     async def _serve(self, api: str, request: Any) -> Any:
         if api == "DescribeConfigs":
             return self._active_or_raise().describe_configs(request)

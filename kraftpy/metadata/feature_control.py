@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from kraftpy.metadata.controller_config import LATEST_METADATA_VERSION, ControllerConfig
 from kraftpy.metadata.errors import Errors
@@ -87,3 +88,14 @@ def update_features(
     return ControllerResult(
         [] if request.validate_only else records, UpdateFeaturesResponse(Errors.NONE, None, tuple(results))
     )
+
+
+def feature_upgrade_type(update: Any, version: int) -> FeatureUpgradeType | None:
+    """The upgrade type of one entry of a Kafka UpdateFeatures request of ``version`` (v0 has only
+    AllowDowngrade), or None for a type Kafka does not define."""
+    if version == 0:
+        return FeatureUpgradeType.SAFE_DOWNGRADE if update.allow_downgrade else FeatureUpgradeType.UPGRADE
+    try:
+        return FeatureUpgradeType(update.upgrade_type)
+    except ValueError:
+        return None

@@ -42,7 +42,9 @@ NOTES: dict[str, str] = {
     "OffsetForLeaderEpoch": "v0-1 not served (Kafka 4.0 removes them, KIP-896)",
     "AddPartitionsToTxn": "v5 only lets a broker answer TRANSACTION_ABORTABLE, which kraftpy never does",
     "EndTxn": "v5 is KIP-890 part 2, unstable in Kafka 3.9",
-    "DescribeConfigs": "v0 not served (Kafka 4.0 removes it, KIP-896)",
+    "DescribeConfigs": "v0 not served (Kafka 4.0 removes it, KIP-896); also served by controllers "
+                       "(kafka-configs.sh --bootstrap-controller)",
+    "IncrementalAlterConfigs": "also served by controllers (kafka-configs.sh --bootstrap-controller)",
     "AlterReplicaLogDirs": "v0 not served (Kafka 4.0 removes it, KIP-896)",
     "DescribeLogDirs": "v0 not served (Kafka 4.0 removes it, KIP-896)",
     "CreateDelegationToken": "not served: no delegation tokens",
@@ -52,7 +54,8 @@ NOTES: dict[str, str] = {
     "DescribeQuorum": "directory ids are zero until the dynamic quorum (KIP-853); also served by controllers "
                       "(v0-2, kafka-metadata-quorum.sh --bootstrap-controller)",
     "DescribeCluster": "v2 is Kafka 4.0's (KIP-1073), newer than 3.9; controllers serve v0-1 (KIP-919)",
-    "UpdateFeatures": "metadata.version 3.3-IV3 to 3.9-IV0, raised online",
+    "UpdateFeatures": "metadata.version 3.3-IV3 to 3.9-IV0, raised online; also served by controllers "
+                      "(kafka-features.sh --bootstrap-controller)",
     "ConsumerGroupHeartbeat": "advertised only when group.coordinator.rebalance.protocols includes consumer; "
                               "v1 (Kafka 4.0's topic regex, unstable in 3.9) too: librdkafka's consumer "
                               "protocol asks for it",

@@ -75,7 +75,7 @@ async def _show(seed: int, indexes: list[int], control_share: float) -> None:
             await campaign.target.stop()
         nursery.cancel_scope.cancel()
     for index in indexes:
-        frame = make_frame(seed, index, campaign.pools, control_share)
+        frame = make_frame(seed, index, campaign.pools, control_share, campaign.config.controller_kafka_share)
         print(f"frame {index}: {frame.port} {frame.api} {frame.klass}: {frame.detail}")
         print(f"  tags {sorted(frame.tags)}")
         print(f"  {len(frame.data)} bytes: {frame.data[:256].hex()}{'...' if len(frame.data) > 256 else ''}")

@@ -40,7 +40,7 @@ from kraftpy.protocol.frames import FrameReader, decode_response, parse_request
 from kraftpy.protocol.messages import ApiVersionsRequest, CreateTopicsRequest, MetadataRequest
 from kraftpy.rpc.control import ControlClient, RpcError
 from tests.fuzz import control_gen, kafka_gen
-from tests.fuzz.frames import KAFKA, Frame, Pools, frame_rng
+from tests.fuzz.frames import CONTROLLER_KAFKA, KAFKA, KAFKA_PORTS, Frame, Pools, frame_rng
 from tests.fuzz.known_bugs import KnownBug
 from tests.fuzz.report import Finding, Report
 from tests.fuzz.target import NOTABLE_EVENTS, DevTarget, TargetFailed
@@ -62,6 +62,8 @@ class CampaignConfig:
     workers: int = 4
     #: Share of frames for the control port.
     control_share: float = 0.2
+    #: Share of Kafka-protocol frames for the controller listener (the APIs it serves there).
+    controller_kafka_share: float = 0.05
     chunk: int = 250
     #: Seconds a frame may go without answer or close (beyond what it asks to wait) before it is a hang.
     hang_bound: float = 10.0
@@ -96,10 +98,16 @@ class Outcome:
     elapsed: float = 0.0
 
 
-def make_frame(seed: int, index: int, pools: Pools, control_share: float) -> Frame:
+def make_frame(seed: int, index: int, pools: Pools, control_share: float,
+               controller_kafka_share: float = 0.0) -> Frame:
     rng = frame_rng(seed, index)
-    if rng.random() < control_share:
+    draw = rng.random()
+    if draw < control_share:
         return control_gen.control_frame(rng, pools, index)
+    if draw < control_share + controller_kafka_share and pools.controller_served:
+        # A Kafka frame of an API the controller listener serves, sent there.
+        frame = kafka_gen.kafka_frame(rng, attrs.evolve(pools, served=pools.controller_served), index)
+        return attrs.evolve(frame, port=CONTROLLER_KAFKA)
     return kafka_gen.kafka_frame(rng, pools, index)
 
 
@@ -177,7 +185,7 @@ def _wait_ms(value: Any, names: Iterable[str]) -> int:
 
 def server_view(frame: Frame) -> tuple[Any, Any] | None:
     """How the broker parses a Kafka frame: (header, request), or None when it cannot."""
-    if frame.port != KAFKA or len(frame.data) < 4:
+    if frame.port not in KAFKA_PORTS or len(frame.data) < 4:
         return None
     size = int.from_bytes(frame.data[:4], "big", signed=True)
     body = frame.data[4:]
@@ -279,6 +287,13 @@ class Campaign:
                 client_software_name="kraftpy-fuzz", client_software_version="1"))
             pools.served = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
             self.report.target["served_apis"] = {ApiKey(k).name: list(v) for k, v in sorted(pools.served.items())}
+            async with await KafkaConnection.connect("127.0.0.1", target.controller_port,
+                                                     client_id="kraftpy-fuzz-setup") as controller:
+                versions = await controller.request(ApiKey.API_VERSIONS, 3, ApiVersionsRequest(
+                    client_software_name="kraftpy-fuzz", client_software_version="1"))
+            pools.controller_served = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+            self.report.target["controller_served_apis"] = {
+                ApiKey(k).name: list(v) for k, v in sorted(pools.controller_served.items())}
             # Time-based retention would delete acknowledged batches (their timestamps are the seed's,
             # not the clock's): the protected topics keep everything.
             keep = [CreateTopicsRequest.CreatableTopicConfig(name="retention.ms", value="-1")]
@@ -345,7 +360,8 @@ class Campaign:
             await self.refresh(nursery)
             frames = []
             for index in chunk:
-                frame = make_frame(config.seed, index, self.pools, config.control_share)
+                frame = make_frame(config.seed, index, self.pools, config.control_share,
+                                   config.controller_kafka_share)
                 if config.classes is not None and frame.klass not in config.classes:
                     continue
                 if "touches-protected" in frame.tags:
@@ -389,10 +405,10 @@ class Campaign:
     async def send_one(self, frame: Frame) -> None:
         target = self.target
         assert target is not None
-        view = server_view(frame) if frame.port == KAFKA else None
-        if frame.port == KAFKA:
+        view = server_view(frame) if frame.port in KAFKA_PORTS else None
+        if frame.port in KAFKA_PORTS:
             wait_ms = _wait_ms(view[1], kafka_gen.WAIT_FIELDS) if view is not None else 0
-            port = target.port
+            port = target.port if frame.port == KAFKA else target.controller_port
         else:
             try:
                 tree = msgpack.unpackb(frame.data[4:], raw=False, strict_map_key=False)
@@ -415,7 +431,7 @@ class Campaign:
         if outcome.kind == "hang":
             self.report.add(Finding("hang", frame, f"no answer nor close within {bound:.1f}s"))
         elif outcome.kind == "answered":
-            if frame.port == KAFKA:
+            if frame.port in KAFKA_PORTS:
                 self.judge_kafka(frame, view, outcome.answer or b"")
             else:
                 self.judge_control(frame, outcome.answer or b"")
@@ -439,7 +455,7 @@ class Campaign:
         _error_codes(response, errors)
         if errors:
             self.report.add(Finding("unknown-server-error", frame, f"{len(errors)} UNKNOWN_SERVER_ERROR in the answer"))
-        if api_key == ApiKey.PRODUCE and request.acks != 0:
+        if api_key == ApiKey.PRODUCE and request.acks != 0 and frame.port == KAFKA:
             self._collect_acks(frame, request, response)
 
     def _collect_acks(self, frame: Frame, request: Any, response: Any) -> None:

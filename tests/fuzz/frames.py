@@ -19,6 +19,9 @@ import attrs
 
 KAFKA = "kafka"
 CONTROL = "control"
+#: Kafka-protocol frames sent to the controller listener (kraftpy.metadata.controller_kafka).
+CONTROLLER_KAFKA = "controller-kafka"
+KAFKA_PORTS = (KAFKA, CONTROLLER_KAFKA)
 
 
 @attrs.define
@@ -60,6 +63,8 @@ class Pools:
     raft_high_watermark: int = 0
     #: Kafka api key -> (min, max) version the target serves (from ApiVersions).
     served: dict[int, tuple[int, int]] = attrs.Factory(dict)
+    #: The same for the target's controller listener (its own ApiVersions).
+    controller_served: dict[int, tuple[int, int]] = attrs.Factory(dict)
 
     def protected_ids(self) -> set[bytes]:
         return {self.topic_ids[n] for n in self.protected if n in self.topic_ids}

@@ -40,7 +40,7 @@ from kraftpy.broker.client import ConnectionClosed, KafkaConnection
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.messages import ApiVersionsRequest
 from tests.fuzz.campaign import send_frame
-from tests.fuzz.frames import CONTROL, KAFKA, Frame
+from tests.fuzz.frames import CONTROL, CONTROLLER_KAFKA, KAFKA, KAFKA_PORTS, Frame
 from tests.fuzz.target import DevTarget
 from tests.fuzz.verify import read_partition
 
@@ -55,7 +55,7 @@ SECURE_PORTS = ("SASL_PLAINTEXT",)
 
 def load(path: Path) -> dict[str, Any]:
     finding = json.loads(path.read_text())
-    ports = (KAFKA, CONTROL, *SECURE_PORTS) if finding.get("target") == "secure" else (KAFKA, CONTROL)
+    ports = (*KAFKA_PORTS, CONTROL, *SECURE_PORTS) if finding.get("target") == "secure" else (*KAFKA_PORTS, CONTROL)
     for frame in finding["frames"]:
         assert frame["port"] in ports, path
     return finding
@@ -89,8 +89,9 @@ async def replay_finding(finding: dict[str, Any], directory: Path | None = None)
             for i, spec in enumerate(finding["frames"]):
                 data = frame_bytes(spec)
                 frame = Frame(index=i, port=spec["port"], api=spec.get("note", ""), klass="finding", detail="",
-                              data=data, half_close=spec.get("half_close", spec["port"] == KAFKA))
-                port = (target.port if frame.port == KAFKA else target.controller_port if frame.port == CONTROL
+                              data=data, half_close=spec.get("half_close", spec["port"] in KAFKA_PORTS))
+                port = (target.port if frame.port == KAFKA
+                        else target.controller_port if frame.port in (CONTROL, CONTROLLER_KAFKA)
                         else target.ports[frame.port])
                 outcomes.append(await send_frame(port, frame, BOUND, long_poll=False))
             grown = target.memory_kb().get("VmRSS", 0) - before

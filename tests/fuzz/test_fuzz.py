@@ -30,10 +30,16 @@ async def test_a_campaign_finds_nothing_but_the_known_bugs(tmp_path):
     assert not report.failures(), f"{summary}\n(the JSON report: {out})"
     skipped = sum(report.skipped_by_bug.values())
     assert report.frames_sent >= 0.9 * (FRAMES - skipped), summary
-    # The run exercised what it claims: every served api, both ports, acknowledged batches read back.
+    # The run exercised what it claims: every served api, every port, acknowledged batches read back.
     data = report.to_json()
     served = {ApiKey(k).name.title().replace("_", "") for k in ApiKey if k.name in data["target"]["served_apis"]}
     exercised = {key.split(":", 1)[1] for key in data["per_api"] if key.startswith("kafka:")}
     assert served <= exercised, summary
     assert any(key.startswith("control:raft:") for key in data["per_api"]), summary
+    # The Kafka APIs of the controller listener, each sent there.
+    controller = {ApiKey(k).name.title().replace("_", "") for k in ApiKey
+                  if k.name in data["target"]["controller_served_apis"]}
+    assert controller >= {"DescribeConfigs", "IncrementalAlterConfigs", "UpdateFeatures"}, data["target"]
+    assert controller <= {key.split(":", 1)[1] for key in data["per_api"] if key.startswith("controller-kafka:")}, \
+        summary
     assert report.verification["checked"] > 50, summary

@@ -7,6 +7,7 @@ import collections
 import msgpack
 import pytest
 
+from kraftpy.metadata.controller_kafka import SERVED as CONTROLLER_SERVED
 from kraftpy.metadata.rpc import CONTROLLER_APIS, WIRE
 from kraftpy.protocol.api_keys import API_VERSIONS, ApiKey
 from kraftpy.protocol.batch_header import CorruptRecordError, check_batch
@@ -17,7 +18,7 @@ from kraftpy.raft import codec as raft_codec
 from kraftpy.raft.driver import RAFT_API
 from tests.fuzz import batches, control_gen, kafka_gen
 from tests.fuzz.campaign import make_frame
-from tests.fuzz.frames import KAFKA, Pools, frame_rng
+from tests.fuzz.frames import CONTROLLER_KAFKA, KAFKA, Pools, frame_rng
 from tests.fuzz.known_bugs import OPEN
 
 SERVED = {int(k): (r.min_accepted, r.max_version) for k, r in API_VERSIONS.items()}
@@ -240,3 +241,17 @@ def test_every_open_known_bug_matches_frames_the_generators_make():
 def test_kafka_share_of_frames():
     ports = collections.Counter(make_frame(6, n, pools(), 0.2).port for n in range(1000))
     assert 700 < ports[KAFKA] < 900
+
+
+def test_a_share_of_kafka_frames_goes_to_the_controller_listener_with_the_apis_it_serves():
+    p = pools()
+    p.controller_served = {int(k): (r.min_version, r.max_version) for k, r in CONTROLLER_SERVED.items()}
+    frames = [make_frame(6, n, p, 0.2, 0.1) for n in range(2000)]
+    to_controller = [f for f in frames if f.port == CONTROLLER_KAFKA]
+    assert 100 < len(to_controller) < 300
+    served = {ApiKey(k).name.title().replace("_", "") for k in CONTROLLER_SERVED}
+    assert {f.api.split(" v")[0] for f in to_controller} == served
+    # The frames for the broker are the ones a run without the share makes.
+    for n, frame in enumerate(frames):
+        if frame.port == KAFKA:
+            assert frame.data == make_frame(6, n, p, 0.2).data

@@ -1,7 +1,8 @@
 """The Kafka APIs a controller serves on its listener (what kafka-metadata-quorum.sh --bootstrap-controller
 and admin clients with bootstrap.controllers ask), beside the control plane on the same port: a `kraftpy dev`
-process answers ApiVersions, DescribeQuorum and DescribeCluster for controllers; anything else closes that
-connection and nothing else. The SASL_SSL cluster test (tests/security/test_controller_sasl.py) asks the
+process answers ApiVersions, DescribeQuorum, DescribeCluster for controllers, DescribeConfigs,
+IncrementalAlterConfigs and UpdateFeatures (what kafka-configs.sh and kafka-features.sh send with
+--bootstrap-controller); anything else closes that connection and nothing else. The SASL_SSL cluster test (tests/security/test_controller_sasl.py) asks the
 same over an authenticated connection, followers included."""
 
 from __future__ import annotations
@@ -15,16 +16,23 @@ import trio
 
 from kraftpy.broker.client import ConnectionClosed, KafkaConnection
 from kraftpy.cli.cluster import ask_active_controller
+from kraftpy.metadata import metadata_version
+from kraftpy.metadata.controller_config import ControllerConfig
 from kraftpy.metadata.controller_kafka import ControllerKafkaApis
 from kraftpy.metadata.image import EMPTY_IMAGE
-from kraftpy.metadata.records import UserScramCredentialRecord
+from kraftpy.metadata.messages import ConfigSource
+from kraftpy.metadata.records import ConfigResourceType, UserScramCredentialRecord
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import (
     ApiVersionsRequest,
+    CreateTopicsRequest,
     DescribeClusterRequest,
+    DescribeConfigsRequest,
     DescribeQuorumRequest,
+    IncrementalAlterConfigsRequest,
     MetadataRequest,
+    UpdateFeaturesRequest,
 )
 from kraftpy.rpc.control import ControlClient, ControlServer, RpcError
 from kraftpy.security.authorizer import AclIndex
@@ -32,6 +40,8 @@ from kraftpy.security.controller_sasl import ControlSasl
 from kraftpy.security.sasl import SaslLogin
 from kraftpy.security.scram import ScramCredential
 from tests.helpers.deployments import DevDeployment
+
+TOPIC_CONFIG, BROKER_CONFIG = ConfigResourceType.TOPIC, ConfigResourceType.BROKER
 
 
 def quorum_request(topic: str = "__cluster_metadata", partition: int = 0) -> DescribeQuorumRequest:
@@ -58,7 +68,8 @@ def test_api_versions_lists_only_what_the_controller_listener_serves(dev):
                                                                     client_software_version="1"))
     assert versions.error_code == ErrorCode.NONE
     assert {(k.api_key, k.min_version, k.max_version) for k in versions.api_keys} == {
-        (ApiKey.API_VERSIONS, 0, 4), (ApiKey.DESCRIBE_QUORUM, 0, 2), (ApiKey.DESCRIBE_CLUSTER, 0, 1)}
+        (ApiKey.API_VERSIONS, 0, 4), (ApiKey.DESCRIBE_QUORUM, 0, 2), (ApiKey.DESCRIBE_CLUSTER, 0, 1),
+        (ApiKey.DESCRIBE_CONFIGS, 1, 4), (ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1), (ApiKey.UPDATE_FEATURES, 0, 2)}
     assert {f.name for f in versions.finalized_features} >= {"metadata.version"}
 
 
@@ -93,6 +104,63 @@ def test_describe_cluster_names_the_controllers(dev):
         ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
 
 
+def test_topic_and_broker_configs_are_described_and_altered_through_the_controller(dev):
+    """kafka-configs.sh --bootstrap-controller: DescribeConfigs from the controller's image, IncrementalAlterConfigs
+    written by the active controller; what one sets, the other (and the broker) shows."""
+    async def create_topic():
+        host, port = dev.bootstrap.split(":")
+        async with await KafkaConnection.connect(host, int(port)) as conn:
+            return await conn.request(ApiKey.CREATE_TOPICS, 7, CreateTopicsRequest(topics=[
+                CreateTopicsRequest.CreatableTopic(name="configured", num_partitions=1, replication_factor=1,
+                                                   configs=[CreateTopicsRequest.CreatableTopicConfig(
+                                                       name="retention.ms", value="3600000")])]))
+
+    assert trio.run(create_topic).topics[0].error_code == ErrorCode.NONE
+    R = DescribeConfigsRequest.DescribeConfigsResource
+
+    def describe(*resources):
+        return ask(dev, ApiKey.DESCRIBE_CONFIGS, 4, DescribeConfigsRequest(resources=list(resources))).results
+
+    topic, missing = describe(R(resource_type=TOPIC_CONFIG, resource_name="configured",
+                                configuration_keys=["retention.ms", "cleanup.policy"]),
+                              R(resource_type=TOPIC_CONFIG, resource_name="absent", configuration_keys=None))
+    assert topic.error_code == ErrorCode.NONE
+    assert {c.name: (c.value, c.config_source) for c in topic.configs} == {
+        "retention.ms": ("3600000", ConfigSource.TOPIC_CONFIG), "cleanup.policy": ("delete", ConfigSource.DEFAULT_CONFIG)}
+    assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    Resource, Config = IncrementalAlterConfigsRequest.AlterConfigsResource, IncrementalAlterConfigsRequest.AlterableConfig
+    alter = IncrementalAlterConfigsRequest(validate_only=False, resources=[
+        Resource(resource_type=TOPIC_CONFIG, resource_name="configured", configs=[
+            Config(name="retention.ms", config_operation=0, value="7200000")]),
+        Resource(resource_type=BROKER_CONFIG, resource_name="", configs=[
+            Config(name="log.retention.ms", config_operation=0, value="86400000")]),
+        Resource(resource_type=TOPIC_CONFIG, resource_name="configured", configs=[
+            Config(name="no.such.config", config_operation=0, value="1")])])
+    answers = ask(dev, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, alter).responses
+    assert [a.error_code for a in answers] == [ErrorCode.NONE, ErrorCode.NONE, ErrorCode.INVALID_CONFIG]
+    topic, defaults = describe(R(resource_type=TOPIC_CONFIG, resource_name="configured",
+                                 configuration_keys=["retention.ms"]),
+                               R(resource_type=BROKER_CONFIG, resource_name="", configuration_keys=None))
+    assert [(c.name, c.value) for c in topic.configs] == [("retention.ms", "7200000")]
+    assert ("log.retention.ms", "86400000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG) in {
+        (c.name, c.value, c.config_source) for c in defaults.configs}
+
+
+def test_features_are_updated_through_the_controller(dev):
+    """kafka-features.sh --bootstrap-controller: UpdateFeatures answered by the active controller."""
+    Update = UpdateFeaturesRequest.FeatureUpdateKey
+    same = ask(dev, ApiKey.UPDATE_FEATURES, 1, UpdateFeaturesRequest(validate_only=True, feature_updates=[
+        Update(feature="metadata.version", max_version_level=metadata_version.LATEST, upgrade_type=1)]))
+    assert same.error_code == ErrorCode.NONE, same
+    down = ask(dev, ApiKey.UPDATE_FEATURES, 1, UpdateFeaturesRequest(validate_only=True, feature_updates=[
+        Update(feature="metadata.version", max_version_level=metadata_version.MINIMUM, upgrade_type=1)]))
+    assert ErrorCode.INVALID_UPDATE_VERSION in {down.error_code, *(r.error_code for r in down.results)}, down
+    unknown = ask(dev, ApiKey.UPDATE_FEATURES, 1, UpdateFeaturesRequest(feature_updates=[
+        Update(feature="metadata.version", max_version_level=metadata_version.LATEST, upgrade_type=9)]))
+    assert unknown.error_code == ErrorCode.INVALID_REQUEST
+
+
 def test_an_api_not_served_closes_that_connection_and_the_control_plane_goes_on(dev):
     mark = dev.proc.mark()
     with pytest.raises(ConnectionClosed):
@@ -120,8 +188,13 @@ class Controller:
     loader = types.SimpleNamespace(leader_id=2, image=EMPTY_IMAGE)
     raft = types.SimpleNamespace(voters={1: ("127.0.0.1", 9093), 2: ("127.0.0.1", 9094)})
 
+    controller_config = ControllerConfig(cluster_id="kraftpy-test-cluster")
+
     async def quorum_status(self):
         raise RpcError("NOT_LEADER_OR_FOLLOWER", "2@127.0.0.1:9094")  # a follower's answer
+
+    async def serve_request(self, api, request):
+        raise RpcError("NOT_CONTROLLER", "2")  # a follower's answer to a write
 
 
 async def serve_kafka_side(nursery, *, sasl=None, acls=None) -> int:
@@ -143,7 +216,8 @@ async def test_a_sasl_listener_authenticates_kafka_clients_and_refuses_a_wrong_p
                                                      sasl=SaslLogin("SCRAM-SHA-512", "alice", SCRAM_SECRET)) as conn:
                 versions = await conn.request(ApiKey.API_VERSIONS, 3, ApiVersionsRequest())
                 assert {k.api_key for k in versions.api_keys} == {
-                    ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM, ApiKey.DESCRIBE_CLUSTER, ApiKey.SASL_HANDSHAKE,
+                    ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM, ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_CONFIGS,
+                    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.UPDATE_FEATURES, ApiKey.SASL_HANDSHAKE,
                     ApiKey.SASL_AUTHENTICATE}
                 cluster = await conn.request(ApiKey.DESCRIBE_CLUSTER, 1, DescribeClusterRequest(endpoint_type=2))
                 assert cluster.controller_id == 2 and [b.broker_id for b in cluster.brokers] == [1, 2]
@@ -183,4 +257,23 @@ async def test_with_an_authorizer_describe_cluster_needs_alter_on_the_cluster():
                         assert "2@127.0.0.1:9094" in partition.error_message
                     else:
                         assert quorum.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                    # Configs need DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, features ALTER on the cluster;
+                    # what is allowed reaches this controller, which is not the active one.
+                    Resource = IncrementalAlterConfigsRequest.AlterConfigsResource
+                    altered = await conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, IncrementalAlterConfigsRequest(
+                        resources=[Resource(resource_type=TOPIC_CONFIG, resource_name="t", configs=[])]))
+                    described = await conn.request(ApiKey.DESCRIBE_CONFIGS, 4, DescribeConfigsRequest(resources=[
+                        DescribeConfigsRequest.DescribeConfigsResource(resource_type=TOPIC_CONFIG, resource_name="t",
+                                                                       configuration_keys=None)]))
+                    features = await conn.request(ApiKey.UPDATE_FEATURES, 1, UpdateFeaturesRequest(feature_updates=[
+                        UpdateFeaturesRequest.FeatureUpdateKey(feature="metadata.version", max_version_level=21)]))
+                    if user == "admin":
+                        assert altered.responses[0].error_code == ErrorCode.NOT_CONTROLLER
+                        assert "the active controller is 2" in altered.responses[0].error_message
+                        assert described.results[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                        assert features.error_code == ErrorCode.NOT_CONTROLLER
+                    else:
+                        assert altered.responses[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                        assert described.results[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                        assert features.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
             nursery.cancel_scope.cancel()

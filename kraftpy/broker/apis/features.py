@@ -17,20 +17,12 @@ from kraftpy.broker.authorization import ALTER, NO_AUTHORIZATION, BrokerAuthoriz
 from kraftpy.broker.controller_channel import ControllerChannel
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.metadata import messages as m
+from kraftpy.metadata.feature_control import feature_upgrade_type
 from kraftpy.metadata.image import MetadataImage
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import UpdateFeaturesResponse
 from kraftpy.rpc.kafka_server import Connection
-
-
-def _upgrade_type(update: Any, version: int) -> m.FeatureUpgradeType | None:
-    if version == 0:
-        return m.FeatureUpgradeType.SAFE_DOWNGRADE if update.allow_downgrade else m.FeatureUpgradeType.UPGRADE
-    try:
-        return m.FeatureUpgradeType(update.upgrade_type)
-    except ValueError:
-        return None
 
 
 class FeaturesApi:
@@ -50,7 +42,7 @@ class FeaturesApi:
         version = header.request_api_version
         updates = []
         for u in request.feature_updates:
-            kind = _upgrade_type(u, version)
+            kind = feature_upgrade_type(u, version)
             if kind is None:
                 return UpdateFeaturesResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
                                               error_message=f"{u.feature}: unknown upgrade type {u.upgrade_type}")
