@@ -621,7 +621,7 @@ class Partition:
                 self._storage_failed(exc)
                 raise
             marker = _marker_or_none(records, 0) if is_end_txn_marker_header(header) else None
-            completed = self.producer_state.update(header, info.first_offset, marker=marker)
+            completed = self.producer_state.update(header, info.first_offset, marker=marker, now_ms=now)
             self.maybe_advance_high_watermark()
             self.append_watchers.notify()
             if completed is not None and completed.is_aborted:
@@ -661,8 +661,9 @@ class Partition:
                 self._storage_failed(exc)
                 raise
             aborted = []
+            appended_ms = self.clock()
             for i, header in enumerate(headers):
-                completed = self.producer_state.update(header, marker=markers.get(i))
+                completed = self.producer_state.update(header, marker=markers.get(i), now_ms=appended_ms)
                 if completed is not None and completed.is_aborted:
                     aborted.append(completed)
             self.append_watchers.notify()
@@ -723,7 +724,8 @@ class Partition:
                 self._storage_failed(exc)
                 raise
             completed = self.producer_state.update(header, info.first_offset,
-                                                   marker=attrs.evolve(marker, offset=info.first_offset))
+                                                   marker=attrs.evolve(marker, offset=info.first_offset),
+                                                   now_ms=self.clock())
             self.maybe_advance_high_watermark()
             self.append_watchers.notify()
             if completed is not None and completed.is_aborted:

@@ -54,7 +54,11 @@ count as replicated (a truncation of a live state keeps knowing them).
 Producers idle for ``expiration_ms`` (``producer.id.expiration.ms``) are forgotten by
 :meth:`ProducerStateManager.remove_expired`; producers with an open transaction are kept. As
 in Kafka, a producer's time is the max timestamp of its last batch, which is in the log, so
-replicas and recovery agree on it. As in Kafka since KIP-360, producer state is not dropped when
+replicas and recovery agree on it; and, unlike Kafka, no earlier than when this replica last
+appended one of its batches (``last_append_ms``, in memory only): a producer backfilling records
+whose timestamps are older than ``expiration_ms`` keeps its state while it writes, instead of
+being told UNKNOWN_PRODUCER_ID for each batch after its first. After a restart, only the log's
+timestamps count, as in Kafka. As in Kafka since KIP-360, producer state is not dropped when
 the log start offset moves past a producer's batches; it lives until it expires.
 
 Snapshot file ``%020d.snapshot`` (the snapshot offset) in the partition directory, Kafka's
@@ -160,6 +164,8 @@ class ProducerStateEntry:
     producer_epoch: int
     batches: deque[BatchMetadata] = attrs.field(factory=deque)
     last_timestamp: int = -1
+    #: When this replica last appended one of its batches (its clock; -1: not since it started).
+    last_append_ms: int = -1
     coordinator_epoch: int = NO_COORDINATOR_EPOCH
     current_txn_first_offset: int = NO_OFFSET
 
@@ -335,10 +341,11 @@ class ProducerStateManager:
         return self._high_watermark - self.last_stable_offset
 
     def is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
-        """Idle for ``expiration_ms`` and no transaction open (Kafka's isProducerExpired)."""
+        """Idle for ``expiration_ms`` and no transaction open (Kafka's isProducerExpired), idle counted
+        from its last batch's timestamp or this replica's last append of it, whichever is later."""
         return (
             entry.current_txn_first_offset == NO_OFFSET
-            and now_ms - entry.last_timestamp >= self.expiration_ms
+            and now_ms - max(entry.last_timestamp, entry.last_append_ms) >= self.expiration_ms
         )
 
     # -- the leader's check ------------------------------------------------------------------
@@ -454,8 +461,10 @@ class ProducerStateManager:
         *,
         marker: EndTxnMarker | None = None,
         coordinator_epoch: int | None = None,
+        now_ms: int | None = None,
     ) -> CompletedTxn | None:
         """Apply one batch that is now in the log at ``first_offset`` (default: its base offset).
+        ``now_ms``: when it was appended here (a leader's or follower's append; recovery gives none).
 
         No validation: the leader calls this after :meth:`validate_append` (or
         :meth:`validate_marker`) said APPEND; a follower and log recovery call it for every batch
@@ -486,6 +495,8 @@ class ProducerStateManager:
             entry.producer_epoch = header.producer_epoch
             entry.batches.clear()
         entry.last_timestamp = header.max_timestamp
+        if now_ms is not None:
+            entry.last_append_ms = now_ms
 
         if header.is_control:
             if marker is not None:

@@ -319,6 +319,26 @@ def test_expired_producer_counts_as_unknown_before_it_is_removed():
     assert [(b.first_seq, b.first_offset) for b in state.entry(PID).batches] == [(0, 2)]
 
 
+def test_a_producer_backfilling_old_records_keeps_its_state_while_it_writes():
+    """Record timestamps a week old (a backfill): the producer is idle from its last append here, not from
+    its records' time, so its next batch continues the sequence instead of being UNKNOWN_PRODUCER_ID. Idle
+    for expiration_ms after that append, it expires as any other."""
+    day = 86_400_000
+    state = ProducerStateManager(expiration_ms=day)
+    old = T0 - 7 * day
+    state.update(make_header(seq=0, n=2, offset=0, ts=old), now_ms=T0)
+    assert state.validate_append(make_header(seq=2, ts=old + 2), T0 + 1).should_append
+    state.update(make_header(seq=2, offset=2, ts=old + 2), now_ms=T0 + 1)
+    assert state.remove_expired(T0 + day) == []
+    assert state.validate_append(make_header(seq=3, ts=old + 3), T0 + day).should_append
+    assert state.validate_append(make_header(seq=3, ts=old + 3), T0 + 1 + day).error is ErrorCode.UNKNOWN_PRODUCER_ID
+    assert state.remove_expired(T0 + 1 + day) == [PID]
+    # Rebuilt from the log (no append time), the records' timestamps are all there is, as in Kafka.
+    rebuilt = ProducerStateManager(expiration_ms=day)
+    rebuilt.update(make_header(seq=0, n=2, offset=0, ts=old))
+    assert rebuilt.validate_append(make_header(seq=2, ts=old + 2), T0).error is ErrorCode.UNKNOWN_PRODUCER_ID
+
+
 # ---------------------------------------------------------------------------------------------
 # Snapshot format and files
 
