@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.partition import Partition
@@ -40,3 +42,21 @@ def leader_partition(replicas: ReplicaManager, metadata: MetadataCache, topic: s
         return None, metadata.partition_error(topic, index)
     error = epoch_error(part, current_leader_epoch)
     return (part, error) if error == ErrorCode.NONE else (None, error)
+
+
+def point_to_leaders(metadata: MetadataCache, refused: Iterable[tuple[str, int, Any]], listener: str,
+                     node_endpoint: Callable[..., Any]) -> list[Any]:
+    """KIP-951: set ``current_leader`` (leader id and epoch, as this broker's metadata has them) on each
+    (topic, partition, answer) of ``refused``, and return the endpoints of those leaders on ``listener``,
+    by id, made with ``node_endpoint`` (the response's NodeEndpoint)."""
+    endpoints: dict[int, Any] = {}
+    for topic, index, answer in refused:
+        leader = metadata.current_leader(topic, index, listener)
+        if leader is None:
+            continue
+        leader_id, leader_epoch, endpoint = leader
+        answer.current_leader.leader_id, answer.current_leader.leader_epoch = leader_id, leader_epoch
+        if endpoint is not None and leader_id not in endpoints:
+            host, port, rack = endpoint
+            endpoints[leader_id] = node_endpoint(node_id=leader_id, host=host, port=port, rack=rack)
+    return [endpoints[node_id] for node_id in sorted(endpoints)]

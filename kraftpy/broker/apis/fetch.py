@@ -37,7 +37,7 @@ from typing import Any
 import structlog
 import trio
 
-from kraftpy.broker.apis.common import from_wire_uuid, leader_partition
+from kraftpy.broker.apis.common import from_wire_uuid, leader_partition, point_to_leaders
 from kraftpy.broker.apis.offsets import READ_COMMITTED
 from kraftpy.broker.authorization import CLUSTER_ACTION, NO_AUTHORIZATION, READ, TOPIC, BrokerAuthorizer
 from kraftpy.broker.fetch_sessions import CachedPartition, FetchSessionCache, PartitionKey, new_context
@@ -232,22 +232,15 @@ class FetchApi:
         """KIP-951 (Fetch v16+): a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names
         its leader and epoch as this broker's metadata has them, and the answer lists those leaders'
         endpoints on the request's listener: the consumer moves without a metadata request."""
-        endpoints: dict[int, Any] = {}
+        refused = []
         for i in carried:
             data = datas[i]
-            if data.error_code not in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
-                continue
-            fp = items[i][1]
-            name = fp.topic if fp.topic else self._topic_name(fp.topic_id)
-            leader = self.metadata.current_leader(name, fp.partition, listener) if name else None
-            if leader is None:
-                continue
-            leader_id, leader_epoch, endpoint = leader
-            data.current_leader.leader_id, data.current_leader.leader_epoch = leader_id, leader_epoch
-            if endpoint is not None and leader_id not in endpoints:
-                host, port, rack = endpoint
-                endpoints[leader_id] = FetchResponse.NodeEndpoint(node_id=leader_id, host=host, port=port, rack=rack)
-        return [endpoints[node_id] for node_id in sorted(endpoints)]
+            if data.error_code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+                fp = items[i][1]
+                name = fp.topic or self._topic_name(fp.topic_id)
+                if name:
+                    refused.append((name, fp.partition, data))
+        return point_to_leaders(self.metadata, refused, listener, FetchResponse.NodeEndpoint)
 
     def _topic_name(self, wire_topic_id: Any) -> str | None:
         topic_id = from_wire_uuid(wire_topic_id)

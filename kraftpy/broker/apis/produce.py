@@ -34,7 +34,7 @@ from typing import Any
 import structlog
 import trio
 
-from kraftpy.broker.apis.common import leader_partition
+from kraftpy.broker.apis.common import leader_partition, point_to_leaders
 from kraftpy.broker.authorization import NO_AUTHORIZATION, TOPIC, TRANSACTIONAL_ID, WRITE, BrokerAuthorizer
 from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.partition import Partition
@@ -211,21 +211,9 @@ class ProduceApi:
         """KIP-951 (Produce v10+): each NOT_LEADER_OR_FOLLOWER answer names the partition's leader and
         epoch as this broker's metadata has them, and the answer lists those leaders' endpoints on the
         request's listener, so the producer sends its next batch there without asking for metadata."""
-        endpoints: dict[int, Any] = {}
-        for name, answers in order:
-            for result in answers:
-                if result.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
-                    continue
-                leader = self.metadata.current_leader(name, result.index, listener)
-                if leader is None:
-                    continue
-                leader_id, leader_epoch, endpoint = leader
-                result.current_leader.leader_id, result.current_leader.leader_epoch = leader_id, leader_epoch
-                if endpoint is not None and leader_id not in endpoints:
-                    host, port, rack = endpoint
-                    endpoints[leader_id] = ProduceResponse.NodeEndpoint(node_id=leader_id, host=host, port=port,
-                                                                        rack=rack)
-        return [endpoints[node_id] for node_id in sorted(endpoints)]
+        refused = [(name, result.index, result) for name, answers in order for result in answers
+                   if result.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER]
+        return point_to_leaders(self.metadata, refused, listener, ProduceResponse.NodeEndpoint)
 
     async def _verify(self, transactional_id: str | None, accepted: list, results: list,
                       version: int) -> dict[int, object]:
