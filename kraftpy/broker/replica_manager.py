@@ -659,11 +659,14 @@ class ReplicaManager:
             except OSError as exc:
                 self._log.warning("closing a deleted log failed", partition=str(part.tp), error=str(exc))
             self.log_manager.forget(part.log.directory)
-            self._log.info("deleting log", partition=str(part.tp))
             try:
-                renamed.append(self._rename_for_deletion(part.log.directory, str(part.topic_id)))
+                doomed = self._rename_for_deletion(part.log.directory, str(part.topic_id))
             except OSError as exc:
                 self._log.warning("cannot rename a deleted log", partition=str(part.tp), error=str(exc))
+                continue
+            renamed.append(doomed)
+            # Logged once the directory is renamed: from here the log is gone under its own name.
+            self._log.info("deleting log", partition=str(part.tp), directory=doomed.name)
         return renamed
 
     @staticmethod

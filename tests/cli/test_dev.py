@@ -21,10 +21,12 @@ from tests.helpers.processes import free_ports
 pytestmark = pytest.mark.slow
 
 
-async def start_dev(directory: Path, port: int, *args: str) -> tuple[trio.Process, list[str]]:
+async def start_dev(directory: Path, port: int, controller_port: int, *args: str) -> tuple[trio.Process, list[str]]:
+    """Both ports given (reserved by the test): dev's default controller port, port + 1, may be another
+    test's in the meantime."""
     process = await trio.lowlevel.open_process(
         [sys.executable, "-m", "kraftpy", "dev", "--dir", str(directory), "--port", str(port),
-         "--log-format", "json", *args],
+         "--controller-port", str(controller_port), "--log-format", "json", *args],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     lines: list[str] = []
     buf = b""
@@ -70,15 +72,15 @@ def read_all(bootstrap: str, n: int) -> list[bytes]:
 
 
 async def test_dev_serves_stops_cleanly_and_keeps_data(tmp_path: Path) -> None:
-    (port,) = free_ports(1)
+    port, controller_port = free_ports(2)
     bootstrap = f"127.0.0.1:{port}"
-    process, lines = await start_dev(tmp_path / "dev", port)
+    process, lines = await start_dev(tmp_path / "dev", port, controller_port)
     assert any(f"bootstrap.servers={bootstrap}" in line for line in lines)
     await trio.to_thread.run_sync(produce, bootstrap, 50)
     assert sorted(await trio.to_thread.run_sync(read_all, bootstrap, 50)) == sorted(b"event-%d" % i for i in range(50))
     assert await stop(process) == 0
 
-    process, _ = await start_dev(tmp_path / "dev", port)
+    process, _ = await start_dev(tmp_path / "dev", port, controller_port)
     try:
         again = await trio.to_thread.run_sync(read_all, bootstrap, 50)
         assert sorted(again) == sorted(b"event-%d" % i for i in range(50))
@@ -115,10 +117,10 @@ def partitions_of_new_topic(bootstrap: str, topic: str) -> int:
 
 
 async def test_user_keys_survive_restarts_and_override_wins(tmp_path: Path) -> None:
-    port, file_metrics, override_metrics = free_ports(3)
+    port, controller_port, file_metrics, override_metrics = free_ports(4)
     bootstrap = f"127.0.0.1:{port}"
     directory = tmp_path / "dev"
-    process, _ = await start_dev(directory, port)
+    process, _ = await start_dev(directory, port, controller_port)
     assert await stop(process) == 0
     config = directory / "server.properties"
     # The user changes one of dev's keys, adds two of their own and a comment.
@@ -126,7 +128,7 @@ async def test_user_keys_survive_restarts_and_override_wins(tmp_path: Path) -> N
     text += f"# mine\nmetrics.port={file_metrics}\nlog.retention.hours=1\n"
     config.write_text(text)
 
-    process, _ = await start_dev(directory, port, "--override", f"metrics.port={override_metrics}")
+    process, _ = await start_dev(directory, port, controller_port, "--override", f"metrics.port={override_metrics}")
     try:
         assert config.read_text() == text  # nothing the user wrote is rewritten
         assert await trio.to_thread.run_sync(partitions_of_new_topic, bootstrap, "auto-created") == 3
@@ -137,7 +139,7 @@ async def test_user_keys_survive_restarts_and_override_wins(tmp_path: Path) -> N
 
     # A key dev needs that the user deleted is put back; the user's lines stay as they were.
     config.write_text(text.replace("group.initial.rebalance.delay.ms=0\n", ""))
-    process, _ = await start_dev(directory, port)
+    process, _ = await start_dev(directory, port, controller_port)
     try:
         assert await trio.to_thread.run_sync(metrics_status, file_metrics) == 200
     finally:
