@@ -31,31 +31,14 @@ from confluent_kafka.admin import NewTopic  # noqa: E402
 
 QUIET = {"log_level": 0}
 FETCH_MAX = 65536
-RECHECK_S = 0.5
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("reassign")
     with ProcessCluster(root, {"replica.fetch.max.bytes": FETCH_MAX, "min.insync.replicas": 1}) as deployment:
-        eventually(deployment, lambda: len(trio.run(_brokers, deployment.bootstrap)) == 3, "all brokers listed")
+        deployment.eventually(lambda: len(trio.run(_brokers, deployment.bootstrap)) == 3, "all brokers listed")
         yield deployment
-
-
-def eventually(cluster, check, what: str, timeout: float = 60.0):
-    """Wait until ``check()`` is truthy, asking again after each new log line of any node (and at least
-    every half second: the metadata a check reads changes without a log line). The check runs without
-    the deployment's lock: it talks to the brokers, whose log lines need the lock."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"timed out waiting for {what}")
-        with cluster.cond:
-            cluster.cond.wait(min(left, RECHECK_S))
 
 
 async def _brokers(bootstrap: str) -> dict:
@@ -114,7 +97,7 @@ def consume(cluster, topic: str, count: int) -> list[bytes]:
 
 def make_topic(cluster, topic: str, replicas: list[list[int]]) -> None:
     create_topics(cluster.bootstrap, [NewTopic(topic, num_partitions=len(replicas), replica_assignment=replicas)])
-    eventually(cluster, lambda: partitions(cluster, topic).get(0, ([], [], -1))[2] >= 0, f"{topic} has a leader")
+    cluster.eventually(lambda: partitions(cluster, topic).get(0, ([], [], -1))[2] >= 0, f"{topic} has a leader")
 
 
 def topic_config(cluster, topic: str, key: str) -> str | None:
@@ -159,7 +142,7 @@ def test_move_a_partition_with_data_to_other_brokers(cluster, tmp_path):
     verify = kraftpy(cluster, "reassign", "verify", "--reassignment-json-file", plan)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "Reassignment of partition moved-0 is completed." in verify.stdout
-    eventually(cluster, lambda: normalized(partitions(cluster, "moved")[0]) == ([5, 6], [5, 6], 5),
+    cluster.eventually(lambda: normalized(partitions(cluster, "moved")[0]) == ([5, 6], [5, 6], 5),
                "the new replicas")
     assert consume(cluster, "moved", 300) == values
     # The new replica holds the leader's bytes; the old replica's files are gone.
@@ -180,7 +163,7 @@ def test_execute_wait_shows_a_progress_bar_on_a_terminal(cluster, tmp_path):
     screen, stdout = run.screen, run.piped
     assert "moving partitions" in screen and "━" in screen and "2/2" in screen
     assert '"replicas":[4,5]' in stdout and "━" not in stdout
-    eventually(cluster, lambda: [p[0] for _, p in sorted(partitions(cluster, "barred").items())] == [[5, 6], [6, 5]],
+    cluster.eventually(lambda: [p[0] for _, p in sorted(partitions(cluster, "barred").items())] == [[5, 6], [6, 5]],
                "the new replicas")
 
 
@@ -193,7 +176,7 @@ def test_increase_the_replication_factor(cluster, tmp_path):
     assert json.loads(result.stdout)["results"] == [{"topic": "grown", "partition": 0, "error": "NONE",
                                                      "message": None}]
     # Every broker learns the completing change a little after the controller commits it.
-    eventually(cluster, lambda: normalized(partitions(cluster, "grown")[0]) == ([4, 5, 6], [4, 5, 6], 4),
+    cluster.eventually(lambda: normalized(partitions(cluster, "grown")[0]) == ([4, 5, 6], [4, 5, 6], 4),
                "the new ISR")
     assert consume(cluster, "grown", 50) == values
 
@@ -231,7 +214,7 @@ def test_a_throttled_move_is_held_back_until_the_throttle_is_lifted(cluster, tmp
     assert verify.returncode == 1 and "slow-0 is still in progress" in verify.stdout
     assert topic_config(cluster, "slow", "leader.replication.throttled.replicas") == "0:4"
     unthrottle_brokers(cluster)  # read from the metadata at once, no restart
-    eventually(cluster, lambda: partitions(cluster, "slow")[0][0] == [4, 5], "the move done")
+    cluster.eventually(lambda: partitions(cluster, "slow")[0][0] == [4, 5], "the move done")
     verify = kraftpy(cluster, "reassign", "verify", "--reassignment-json-file", plan)
     assert verify.returncode == 0 and "Clearing broker-level throttles" in verify.stdout
     assert topic_config(cluster, "slow", "leader.replication.throttled.replicas") is None
@@ -259,7 +242,7 @@ def test_cancel_puts_a_move_in_progress_back(cluster, tmp_path):
 
 def test_preferred_election_after_the_preferred_replica_changed(cluster, tmp_path):
     make_topic(cluster, "pref", [[4, 5, 6]])
-    eventually(cluster, lambda: len(partitions(cluster, "pref")[0][1]) == 3, "a full ISR")
+    cluster.eventually(lambda: len(partitions(cluster, "pref")[0][1]) == 3, "a full ISR")
     plan = write_moves(tmp_path / "plan.json", {("pref", 0): [5, 4, 6]})
     assert kraftpy(cluster, "reassign", "execute", "--reassignment-json-file", plan).returncode == 0
     assert partitions(cluster, "pref")[0][2] == 4  # the leader stays where it was
@@ -274,10 +257,10 @@ def test_preferred_election_after_the_preferred_replica_changed(cluster, tmp_pat
 
 def test_unclean_election_gives_a_leaderless_partition_an_out_of_sync_leader(cluster):
     make_topic(cluster, "unclean", [[5, 6]])
-    eventually(cluster, lambda: len(partitions(cluster, "unclean")[0][1]) == 2, "a full ISR")
+    cluster.eventually(lambda: len(partitions(cluster, "unclean")[0][1]) == 2, "a full ISR")
     for broker in (6, 5):  # 6 leaves the ISR, then 5 (the last ISR member) stops: no leader
         cluster.brokers[broker].stop()
-    eventually(cluster, lambda: partitions(cluster, "unclean")[0][2] == -1, "no leader")
+    cluster.eventually(lambda: partitions(cluster, "unclean")[0][2] == -1, "no leader")
     cluster.restart_broker(6)
     refused = kraftpy(cluster, "leaders", "elect", "--preferred", "--topic", "unclean", "--partition", 0)
     assert refused.returncode == 1 and "PREFERRED_LEADER_NOT_AVAILABLE" in refused.stderr
@@ -311,7 +294,7 @@ def add_broker(cluster, broker_id: int) -> None:
 
 def test_adding_a_broker_and_moving_partitions_onto_it(cluster, tmp_path):
     add_broker(cluster, 7)
-    eventually(cluster, lambda: 7 in trio.run(_brokers, cluster.bootstrap), "broker 7 listed")
+    cluster.eventually(lambda: 7 in trio.run(_brokers, cluster.bootstrap), "broker 7 listed")
     topics = tmp_path / "topics.json"
     topics.write_text(json.dumps({"version": 1, "topics": [{"topic": "grown"}]}))
     generated = kraftpy(cluster, "reassign", "generate", "--topics-to-move-json-file", topics,
@@ -325,7 +308,7 @@ def test_adding_a_broker_and_moving_partitions_onto_it(cluster, tmp_path):
     plan.write_text(json.dumps(proposed))
     result = kraftpy(cluster, "reassign", "execute", "--reassignment-json-file", plan, "--wait")
     assert result.returncode == 0, result.stderr
-    eventually(cluster, lambda: sorted(partitions(cluster, "grown")[0][0]) == [5, 6, 7], "grown on 5, 6, 7")
+    cluster.eventually(lambda: sorted(partitions(cluster, "grown")[0][0]) == [5, 6, 7], "grown on 5, 6, 7")
     assert len(consume(cluster, "grown", 50)) == 50
 
 
@@ -345,11 +328,11 @@ def test_removing_a_broker_after_moving_everything_off_it(cluster, tmp_path):
     plan = write_moves(tmp_path / "plan.json", moves)
     result = kraftpy(cluster, "reassign", "execute", "--reassignment-json-file", plan, "--wait")
     assert result.returncode == 0, result.stderr
-    eventually(cluster, lambda: trio.run(hosted_on, 6) == {}, "no replica on broker 6")
+    cluster.eventually(lambda: trio.run(hosted_on, 6) == {}, "no replica on broker 6")
     cluster.brokers[6].stop()
 
     result = kraftpy(cluster, "cluster", "unregister", "--id", 6)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Broker 6 is no longer registered.\n"
-    eventually(cluster, lambda: 6 not in trio.run(_brokers, cluster.bootstrap), "broker 6 gone")
+    cluster.eventually(lambda: 6 not in trio.run(_brokers, cluster.bootstrap), "broker 6 gone")
     del cluster.brokers[6]

@@ -201,6 +201,21 @@ class Deployment:
                     raise AssertionError(f"timed out waiting for {what}")
                 self.cond.wait(left)
 
+    def eventually(self, check: Callable[[], Any], what: str, timeout: float = 60.0, recheck: float = 0.5) -> Any:
+        """Like `wait_until` for a check that asks the nodes themselves (which needs their log lines, so
+        it runs without the lock) or reads what changes without a log line: asked again after each new
+        log line of any node, and at least every ``recheck`` seconds; returns what it found."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = check()
+            if found:
+                return found
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"timed out waiting for {what}")
+            with self.cond:
+                self.cond.wait(min(left, recheck))
+
     @property
     def procs(self) -> list[Proc]:
         seen: dict[int, Proc] = {}

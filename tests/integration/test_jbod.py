@@ -28,22 +28,6 @@ ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import NewTopic  # noqa: E402
 
 B = 4  # the broker whose directories the test works on
-RECHECK_S = 0.5
-
-
-def eventually(cluster, check, what: str, timeout: float = 60.0):
-    """Wait until ``check()`` is truthy, asking again after each new log line of any node (at least every
-    half second: what a check reads changes without a log line)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"timed out waiting for {what}")
-        with cluster.cond:
-            cluster.cond.wait(min(left, RECHECK_S))
 
 
 def kraftpy(cluster, *args: object) -> subprocess.CompletedProcess:
@@ -136,7 +120,7 @@ def test_a_move_under_produce_and_a_failed_dir_taken_offline(tmp_path):
         writer = threading.Thread(target=produce, name="producer")
         writer.start()
         try:
-            eventually(cluster, lambda: len(acked) >= 300, "records before the move")
+            cluster.eventually(lambda: len(acked) >= 300, "records before the move")
             result = move(cluster, tmp_path, "moving", target)
             assert result.returncode == 0, result.stderr
         finally:
@@ -154,7 +138,7 @@ def test_a_move_under_produce_and_a_failed_dir_taken_offline(tmp_path):
             (other,) = [d for d in dirs if d != failing_dir]
             assert move(cluster, tmp_path, "healthy", other).returncode == 0
         assert where(cluster, "healthy") != failing_dir
-        eventually(cluster, lambda: leader_and_isr(cluster, "failing")[0] == B, "broker 4 leads failing-0")
+        cluster.eventually(lambda: leader_and_isr(cluster, "failing")[0] == B, "broker 4 leads failing-0")
 
         # -- a directory fails while the broker runs ----------------------------------------------
         partition_dir = failing_dir / "failing-0"
@@ -170,7 +154,7 @@ def test_a_move_under_produce_and_a_failed_dir_taken_offline(tmp_path):
                 break
         line = cluster.brokers[B].wait_for("log directory offline", since=mark, timeout=60)
         assert line["log_dir"] == str(failing_dir) and "ENOTDIR" in line["error"]
-        eventually(cluster, lambda: leader_and_isr(cluster, "failing")[0] in (5, 6),
+        cluster.eventually(lambda: leader_and_isr(cluster, "failing")[0] in (5, 6),
                    "failing-0 led by another broker")
         assert B not in leader_and_isr(cluster, "failing")[1]
         assert cluster.brokers[B].running
