@@ -141,13 +141,16 @@ def watermarks(consumer: Consumer, topic: str, partition: int) -> tuple[int, int
     drops a broker's connection when a metadata answer leaves that broker out (one that was just
     stopped), failing what was in flight on it with _DESTROY_BROKER; and a first metadata answer from a
     broker just restarted may not show the partition yet (_UNKNOWN_PARTITION); a request that went to a
-    leader killed a moment before, as the metadata it had still said, may get no answer (_TIMED_OUT)."""
+    leader killed a moment before, as the metadata it had still said, may get no answer (_TIMED_OUT); and
+    a broker that has not yet applied a new leadership answers for the old one (NOT_LEADER_FOR_PARTITION,
+    LEADER_NOT_AVAILABLE): librdkafka hands those back rather than asking again."""
+    transient = (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._UNKNOWN_PARTITION,
+                 KafkaError._TIMED_OUT, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
     for attempt in range(5):
         try:
             return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
         except KafkaException as exc:
-            if attempt == 4 or exc.args[0].code() not in (KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT,
-                                                           KafkaError._UNKNOWN_PARTITION, KafkaError._TIMED_OUT):
+            if attempt == 4 or exc.args[0].code() not in transient:
                 raise
     raise AssertionError("unreachable")
 
