@@ -67,7 +67,7 @@ fmt: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check .
-	$(PYTEST) $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+	$(PYTEST) --durations=40 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 # Regenerate the configuration reference from the schema, and the API table of docs/compatibility.md from
 # the versions kraftpy advertises and Kafka's message definitions; run every client and version of the
