@@ -65,7 +65,6 @@ manager is told first (``on_storage_error``), and takes the replica offline.
 from __future__ import annotations
 
 import enum
-import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -831,7 +830,7 @@ class Partition:
                 continue
             for position, header in segment.batches_from(found[0]):
                 if is_end_txn_marker_header(header):
-                    yield header, _marker_or_none(os.pread(segment.fd, header.size, position), 0)
+                    yield header, _marker_or_none(segment.pread(header.size, position), 0)
                 else:
                     yield header
 

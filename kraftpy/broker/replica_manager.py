@@ -60,6 +60,7 @@ import gc
 import math
 import os
 import shutil
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -93,6 +94,7 @@ from kraftpy.metadata.messages import (
 from kraftpy.metadata.records import DIRECTORY_UNASSIGNED, NO_LEADER, ConfigResourceType
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.record_validation import ProduceRules
+from kraftpy.storage.descriptors import DESCRIPTORS, configure_descriptors
 from kraftpy.storage.log import Log, LogClosedError
 from kraftpy.storage.log_config import LogConfig
 from kraftpy.storage.log_manager import LogManager, partition_dir_name
@@ -101,6 +103,10 @@ PARTITION_METADATA_FILE = "partition.metadata"
 DELETE_SUFFIX = "-delete"
 #: Loops over every partition yield to other tasks after this many.
 _CHUNK = 500
+#: Logs are opened this many to a worker-thread hop (the hop's descriptors are trimmed after it).
+_OPEN_CHUNK = 256
+#: How often descriptors opened again beyond log.open.segments.max are closed (seconds).
+_TRIM_INTERVAL = 1.0
 #: A delta that opened at least this many logs freezes what exists into the GC's permanent generation.
 _FREEZE_AFTER = 1000
 
@@ -263,6 +269,8 @@ class ReplicaManager:
         self._loaded = True
 
     def _load_dirs(self) -> list[Path]:
+        capacity, limit = configure_descriptors(self.settings.log_open_segments_max)
+        self._log.info("open segment files bounded", log_open_segments_max=capacity, open_file_limit=limit)
         self.log_manager.load()
         if not self.log_manager.online_dirs:
             failures = "; ".join(self.log_manager.offline_dirs.values())
@@ -283,6 +291,7 @@ class ReplicaManager:
                 nursery.start_soon(self._run_checkpoints)
                 nursery.start_soon(self._run_deletions)
                 nursery.start_soon(self._run_dir_assignments)
+                nursery.start_soon(self._run_descriptor_trim)
                 await nursery.start(self.log_cleaner.run)
                 task_status.started()
         finally:
@@ -484,8 +493,27 @@ class ReplicaManager:
             requests.append(_OpenRequest(TopicPartition(local.topic_name, local.partition), local.topic_id,
                                          topic_settings, directory))
         counts = Counter(part.log.directory.parent for part in self.partitions.values())
-        async with self._log_manager_lock:
-            opened, stale, failed = await trio.to_thread.run_sync(self._open_logs, requests, counts)
+        opened: list[Partition] = []
+        stale: list[Path] = []
+        failed: list[tuple[TopicPartition, OfflineReplica]] = []
+        # In chunks, num.recovery.threads.per.data.dir worker threads per log directory at a time; each
+        # chunk's descriptors beyond log.open.segments.max are closed on this thread once it is done.
+        placing = threading.Lock()
+        threads = trio.CapacityLimiter(max(1, self.settings.recovery_threads_per_data_dir
+                                           * len(self.log_manager.online_dirs)))
+
+        async def open_chunk(chunk: list[_OpenRequest]) -> None:
+            result = await trio.to_thread.run_sync(self._open_logs, chunk, counts, placing, limiter=threads)
+            DESCRIPTORS.trim()
+            opened.extend(result[0])
+            stale.extend(result[1])
+            failed.extend(result[2])
+
+        async with self._log_manager_lock, trio.open_nursery() as nursery:
+            for start in range(0, len(requests), _OPEN_CHUNK):
+                nursery.start_soon(open_chunk, requests[start:start + _OPEN_CHUNK])
+        if opened:
+            self._log.info("opened logs", partitions=len(opened))
         for path in stale:
             self._delete_send.send_nowait(path)
         for part in opened:
@@ -500,7 +528,7 @@ class ReplicaManager:
                 self._detach_partition(tp)
             self._went_offline(tp, replica)
 
-    def _open_logs(self, requests: list[_OpenRequest], counts: Counter
+    def _open_logs(self, requests: list[_OpenRequest], counts: Counter, placing: threading.Lock
                    ) -> tuple[list[Partition], list[Path], list[tuple[TopicPartition, OfflineReplica]]]:
         """Blocking: open (or create) each log and load its producer state; returns the partitions,
         the stale directories (of deleted topics of the same name) it renamed for deletion, and the
@@ -543,10 +571,11 @@ class ReplicaManager:
                     reason = f"its log may be in an offline log directory ({'; '.join(offline_dirs.values())})"
                     failed.append((tp, OfflineReplica(request.topic_id, reason)))
                     continue
-                if directory is None:
-                    parent = min(online, key=lambda d: (counts[d], str(d)))
-                    directory = parent / log_dir_name(tp)
-                counts[directory.parent] += 1
+                with placing:  # the chunks' threads share the counts
+                    if directory is None:
+                        parent = min(online, key=lambda d: (counts[d], str(d)))
+                        directory = parent / log_dir_name(tp)
+                    counts[directory.parent] += 1
                 log = self.log_manager.open_log(directory, request.settings.config)
                 if not known:
                     write_partition_metadata(directory, request.topic_id)
@@ -567,8 +596,6 @@ class ReplicaManager:
             opened.append(part)
             self._log.debug("opened log", partition=str(tp), directory=str(directory),
                             log_end_offset=log.log_end_offset, high_watermark=log.high_watermark)
-        if opened:
-            self._log.info("opened logs", partitions=len(opened))
         return opened, stale, failed
 
     def _went_offline(self, tp: TopicPartition, replica: OfflineReplica) -> None:
@@ -926,6 +953,14 @@ class ReplicaManager:
 
         if self._nursery is not None:
             self._nursery.start_soon(later)
+
+    @staticmethod
+    async def _run_descriptor_trim() -> None:
+        """Close the segment descriptors opened again beyond log.open.segments.max (only this thread
+        closes them: see kraftpy.storage.descriptors)."""
+        while True:
+            await trio.sleep(_TRIM_INTERVAL)
+            DESCRIPTORS.trim()
 
     async def _run_housekeeping(self) -> None:
         while True:

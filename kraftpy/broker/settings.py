@@ -100,6 +100,10 @@ class BrokerSettings:
     default_replication_factor: int = -1
     #: producer.id.expiration.ms
     producer_id_expiration_ms: int = 86400000
+    #: num.recovery.threads.per.data.dir: worker threads opening (and recovering) logs, per log directory.
+    recovery_threads_per_data_dir: int = 1
+    #: log.open.segments.max: the most segment files held open at once (0: half the open-file limit).
+    log_open_segments_max: int = 0
     #: The group coordinator and __consumer_offsets (Kafka's key names: offsets.topic.num.partitions, ...).
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
@@ -195,6 +199,8 @@ class BrokerSettings:
             num_partitions=config["num.partitions"],
             default_replication_factor=config["default.replication.factor"],
             producer_id_expiration_ms=config["producer.id.expiration.ms"],
+            recovery_threads_per_data_dir=config["num.recovery.threads.per.data.dir"],
+            log_open_segments_max=config["log.open.segments.max"],
             offsets_topic_num_partitions=config["offsets.topic.num.partitions"],
             offsets_topic_replication_factor=config["offsets.topic.replication.factor"],
             offsets_topic_segment_bytes=config["offsets.topic.segment.bytes"],

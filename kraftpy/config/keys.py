@@ -263,6 +263,16 @@ KEYS: list[ConfigKey] = [
     ConfigKey("log.cleaner.enable", "boolean", True,
               "Whether the log cleaner runs; without it, topics with cleanup.policy=compact are never compacted.",
               roles=B),
+    ConfigKey("num.recovery.threads.per.data.dir", "int", 2,
+              "Worker threads per log directory that open the logs when the broker starts (and when it "
+              "is given new replicas), recovering those not closed cleanly: each reads its segments past "
+              "the recovery point and checks every batch's CRC.", at_least(1), roles=B),
+    ConfigKey("log.open.segments.max", "int", 0,
+              "The most log segment files the broker keeps open at once. Beyond it the least recently "
+              "used are closed, and opened again when next read or written, so a broker holds any "
+              "number of partitions within its open-file limit. 0: half of the open-file limit (the "
+              "broker first raises its soft limit, ulimit -n, to the hard one); the other half is left "
+              "for connections and index files.", at_least(0), roles=B),
     ConfigKey("log.cleaner.threads", "int", 1,
               "How many logs are cleaned at the same time, each with its share of the dedupe buffer; 0 "
               "cleans none.", at_least(0), roles=B),
@@ -490,7 +500,6 @@ KEYS: list[ConfigKey] = [
 IGNORED: dict[str, str] = {
     "num.network.threads": "kraftpy serves connections as trio tasks",
     "num.io.threads": "kraftpy serves requests as trio tasks",
-    "num.recovery.threads.per.data.dir": "logs are recovered one after another",
     "socket.send.buffer.bytes": "the operating system's default buffers are used",
     "socket.receive.buffer.bytes": "the operating system's default buffers are used",
     "queued.max.requests": "request memory is bounded in bytes by queued.max.request.bytes",

@@ -468,7 +468,7 @@ class _Pass:
         if size > len(self._read_buffer):
             self._read_buffer = bytearray(size)
         view = memoryview(self._read_buffer)[:size]
-        got = os.preadv(segment.fd, [view], position)
+        got = segment.preadv([view], position)
         self.throttler.maybe_throttle(got)
         return view[:got]
 

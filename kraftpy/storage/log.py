@@ -104,6 +104,7 @@ from kraftpy.protocol.batch_header import (
 from kraftpy.protocol.records import decode_batch
 from kraftpy.protocol.types import FileRegion
 from kraftpy.storage.checkpoint import TMP_SUFFIX, CheckpointError, LogOffsets
+from kraftpy.storage.descriptors import DESCRIPTORS
 from kraftpy.storage.fsutil import fsync_dir
 from kraftpy.storage.index import INDEX_SUFFIX, INT32_MAX, TIME_INDEX_SUFFIX, CorruptIndexError
 from kraftpy.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, LeaderEpochCache
@@ -267,7 +268,11 @@ class Log:
         bases = sorted(
             base for name in os.listdir(directory) if (base := parse_segment_file_name(name)) is not None
         )
-        self._segments = [LogSegment.open(directory, base, interval, now) for base in bases]
+        self._segments = []
+        for base in bases:
+            segment = LogSegment.open(directory, base, interval, now)
+            self._segments.append(segment)
+            DESCRIPTORS.release(segment)  # within log.open.segments.max even for thousands of segments
 
         recover_from: int | None = None
         for i, segment in enumerate(self._segments):
@@ -277,6 +282,7 @@ class Log:
                 break
             try:
                 segment.load(trust_indexes=True)
+                DESCRIPTORS.release(segment)
             except (CorruptRecordError, CorruptIndexError) as exc:
                 self._log.warning("unreadable batch or index in a segment thought sound", segment=segment.base_offset,
                                   error=str(exc))
@@ -312,6 +318,8 @@ class Log:
             fsync_dir(directory)
             self._directory_unsynced = False
         self._last_flush_ms = now
+        for segment in self._segments:  # what loading opened again, back within log.open.segments.max
+            DESCRIPTORS.release(segment)
 
     def _complete_interrupted_swaps(self) -> None:
         """Finish the cleaner swaps a crash interrupted, or forget those not begun (see the module doc)."""
@@ -622,6 +630,16 @@ class Log:
         high watermark) are included. The region stays within one segment and, as in Kafka, may
         end inside a batch unless ``whole_batches``. Empty at the log end offset.
         """
+        for segment in self._segments_from(start_offset):
+            region = segment.read(start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch,
+                                  whole_batches=whole_batches)
+            if region is not None:
+                return region
+        active = self._segments[-1]
+        return FileRegion(active.fd, active.size, 0, start_offset)
+
+    def _segments_from(self, start_offset: int) -> list[LogSegment]:
+        """The segments a read from ``start_offset`` looks in, in order; raises OffsetOutOfRangeError."""
         self._check_open()
         end = self.log_end_offset
         if start_offset < self._log_start_offset or start_offset > end:
@@ -630,14 +648,7 @@ class Log:
             )
         segments = self._segments  # one list throughout: a writer on another thread replaces it
         bases = [segment.base_offset for segment in segments]
-        i = max(0, bisect.bisect_right(bases, start_offset) - 1)
-        for segment in segments[i:]:
-            region = segment.read(start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch,
-                                  whole_batches=whole_batches)
-            if region is not None:
-                return region
-        active = segments[-1]
-        return FileRegion(active.fd, active.size, 0, start_offset)
+        return segments[max(0, bisect.bisect_right(bases, start_offset) - 1):]
 
     def read_bytes(
         self,
@@ -648,10 +659,15 @@ class Log:
         min_one_batch: bool = True,
         whole_batches: bool = False,
     ) -> bytes:
-        """As :meth:`read`, copied into memory."""
-        return self.read(
-            start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch, whole_batches=whole_batches
-        ).read_bytes()
+        """As :meth:`read`, copied into memory; for worker threads too (the segment read stays pinned
+        until its bytes are copied)."""
+        for segment in self._segments_from(start_offset):
+            with DESCRIPTORS.pinned(segment):
+                region = segment.read(start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch,
+                                      whole_batches=whole_batches)
+                if region is not None:
+                    return region.read_bytes()
+        return b""
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """The first record at or after the log start offset whose timestamp is >= ``timestamp``."""
@@ -677,7 +693,7 @@ class Log:
         if header.timestamp_type == LOG_APPEND_TIME:
             # Every record carries the batch's max timestamp.
             return TimestampOffset(header.max_timestamp, max(header.base_offset, self._log_start_offset), epoch)
-        decoded = decode_batch(os.pread(segment.fd, header.size, position), 0, verify_crc=False)
+        decoded = decode_batch(segment.pread(header.size, position), 0, verify_crc=False)
         for record in decoded.records:
             if record.timestamp >= timestamp and record.offset >= self._log_start_offset:
                 return TimestampOffset(record.timestamp, record.offset, epoch)

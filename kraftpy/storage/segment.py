@@ -16,8 +16,10 @@ Invariants, for the batches of one segment in file order: every batch's base off
 least the base offset of the segment and at least the previous batch's next offset, and
 ``last_offset - base_offset`` fits an int32 (the relative offsets of the indexes).
 
-Theory of operation. The segment keeps an open read/write descriptor on its ``.log`` (opened
-``O_APPEND``), knows its size and its next offset, and keeps the indexes up to date as batches
+Theory of operation. The segment reads and writes its ``.log`` through a read/write descriptor
+(opened ``O_APPEND``) held in the process's bounded :data:`~kraftpy.storage.descriptors.DESCRIPTORS`:
+each method that touches the file pins the segment for the call, opening the file again if its
+descriptor was closed to stay within ``log.open.segments.max``. The segment knows its size and its next offset, and keeps the indexes up to date as batches
 are appended: every ``index_interval_bytes`` of data, the batch then appended gets an offset
 index entry and, if the running max timestamp grew, a time index entry. Reads turn an offset
 into a file position with the offset index and a short walk over batch headers, and hand back a
@@ -29,10 +31,12 @@ every batch with its CRC and cuts the file at the first one that fails; given a
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import attrs
 
@@ -45,6 +49,7 @@ from kraftpy.protocol.batch_header import (
 )
 from kraftpy.protocol.records import decode_batch, parse_control_key
 from kraftpy.protocol.types import FileRegion
+from kraftpy.storage.descriptors import DESCRIPTORS
 from kraftpy.storage.index import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -67,6 +72,22 @@ SWAP_SUFFIX = ".swap"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 NO_TIMESTAMP = -1
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _pinned(method: _F) -> _F:
+    """Run ``method`` with the segment pinned: its descriptor open and not closed by a trim."""
+    @functools.wraps(method)
+    def wrapper(self: LogSegment, *args: Any, **kwargs: Any) -> Any:
+        DESCRIPTORS.pin(self)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            DESCRIPTORS.unpin(self)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def segment_file_name(base_offset: int, suffix: str = LOG_SUFFIX) -> str:
@@ -105,6 +126,7 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self._fd = fd
+        self._pins = 0
         self.path = directory / (segment_file_name(base_offset) + suffix)
         self.index = OffsetIndex(directory / (segment_file_name(base_offset, INDEX_SUFFIX) + suffix), base_offset)
         self.time_index = TimeIndex(directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix),
@@ -123,6 +145,12 @@ class LogSegment:
         self.last_modified_ms = now_ms
         self._bytes_since_last_index_entry = 0
         self._unsynced = False
+        if fd >= 0:
+            DESCRIPTORS.opened(self)
+
+    def _reopen(self) -> int:
+        """Open the data file again (its descriptor was closed to stay within the cache's capacity)."""
+        return os.open(self.path, os.O_RDWR | os.O_APPEND)
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -151,6 +179,7 @@ class LogSegment:
         segment.last_modified_ms = stat.st_mtime_ns // 1_000_000
         return segment
 
+    @_pinned
     def load(self, *, trust_indexes: bool) -> None:
         """Set up the indexes without checking CRCs.
 
@@ -177,14 +206,29 @@ class LogSegment:
 
     # -- walking the file ------------------------------------------------------------------------
 
+    @_pinned
     def read_header_at(self, position: int) -> BatchHeader:
         """The header of the batch at ``position``; the whole batch must lie inside the segment."""
+        return self._header_at(position)
+
+    @_pinned
+    def pread(self, size: int, position: int) -> bytes:
+        """``size`` bytes of the data file from ``position`` (fewer at its end)."""
+        return os.pread(self._fd, size, position)
+
+    @_pinned
+    def preadv(self, buffers: list[memoryview], position: int) -> int:
+        """Read into ``buffers`` from ``position``; the number of bytes read."""
+        return os.preadv(self._fd, buffers, position)
+
+    def _header_at(self, position: int) -> BatchHeader:
         data = os.pread(self._fd, HEADER_SIZE, position)
         header = read_header(data)
         if position + header.size > self.size:
             raise CorruptRecordError(f"batch of {header.size} bytes runs past the end of {self.path.name}", position)
         return header
 
+    @_pinned
     def scan(
         self,
         start: int,
@@ -253,7 +297,7 @@ class LogSegment:
         if self.time_index.last_entry is not None:
             self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry
         if self.size:
-            self.first_batch_timestamp = self.read_header_at(0).max_timestamp
+            self.first_batch_timestamp = self._header_at(0).max_timestamp
         return position
 
     def _rebuild_indexes_from(self, kept: int) -> None:
@@ -266,7 +310,7 @@ class LogSegment:
         if kept:
             entry_offset = self.index.entry_at(kept - 1)[0]
             try:
-                valid = self.read_header_at(start).last_offset == entry_offset
+                valid = self._header_at(start).last_offset == entry_offset
             except CorruptRecordError:
                 valid = False
             if not valid:
@@ -282,9 +326,11 @@ class LogSegment:
         if error is not None:
             raise error
 
+    @_pinned
     def rebuild_indexes(self) -> None:
         self._rebuild_indexes_from(0)
 
+    @_pinned
     def control_type_at(self, position: int, header: BatchHeader) -> int | None:
         """The key type of the record of the control batch at ``position`` (None: unreadable)."""
         try:
@@ -302,6 +348,7 @@ class LogSegment:
             if header.is_transactional:
                 replay.on_batch(header, self.control_type_at(position, header) if header.is_control else None)
 
+    @_pinned
     def recover(self, on_batch: Callable[[BatchHeader], None] | None = None,
                 replay: TransactionReplay | None = None) -> int:
         """Check every batch (size, magic, CRC, offsets), rebuild the indexes, cut at the first bad one.
@@ -345,6 +392,7 @@ class LogSegment:
 
     # -- appending -------------------------------------------------------------------------------
 
+    @_pinned
     def append(self, parts: Sequence[bytes | bytearray | memoryview], batches: Sequence[BatchInfo],
                now_ms: int) -> None:
         """Write the whole batches described by ``batches``, given as ``parts`` to be written
@@ -374,19 +422,25 @@ class LogSegment:
 
     def _walk_to(self, position: int, offset: int) -> tuple[int, BatchHeader] | None:
         while position < self.size:
-            header = self.read_header_at(position)
+            header = self._header_at(position)
             if header.last_offset >= offset:
                 return position, header
             position += header.size
         return None
 
     def batches_from(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
-        """``(position, header)`` of each batch from ``position`` to the end (headers only, no CRC)."""
-        while position < self.size:
-            header = self.read_header_at(position)
-            yield position, header
-            position += header.size
+        """``(position, header)`` of each batch from ``position`` to the end (headers only, no CRC);
+        the segment stays pinned until the iterator is exhausted or closed."""
+        DESCRIPTORS.pin(self)
+        try:
+            while position < self.size:
+                header = self._header_at(position)
+                yield position, header
+                position += header.size
+        finally:
+            DESCRIPTORS.unpin(self)
 
+    @_pinned
     def translate_offset(self, offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= ``offset``, or None."""
         for attempt in range(2):
@@ -394,7 +448,7 @@ class LogSegment:
             if entry < 0:
                 return self._walk_to(position, offset)
             try:
-                header = self.read_header_at(position)
+                header = self._header_at(position)
             except CorruptRecordError:
                 header = None
             if header is not None and header.last_offset == entry_offset:
@@ -406,6 +460,7 @@ class LogSegment:
                 self.rebuild_indexes()
         raise AssertionError("unreachable: a rebuilt index always matches its log")
 
+    @_pinned
     def read(
         self,
         start_offset: int,
@@ -435,7 +490,7 @@ class LogSegment:
         if whole_batches and length:
             whole, cursor = 0, position
             while cursor < position + length:
-                header = first if cursor == position else self.read_header_at(cursor)
+                header = first if cursor == position else self._header_at(cursor)
                 if whole + header.size > length:
                     break
                 whole += header.size
@@ -443,6 +498,7 @@ class LogSegment:
             length = whole
         return FileRegion(self._fd, position, length, first.base_offset if length else start_offset)
 
+    @_pinned
     def find_by_timestamp(self, timestamp: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose max_timestamp is >= ``timestamp``, or None."""
         if self.max_timestamp < timestamp:
@@ -465,12 +521,12 @@ class LogSegment:
             verified = False
             if index_entry >= 0:
                 try:
-                    if self.read_header_at(position).last_offset != index_offset:
+                    if self._header_at(position).last_offset != index_offset:
                         return False
                 except CorruptRecordError:
                     return False
         while position < self.size:
-            header = self.read_header_at(position)
+            header = self._header_at(position)
             if not verified:
                 if header.last_offset == entry_offset:
                     if header.max_timestamp != entry_ts:
@@ -485,6 +541,7 @@ class LogSegment:
 
     # -- truncation, durability, deletion --------------------------------------------------------
 
+    @_pinned
     def truncate_to(self, offset: int) -> int:
         """Drop the batch holding ``offset`` and everything after it; returns the bytes removed."""
         self.txn_index.truncate_to(offset)
@@ -506,7 +563,8 @@ class LogSegment:
         """fsync the data file and the ``.txnindex`` if anything changed since the last fsync;
         returns whether the ``.txnindex`` file may be new (its directory needs an fsync)."""
         if self._unsynced:
-            os.fsync(self._fd)
+            with DESCRIPTORS.pinned(self) as fd:
+                os.fsync(fd)
             self._unsynced = False
         return self.txn_index.flush()
 
@@ -515,9 +573,7 @@ class LogSegment:
         self.time_index.save(fsync)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        DESCRIPTORS.closed(self)
 
     def rename_files(self, suffix: str, *, log: bool = True, indexes: bool = True) -> None:
         """Name the log file and/or the index files (``.txnindex`` included) ``<base>.<kind><suffix>``
@@ -536,6 +592,7 @@ class LogSegment:
         """Name the ``.txnindex`` ``<base>.txnindex<suffix>`` (a cleaner swap renames it before the log)."""
         self.txn_index.rename(self.directory / (segment_file_name(self.base_offset, TXN_INDEX_SUFFIX) + suffix))
 
+    @_pinned
     def set_last_modified(self, ms: int) -> None:
         """Set the data file's modification time (a cleaned segment keeps the one of what it replaces)."""
         ns = ms * 1_000_000
@@ -561,6 +618,10 @@ class LogSegment:
 
     @property
     def fd(self) -> int:
+        """The data file's descriptor, opened again if it was closed. Unpinned: for the event loop's
+        thread, to be used (or duplicated) before its next ``await`` (see kraftpy.storage.descriptors)."""
+        DESCRIPTORS.pin(self)
+        DESCRIPTORS.unpin(self)
         return self._fd
 
     def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:

@@ -1,0 +1,62 @@
+"""A broker holds more partitions than log.open.segments.max allows descriptors: its logs are opened
+in chunks by num.recovery.threads.per.data.dir threads per directory, placed evenly across the
+directories, and each chunk's descriptors are closed again on the event loop's thread; every
+partition is still written and read, before and after a restart."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from kraftpy.broker.client import KafkaConnection
+from kraftpy.protocol.errors import ErrorCode
+from kraftpy.storage.descriptors import DESCRIPTORS
+from tests.helpers.cluster import open_cluster
+from tests.helpers.protocol import batch, fetch, produce, values_of
+
+PARTITIONS = 600
+CAP = 16
+
+
+@pytest.fixture
+def restore_capacity():
+    saved = DESCRIPTORS.capacity
+    yield
+    DESCRIPTORS.capacity = saved
+
+
+def open_segments(cluster) -> int:
+    return sum(1 for b in cluster.brokers.values() for part in b.replicas.partitions.values()
+               for segment in part.log.segments if segment._fd >= 0)
+
+
+async def test_more_partitions_than_open_segment_files(tmp_path, restore_capacity):
+    async with open_cluster(tmp_path, brokers=1, log_dirs_per_broker=2, log_open_segments_max=CAP,
+                            recovery_threads_per_data_dir=2) as cluster:
+        await cluster.create_topic("t", partitions=PARTITIONS)
+        broker = cluster.brokers[1]
+        assert DESCRIPTORS.capacity == CAP
+        assert len(broker.replicas.partitions) == PARTITIONS
+        # Chunks opened on several threads at once still place the replicas evenly.
+        per_dir = Counter(part.log.directory.parent for part in broker.replicas.partitions.values())
+        assert sorted(per_dir.values()) == [PARTITIONS // 2, PARTITIONS // 2]
+        assert open_segments(cluster) <= CAP
+
+        async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1]) as conn:
+            for p in range(0, PARTITIONS, 7):
+                assert (await produce(conn, "t", p, batch(b"v%d" % p), acks=1)).error_code == ErrorCode.NONE
+            DESCRIPTORS.trim()
+            assert open_segments(cluster) <= CAP
+            for p in range(0, PARTITIONS, 7):
+                assert values_of((await fetch(conn, "t", p, 0)).records) == [b"v%d" % p]
+
+        await cluster.stop_broker(1)
+        await cluster.restart_broker(1)
+        broker = cluster.brokers[1]
+        await cluster.wait_for(lambda: len(broker.replicas.partitions) == PARTITIONS
+                               and all(part.is_leader for part in broker.replicas.partitions.values()))
+        assert open_segments(cluster) <= CAP
+        async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1]) as conn:
+            for p in range(0, PARTITIONS, 7):
+                assert values_of((await fetch(conn, "t", p, 0)).records) == [b"v%d" % p]
