@@ -114,7 +114,7 @@ soak: $(STAMP) system-deps
 	  done; \
 	done; exit $$status
 
-bench: $(STAMP)
+bench: $(STAMP) system-deps
 	$(PY) bench/run.py
 
 clean:

@@ -101,6 +101,10 @@ async def test_a_running_combined_node_is_ready_and_reports_both_roles(tmp_path:
         assert value(samples, "kraftpy_metadata_leader", node_id="1") == 1
         assert value(samples, "kraftpy_last_applied_record_offset", node_id="1") >= 1
         assert value(samples, "kraftpy_last_applied_record_lag_seconds", node_id="1") >= 0
+        # The bound on open segment files is in force (half the open-file limit unless set).
+        assert value(samples, "kraftpy_log_open_segment_files_max", node_id="1") >= 64
+        assert value(samples, "kraftpy_log_open_segment_files", node_id="1") <= value(
+            samples, "kraftpy_log_open_segment_files_max", node_id="1")
         api_versions_served = value(samples, "kraftpy_request_duration_seconds_count", request="ApiVersions")
         assert api_versions_served >= 1
         await node.stop_gracefully()  # the broker's controlled shutdown, the controller's resignation

@@ -822,8 +822,10 @@ class Partition:
     def headers_from(self, offset: int) -> Iterator[ps.ReplayBatch]:
         """The log's batch headers from the batch holding ``offset`` on; a transaction marker's header
         comes with the marker (its record read from the segment), an unreadable one with None."""
-        for segment in self.log.segments:
-            if segment.next_offset <= offset:
+        segments = self.log.segments
+        for i, segment in enumerate(segments):
+            # Judged by the next segment's base offset first: an old segment's indexes stay unread.
+            if (i + 1 < len(segments) and segments[i + 1].base_offset <= offset) or segment.next_offset <= offset:
                 continue
             found = segment.translate_offset(offset)
             if found is None:

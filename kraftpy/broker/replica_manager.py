@@ -331,7 +331,7 @@ class ReplicaManager:
         return self._by_id.get((topic_id, partition))
 
     def is_offline(self, topic: str, partition: int) -> bool:
-        return TopicPartition(topic, partition) in self.offline
+        return bool(self.offline) and TopicPartition(topic, partition) in self.offline
 
     def offline_replicas(self) -> dict[Uuid, list[int]]:
         """The offline replicas by topic id, partitions in order (what a heartbeat reports)."""

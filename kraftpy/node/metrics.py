@@ -35,6 +35,7 @@ from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.image import MetadataImage
 from kraftpy.metadata.loader import MetadataLoader
 from kraftpy.metrics import ISR_EXPANDS, ISR_SHRINKS, REGISTRY
+from kraftpy.storage.descriptors import DESCRIPTORS
 
 #: Kafka's BrokerState values (kafka.server:type=KafkaServer,name=BrokerState).
 KAFKA_BROKER_STATE = {
@@ -107,6 +108,11 @@ class NodeCollector(Collector):
              "or failed while it ran; Kafka's OfflineLogDirectoryCount).", node),
             ("kraftpy_broker_state", "The broker's state as Kafka numbers it: 0 not running, 2 fenced "
              "(catching up), 3 running, 6 controlled shutdown.", node),
+            ("kraftpy_log_open_segment_files", "Segment files this process holds open (at most "
+             "log.open.segments.max; the least recently used beyond it are closed).", node),
+            ("kraftpy_log_open_segment_files_max", "log.open.segments.max as this process applies it.", node),
+            ("kraftpy_log_segment_file_reopens", "Segment files opened again since the process started, their "
+             "descriptors having been closed to stay within log.open.segments.max (monotonic).", node),
             ("kraftpy_log_size_bytes", "Bytes of a partition replica's log on disk.", partition),
             ("kraftpy_log_end_offset", "A partition replica's log end offset.", partition),
             ("kraftpy_log_start_offset", "A partition replica's log start offset.", partition),
@@ -169,6 +175,9 @@ class NodeCollector(Collector):
         out["kraftpy_partition_count"].add_metric([node], len(replicas.partitions))
         out["kraftpy_offline_replicas"].add_metric([node], len(replicas.offline))
         out["kraftpy_offline_log_dirs"].add_metric([node], len(replicas.log_manager.offline_dirs))
+        out["kraftpy_log_open_segment_files"].add_metric([node], len(DESCRIPTORS))
+        out["kraftpy_log_open_segment_files_max"].add_metric([node], DESCRIPTORS.capacity)
+        out["kraftpy_log_segment_file_reopens"].add_metric([node], DESCRIPTORS.reopens)
         out["kraftpy_broker_state"].add_metric([node], KAFKA_BROKER_STATE[broker.lifecycle.state])
         states: dict[str, int] = {}
         for shard in broker.server.coordinator.runtime.active_shards():

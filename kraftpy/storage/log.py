@@ -281,6 +281,9 @@ class Log:
                 recover_from = i
                 break
             try:
+                if i + 1 < len(self._segments) and (clean or below_recovery_point):
+                    segment.defer_load()  # an old segment: its indexes are read when first needed
+                    continue
                 segment.load(trust_indexes=True)
                 DESCRIPTORS.release(segment)
             except (CorruptRecordError, CorruptIndexError) as exc:
@@ -293,7 +296,8 @@ class Log:
         elif rebuild_epochs:
             self._rebuild_leader_epoch_cache()
 
-        if not self._segments:
+        created = not self._segments
+        if created:
             start = max(checkpoint.log_start_offset, 0)
             self._segments.append(LogSegment.create(directory, start, interval, now))
             self._directory_unsynced = True
@@ -314,9 +318,11 @@ class Log:
         self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
         self.leader_epoch_cache.flush()
         self.delete_detached_segments()
-        if self._directory_unsynced:
+        if self._directory_unsynced and not created:
             fsync_dir(directory)
             self._directory_unsynced = False
+        # A new, empty log's directory is fsynced by its first flush (nothing in it needs to survive a
+        # crash before then: it is made again): creating 10,000 partitions is not 10,000 fsyncs.
         self._last_flush_ms = now
         for segment in self._segments:  # what loading opened again, back within log.open.segments.max
             DESCRIPTORS.release(segment)

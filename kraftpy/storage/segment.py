@@ -27,6 +27,8 @@ into a file position with the offset index and a short walk over batch headers, 
 points at; a mismatch rebuilds both indexes from the log. :meth:`LogSegment.recover` re-reads
 every batch with its CRC and cuts the file at the first one that fails; given a
 :class:`TransactionReplay` holding the transactions open at its start, it rebuilds the ``.txnindex``.
+A segment a log opens below its recovery point may be *deferred* (:meth:`LogSegment.defer_load`): its
+index files are read, and its end offset and timestamps learned, on the first access to any of them.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import functools
 import mmap
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -75,6 +78,10 @@ _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: What a deferred segment (`LogSegment.defer_load`) reads from its index files on first use.
+_LAZY = frozenset({"index", "time_index", "next_offset", "max_timestamp", "offset_of_max_timestamp",
+                   "first_batch_timestamp", "_bytes_since_last_index_entry"})
+_LAZY_LOCK = threading.Lock()
 
 
 def _pinned(method: _F) -> _F:
@@ -145,12 +152,51 @@ class LogSegment:
         self.last_modified_ms = now_ms
         self._bytes_since_last_index_entry = 0
         self._unsynced = False
+        self._deferred = False
         if fd >= 0:
             DESCRIPTORS.opened(self)
 
     def _reopen(self) -> int:
         """Open the data file again (its descriptor was closed to stay within the cache's capacity)."""
         return os.open(self.path, os.O_RDWR | os.O_APPEND)
+
+    # -- loading on first use (KIP-263) ----------------------------------------------------------
+
+    def defer_load(self) -> None:
+        """Leave the offset and time indexes unread until the segment is first used: a log opened after
+        a clean stop reads its old segments' index files only when a read, a retention check or the
+        cleaner needs them (as Kafka's lazy indexes, KIP-263). Until then the attributes that need them
+        are absent, and the first access loads them all at once (see `__getattr__`). The ``.txnindex``
+        (absent from most segments, and not rebuilt from the segment alone) is loaded now: raises
+        CorruptIndexError when it is damaged, for the log to recover the segment."""
+        self.txn_index.load()
+        for name in _LAZY:
+            self.__dict__.pop(name, None)
+        self._deferred = True
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for an attribute not found: a deferred segment's lazy ones.
+        if name not in _LAZY or not self.__dict__.get("_deferred"):
+            raise AttributeError(name)
+        self._load_deferred()
+        return self.__dict__[name]
+
+    def _load_deferred(self) -> None:
+        """Load a deferred segment's indexes into a twin, then publish its attributes in one step, so
+        that another thread never sees them half-built. An offset or time index that fails its checks
+        is rebuilt from the log (as :meth:`load` does); a batch header that cannot be read raises
+        CorruptRecordError to the caller, and the segment stays deferred."""
+        with _LAZY_LOCK:
+            if not self.__dict__.get("_deferred"):
+                return
+            twin = LogSegment(self.directory, self.base_offset, -1, self.index_interval_bytes, self.created_ms)
+            twin.path, twin.size = self.path, self.size
+            try:
+                twin.load(trust_indexes=True, txn_index=False)
+            finally:
+                DESCRIPTORS.closed(twin)
+            self.__dict__.update({name: twin.__dict__[name] for name in _LAZY})
+            self._deferred = False
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -180,16 +226,17 @@ class LogSegment:
         return segment
 
     @_pinned
-    def load(self, *, trust_indexes: bool) -> None:
+    def load(self, *, trust_indexes: bool, txn_index: bool = True) -> None:
         """Set up the indexes without checking CRCs.
 
         With ``trust_indexes`` the index files are loaded if they pass their checks and only the
         tail after their last entry is walked; otherwise both are rebuilt from the log.
-        The ``.txnindex`` is loaded either way (it cannot be rebuilt from this segment alone).
-        Raises CorruptRecordError when a batch header is unreadable and CorruptIndexError when the
+        The ``.txnindex`` is loaded either way (it cannot be rebuilt from this segment alone), unless
+        ``txn_index`` is false (a deferred segment loaded it when the log was opened). Raises CorruptRecordError when a batch header is unreadable and CorruptIndexError when the
         ``.txnindex`` is damaged (call :meth:`recover` then).
         """
-        self.txn_index.load()
+        if txn_index:
+            self.txn_index.load()
         kept = self._load_index_files() if trust_indexes else 0
         self._rebuild_indexes_from(kept)
 
@@ -562,6 +609,8 @@ class LogSegment:
     def flush(self) -> bool:
         """fsync the data file and the ``.txnindex`` if anything changed since the last fsync;
         returns whether the ``.txnindex`` file may be new (its directory needs an fsync)."""
+        if self._deferred:  # its data untouched since it was opened
+            return self.txn_index.flush()
         if self._unsynced:
             with DESCRIPTORS.pinned(self) as fd:
                 os.fsync(fd)
@@ -569,6 +618,8 @@ class LogSegment:
         return self.txn_index.flush()
 
     def save_indexes(self, fsync: bool = False) -> None:
+        if self._deferred:  # its index files are as they were when the log was opened
+            return
         self.index.save(fsync)
         self.time_index.save(fsync)
 

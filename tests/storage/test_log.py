@@ -307,6 +307,20 @@ def test_delete_records_before_moves_the_log_start(tmp_path):
     again.close()
 
 
+def test_a_new_log_fsyncs_its_directory_at_its_first_flush_not_at_creation(tmp_path, monkeypatch):
+    import kraftpy.storage.log as log_module
+
+    synced = []
+    real = log_module.fsync_dir
+    monkeypatch.setattr(log_module, "fsync_dir", lambda path: synced.append(path) or real(path))
+    log = open_log(tmp_path)
+    assert synced == []  # creating thousands of partitions is not thousands of directory fsyncs
+    log.append_as_leader(batch(1), 0)
+    log.flush()
+    assert synced == [tmp_path / "topic-0"]
+    log.close()
+
+
 def test_flush_policies(tmp_path, monkeypatch):
     clock = ManualClock()
     log = open_log(tmp_path, clock, flush_interval_messages=5)
