@@ -3,7 +3,8 @@
 Each ``bench/<name>.py`` prints one markdown section (its results and how they were measured);
 this script runs them one after another, in separate processes so that none warms up another,
 and assembles the page. The page it replaces is kept as docs/benchmarks-previous.md, so the last
-run's figures stand beside the new ones. ``python bench/run.py storage protocol`` runs only those.
+run's figures stand beside the new ones. ``python bench/run.py storage protocol`` runs only those
+and replaces their sections in the page (each then says it was run by itself, and when).
 """
 
 from __future__ import annotations
@@ -36,6 +37,19 @@ def main(argv: list[str]) -> int:
             sections.append(proc.stdout.strip() + "\n")
     page = ROOT / "docs" / "benchmarks.md"
     previous = ROOT / "docs" / "benchmarks-previous.md"
+    if argv and page.exists():
+        # Only some benchmarks: their sections replace those of the page (or join it, in ORDER), each
+        # marked with its date; the rest of the page stays as the last full run wrote it.
+        text = page.read_text()
+        head, *parts = text.split("\n## ")
+        by_name = {part.split("\n", 1)[0].strip(): "## " + part for part in parts}
+        today = datetime.date.today().isoformat()
+        for name, section in zip(names, sections, strict=True):
+            by_name[name] = section.rstrip("\n") + f"\n\n_This section was run by itself on {today}, after the rest of the page._\n"
+        ordered = [n for n in ORDER if n in by_name] + [n for n in by_name if n not in ORDER]
+        page.write_text(head.rstrip("\n") + "\n" + "\n".join(by_name[n].rstrip("\n") + "\n" for n in ordered))
+        print("updated docs/benchmarks.md: " + ", ".join(names), file=sys.stderr)
+        return 1 if failed else 0
     if page.exists():
         previous.write_text(page.read_text().replace("# Benchmarks", "# Benchmarks (the previous run)", 1))
     header = [
@@ -45,8 +59,9 @@ def main(argv: list[str]) -> int:
         "",
         f"Run on {datetime.date.today().isoformat()}: {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, {platform.system()} {platform.machine()}. Every figure below comes "
-        "from the run that wrote this page; ratios compare two things measured in the same run. The run "
-        "before this one: [benchmarks-previous.md](benchmarks-previous.md).",
+        "from the run that wrote this page, except in a section that says it was run by itself later; "
+        "ratios compare two things measured in the same run. The run before this one: "
+        "[benchmarks-previous.md](benchmarks-previous.md).",
         "",
     ]
     page.write_text("\n".join(header) + "\n".join(sections))

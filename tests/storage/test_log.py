@@ -321,6 +321,27 @@ def test_a_new_log_fsyncs_its_directory_at_its_first_flush_not_at_creation(tmp_p
     log.close()
 
 
+def test_opening_a_log_does_not_rewrite_its_leader_epoch_file_for_an_entry_past_its_end(tmp_path, monkeypatch):
+    import kraftpy.storage.leader_epoch as epochs
+
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(2), leader_epoch=3)
+    log.leader_epoch_cache.assign(4, log.log_end_offset)  # a new leader's epoch, no record yet
+    log.leader_epoch_cache.flush()
+    offsets = log.offsets
+    log.close()
+    path = tmp_path / "topic-0" / "leader-epoch-checkpoint"
+    before = path.read_bytes()
+    writes = []
+    monkeypatch.setattr(epochs, "write_atomic", lambda *args, **kwargs: writes.append(args[0]))
+    again = Log.open(tmp_path / "topic-0", LogConfig(), clock=ManualClock(), offsets=offsets, clean_shutdown=True)
+    # The entry at the log end is dropped in memory; the file is left for the next flush to rewrite.
+    assert [(e.epoch, e.start_offset) for e in again.leader_epoch_cache.entries] == [(3, 0)]
+    assert writes == [] and path.read_bytes() == before
+    again.close()
+    assert writes == [path]
+
+
 def test_flush_policies(tmp_path, monkeypatch):
     clock = ManualClock()
     log = open_log(tmp_path, clock, flush_interval_messages=5)
