@@ -846,8 +846,16 @@ class Partition:
 
     def snapshot_producer_state(self, *, sync: bool = True) -> None:
         """Blocking: write the producer state as the snapshot at the log end (a clean shutdown);
-        ``sync=False`` leaves the fsync to the caller, who syncs the whole file system at once."""
-        ps.take_snapshot(self.log.directory, self.producer_state, self.log.log_end_offset, sync=sync)
+        ``sync=False`` leaves the fsync to the caller, who syncs the whole file system at once.
+
+        Not written when a snapshot at the log end is already there (as Kafka takes one only past the
+        last): nothing was appended since, so it holds this state (producers expired since are expired
+        again when it is read), and a broker of 100,000 idle partitions does not rewrite 100,000 files
+        at every stop."""
+        end = self.log.log_end_offset
+        if ps.snapshot_path(self.log.directory, end).exists():
+            return
+        ps.take_snapshot(self.log.directory, self.producer_state, end, sync=sync)
 
 
 def _marker_or_none(buf: bytes | bytearray | memoryview, position: int) -> EndTxnMarker | None:

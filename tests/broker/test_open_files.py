@@ -60,3 +60,30 @@ async def test_more_partitions_than_open_segment_files(tmp_path, restore_capacit
         async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1]) as conn:
             for p in range(0, PARTITIONS, 7):
                 assert values_of((await fetch(conn, "t", p, 0)).records) == [b"v%d" % p]
+
+
+async def test_a_clean_stop_rewrites_no_producer_snapshot_that_is_already_at_the_log_end(tmp_path):
+    async with open_cluster(tmp_path, brokers=1) as cluster:
+        await cluster.create_topic("s", partitions=3)
+        async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1]) as conn:
+            assert (await produce(conn, "s", 0, batch(b"a"), acks=1)).error_code == ErrorCode.NONE
+        directories = {p: cluster.partition(1, "s", p).log.directory for p in range(3)}
+
+        def snapshots() -> dict[str, int]:
+            return {f"{p}/{f.name}": f.stat().st_mtime_ns for p, d in directories.items()
+                    for f in d.iterdir() if f.name.endswith(".snapshot")}
+
+        await cluster.stop_broker(1)
+        first = snapshots()
+        assert sorted(first) == ["0/00000000000000000001.snapshot", "1/00000000000000000000.snapshot",
+                                 "2/00000000000000000000.snapshot"]
+        await cluster.restart_broker(1)
+        await cluster.wait_for(lambda: len(cluster.brokers[1].replicas.partitions) == 3)
+        async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1]) as conn:
+            assert (await produce(conn, "s", 1, batch(b"b"), acks=1)).error_code == ErrorCode.NONE
+        await cluster.stop_broker(1)
+        second = snapshots()
+        # Only partition 1 moved: its new end has a snapshot; the others' files were left as they were.
+        assert {k: v for k, v in second.items() if k in first} == first
+        assert sorted(set(second) - set(first)) == ["1/00000000000000000001.snapshot"]
+        await cluster.restart_broker(1)
