@@ -69,8 +69,9 @@ class LeaderEpochCache:
         self._log_end_offset = log_end_offset
         # Invariant: epochs and start offsets strictly increasing.
         self._entries: list[EpochEntry] = list(entries or [])
-        #: The entries differ from what the file holds.
+        #: The entries may differ from what the file holds (``_on_disk``: what it holds, as far as known).
         self._dirty = False
+        self._on_disk: tuple[EpochEntry, ...] | None = None  # not known: the next flush writes
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], log_end_offset: Callable[[], int]) -> LeaderEpochCache:
@@ -93,7 +94,9 @@ class LeaderEpochCache:
                     entries.append(entry)
             except CheckpointError as exc:
                 raise CheckpointError(f"{path}: {exc}") from None
-        return cls(path, log_end_offset, entries)
+        cache = cls(path, log_end_offset, entries)
+        cache._on_disk = tuple(entries)  # a missing file holds no entries
+        return cache
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -196,6 +199,9 @@ class LeaderEpochCache:
     def flush(self, *, sync: bool = True) -> None:
         """Write the checkpoint file atomically if the entries changed (no-op for an unpersisted cache);
         ``sync=False`` leaves the fsyncs to the caller (see kraftpy.storage.fsutil)."""
-        if self.path is not None and self._dirty:
+        # Entries changed and changed back (the one at an empty log's end, dropped when it is opened and
+        # assigned again when it leads) leave the file as it is.
+        if self.path is not None and self._dirty and tuple(self._entries) != self._on_disk:
             write_atomic(self.path, encode_checkpoint((e.epoch, e.start_offset) for e in self._entries), sync=sync)
+            self._on_disk = tuple(self._entries)
         self._dirty = False

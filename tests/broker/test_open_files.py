@@ -62,7 +62,7 @@ async def test_more_partitions_than_open_segment_files(tmp_path, restore_capacit
                 assert values_of((await fetch(conn, "t", p, 0)).records) == [b"v%d" % p]
 
 
-async def test_a_clean_stop_rewrites_no_producer_snapshot_that_is_already_at_the_log_end(tmp_path):
+async def test_a_clean_stop_writes_producer_snapshots_only_where_the_log_end_moved(tmp_path):
     async with open_cluster(tmp_path, brokers=1) as cluster:
         await cluster.create_topic("s", partitions=3)
         async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1]) as conn:
@@ -75,8 +75,7 @@ async def test_a_clean_stop_rewrites_no_producer_snapshot_that_is_already_at_the
 
         await cluster.stop_broker(1)
         first = snapshots()
-        assert sorted(first) == ["0/00000000000000000001.snapshot", "1/00000000000000000000.snapshot",
-                                 "2/00000000000000000000.snapshot"]
+        assert sorted(first) == ["0/00000000000000000001.snapshot"]  # the empty logs need none
         await cluster.restart_broker(1)
         await cluster.wait_for(lambda: len(cluster.brokers[1].replicas.partitions) == 3)
         async with await KafkaConnection.connect("127.0.0.1", cluster.ports[1]) as conn:

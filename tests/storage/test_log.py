@@ -338,7 +338,15 @@ def test_opening_a_log_does_not_rewrite_its_leader_epoch_file_for_an_entry_past_
     # The entry at the log end is dropped in memory; the file is left for the next flush to rewrite.
     assert [(e.epoch, e.start_offset) for e in again.leader_epoch_cache.entries] == [(3, 0)]
     assert writes == [] and path.read_bytes() == before
+    # Led again in the same epoch: the entry is back, the file already holds it: no write at close.
+    again.leader_epoch_cache.assign(4, again.log_end_offset)
     again.close()
+    assert writes == []
+    # A new epoch is written.
+    third = Log.open(tmp_path / "topic-0", LogConfig(), clock=ManualClock(), offsets=again.offsets,
+                     clean_shutdown=True)
+    third.leader_epoch_cache.assign(5, third.log_end_offset)
+    third.close()
     assert writes == [path]
 
 
