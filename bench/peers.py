@@ -239,7 +239,7 @@ def main(argv: list[str]) -> int:
         r_rps, r_eff = redis[(phase, size)]
         ratio = k_rps / max(t_rps, r_rps)
         if client == "c" and ratio < GOAL:
-            missed.append(f"{phase} {size} B acks={acks}")
+            missed.append(f"{phase} {size} B" + (f" acks={acks}" if acks != "-" else ""))
         name = "cperf (C)" if client == "c" else "confluent-kafka (Python)"
         print(f"| {phase} | {name} | {size:,} B | {acks} | {k_rps:,.0f} | {t_rps:,.0f} | {r_rps:,.0f} | "
               f"{ratio:.2f}x | {k_eff:,.0f} / {t_eff:,.0f} / {r_eff:,.0f} |")

@@ -42,12 +42,18 @@ def main(argv: list[str]) -> int:
         # marked with its date; the rest of the page stays as the last full run wrote it.
         text = page.read_text()
         head, *parts = text.split("\n## ")
-        by_name = {part.split("\n", 1)[0].strip(): "## " + part for part in parts}
+        kept = [(part.split("\n", 1)[0].strip(), "## " + part) for part in parts]
         today = datetime.date.today().isoformat()
         for name, section in zip(names, sections, strict=True):
-            by_name[name] = section.rstrip("\n") + f"\n\n_This section was run by itself on {today}, after the rest of the page._\n"
-        ordered = [n for n in ORDER if n in by_name] + [n for n in by_name if n not in ORDER]
-        page.write_text(head.rstrip("\n") + "\n" + "\n".join(by_name[n].rstrip("\n") + "\n" for n in ordered))
+            section = section.rstrip("\n") + f"\n\n_This section was run by itself on {today}, after the rest of the page._\n"
+            at = next((i for i, (n, _) in enumerate(kept) if n == name), None)
+            if at is None:  # a new section: after the last one that comes before it in ORDER
+                before = ORDER[:ORDER.index(name)] if name in ORDER else ORDER
+                at = max((i for i, (n, _) in enumerate(kept) if n in before), default=-1) + 1
+                kept.insert(at, (name, section))
+            else:
+                kept[at] = (name, section)
+        page.write_text(head.rstrip("\n") + "\n" + "\n".join(body.rstrip("\n") + "\n" for _, body in kept))
         print("updated docs/benchmarks.md: " + ", ".join(names), file=sys.stderr)
         return 1 if failed else 0
     if page.exists():
