@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from broker import Meter, ensure_redis, redis_cli, redis_version  # noqa: E402
+from broker import Meter, ensure_redis, redis_benchmark, redis_cli, redis_version  # noqa: E402
 
 from kraftpy.cli.perf import ConsumeSettings, ProduceSettings, run_consume, run_produce  # noqa: E402
 from tests.helpers.processes import DevProcess, free_ports  # noqa: E402
@@ -190,16 +190,6 @@ def redis_phases(root: Path, sizes: dict[int, int]) -> dict:
         server.send_signal(signal.SIGTERM)
         server.wait(60)
     return out
-
-
-def redis_benchmark(port: int, requests: int, command: list[str]) -> float:
-    import csv
-    import io
-
-    proc = subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-n", str(requests), "-c", "50",
-                           "-P", "100", "--csv", *command], capture_output=True, text=True, check=True)
-    rows = [row for row in csv.reader(io.StringIO(proc.stdout)) if row and row[0] != "test"]
-    return float(rows[-1][1])
 
 
 def main(argv: list[str]) -> int:
