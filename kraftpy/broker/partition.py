@@ -851,10 +851,11 @@ class Partition:
         Not written when a snapshot at the log end is already there (as Kafka takes one only past the
         last): nothing was appended since, so it holds this state (producers expired since are expired
         again when it is read), and a broker of 100,000 idle partitions does not rewrite 100,000 files
-        at every stop; nor for an empty log."""
+        at every stop; nor for a log that never held a record (a log emptied by retention keeps its
+        snapshots: its producers' state outlives their records)."""
         end = self.log.log_end_offset
-        if end == self.log.log_start_offset or ps.snapshot_path(self.log.directory, end).exists():
-            return  # an empty log has nothing to replay: no snapshot needed either
+        if end == 0 or ps.snapshot_path(self.log.directory, end).exists():
+            return
         ps.take_snapshot(self.log.directory, self.producer_state, end, sync=sync)
 
 

@@ -27,7 +27,7 @@ import os
 import resource
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Protocol
 
 
@@ -132,7 +132,7 @@ class DescriptorCache:
                 fd, holder._fd = holder._fd, -1
                 os.close(fd)
 
-    def trim(self, keep: int | None = None, *, on_close: Callable[[int], None] | None = None) -> int:
+    def trim(self, keep: int | None = None) -> int:
         """Close unpinned descriptors, least recently used first, until at most ``keep`` (default the
         capacity) are open. Only on the event loop's thread (see the module doc). Returns how many closed."""
         limit = self.capacity if keep is None else keep
@@ -150,8 +150,6 @@ class DescriptorCache:
                 os.close(fd)
                 closed += 1
             self.evictions += closed
-        if on_close is not None and closed:
-            on_close(closed)
         return closed
 
 

@@ -640,12 +640,13 @@ class Log:
         high watermark) are included. The region stays within one segment and, as in Kafka, may
         end inside a batch unless ``whole_batches``. Empty at the log end offset.
         """
-        for segment in self._segments_from(start_offset):
+        candidates = self._segments_from(start_offset)
+        for segment in candidates:
             region = segment.read(start_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch,
                                   whole_batches=whole_batches)
             if region is not None:
                 return region
-        active = self._segments[-1]
+        active = candidates[-1]  # of the same list: a writer on another thread may have replaced it
         return FileRegion(active.fd, active.size, 0, start_offset)
 
     def _segments_from(self, start_offset: int) -> list[LogSegment]:
