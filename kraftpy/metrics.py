@@ -59,6 +59,14 @@ EVENT_LOOP_LAG = Histogram(
     buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     registry=REGISTRY)
 
+METADATA_APPLY_LATENCY = Histogram(
+    "kraftpy_metadata_apply_latency_seconds", "Time from the quorum leader's append of a metadata commit's "
+    "first batch (its timestamp) until this node published the image holding it: on a broker, once its "
+    "replicas and handlers use it; on a controller, once replayed. Metadata propagation, commit included.",
+    ["node_id"],
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0),
+    registry=REGISTRY)
+
 REQUEST_TIME = Histogram(
     "kraftpy_request_duration_seconds", "Time from a Kafka-protocol request's last byte read to its answer's "
     "last byte written, by request (Kafka's RequestMetrics TotalTimeMs; the count is RequestsPerSec).",

@@ -838,9 +838,10 @@ class Partition:
 
     def reload_producer_state(self) -> None:
         """Blocking: rebuild the producer state from the latest snapshot and the log after it."""
+        names, self.log.listing_at_open = self.log.listing_at_open, None  # a log just opened was just listed
         ps.truncate_and_reload(
             self.producer_state, self.log.directory, self.log.log_end_offset, self.headers_from,
-            log_start_offset=self.log.log_start_offset, now_ms=self.clock(),
+            log_start_offset=self.log.log_start_offset, now_ms=self.clock(), names=names,
         )
         self.producer_state.on_high_watermark_update(self.log.high_watermark)
 

@@ -760,10 +760,11 @@ def snapshot_path(directory: str | os.PathLike[str], offset: int) -> Path:
     return Path(directory) / f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
 
-def snapshot_offsets(directory: str | os.PathLike[str]) -> list[int]:
-    """Offsets of the snapshot files in ``directory``, ascending; other files are ignored."""
+def snapshot_offsets(directory: str | os.PathLike[str], names: Iterable[str] | None = None) -> list[int]:
+    """Offsets of the snapshot files in ``directory``, ascending; other files are ignored. ``names``: the
+    directory's listing when the caller has just read it (a log being opened), else it is listed here."""
     offsets = []
-    for name in os.listdir(directory):
+    for name in os.listdir(directory) if names is None else names:
         stem, suffix = name[: -len(SNAPSHOT_SUFFIX)], name[-len(SNAPSHOT_SUFFIX) :]
         if suffix == SNAPSHOT_SUFFIX and len(stem) == 20 and stem.isdigit():
             offsets.append(int(stem))
@@ -799,9 +800,11 @@ def take_snapshot(
     return write_snapshot(directory, offset, state.snapshot_entries(), sync=sync)
 
 
-def load_latest(directory: str | os.PathLike[str], up_to_offset: int) -> LoadedSnapshot | None:
-    """The newest snapshot at or below ``up_to_offset`` that checks; corrupt ones are skipped."""
-    for offset in reversed(snapshot_offsets(directory)):
+def load_latest(directory: str | os.PathLike[str], up_to_offset: int,
+                offsets: list[int] | None = None) -> LoadedSnapshot | None:
+    """The newest snapshot at or below ``up_to_offset`` that checks; corrupt ones are skipped.
+    ``offsets``: the snapshots' offsets when the caller has them (`snapshot_offsets`)."""
+    for offset in reversed(snapshot_offsets(directory) if offsets is None else offsets):
         if offset > up_to_offset:
             continue
         try:
@@ -837,15 +840,18 @@ def truncate_and_reload(
     *,
     log_start_offset: int = 0,
     now_ms: int | None = None,
+    names: Iterable[str] | None = None,
 ) -> LoadedSnapshot | None:
     """Bring ``state`` in line with a log that now ends at ``offset``; the snapshot used, if any.
 
     Used at start (``offset`` = the recovered log end) and after a truncation. Snapshots above
     ``offset`` are deleted, the latest good one at or below it is loaded, and
-    ``read_batches(from_offset)`` supplies the log's batch headers from that offset on.
+    ``read_batches(from_offset)`` supplies the log's batch headers from that offset on. ``names``:
+    the directory's listing when the caller has just read it (one listing, not three, per log opened).
     """
-    delete_snapshots_above(directory, offset)
-    snapshot = load_latest(directory, offset)
+    offsets = snapshot_offsets(directory, names)
+    _delete_snapshots(directory, [o for o in offsets if o > offset])
+    snapshot = load_latest(directory, offset, [o for o in offsets if o <= offset])
     # A snapshot below the log start still describes the deleted data rightly (producer state
     # outlives the data, KIP-360); the replay starts where the log does.
     from_offset = max(snapshot.offset, log_start_offset) if snapshot is not None else log_start_offset

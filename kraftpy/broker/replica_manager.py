@@ -95,6 +95,7 @@ from kraftpy.metadata.records import DIRECTORY_UNASSIGNED, NO_LEADER, ConfigReso
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.record_validation import ProduceRules
 from kraftpy.storage.descriptors import DESCRIPTORS, configure_descriptors
+from kraftpy.storage.fsutil import read_small_file
 from kraftpy.storage.log import Log, LogClosedError
 from kraftpy.storage.log_config import LogConfig
 from kraftpy.storage.log_manager import LogManager, partition_dir_name
@@ -126,7 +127,7 @@ def write_partition_metadata(directory: Path, topic_id: Uuid) -> None:
 
 def read_partition_metadata(directory: Path) -> str | None:
     try:
-        text = (directory / PARTITION_METADATA_FILE).read_text()
+        text = read_small_file(directory / PARTITION_METADATA_FILE).decode(errors="replace")
     except OSError:
         return None
     for line in text.splitlines():
@@ -499,11 +500,13 @@ class ReplicaManager:
         # In chunks, num.recovery.threads.per.data.dir worker threads per log directory at a time; each
         # chunk's descriptors beyond log.open.segments.max are closed on this thread once it is done.
         placing = threading.Lock()
+        listings: dict[Path, frozenset[str]] = {}  # each log directory's entries, listed once per call
         threads = trio.CapacityLimiter(max(1, self.settings.recovery_threads_per_data_dir
                                            * len(self.log_manager.online_dirs)))
 
         async def open_chunk(chunk: list[_OpenRequest]) -> None:
-            result = await trio.to_thread.run_sync(self._open_logs, chunk, counts, placing, limiter=threads)
+            result = await trio.to_thread.run_sync(self._open_logs, chunk, counts, placing, listings,
+                                                   limiter=threads)
             DESCRIPTORS.trim()
             opened.extend(result[0])
             stale.extend(result[1])
@@ -528,11 +531,14 @@ class ReplicaManager:
                 self._detach_partition(tp)
             self._went_offline(tp, replica)
 
-    def _open_logs(self, requests: list[_OpenRequest], counts: Counter, placing: threading.Lock
+    def _open_logs(self, requests: list[_OpenRequest], counts: Counter, placing: threading.Lock,
+                   listings: dict[Path, frozenset[str]]
                    ) -> tuple[list[Partition], list[Path], list[tuple[TopicPartition, OfflineReplica]]]:
         """Blocking: open (or create) each log and load its producer state; returns the partitions,
         the stale directories (of deleted topics of the same name) it renamed for deletion, and the
-        replicas that are offline (their log could not be opened, or may be in an offline log dir)."""
+        replicas that are offline (their log could not be opened, or may be in an offline log dir).
+        ``listings``: each log directory's entries, listed by the first chunk that needs them and
+        shared (under ``placing``) by the chunks of one call, instead of one lookup per replica."""
         opened: list[Partition] = []
         stale: list[Path] = []
         failed: list[tuple[TopicPartition, OfflineReplica]] = []
@@ -546,9 +552,14 @@ class ReplicaManager:
             try:
                 known = False
                 for log_dir in online:
-                    candidate = log_dir / log_dir_name(tp)
-                    if not candidate.is_dir():
+                    name = log_dir_name(tp)
+                    with placing:
+                        entries = listings.get(log_dir)
+                        if entries is None:
+                            entries = listings[log_dir] = frozenset(os.listdir(log_dir))
+                    if name not in entries:
                         continue
+                    candidate = log_dir / name
                     on_disk = read_partition_metadata(candidate)
                     if on_disk is not None and on_disk != str(request.topic_id):
                         # A topic of the same name deleted while this broker was away: its log is stale.

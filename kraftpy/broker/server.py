@@ -104,6 +104,9 @@ class BrokerServer:
         self.replicas.on_offline = self._replicas_went_offline
         #: Told when a replica went offline (the lifecycle heartbeats at once to report it).
         self.on_offline_replicas: Callable[[], None] | None = None
+        #: Called once the handlers see a new image (its logs open, its roles applied): what the broker
+        #: heartbeats as its metadata offset has moved (`published_offset`).
+        self.on_published: Callable[[], None] | None = None
         self.fetchers = FetcherManager(self.replicas)
         self.producer_ids = ProducerIdManager(node_id, channel, lambda: self.metadata.broker_epoch(node_id))
         #: Set once the metadata cache holds this broker's registration (see `registered`).
@@ -270,6 +273,15 @@ class BrokerServer:
         topic_image = self.metadata.image.topics.get_by_name(topic)
         return topic_image is not None and partition in topic_image.partitions
 
+    @property
+    def published_offset(self) -> int:
+        """The metadata offset of the image the handlers answer from: its replicas' logs are open and
+        their roles applied. The broker heartbeats this offset, so the controller unfences it (and makes
+        it a leader) only once it can serve what it is given, as Kafka's broker waits for its first
+        metadata publication, logs loaded, before it asks to be unfenced. A broker restarted with
+        100,000 logs would otherwise be made their leader while it is still opening them."""
+        return self.metadata.image.provenance.last_offset
+
     def publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
         """Newly committed metadata, and the delta from the image published before it."""
         self._queue((image, delta))
@@ -305,6 +317,8 @@ class BrokerServer:
                 if delta.scram_changed:
                     self._log.info("scram credentials changed", users=sorted(image.scram.users))
                 self._check_caught_up()
+                if self.on_published is not None:
+                    self.on_published()
             # Not while shutting down: the coordinator's nursery may already be closing.
             await trio.lowlevel.checkpoint_if_cancelled()
             self._follow_offsets_topic(self.replicas.image)

@@ -72,6 +72,9 @@ class MetadataLoader:
         self.leader_epoch = 0
         #: When the leader appended the last batch applied (-1: none yet); kraftpy.node.metrics reports it.
         self.last_applied_timestamp_ms = -1
+        #: When the leader appended the first batch of the last commit applied (-1: none yet): the oldest
+        #: change the last published image brings, for the metadata apply latency (kraftpy.node).
+        self.commit_timestamp_ms = -1
         #: Bytes of record values committed since the image was last loaded from or saved to a snapshot.
         self.bytes_since_snapshot = 0
 
@@ -79,6 +82,7 @@ class MetadataLoader:
         if not commit.batches:
             return
         delta = MetadataDelta(self.image)
+        self.commit_timestamp_ms = commit.batches[0].timestamp_ms
         for batch in commit.batches:
             records = batch_records(batch)
             for i, record in enumerate(records):
@@ -98,6 +102,7 @@ class MetadataLoader:
         loaded = decode_snapshot_file(data, MetadataProvenance(snapshot_id.end_offset - 1, snapshot_id.epoch))
         delta = MetadataDelta.between(self.image, loaded)
         self.image = loaded
+        self.commit_timestamp_ms = -1  # a snapshot: no commit's latency to observe
         self.next_offset = snapshot_id.end_offset
         self.bytes_since_snapshot = 0
         for publish in self.subscribers:

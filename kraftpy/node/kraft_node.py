@@ -20,8 +20,10 @@ does a metadata log that cannot be opened.
 
 from __future__ import annotations
 
+import collections
 import functools
 import sys
+import time
 from collections.abc import Callable
 
 import trio
@@ -32,9 +34,10 @@ from kraftpy.config import KraftConfig
 from kraftpy.fatal import binding
 from kraftpy.logs import get_logger
 from kraftpy.metadata.controller_server import ControllerServer
+from kraftpy.metadata.image import MetadataImage
 from kraftpy.metadata.loader import MetadataLoader, write_metadata_snapshots
 from kraftpy.metadata.rpc import ControllerClient
-from kraftpy.metrics import METADATA_OFFSET, serve_metrics, watch_event_loop_lag
+from kraftpy.metrics import METADATA_APPLY_LATENCY, METADATA_OFFSET, serve_metrics, watch_event_loop_lag
 from kraftpy.node.metrics import Readiness, broker_ready, controller_ready, track_broker, track_controller
 from kraftpy.node.raft_node import RaftNode, voter_addresses
 
@@ -97,6 +100,8 @@ class KraftNode:
         if config.is_broker:
             await self._run_broker(nursery)
         else:
+            assert self.loader is not None
+            self.loader.subscribe(CommitLatency(self.loader, config.node_id).published_now)
             self.ready.set()
 
     def _listeners_setting(self) -> str:
@@ -126,11 +131,20 @@ class KraftNode:
         loader.subscribe(self.broker.publish)
         node_id = config.node_id
         loader.subscribe(lambda image, _delta: METADATA_OFFSET.labels(node_id).set(image.provenance.last_offset))
-        lifecycle = self.lifecycle = BrokerLifecycle(config, self.cluster_id, self.broker, client,
-                                                     metadata_offset=lambda: loader.image.provenance.last_offset)
+        broker = self.broker
+        lifecycle = self.lifecycle = BrokerLifecycle(config, self.cluster_id, broker, client,
+                                                     metadata_offset=lambda: broker.published_offset)
         self.readiness.add(lambda: broker_ready(node_id, lifecycle))
         self._untrack.append(track_broker(node_id, self.broker, lifecycle, loader))
-        loader.subscribe(lambda _image, _delta: lifecycle.metadata_advanced())
+        # Each commit's apply latency is observed when the broker's publisher has applied it.
+        commits = CommitLatency(loader, node_id)
+        loader.subscribe(commits.noted)
+
+        def published() -> None:
+            commits.published_up_to(broker.published_offset)
+            lifecycle.metadata_advanced()
+
+        broker.on_published = published
         await nursery.start(lifecycle.run)
         nursery.start_soon(self._ready_when_running)
 
@@ -146,3 +160,38 @@ class KraftNode:
             await self.lifecycle.shut_down()
         if self.controller is not None:
             await self.controller.resign()
+
+
+class CommitLatency:
+    """Observes each metadata commit's apply latency (`METADATA_APPLY_LATENCY`) on one node: on a
+    controller when its loader publishes the commit (`published_now`); on a broker when its publisher
+    has applied it (`noted`, then `published_up_to`). Images loaded from a snapshot, and the image a new
+    subscriber is shown first, are not commits and are not observed."""
+
+    def __init__(self, loader: MetadataLoader, node_id: int) -> None:
+        self.loader = loader
+        self.histogram = METADATA_APPLY_LATENCY.labels(node_id)
+        self._after = loader.image.provenance.last_offset  # already applied when subscribed
+        self._pending: collections.deque[tuple[int, int]] = collections.deque()
+
+    def _fresh(self, image: MetadataImage) -> bool:
+        offset = image.provenance.last_offset
+        if offset <= self._after or self.loader.commit_timestamp_ms < 0:
+            return False
+        self._after = offset
+        return True
+
+    def published_now(self, image: MetadataImage, _delta: object) -> None:
+        if self._fresh(image):
+            self._observe(self.loader.commit_timestamp_ms)
+
+    def noted(self, image: MetadataImage, _delta: object) -> None:
+        if self._fresh(image):
+            self._pending.append((image.provenance.last_offset, self.loader.commit_timestamp_ms))
+
+    def published_up_to(self, offset: int) -> None:
+        while self._pending and self._pending[0][0] <= offset:
+            self._observe(self._pending.popleft()[1])
+
+    def _observe(self, stamp_ms: int) -> None:
+        self.histogram.observe(max(time.time() * 1000 - stamp_ms, 0.0) / 1000)

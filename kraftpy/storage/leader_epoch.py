@@ -39,7 +39,7 @@ from kraftpy.storage.checkpoint import (
     encode_checkpoint,
     parse_number,
 )
-from kraftpy.storage.fsutil import write_atomic
+from kraftpy.storage.fsutil import read_small_file, write_atomic
 
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
@@ -79,7 +79,7 @@ class LeaderEpochCache:
         path = Path(path)
         entries: list[EpochEntry] = []
         try:
-            data = path.read_bytes()
+            data = read_small_file(path)
         except FileNotFoundError:
             data = None
         if data is not None:

@@ -224,6 +224,9 @@ class Log:
         self._directory_unsynced = False
         self._closed = False
         self.leader_epoch_cache = LeaderEpochCache(None, lambda: self.log_end_offset)
+        #: The directory's file names as `open` found them (after removing leftovers), for the owner to
+        #: find its own files in (the producer snapshots) without listing it again; it takes it once.
+        self.listing_at_open: list[str] | None = None
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -245,15 +248,25 @@ class Log:
         ``clock`` returns milliseconds; it drives roll, retention and flush timing.
         """
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            directory.mkdir(parents=True, exist_ok=True)
+            names = []
         log = cls(directory, config or LogConfig(), clock)
-        log._load(offsets or LogOffsets(), clean_shutdown and offsets is not None)
+        log._load(offsets or LogOffsets(), clean_shutdown and offsets is not None, names)
         return log
 
-    def _load(self, checkpoint: LogOffsets, clean: bool) -> None:
+    def _load(self, checkpoint: LogOffsets, clean: bool, names: list[str]) -> None:
+        """``names``: the directory's listing, read once by `open` (a broker opens 100,000 logs at a
+        start: each listing and each file opened counts) and read again only after a step changed it."""
         directory = self.directory
-        self._complete_interrupted_swaps()
-        self._remove_leftovers()
+        if self._complete_interrupted_swaps(names):
+            names = os.listdir(directory)
+        if self._remove_leftovers(names):
+            names = os.listdir(directory)
+        present = set(names)
+        self.listing_at_open = names
         epoch_path = directory / LEADER_EPOCH_CHECKPOINT_FILE
         try:
             self.leader_epoch_cache = LeaderEpochCache.load(epoch_path, lambda: self.log_end_offset)
@@ -265,12 +278,10 @@ class Log:
 
         now = self.clock()
         interval = self.config.index_interval_bytes
-        bases = sorted(
-            base for name in os.listdir(directory) if (base := parse_segment_file_name(name)) is not None
-        )
+        bases = sorted(base for name in names if (base := parse_segment_file_name(name)) is not None)
         self._segments = []
         for base in bases:
-            segment = LogSegment.open(directory, base, interval, now)
+            segment = LogSegment.open(directory, base, interval, now, present)
             self._segments.append(segment)
             DESCRIPTORS.release(segment)  # within log.open.segments.max even for thousands of segments
 
@@ -284,8 +295,11 @@ class Log:
                 if i + 1 < len(self._segments) and (clean or below_recovery_point):
                     segment.defer_load()  # an old segment: its indexes are read when first needed
                     continue
-                segment.load(trust_indexes=True)
-                DESCRIPTORS.release(segment)
+                if segment.size == 0:
+                    segment.load_empty()  # nothing to index: no file opened
+                else:
+                    segment.load(trust_indexes=True)
+                    DESCRIPTORS.release(segment)
             except (CorruptRecordError, CorruptIndexError) as exc:
                 self._log.warning("unreadable batch or index in a segment thought sound", segment=segment.base_offset,
                                   error=str(exc))
@@ -331,13 +345,15 @@ class Log:
         for segment in self._segments:  # what loading opened again, back within log.open.segments.max
             DESCRIPTORS.release(segment)
 
-    def _complete_interrupted_swaps(self) -> None:
-        """Finish the cleaner swaps a crash interrupted, or forget those not begun (see the module doc)."""
+    def _complete_interrupted_swaps(self, names: list[str]) -> bool:
+        """Finish the cleaner swaps a crash interrupted, or forget those not begun (see the module doc).
+        ``names``: the directory's listing; true when a file was removed or renamed."""
         directory = self.directory
-        names = os.listdir(directory)
-        for name in names:
-            if name.endswith(CLEANED_SUFFIX):
-                (directory / name).unlink(missing_ok=True)
+        cleaned = [name for name in names if name.endswith(CLEANED_SUFFIX)]
+        if not cleaned and not any(name.endswith(SWAP_SUFFIX) for name in names):
+            return False
+        for name in cleaned:
+            (directory / name).unlink(missing_ok=True)
         swaps = sorted(base for name in names
                        if (base := parse_segment_file_name(name, LOG_SUFFIX + SWAP_SUFFIX)) is not None)
         for base in swaps:
@@ -356,12 +372,14 @@ class Log:
         strays = [name for name in os.listdir(directory) if name.endswith(SWAP_SUFFIX)]
         for name in strays:  # an index's swap without its log's: the swap never makes one; indexes are rebuilt
             (directory / name).unlink(missing_ok=True)
-        if swaps or strays or any(name.endswith(CLEANED_SUFFIX) for name in names):
-            fsync_dir(directory)
+        fsync_dir(directory)
+        return True
 
-    def _remove_leftovers(self) -> None:
-        """Delete ``.deleted`` files, half-written checkpoints and indexes without a log file."""
-        names = set(os.listdir(self.directory))
+    def _remove_leftovers(self, listing: list[str]) -> bool:
+        """Delete ``.deleted`` files, half-written checkpoints and indexes without a log file; true when
+        ``listing`` (the directory's) named any."""
+        names = set(listing)
+        removed = False
         for name in names:
             orphan_index = False
             for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
@@ -374,6 +392,8 @@ class Log:
                 or orphan_index
             ):
                 (self.directory / name).unlink(missing_ok=True)
+                removed = True
+        return removed
 
     def _recover(self, start: int, rebuild_epochs: bool) -> None:
         """CRC-check segments ``start``.. and cut the log at the first bad batch."""

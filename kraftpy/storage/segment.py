@@ -215,15 +215,29 @@ class LogSegment:
         return segment
 
     @classmethod
-    def open(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> LogSegment:
-        """Open an existing segment file; call :meth:`load` or :meth:`recover` next."""
+    def open(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int,
+             listing: set[str] | None = None) -> LogSegment:
+        """Open an existing segment file; call :meth:`load` or :meth:`recover` next. ``listing``: the
+        directory's file names when the caller has them (a ``.txnindex`` not among them is not looked for)."""
         path = directory / segment_file_name(base_offset)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND)
-        segment = cls(directory, base_offset, fd, index_interval_bytes, now_ms)
-        stat = os.fstat(fd)
+        # Not opened yet: the descriptor cache opens it at the first use (most of 100,000 logs opened at
+        # a start are not read or written for a while); a file that cannot be opened says so then.
+        stat = os.stat(path)
+        segment = cls(directory, base_offset, -1, index_interval_bytes, now_ms)
+        if listing is not None and segment_file_name(base_offset, TXN_INDEX_SUFFIX) not in listing:
+            segment.txn_index.known_absent = True
         segment.size = stat.st_size
         segment.last_modified_ms = stat.st_mtime_ns // 1_000_000
         return segment
+
+    def load_empty(self) -> None:
+        """:meth:`load` for a segment whose file is empty (``size`` 0): no batch to index, so the index
+        files are not read; they are cut to nothing at the next save should they hold anything. The
+        ``.txnindex`` is loaded (raises CorruptIndexError when damaged)."""
+        assert self.size == 0
+        self.txn_index.load()
+        self._reset_tail_state(0)
+        self.index.clear()
 
     @_pinned
     def load(self, *, trust_indexes: bool, txn_index: bool = True) -> None:

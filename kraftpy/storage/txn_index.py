@@ -104,6 +104,8 @@ class TransactionIndex:
         self._unsynced = False
         #: The file may have been created since the last flush (its directory entry is not yet durable).
         self._created = False
+        #: The caller listed the directory and found no file: the next `load` need not look for it.
+        self.known_absent = False
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -183,6 +185,9 @@ class TransactionIndex:
         Raises CorruptIndexError (memory left empty) for an entry of an unknown version, out of
         order, or whose marker lies below the segment."""
         self._entries = ()
+        if self.known_absent:
+            self.known_absent = False
+            return 0
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:

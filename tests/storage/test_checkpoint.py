@@ -87,3 +87,19 @@ def test_the_error_names_the_file(tmp_path):
     (tmp_path / LEGACY_OFFSETS_FILE).write_text("0\n1\nhigh-watermark 2x\n")
     with pytest.raises(CheckpointError, match=f"{LEGACY_OFFSETS_FILE}: line 3: high-watermark '2x' is not a number"):
         read_legacy_offsets(tmp_path)
+
+
+def test_read_small_file_reads_whole_files_of_any_size(tmp_path):
+    """Checkpoints and partition metadata are read with one read call when small, and whole when not."""
+    import pytest
+
+    from kraftpy.storage.fsutil import read_small_file
+
+    for size in (0, 1, 100, 65535, 65536, 65537, 300_000):
+        path = tmp_path / f"f{size}"
+        data = bytes(i % 251 for i in range(size))
+        path.write_bytes(data)
+        assert read_small_file(path) == data
+        assert read_small_file(path, chunk=7) == data
+    with pytest.raises(FileNotFoundError):
+        read_small_file(tmp_path / "absent")

@@ -133,3 +133,38 @@ def test_closing_a_log_leaves_deferred_segments_and_their_files_untouched(tmp_pa
     again = reopen(tmp_path, clock, log.offsets)
     assert read_all(again) == expected
     again.close()
+
+
+def test_opening_a_log_opens_no_segment_file_and_an_empty_one_reads_no_index(tmp_path, monkeypatch):
+    """A broker opens every log at a start, most of them idle: opening one lists its directory once and
+    opens no segment file (the descriptor cache opens it at the first read or append); an empty active
+    segment's index files are not read, and an index file holding garbage beside an empty segment is
+    cut at the next save instead of answering lookups."""
+    from kraftpy.storage.descriptors import DESCRIPTORS
+    from kraftpy.storage.segment import INDEX_SUFFIX
+
+    clock = ManualClock()
+    log = Log.open(tmp_path / "e-0", CONFIG, clock=clock)
+    offsets = log.offsets
+    log.close()
+    index_file = tmp_path / "e-0" / segment_file_name(0, INDEX_SUFFIX)
+    index_file.write_bytes(b"\x00\x00\x00\x05\x00\x00\x00\x10")  # an entry no empty segment can have
+    listings = []
+    real_listdir = __import__("os").listdir
+    monkeypatch.setattr("kraftpy.storage.log.os.listdir", lambda p: listings.append(p) or real_listdir(p))
+    before = len(DESCRIPTORS)
+    log = Log.open(tmp_path / "e-0", CONFIG, clock=clock, offsets=offsets, clean_shutdown=True)
+    assert len(listings) == 1
+    assert len(DESCRIPTORS) == before
+    assert log.segments[-1]._fd == -1
+    assert len(log.segments[-1].index) == 0
+    log.append_as_leader(batch(2, tag=1, timestamp=clock.now), leader_epoch=1)
+    assert log.segments[-1]._fd >= 0  # opened by the append
+    assert log.log_end_offset == 2
+    log.flush()
+    log.close()
+    assert b"\x00\x00\x00\x05\x00\x00\x00\x10" not in index_file.read_bytes()
+    reopened = Log.open(tmp_path / "e-0", CONFIG, clock=clock, offsets=log.offsets, clean_shutdown=True)
+    assert reopened.log_end_offset == 2
+    assert reopened.read_bytes(0, 1000)
+    reopened.close()
