@@ -424,6 +424,26 @@ def test_leader_holds_an_empty_fetch_until_data_arrives() -> None:
     assert expired.dest == 3 and expired.message.records == b""
 
 
+def test_a_fetch_from_the_end_is_answered_at_once_when_its_replica_was_not_told_the_high_watermark() -> None:
+    """Node 2 got record 1 while the high watermark was 1; node 3's fetch then moved it to 2. Node 2's
+    next fetch, from the log end, is answered at once with the new high watermark (held, node 2 would
+    learn of the commit only when its long poll ran out); the one after that is held."""
+    core, _ = make_core(1)
+    now, _ = elect(core)
+    fetch(core, 2, 1, 1, now, max_wait_ms=500)
+    fetch(core, 3, 1, 1, now, max_wait_ms=500)
+    assert core.high_watermark == 1
+    assert sends(fetch(core, 2, 1, 1, now, max_wait_ms=500)) == []  # parked: nothing new
+    result = core.propose([b"x"], now + 0.1)
+    (data,) = [s.message for s in sends(result.effects, FetchResponse) if s.dest == 2]
+    assert data.high_watermark == 1 and data.records
+    assert len(sends(fetch(core, 3, 2, 1, now + 0.2, max_wait_ms=500), FetchResponse)) == 1
+    assert core.high_watermark == 2
+    (told,) = sends(fetch(core, 2, 2, 1, now + 0.2, max_wait_ms=500), FetchResponse)
+    assert told.dest == 2 and told.message.high_watermark == 2 and told.message.records == b""
+    assert sends(fetch(core, 2, 2, 1, now + 0.2, max_wait_ms=500)) == []
+
+
 # -- snapshots -----------------------------------------------------------------------------------
 
 
