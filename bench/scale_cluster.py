@@ -1,9 +1,9 @@
 """Partition scale on a 3 + 3 cluster: creation, metadata propagation, failover, restarts, memory.
 
 Three `kraftpy controller` and three `kraftpy broker` processes on this machine (the cluster of
-tests/helpers/deployments.py: broker.session.timeout.ms=3000, broker.heartbeat.interval.ms=300,
-controller.quorum.election.timeout.ms=1000, controller.quorum.fetch.timeout.ms=2000), a new cluster
-for each size. For each size the benchmark:
+tests/helpers/deployments.py, with Kafka's broker.session.timeout.ms=9000 and
+broker.heartbeat.interval.ms=2000; controller.quorum.election.timeout.ms=1000,
+controller.quorum.fetch.timeout.ms=2000), a new cluster for each size. For each size the benchmark:
 
 1. creates topics of 100 partitions, at most 10,000 partitions a CreateTopics call (Kafka's bound on
    one controller operation), replication factor 3 up to ``--rf3-max`` partitions and 1 beyond, and
@@ -49,12 +49,15 @@ sys.path.insert(0, str(ROOT))
 from kraftpy.broker.client import ConnectionClosed, KafkaConnection  # noqa: E402
 from kraftpy.metadata.image import MetadataProvenance  # noqa: E402
 from kraftpy.metadata.loader import decode_snapshot_file  # noqa: E402
-from tests.helpers.deployments import ProcessCluster  # noqa: E402
+from tests.helpers.deployments import ProcessCluster, create_topics  # noqa: E402
 from tests.helpers.protocol import metadata  # noqa: E402
 
 APPLY_METRIC = "kraftpy_metadata_apply_latency_seconds"
 GOALS = {"failover_s": 2.0, "restart_s": 15.0, "propagation_p99_s": 0.2}
 PER_CALL = 10_000
+#: Kafka's defaults (the test cluster's are shorter): a broker busy opening 10,000 logs may miss a
+#: 3-second session, and a restart after SIGKILL waits out the dead incarnation's.
+KAFKA_SESSION = {"broker.session.timeout.ms": 9000, "broker.heartbeat.interval.ms": 2000}
 
 
 def histogram(port: int, metric: str) -> dict[float, float]:
@@ -122,16 +125,14 @@ def metadata_time(port: int, rounds: int = 5) -> tuple[float, int]:
 
 
 def create(cluster: ProcessCluster, topics: list[str], partitions: int, rf: int) -> float:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
     started = time.perf_counter()
     per_call = max(1, PER_CALL // partitions)
     for first in range(0, len(topics), per_call):
-        futures = admin.create_topics([NewTopic(t, partitions, rf) for t in topics[first:first + per_call]],
-                                      operation_timeout=600, request_timeout=600)
-        for future in futures.values():
-            future.result(timeout=900)
+        # Asked again (a new client) when the connection is lost, as the tests' helper does.
+        create_topics(cluster.bootstrap, [NewTopic(t, partitions, rf) for t in topics[first:first + per_call]],
+                      timeout=600, deployment=cluster)
     ports = list(cluster.broker_ports.values())
     total = len(topics) * partitions
     for port in ports:
@@ -204,7 +205,7 @@ def snapshot_load(path: Path) -> float:
 def run_size(root: Path, total: int, rf: int) -> dict:
     topics = [f"scale-{i:04d}" for i in range(total // 100)]
     settings = {"metadata.log.max.record.bytes.between.snapshots": max(65_536, total * 40),
-                "num.partitions": 1}
+                "num.partitions": 1, **KAFKA_SESSION}
     out: dict = {"total": total, "rf": rf}
     with ProcessCluster(root, settings, metrics=True, log_level="info") as cluster:
         h0 = broker_histograms(cluster)
