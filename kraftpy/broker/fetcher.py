@@ -151,7 +151,9 @@ class ReplicaFetcher:
     def _fetchable(self) -> list[Partition]:
         now = trio.current_time()
         out = []
-        for tp in sorted(self.replicas.fetch_assignments.get(self.leader, ())):
+        # In name order (a key each, compared in C: attrs' own ordering built two tuples a comparison,
+        # and ran every round over every partition this leader has for us).
+        for tp in sorted(self.replicas.fetch_assignments.get(self.leader, ()), key=_tp_order):
             part = self.replicas.partitions.get(tp)
             if (
                 part is None
@@ -187,8 +189,11 @@ class ReplicaFetcher:
             return
         wanted: dict = {}
         sent: dict[tuple, tuple[Partition, int, int]] = {}
+        topic_ids: dict = {}
         for part in parts:
-            topic_id = uuid.UUID(bytes=part.topic_id.raw)
+            topic_id = topic_ids.get(part.topic_id)
+            if topic_id is None:
+                topic_id = topic_ids[part.topic_id] = uuid.UUID(bytes=part.topic_id.raw)
             latest = part.log.latest_epoch
             wanted[(topic_id, part.tp.partition)] = PartitionFetchState(
                 topic=part.tp.topic,
@@ -332,3 +337,7 @@ class ReplicaFetcher:
         self._log.info("log diverges from the leader's", partition=str(part.tp), epoch=epoch,
                        leader_end_offset=leader_end_offset, truncate_to=target)
         await part.truncate_to(target, diverged=True, generation=generation)
+
+
+def _tp_order(tp: TopicPartition) -> tuple[str, int]:
+    return tp.topic, tp.partition

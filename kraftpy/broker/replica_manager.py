@@ -493,7 +493,10 @@ class ReplicaManager:
             directory = local.registration.directory_of(self.node_id) or DIRECTORY_UNASSIGNED
             requests.append(_OpenRequest(TopicPartition(local.topic_name, local.partition), local.topic_id,
                                          topic_settings, directory))
-        counts = Counter(part.log.directory.parent for part in self.partitions.values())
+        # New replicas go to the log directory holding the fewest (JBOD); with one directory there is
+        # nothing to count, and counting walked every replica of the broker at each new one.
+        counts = Counter(part.log.directory.parent for part in self.partitions.values()) \
+            if len(self.log_manager.online_dirs) > 1 else Counter()
         opened: list[Partition] = []
         stale: list[Path] = []
         failed: list[tuple[TopicPartition, OfflineReplica]] = []
