@@ -31,6 +31,7 @@ them). ``python bench/scale_cluster.py --sizes 1000,10000`` runs the smaller siz
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import signal
@@ -49,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 from kraftpy.broker.client import ConnectionClosed, KafkaConnection  # noqa: E402
 from kraftpy.metadata.image import MetadataProvenance  # noqa: E402
 from kraftpy.metadata.loader import decode_snapshot_file  # noqa: E402
-from tests.helpers.deployments import ProcessCluster, create_topics  # noqa: E402
+from tests.helpers.deployments import ProcessCluster  # noqa: E402
 from tests.helpers.protocol import metadata  # noqa: E402
 
 APPLY_METRIC = "kraftpy_metadata_apply_latency_seconds"
@@ -125,20 +126,47 @@ def metadata_time(port: int, rounds: int = 5) -> tuple[float, int]:
 
 
 def create(cluster: ProcessCluster, topics: list[str], partitions: int, rf: int) -> float:
-    from confluent_kafka.admin import NewTopic
-
     started = time.perf_counter()
     per_call = max(1, PER_CALL // partitions)
     for first in range(0, len(topics), per_call):
-        # Asked again (a new client) when the connection is lost, as the tests' helper does.
-        create_topics(cluster.bootstrap, [NewTopic(t, partitions, rf) for t in topics[first:first + per_call]],
-                      timeout=600, deployment=cluster)
+        create_call(cluster, topics[first:first + per_call], partitions, rf)
     ports = list(cluster.broker_ports.values())
     total = len(topics) * partitions
     for port in ports:
         while not all_led(port, topics, partitions):
             time.sleep(max(0.2, total / 50_000))
     return time.perf_counter() - started
+
+
+def create_call(cluster: ProcessCluster, names: list[str], partitions: int, rf: int, attempts: int = 5) -> None:
+    """One CreateTopics call, asked again (a new client) for the topics whose answer was lost with its
+    connection; a topic that already exists was made by an earlier attempt (librdkafka also sends a
+    request again by itself after a lost connection)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    pending = list(names)
+    seen = []
+    for _ in range(attempts):
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+        futures = admin.create_topics([NewTopic(t, partitions, rf) for t in pending],
+                                      operation_timeout=600, request_timeout=600)
+        lost = []
+        for name, future in futures.items():
+            try:
+                future.result(timeout=900)
+            except KafkaException as exc:
+                code = exc.args[0].code()
+                if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                if code not in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._DESTROY_BROKER):
+                    raise
+                lost.append(name)
+                seen.append(str(exc.args[0]))
+        if not lost:
+            return
+        pending = lost
+    raise SystemExit(f"could not create {len(pending)} topics: {seen[-1]}")
 
 
 def single_changes(cluster: ProcessCluster, count: int, rf: int) -> None:
@@ -246,6 +274,7 @@ def main(argv: list[str]) -> int:
         print(f"scale_cluster: {total:,} partitions, replication factor {rf} ...", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="kraftpy-scale-cluster-", ignore_cleanup_errors=True) as tmp:
             results.append(run_size(Path(tmp), total, rf))
+        print(f"scale_cluster: {json.dumps(results[-1])}", file=sys.stderr, flush=True)
     print("## scale_cluster\n")
     print(__doc__.split("\n\n", 1)[1].split("\n\nPercentiles")[0].replace("\n   ", " ").strip() + "\n")
     cols = [f"{r['total']:,} (RF={r['rf']})" for r in results]

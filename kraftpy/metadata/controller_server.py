@@ -357,7 +357,13 @@ class ControllerServer:
     async def write(self, operation: Callable[[QuorumController, float, int], ControllerResult], *,
                     activating: bool = False) -> Any:
         """Run one controller operation: records appended as one batch, answered once committed.
-        With ``activating``, run it on the controller being activated, which becomes the active one."""
+        With ``activating``, run it on the controller being activated, which becomes the active one.
+
+        An operation that writes nothing read the in-memory image, which may hold records not yet
+        committed (another request's): it is answered once everything written so far is committed,
+        as Kafka's controller does, so that a client retrying a CreateTopics whose first answer it lost
+        is not told TOPIC_ALREADY_EXISTS of a topic whose batch is then lost with the leadership
+        (it gets NOT_CONTROLLER and asks the next controller)."""
         assert self.driver is not None
         async with self._write_lock:
             controller = self._leading if activating else self._active_or_raise()
@@ -379,13 +385,11 @@ class ControllerServer:
                 ACTIVE_CONTROLLER.labels(self.node_id).set(1)
                 self.log.info("active controller", epoch=self.loader.leader_epoch,
                               metadata_offset=self.loader.next_offset)
-            if not result.records:
-                return result.response
+            written = proposed.last_offset if result.records else self.driver.next_offset() - 1
+            if written < self._high_watermark:
+                return result.response  # committed already (or a quorum of one committed it at once)
             slot: list[Any] = [trio.Event(), None]
-            if proposed.last_offset < self._high_watermark:
-                slot[0].set()  # committed while it was appended (a quorum of one)
-            else:
-                self._pending.append((proposed.last_offset, slot))
+            self._pending.append((written, slot))
         await slot[0].wait()
         if slot[1] is not None:
             raise slot[1]

@@ -11,6 +11,7 @@ import random
 
 import pytest
 import trio
+import trio.testing
 
 from kraftpy.config import load_config
 from kraftpy.ids import Uuid, random_uuid_str
@@ -206,3 +207,25 @@ async def test_a_request_adding_too_many_partitions_is_refused_before_any_placem
     assert more.results[0].error_code == Errors.POLICY_VIOLATION
     assert (await call(controller, CreatePartitionsRequest((CreatePartitionsTopic("t", 20_000),)))).results[0].error_code \
         == Errors.NONE
+
+
+async def test_an_answer_read_from_uncommitted_records_waits_for_their_commit(controller):
+    """Two CreateTopics of one topic: the second is decided on the image the first already changed (its
+    batch still lingering, uncommitted) and is answered TOPIC_ALREADY_EXISTS only once that batch has
+    committed, so no client is told a topic exists that a lost leadership could still take away."""
+    epoch = await register(controller, 10)
+    await call(controller, BrokerHeartbeatRequest(10, epoch, current_metadata_offset=epoch))
+    answers = []
+
+    async def create(tag: str) -> None:
+        response = await call(controller, CreateTopicsRequest((CreatableTopic("twice", 1, 1),)))
+        committed = controller.loader.image.topics.get_by_name("twice") is not None
+        answers.append((tag, response.result("twice").error_code, committed))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(create, "first")
+        await trio.testing.wait_all_tasks_blocked()
+        assert controller.active.image.topics.get_by_name("twice") is not None  # decided, in memory
+        assert controller.loader.image.topics.get_by_name("twice") is None  # not yet committed
+        nursery.start_soon(create, "second")
+    assert sorted(answers) == [("first", Errors.NONE, True), ("second", Errors.TOPIC_ALREADY_EXISTS, True)]
