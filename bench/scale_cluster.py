@@ -199,7 +199,7 @@ def restart_broker(cluster: ProcessCluster, broker_id: int, how: signal.Signals)
     stopped = time.perf_counter() - started
     started = time.perf_counter()
     mark = proc.start()
-    proc.wait_for("broker running", timeout=900, since=mark)
+    proc.wait_for("broker running", timeout=300, since=mark)
     return stopped, time.perf_counter() - started
 
 
@@ -236,6 +236,18 @@ def run_size(root: Path, total: int, rf: int) -> dict:
                 "num.partitions": 1, **KAFKA_SESSION}
     out: dict = {"total": total, "rf": rf}
     with ProcessCluster(root, settings, metrics=True, log_level="info") as cluster:
+        try:
+            measure(cluster, out, topics, total, rf)
+        except BaseException:
+            logs = os.environ.get("KRAFTPY_BENCH_LOGS")
+            if logs:
+                cluster.dump_logs(Path(logs))
+            raise
+    return out
+
+
+def measure(cluster: ProcessCluster, out: dict, topics: list[str], total: int, rf: int) -> None:
+    if True:
         h0 = broker_histograms(cluster)
         out["create_s"] = create(cluster, topics, 100, rf)
         h1 = broker_histograms(cluster)
@@ -254,7 +266,6 @@ def run_size(root: Path, total: int, rf: int) -> dict:
         cluster.controllers[stopped].start()
         snapshot = newest_snapshot(cluster)
         out["snapshot"] = None if snapshot is None else (snapshot.stat().st_size, snapshot_load(snapshot))
-    return out
 
 
 def fmt_bound(seconds: float) -> str:

@@ -69,7 +69,11 @@ class RaftNode:
     @classmethod
     async def open(cls, config: KraftConfig, cluster_id: str, *, rng: random.Random | None = None) -> RaftNode:
         """Open (recovering if need be) the metadata log in a worker thread."""
-        log_config = LogConfig(segment_bytes=config["metadata.log.segment.bytes"])
+        # The metadata log takes any batch the quorum's leader may build (Kafka sets its max.message.bytes
+        # to KafkaRaftClient.MAX_BATCH_SIZE_BYTES the same way): a smaller bound refuses a large
+        # operation's batch on the followers (a controlled shutdown of a broker of 33,000 partitions).
+        log_config = LogConfig(segment_bytes=config["metadata.log.segment.bytes"],
+                               max_message_bytes=raft_config(config, cluster_id).max_batch_bytes)
         try:
             log = await trio.to_thread.run_sync(FileRaftLog.open, config.metadata_log_dir, log_config)
         except OSError as exc:

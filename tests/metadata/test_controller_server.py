@@ -229,3 +229,18 @@ async def test_an_answer_read_from_uncommitted_records_waits_for_their_commit(co
         assert controller.loader.image.topics.get_by_name("twice") is None  # not yet committed
         nursery.start_soon(create, "second")
     assert sorted(answers) == [("first", Errors.NONE, True), ("second", Errors.TOPIC_ALREADY_EXISTS, True)]
+
+
+async def test_the_largest_operation_is_written_to_the_metadata_log(controller):
+    """A CreateTopics at the controller's bound (10,000 partitions) at replication factor 10 is a batch of
+    about 2.5 MB: the metadata log on disk takes it (its max.message.bytes is the quorum's batch limit,
+    8 MiB, not a data topic's 1 MiB) and the image holds every partition once it is committed."""
+    for broker_id in range(10, 20):
+        epoch = await register(controller, broker_id)
+        await call(controller, BrokerHeartbeatRequest(broker_id, epoch, current_metadata_offset=epoch))
+    topics = tuple(CreatableTopic(f"big-{i:03d}", 100, 10) for i in range(100))
+    response = await call(controller, CreateTopicsRequest(topics))
+    assert {t.error_code for t in response.topics} == {Errors.NONE}
+    log = controller.driver.core.log
+    assert max(b.size_in_bytes for b in log.read(log.start_offset, 1 << 30)) > 2 << 20
+    assert sum(len(controller.loader.image.topics.get_by_name(t.name).partitions) for t in topics) == 10_000
