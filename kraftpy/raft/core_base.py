@@ -46,6 +46,13 @@ if TYPE_CHECKING:
 INF = float("inf")
 
 
+#: A leader that has not heard from a majority of the voters for this many fetch timeouts resigns
+#: (Kafka's LeaderState.CHECK_QUORUM_TIMEOUT_FACTOR): a follower gives up on the leader after one fetch
+#: timeout, so the leader's margin keeps a leader whose followers are only slow (a large batch being
+#: replayed) from resigning first.
+CHECK_QUORUM_TIMEOUT_FACTOR = 1.5
+
+
 def wall_clock_ms() -> int:
     """The default wall clock of record timestamps: milliseconds since the epoch."""
     return time.time_ns() // 1_000_000
@@ -115,6 +122,8 @@ class CoreBase:
         self._wall_clock = wall_clock
         self._election_timeout = config.election_timeout_ms / 1000
         self._fetch_timeout = config.fetch_timeout_ms / 1000
+        #: How long a leader goes without fetches from a majority before it resigns (kraftpy.raft.leader).
+        self._check_quorum_timeout = self._fetch_timeout * CHECK_QUORUM_TIMEOUT_FACTOR
         self._request_timeout = config.request_timeout_ms / 1000
         self._retry_backoff = config.retry_backoff_ms / 1000
         self._quorum = QuorumState(config.node_id, config.voters, self._election_timeout, rng, persisted, now)

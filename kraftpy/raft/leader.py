@@ -154,7 +154,7 @@ class LeaderRole(CoreBase):
         for rid in [rid for rid, p in leader.parked.items() if p.deadline <= now]:
             parked = leader.parked.pop(rid)
             self._answer_fetch(parked.source, parked.correlation_id, parked.request, out)
-        if now >= leader.tracker.majority_contact_time() + self._fetch_timeout:
+        if now >= leader.tracker.majority_contact_time() + self._check_quorum_timeout:
             # KIP-595 check quorum: a leader cut off from a majority must not linger.
             self._resign(now, out)
             return
@@ -168,7 +168,7 @@ class LeaderRole(CoreBase):
         assert leader is not None
         return min(
             leader.begin_resend_at,
-            leader.tracker.majority_contact_time() + self._fetch_timeout,
+            leader.tracker.majority_contact_time() + self._check_quorum_timeout,
             leader.accumulator.next_deadline(),
             *(p.deadline for p in leader.parked.values()),
         )
