@@ -239,7 +239,7 @@ def run_size(root: Path, total: int, rf: int) -> dict:
         try:
             measure(cluster, out, topics, total, rf)
         except (Exception, SystemExit) as exc:  # what was measured until then is kept, and why it stopped
-            out["error"] = " ".join(str(exc).split())[:300]
+            out["error"] = str(exc).split(":\n", 1)[0][:300]  # its first line, not the process's log tail
             logs = os.environ.get("KRAFTPY_BENCH_LOGS")
             if logs:
                 cluster.dump_logs(Path(logs))

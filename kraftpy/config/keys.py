@@ -65,8 +65,9 @@ KEYS: list[ConfigKey] = [
     ConfigKey("controller.quorum.election.backoff.max.ms", "int", 1000,
               "Largest back-off before a voter whose election failed tries again.", at_least(0)),
     ConfigKey("controller.quorum.fetch.timeout.ms", "int", 2000,
-              "Time without a successful fetch before a follower looks for a new leader, and without a "
-              "majority of fetches before a leader resigns.", at_least(1)),
+              "Time without a successful fetch before a follower looks for a new leader; a leader resigns "
+              "after 1.5 times this without fetches from a majority of the voters (Kafka's check quorum).",
+              at_least(1)),
     ConfigKey("controller.quorum.request.timeout.ms", "int", 2000,
               "How long a quorum request waits for its response.", at_least(1)),
     ConfigKey("controller.quorum.retry.backoff.ms", "int", 20,
