@@ -85,12 +85,18 @@ class Node:
 
 
 async def wait_until(nodes, predicate, timeout=20.0):
+    """Wait until ``predicate()`` holds, checking it again at each change a node's recorder reports. The
+    events are taken before the check: a change between the check and the wait is not missed (a
+    watcher that read its event only once it ran could wait for a change that had already come)."""
     with trio.fail_after(timeout):
-        while not predicate():
+        while True:
+            events = [node.recorder.changed for node in nodes]
+            if predicate():
+                return
             async with trio.open_nursery() as race:
-                for node in nodes:
-                    async def watch(n=node):
-                        await n.recorder.changed.wait()
+                for event in events:
+                    async def watch(e=event):
+                        await e.wait()
                         race.cancel_scope.cancel()
                     race.start_soon(watch)
 
