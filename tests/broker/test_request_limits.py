@@ -21,7 +21,6 @@ from kraftpy.broker.lifecycle import BrokerLifecycle
 from kraftpy.cli.dev import dev_properties
 from kraftpy.config import load_config
 from kraftpy.config.properties import format_properties
-from kraftpy.ids import random_uuid_str
 from kraftpy.metadata.errors import Errors
 from kraftpy.metadata.messages import (
     BrokerHeartbeatRequest,
@@ -39,8 +38,8 @@ from kraftpy.protocol.messages import (
     ListOffsetsRequest,
     MetadataRequest,
 )
-from kraftpy.storage.formatter import format_dirs
 from tests.helpers.cluster import open_cluster
+from tests.helpers.nodes import formatted_node_config
 from tests.helpers.processes import free_ports
 
 TOPIC_CONFIG = 2  # DescribeConfigs resource type of a topic
@@ -206,13 +205,9 @@ async def test_a_million_unknown_topics_neither_fence_the_broker_nor_hold_up_oth
     names = [f"unknown-topic-{i}" for i in range(1_000_000)]
     big_frame = join_frame(encode_request(ApiKey.METADATA, 12, 1, "big", metadata_request(names + names[:1000])))
     port, controller_port = free_ports(2)
-    values = {**dev_properties(tmp_path, port, controller_port),
-              # A broker that misses heartbeats for 3 s is fenced: the event loop may not stall that long.
-              "broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
-    (tmp_path / "server.properties").write_text(format_properties(values))
-    config = load_config(tmp_path / "server.properties")
-    cluster_id = random_uuid_str()
-    format_dirs(config.all_dirs, cluster_id, config.node_id)
+    # A broker that misses heartbeats for 3 s is fenced: the event loop may not stall that long.
+    config, cluster_id = formatted_node_config(tmp_path, port, controller_port, {
+        "broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"})
     node = KraftNode(config, cluster_id)
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)

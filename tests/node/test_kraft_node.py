@@ -8,12 +8,8 @@ from pathlib import Path
 
 import trio
 
-from kraftpy.cli.dev import dev_properties
-from kraftpy.config import load_config
-from kraftpy.config.properties import format_properties
-from kraftpy.ids import random_uuid_str
 from kraftpy.node import KraftNode
-from kraftpy.storage.formatter import format_dirs
+from tests.helpers.nodes import formatted_node_config
 from tests.helpers.processes import free_ports
 
 
@@ -40,11 +36,7 @@ async def api_versions(port: int) -> bytes:
 
 async def test_combined_node_serves_and_exports_metrics(tmp_path: Path) -> None:
     port, controller_port, metrics_port = free_ports(3)
-    values = {**dev_properties(tmp_path, port, controller_port), "metrics.port": str(metrics_port)}
-    (tmp_path / "server.properties").write_text(format_properties(values))
-    config = load_config(tmp_path / "server.properties")
-    cluster_id = random_uuid_str()
-    format_dirs(config.all_dirs, cluster_id, config.node_id)
+    config, cluster_id = formatted_node_config(tmp_path, port, controller_port, {"metrics.port": str(metrics_port)})
     node = KraftNode(config, cluster_id)
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)
@@ -83,11 +75,7 @@ async def test_a_restarted_broker_is_unfenced_only_once_its_logs_are_open(tmp_pa
     from kraftpy.broker.replica_manager import ReplicaManager
 
     port, controller_port = free_ports(2)
-    (tmp_path / "server.properties").write_text(format_properties(dev_properties(tmp_path, port, controller_port)))
-    config = load_config(tmp_path / "server.properties")
-    cluster_id = random_uuid_str()
-    format_dirs(config.all_dirs, cluster_id, config.node_id)
-
+    config, cluster_id = formatted_node_config(tmp_path, port, controller_port)
     node = KraftNode(config, cluster_id)
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)
