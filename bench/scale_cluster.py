@@ -249,25 +249,24 @@ def run_size(root: Path, total: int, rf: int) -> dict:
 
 
 def measure(cluster: ProcessCluster, out: dict, topics: list[str], total: int, rf: int) -> None:
-    if True:
-        h0 = broker_histograms(cluster)
-        out["create_s"] = create(cluster, topics, 100, rf)
-        h1 = broker_histograms(cluster)
-        single_changes(cluster, 50, min(rf, 3))
-        h2 = broker_histograms(cluster)
-        out["create_propagation"] = (samples(h0, h1), quantile(h0, h1, 0.5), quantile(h0, h1, 0.99))
-        out["single_propagation"] = (samples(h1, h2), quantile(h1, h2, 0.5), quantile(h1, h2, 0.99))
-        out["metadata_s"], out["metadata_partitions"] = metadata_time(cluster.broker_ports[4])
-        out["brokers"] = [rss_and_files(p.pid) for p in cluster.brokers.values()]
-        out["controllers"] = [rss_and_files(p.pid) for p in cluster.controllers.values()]
-        out["shutdown_s"], out["restart_clean_s"] = restart_broker(cluster, 4, signal.SIGTERM)
-        _, out["restart_kill_s"] = restart_broker(cluster, 5, signal.SIGKILL)
-        killed, out["failover_kill_s"] = failover(cluster, signal.SIGKILL)
-        cluster.controllers[killed].start()
-        stopped, out["failover_term_s"] = failover(cluster, signal.SIGTERM)
-        cluster.controllers[stopped].start()
-        snapshot = newest_snapshot(cluster)
-        out["snapshot"] = None if snapshot is None else (snapshot.stat().st_size, snapshot_load(snapshot))
+    h0 = broker_histograms(cluster)
+    out["create_s"] = create(cluster, topics, 100, rf)
+    h1 = broker_histograms(cluster)
+    single_changes(cluster, 50, min(rf, 3))
+    h2 = broker_histograms(cluster)
+    out["create_propagation"] = (samples(h0, h1), quantile(h0, h1, 0.5), quantile(h0, h1, 0.99))
+    out["single_propagation"] = (samples(h1, h2), quantile(h1, h2, 0.5), quantile(h1, h2, 0.99))
+    out["metadata_s"], out["metadata_partitions"] = metadata_time(cluster.broker_ports[4])
+    out["brokers"] = [rss_and_files(p.pid) for p in cluster.brokers.values()]
+    out["controllers"] = [rss_and_files(p.pid) for p in cluster.controllers.values()]
+    out["shutdown_s"], out["restart_clean_s"] = restart_broker(cluster, 4, signal.SIGTERM)
+    _, out["restart_kill_s"] = restart_broker(cluster, 5, signal.SIGKILL)
+    killed, out["failover_kill_s"] = failover(cluster, signal.SIGKILL)
+    cluster.controllers[killed].start()
+    stopped, out["failover_term_s"] = failover(cluster, signal.SIGTERM)
+    cluster.controllers[stopped].start()
+    snapshot = newest_snapshot(cluster)
+    out["snapshot"] = None if snapshot is None else (snapshot.stat().st_size, snapshot_load(snapshot))
 
 
 def fmt_bound(seconds: float) -> str:

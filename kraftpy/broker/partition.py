@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import attrs
@@ -836,9 +836,9 @@ class Partition:
                 else:
                     yield header
 
-    def reload_producer_state(self) -> None:
-        """Blocking: rebuild the producer state from the latest snapshot and the log after it."""
-        names, self.log.listing_at_open = self.log.listing_at_open, None  # a log just opened was just listed
+    def reload_producer_state(self, names: Iterable[str] | None = None) -> None:
+        """Blocking: rebuild the producer state from the latest snapshot and the log after it. ``names``:
+        the log directory's listing when the caller has just taken it (a log being opened), else listed."""
         ps.truncate_and_reload(
             self.producer_state, self.log.directory, self.log.log_end_offset, self.headers_from,
             log_start_offset=self.log.log_start_offset, now_ms=self.clock(), names=names,

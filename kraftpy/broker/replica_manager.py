@@ -600,7 +600,9 @@ class ReplicaManager:
                 part.min_insync_replicas = request.settings.min_insync_replicas
                 part.log_append_time = request.settings.log_append_time
                 part.produce_rules = request.settings.produce_rules
-                part.reload_producer_state()
+                # The listing Log.open took (dropped from the log: 100,000 of them would stay in memory).
+                listing, log.listing_at_open = log.listing_at_open, None
+                part.reload_producer_state(listing)
             except OSError as exc:
                 if log is not None:
                     log.abandon()

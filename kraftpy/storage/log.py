@@ -224,8 +224,9 @@ class Log:
         self._directory_unsynced = False
         self._closed = False
         self.leader_epoch_cache = LeaderEpochCache(None, lambda: self.log_end_offset)
-        #: The directory's file names as `open` found them (after removing leftovers), for the owner to
-        #: find its own files in (the producer snapshots) without listing it again; it takes it once.
+        #: The directory's file names as `open` found them (after removing leftovers), for the opener to
+        #: find its own files in (the producer snapshots) without listing again; the opener drops it
+        #: (it is stale once anything writes to the directory).
         self.listing_at_open: list[str] | None = None
 
     # -- opening ---------------------------------------------------------------------------------

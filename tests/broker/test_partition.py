@@ -247,3 +247,20 @@ async def test_an_append_bound_to_a_leader_epoch_is_refused_in_any_other(tmp_pat
     assert stale.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and part.log_end_offset == 0
     ok = await part.append_as_leader(data, read_header(data), acks=1, now=part.clock(), leader_epoch=epoch)
     assert ok.error == ErrorCode.NONE and part.log_end_offset == 1
+
+
+async def test_reloading_producer_state_later_sees_the_snapshots_written_since_the_log_was_opened(tmp_path):
+    """The listing a log took when it was opened is for its opener only: a reload after a truncation (or
+    by a log opened elsewhere, as a directory move does) lists the directory again and finds the
+    producer snapshot written since; a stale listing would replay from the log start and, worse, leave a
+    snapshot above a truncation point in place."""
+    part, _ = leader(tmp_path)
+    data = batch(b"x", producer_id=7, producer_epoch=0, base_sequence=0)
+    await part.append_as_leader(data, read_header(data), acks=1, now=part.clock())
+    part.snapshot_producer_state()
+    ps.take_snapshot(part.log.directory, part.producer_state, 5)  # above the log end: a truncated tail's
+    assert ps.snapshot_offsets(part.log.directory) == [1, 5]
+    part.log.listing_at_open = []  # what an opener that never took it leaves behind
+    part.reload_producer_state()
+    assert ps.snapshot_offsets(part.log.directory) == [1]  # the one above the log end is gone
+    assert 7 in part.producer_state.producers
