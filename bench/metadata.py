@@ -48,7 +48,7 @@ from kraftpy.ids import Uuid  # noqa: E402
 from kraftpy.logs import configure_logging  # noqa: E402
 from kraftpy.metadata import cluster_control, replication_control  # noqa: E402
 from kraftpy.metadata.controller import QuorumController  # noqa: E402
-from kraftpy.metadata.controller_config import ControllerConfig  # noqa: E402
+from kraftpy.metadata.controller_config import LATEST_METADATA_VERSION, ControllerConfig  # noqa: E402
 from kraftpy.metadata.delta import MetadataDelta, replay_records  # noqa: E402
 from kraftpy.metadata.image import EMPTY_IMAGE, MetadataImage  # noqa: E402
 from kraftpy.metadata.messages import (  # noqa: E402
@@ -98,7 +98,7 @@ class Bench:
         request = BrokerRegistrationRequest(
             broker_id=broker_id, cluster_id=CLUSTER_ID, incarnation_id=Uuid(bytes([broker_id]) * 16),
             listeners=(BrokerEndpoint("PLAINTEXT", f"broker{broker_id}", 9092, 0),),
-            features=(BrokerFeature("metadata.version", 1, 7),), rack=None,
+            features=(BrokerFeature("metadata.version", 1, LATEST_METADATA_VERSION),), rack=None,
         )
         epoch = self.commit(self.controller.handle_broker_registration(request, 0.0, self.offset)).broker_epoch
         self.commit(self.controller.handle_broker_heartbeat(

@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from tests.helpers.cluster import open_cluster
-from tests.helpers.group_members import Member, stable_assignment, wait_until
+from tests.helpers.group_members import Member, balanced_assignment, stable_assignment, wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 pytest.importorskip("kafka")
@@ -185,12 +185,14 @@ async def test_cooperative_sticky_moves_only_the_partitions_it_must(cluster):
                                                   cond=cond, name=f"sticky-{i}"))
 
             pair = [member(0), member(1)]
-            wait_until(pair, lambda: stable_assignment(pair, PARTITIONS), "two members sharing the partitions")
+            wait_until(pair, lambda: balanced_assignment(pair, PARTITIONS), "two members sharing the partitions")
             before = {m.name: m.partitions for m in pair}
             marks = {m.name: len(m.lines) for m in pair}
             third = member(2)
             trio_ = [*pair, third]
-            wait_until(trio_, lambda: stable_assignment(trio_, PARTITIONS), "three members sharing the partitions")
+            # Not only stable: librdkafka's leader may revoke from one member in one generation and from
+            # the other in the next, with a stable 2/3/1 assignment in between.
+            wait_until(trio_, lambda: balanced_assignment(trio_, PARTITIONS), "three members sharing the partitions")
             for m in pair:
                 assert m.partitions <= before[m.name], f"{m.name} was given a partition it did not have"
                 revoked = [set(line["removed"]) for line in m.lines[marks[m.name]:] if line["event"] == "revoked"]

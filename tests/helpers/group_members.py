@@ -186,6 +186,14 @@ def stable_assignment(members: list[Member], partitions: int) -> bool:
     return all(held) and sum(map(len, held)) == partitions and set().union(*held) == set(range(partitions))
 
 
+def balanced_assignment(members: list[Member], partitions: int) -> bool:
+    """A stable assignment whose members' shares differ by at most one partition: where an incremental
+    (cooperative) rebalance ends. It may pass through stable but unbalanced assignments on its way (a
+    leader that revoked from one member in one generation and from another in the next)."""
+    sizes = [len(m.partitions) for m in members]
+    return stable_assignment(members, partitions) and max(sizes) - min(sizes) <= 1
+
+
 def values_read_above_commits(members: Iterable[Member]) -> set[str]:
     """Every value the members read, in the order they printed it (their ``seq``), checking that none was
     read at an offset below what the group had committed for its partition by then (a redelivery past a
