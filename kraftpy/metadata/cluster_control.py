@@ -186,16 +186,19 @@ def unregister_broker(
 def fence_brokers(
     image: MetadataImage, broker_ids: Iterable[int], config: ControllerConfig
 ) -> list[MetadataRecord]:
-    """FenceBrokerRecords for the registered, unfenced ``broker_ids``, then the partition changes that take
-    them all out of ISRs and leaderships at once (so that no fenced broker is elected on the way)."""
+    """The partition changes that take the registered, unfenced ``broker_ids`` all out of ISRs and
+    leaderships at once (decided on an image where they are fenced, so that none of them is elected on
+    the way), then their FenceBrokerRecords. Last, as Kafka's ``handleBrokerFenced`` writes them: the
+    changes may be written as several batches, and if only some commit the broker is still unfenced,
+    so the next fencing of it finishes the work."""
     fenced = [image.cluster.brokers[b] for b in sorted(set(broker_ids))
               if b in image.cluster.brokers and not image.cluster.brokers[b].fenced]
-    records: list[MetadataRecord] = [FenceBrokerRecord(reg.id, reg.epoch) for reg in fenced]
-    if records:
-        records += replication_control.fence_brokers_changes(
-            replay_records(image, records), frozenset(reg.id for reg in fenced), config
-        )
-    return records
+    if not fenced:
+        return []
+    fences: list[MetadataRecord] = [FenceBrokerRecord(reg.id, reg.epoch) for reg in fenced]
+    changes = replication_control.fence_brokers_changes(
+        replay_records(image, fences), frozenset(reg.id for reg in fenced), config)
+    return [*changes, *fences]
 
 
 def process_heartbeat(
@@ -216,7 +219,7 @@ def process_heartbeat(
     reported = [*request.offline_replicas,
                 *directory_control.replicas_in_directories(after, reg.id, request.offline_log_dirs)]
     offline = replication_control.offline_replica_changes(after, reg.id, reported, config)
-    return ControllerResult([*result.records, *offline], result.response)
+    return ControllerResult([*result.records, *offline], result.response, atomic=False)
 
 
 def _state_transition(
@@ -226,7 +229,10 @@ def _state_transition(
     records: list[MetadataRecord] = []
 
     def reply(fenced: bool, shut_down: bool = False) -> ControllerResult[BrokerHeartbeatResponse]:
-        return ControllerResult(records, BrokerHeartbeatResponse(Errors.NONE, caught_up, fenced, shut_down))
+        # Not atomic: a prefix of an unfencing's elections is finished by the next active controller's
+        # elections (QuorumController.activate), of a controlled shutdown or a fencing by the next heartbeat.
+        return ControllerResult(records, BrokerHeartbeatResponse(Errors.NONE, caught_up, fenced, shut_down),
+                                atomic=False)
 
     if reg.fenced:
         if request.want_shut_down:

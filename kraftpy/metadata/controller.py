@@ -108,10 +108,12 @@ class QuorumController:
             if broker_id != self.config.local_broker_id:
                 self.heartbeats.touch(broker_id, now)
         self._next_rebalance = now + self.config.leader_imbalance_check_interval_seconds
-        records: list[MetadataRecord] = []
         if METADATA_VERSION not in self.image.features.levels:
-            records += feature_control.bootstrap_records(self.config.bootstrap_records)
-        return ControllerResult(records, None)
+            return ControllerResult(feature_control.bootstrap_records(self.config.bootstrap_records), None)
+        # Partitions left without a leader that an active replica can lead: what an unfencing whose
+        # elections were cut short by the previous controller's end would otherwise leave offline.
+        return ControllerResult(replication_control.elect_leaderless_partitions(self.image, self.config), None,
+                                atomic=False)
 
     def replay(
         self, records: Sequence[MetadataRecord], *, last_offset: int | None = None, epoch: int | None = None
@@ -165,7 +167,8 @@ class QuorumController:
         for broker_id in expired:
             self.heartbeats.remove(broker_id)
         to_fence = tuple(b for b in expired if (reg := self.image.cluster.broker(b)) is not None and not reg.fenced)
-        return ControllerResult(cluster_control.fence_brokers(self.image, to_fence, self.config), to_fence)
+        return ControllerResult(cluster_control.fence_brokers(self.image, to_fence, self.config), to_fence,
+                                atomic=False)
 
     def maybe_balance_partition_leaders(self, now: float, image: MetadataImage | None = None) -> ControllerResult[int]:
         """When auto.leader.rebalance.enable is on and the check interval has passed, move leaderships back
@@ -178,7 +181,7 @@ class QuorumController:
             return ControllerResult([], 0)
         self._next_rebalance = now + self.config.leader_imbalance_check_interval_seconds
         changes = replication_control.preferred_leader_changes(self.image if image is None else image, self.config)
-        return ControllerResult(changes, len(changes))
+        return ControllerResult(changes, len(changes), atomic=False)
 
     def tick(self, now: float) -> ControllerResult[tuple[int, ...]]:
         """Periodic work at ``now``: fence stale brokers, then maybe rebalance leaders (on the image as the
@@ -186,7 +189,7 @@ class QuorumController:
         fenced = self.fence_stale_brokers(now)
         after = replay_records(self.image, fenced.records) if fenced.records else self.image
         balanced = self.maybe_balance_partition_leaders(now, after)
-        return ControllerResult(fenced.records + balanced.records, fenced.response)
+        return ControllerResult(fenced.records + balanced.records, fenced.response, atomic=False)
 
     def next_deadline(self) -> float | None:
         """The earliest time at which ``tick`` has something to do, or None."""

@@ -1,8 +1,8 @@
 """A controller process: a Raft voter of the metadata quorum, and the active controller when it leads.
 
 Theory of operation. Every controller follows the committed log with a `MetadataLoader` (the same
-replay brokers use). The one that leads the Raft quorum becomes active once everything before its
-epoch is committed (its leader-change record reached the high watermark): it then builds a
+replay brokers use), in the loader's own task. The one that leads the Raft quorum becomes active once
+everything before its epoch is committed and replayed (its loader reached its leader-change record): it then builds a
 `QuorumController` on the loaded image and serves writes. A write runs the controller's pure
 logic, appends the resulting records as one Raft batch, replays them at once into the active
 controller (so the next request sees them), and is answered when the batch commits. Losing the
@@ -33,7 +33,7 @@ from kraftpy.metadata.controller_kafka import ControllerKafkaApis
 from kraftpy.metadata.loader import MetadataLoader, write_metadata_snapshots
 from kraftpy.metadata.records import UserScramCredentialRecord, encode_record
 from kraftpy.metadata.replication_control import unclean_elections
-from kraftpy.metadata.result import ControllerResult
+from kraftpy.metadata.result import NON_ATOMIC_BATCH_RECORDS, ControllerResult
 from kraftpy.metadata.rpc import (
     CLUSTER_DESCRIBE_API,
     CONTROLLER_APIS,
@@ -116,7 +116,7 @@ class ControllerServer:
         #: The controller built when this node's epoch became committed, until it is activated.
         self._leading: QuorumController | None = None
         self._activation_offset: int | None = None
-        #: Writes waiting for their last offset to commit, in offset order.
+        #: Writes waiting for their last offset to be committed and replayed by the loader, in offset order.
         self._pending: list[tuple[int, list[Any]]] = []
         self._high_watermark = 0
         self._write_lock = trio.Lock()
@@ -161,6 +161,7 @@ class ControllerServer:
         """Everything but the listener: the Raft node, the controller's timers (session expiry, leader
         rebalancing) and snapshots. Requests come in through `handle`."""
         async with trio.open_nursery() as nursery:
+            await nursery.start(self.loader.run)
             await nursery.start(self.raft.run, self)
             nursery.start_soon(self._timers)
             nursery.start_soon(write_metadata_snapshots, self.loader, self.raft.driver, self.snapshot_bytes, self.log)
@@ -183,6 +184,13 @@ class ControllerServer:
             self._replayed = True
         if self.acls is not None:
             self.acls.apply_changes(delta.changed_acls)
+        replayed = self.loader.next_offset
+        while self._pending and self._pending[0][0] < replayed:
+            _, slot = self._pending.pop(0)
+            slot[0].set()
+        if self._leading is None and self._activation_offset is not None and replayed >= self._activation_offset:
+            self._activate()
+            self._poke()
 
     def lookup_scram(self, name: str, mechanism: int) -> UserScramCredentialRecord | None:
         """A user's SCRAM credential: the metadata image's once this controller replayed some of the log,
@@ -206,14 +214,10 @@ class ControllerServer:
     # -- the Raft listener -----------------------------------------------------------------------
 
     def handle_commit(self, commit: Commit) -> None:
-        self.loader.handle_commit(commit)
+        # Replayed by the loader's own task: a commit of many records never holds up the Raft driver.
+        self.loader.listener.handle_commit(commit)
         hw = self._high_watermark = commit.high_watermark
         RAFT_HIGH_WATERMARK.labels(self.node_id).set(hw)
-        while self._pending and self._pending[0][0] < hw:
-            _, slot = self._pending.pop(0)
-            slot[0].set()
-        if self.active is None and self._activation_offset is not None and hw >= self._activation_offset:
-            self._activate()
         self._poke()
 
     def handle_leader_change(self, change: LeaderChange) -> None:
@@ -228,10 +232,11 @@ class ControllerServer:
         self._poke()
 
     def handle_snapshot_loaded(self, effect: SnapshotLoaded) -> None:
-        self.loader.handle_snapshot_loaded(effect)
+        self.loader.listener.handle_snapshot_loaded(effect)
 
     def _activate(self) -> None:
-        """Everything before this epoch is committed: build the controller; `_timers` activates it."""
+        """Everything before this epoch is committed and replayed by the loader: build the controller on
+        its image; `_timers` activates it."""
         self._leading = QuorumController(self.controller_config, rng=self.rng, image=self.loader.image)
         self._activation_offset = None
 
@@ -241,10 +246,13 @@ class ControllerServer:
         self.active = self._leading = None
         self._activation_offset = None
         ACTIVE_CONTROLLER.labels(self.node_id).set(0)
-        for _, slot in self._pending:
-            slot[1] = not_controller(leader_id)
-            slot[0].set()
-        self._pending.clear()
+        # Writes already committed are answered once the loader replays them; the others may be lost.
+        committed = [(offset, slot) for offset, slot in self._pending if offset < self._high_watermark]
+        for offset, slot in self._pending:
+            if offset >= self._high_watermark:
+                slot[1] = not_controller(leader_id)
+                slot[0].set()
+        self._pending = committed
 
     def _poke(self) -> None:
         self._changed.set()
@@ -356,7 +364,9 @@ class ControllerServer:
 
     async def write(self, operation: Callable[[QuorumController, float, int], ControllerResult], *,
                     activating: bool = False) -> Any:
-        """Run one controller operation: records appended as one batch, answered once committed.
+        """Run one controller operation: records appended as one batch (several for a result that is not
+        atomic, each replayed into the controller as it is appended), answered once committed and
+        replayed by this controller's loader (so that what it answers is in the image it serves).
         With ``activating``, run it on the controller being activated, which becomes the active one.
 
         An operation that writes nothing read the in-memory image, which may hold records not yet
@@ -370,24 +380,27 @@ class ControllerServer:
             if controller is None:
                 raise not_controller(self.loader.leader_id)
             result = operation(controller, trio.current_time(), self.driver.next_offset())
-            if result.records:
+            records = result.records
+            step = len(records) if result.atomic else NON_ATOMIC_BATCH_RECORDS
+            for start in range(0, len(records), max(step, 1)):
+                chunk = records[start:start + step]
                 try:
-                    proposed = await self.driver.propose([encode_record(r) for r in result.records])
+                    proposed = await self.driver.propose([encode_record(r) for r in chunk])
                 except NotLeaderError as exc:
                     raise not_controller(exc.leader_id) from None
                 if self._leading is not controller:  # leadership went while the batch was being written
                     raise not_controller(self.loader.leader_id)
                 before = controller.image
-                controller.replay(result.records, last_offset=proposed.last_offset, epoch=proposed.epoch)
-                self._report_unclean_elections(before, result.records)
+                controller.replay(chunk, last_offset=proposed.last_offset, epoch=proposed.epoch)
+                self._report_unclean_elections(before, chunk)
             if activating:
                 self.active = controller
                 ACTIVE_CONTROLLER.labels(self.node_id).set(1)
                 self.log.info("active controller", epoch=self.loader.leader_epoch,
                               metadata_offset=self.loader.next_offset)
             written = proposed.last_offset if result.records else self.driver.next_offset() - 1
-            if written < self._high_watermark:
-                return result.response  # committed already (or a quorum of one committed it at once)
+            if written < self.loader.next_offset:
+                return result.response  # committed and replayed already
             slot: list[Any] = [trio.Event(), None]
             self._pending.append((written, slot))
         await slot[0].wait()

@@ -12,6 +12,16 @@ instead of comparing images:
   longer has are deletions (Kafka's ``finishSnapshot``);
 * ``subscribe``: ``MetadataDelta.between(EMPTY_IMAGE, current image)`` — everything is new to it.
 
+A loader follows the log in one of two ways. Called directly (``handle_commit``), it replays at once.
+As a Raft listener in a running node it only queues what the Raft driver hands it (`listener`): its
+own task (`run`) replays the queue, yielding to the event loop every `STEP_RECORDS` records, so that
+a commit of tens of thousands of records (fencing a broker of 30,000 partitions) never holds up the
+node's Raft work — its fetches, its election timer, a leader's answers — for longer than a step, as
+Kafka's loader runs on its own event queue beside the Raft client's thread. A commit of several
+batches holding more than `PUBLISH_RECORDS` records is published batch by batch once that many are
+replayed (the image is still only ever published at a batch boundary: every committed record below
+``next_offset`` and nothing else). A snapshot is decoded in a worker thread.
+
 Snapshot files hold the records that rebuild an image (kraftpy.metadata.snapshot), as RecordBatch v2
 batches of at most `SNAPSHOT_BATCH_RECORDS` records — the same framing as the log, so `kraftpy
 dump-log` and `kraftpy metadata dump --snapshot` read them.
@@ -19,7 +29,8 @@ dump-log` and `kraftpy metadata dump --snapshot` read them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import collections
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import trio
@@ -34,6 +45,10 @@ from kraftpy.raft.effects import Commit, LeaderChange, SnapshotLoaded
 from kraftpy.raft.log import RaftLog, RecordBatch
 
 SNAPSHOT_BATCH_RECORDS = 1000
+#: Records a running loader replays between two yields to the event loop (about 30 ms of replay).
+STEP_RECORDS = 1000
+#: Records after which a commit of several batches is published at the next batch boundary.
+PUBLISH_RECORDS = 5000
 
 Publisher = Callable[[MetadataImage, MetadataDelta], None]
 
@@ -55,10 +70,6 @@ def decode_snapshot_file(data: bytes, provenance: MetadataProvenance) -> Metadat
     return load_snapshot(decode_snapshot_records(data), provenance)
 
 
-def batch_records(batch: RecordBatch) -> list[MetadataRecord]:
-    return [] if batch.is_control else [decode_record(value) for value in batch.records]
-
-
 class MetadataLoader:
     """Follows committed metadata. Invariant: ``image`` reflects every committed record below
     ``next_offset`` and nothing else."""
@@ -77,45 +88,148 @@ class MetadataLoader:
         self.commit_timestamp_ms = -1
         #: Bytes of record values committed since the image was last loaded from or saved to a snapshot.
         self.bytes_since_snapshot = 0
+        #: Commits and loaded snapshots handed over by the Raft driver, not yet replayed (`run`).
+        self._queue: collections.deque[Commit | _Snapshot] = collections.deque()
+        self._queued = trio.Event()
+        #: The Raft listener of a running loader: it queues, `run` replays.
+        self.listener = _QueuingListener(self)
+
+    # -- replaying at once -----------------------------------------------------------------------
 
     def handle_commit(self, commit: Commit) -> None:
-        if not commit.batches:
-            return
-        delta = MetadataDelta(self.image)
-        self.commit_timestamp_ms = commit.batches[0].timestamp_ms
-        for batch in commit.batches:
-            records = batch_records(batch)
-            for i, record in enumerate(records):
-                delta.replay(record, batch.base_offset + i, batch.epoch)
-            self.bytes_since_snapshot += sum(len(v) for v in batch.records)
-            self.next_offset = batch.next_offset
-            self.last_applied_timestamp_ms = batch.timestamp_ms
-            delta.set_provenance(MetadataProvenance(batch.last_offset, batch.epoch))
-        self.image = delta.apply()
-        for publish in self.subscribers:
-            publish(self.image, delta)
+        for _ in self._commit_steps(commit):
+            pass
 
     def handle_snapshot_loaded(self, effect: SnapshotLoaded) -> None:
-        snapshot_id = effect.snapshot_id
-        size = self.log.snapshot_size(snapshot_id) or 0
-        data = self.log.read_snapshot(snapshot_id, 0, size)
-        loaded = decode_snapshot_file(data, MetadataProvenance(snapshot_id.end_offset - 1, snapshot_id.epoch))
-        delta = MetadataDelta.between(self.image, loaded)
-        self.image = loaded
-        self.commit_timestamp_ms = -1  # a snapshot: no commit's latency to observe
-        self.next_offset = snapshot_id.end_offset
-        self.bytes_since_snapshot = 0
-        for publish in self.subscribers:
-            publish(self.image, delta)
+        snapshot = self._read_snapshot(effect)
+        loaded = decode_snapshot_file(snapshot.data, snapshot.provenance)
+        self._install(snapshot, loaded, MetadataDelta.between(self.image, loaded))
+
+    def handle_leader_change(self, change: LeaderChange) -> None:
+        self.leader_id = change.leader_id
+        self.leader_epoch = change.epoch
 
     def subscribe(self, publish: Publisher) -> None:
         """Hear every new image from now on, starting with the current one (as a delta from EMPTY_IMAGE)."""
         self.subscribers.append(publish)
         publish(self.image, MetadataDelta.between(EMPTY_IMAGE, self.image))
 
+    # -- replaying in a task -----------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Replay what `listener` queues, in order, until cancelled."""
+        task_status.started()
+        while True:
+            while not self._queue:
+                await self._queued.wait()
+                self._queued = trio.Event()
+            item = self._queue.popleft()
+            if isinstance(item, Commit):
+                for _ in self._commit_steps(item):
+                    await trio.lowlevel.checkpoint()
+            else:
+                loaded, delta = await trio.to_thread.run_sync(self._decode_against, item, self.image)
+                self._install(item, loaded, delta)
+            await trio.lowlevel.checkpoint()
+
+    @property
+    def backlog(self) -> int:
+        """Commits and snapshots queued and not yet replayed."""
+        return len(self._queue)
+
+    def _enqueue(self, item: Commit | _Snapshot) -> None:
+        self._queue.append(item)
+        self._queued.set()
+
+    # -- the replay itself -------------------------------------------------------------------------
+
+    def _commit_steps(self, commit: Commit) -> Iterator[None]:
+        """Replay ``commit``, yielding every `STEP_RECORDS` records; publish at its end, and at a batch
+        boundary once `PUBLISH_RECORDS` records wait to be published."""
+        if not commit.batches:
+            return
+        delta = MetadataDelta(self.image)
+        first_timestamp_ms = commit.batches[0].timestamp_ms
+        replayed = size = since_step = 0
+        last = len(commit.batches) - 1
+        for n, batch in enumerate(commit.batches):
+            if not batch.is_control:
+                base, epoch = batch.base_offset, batch.epoch
+                for i, value in enumerate(batch.records):
+                    delta.replay(decode_record(value), base + i, epoch)
+                    size += len(value)
+                    since_step += 1
+                    if since_step >= STEP_RECORDS:
+                        since_step = 0
+                        yield
+                replayed += len(batch.records)
+            delta.set_provenance(MetadataProvenance(batch.last_offset, batch.epoch))
+            if n == last or replayed >= PUBLISH_RECORDS:
+                self._publish(delta, batch, first_timestamp_ms, size)
+                if n == last:
+                    return
+                delta = MetadataDelta(self.image)
+                first_timestamp_ms = commit.batches[n + 1].timestamp_ms
+                replayed = size = 0
+                yield
+
+    def _publish(self, delta: MetadataDelta, last: RecordBatch, first_timestamp_ms: int, size: int) -> None:
+        self.image = delta.apply()
+        self.next_offset = last.next_offset
+        self.last_applied_timestamp_ms = last.timestamp_ms
+        self.commit_timestamp_ms = first_timestamp_ms
+        self.bytes_since_snapshot += size
+        for publish in self.subscribers:
+            publish(self.image, delta)
+
+    def _read_snapshot(self, effect: SnapshotLoaded) -> _Snapshot:
+        snapshot_id = effect.snapshot_id
+        size = self.log.snapshot_size(snapshot_id) or 0
+        return _Snapshot(snapshot_id.end_offset, MetadataProvenance(snapshot_id.end_offset - 1, snapshot_id.epoch),
+                         self.log.read_snapshot(snapshot_id, 0, size))
+
+    @staticmethod
+    def _decode_against(snapshot: _Snapshot, image: MetadataImage) -> tuple[MetadataImage, MetadataDelta]:
+        loaded = decode_snapshot_file(snapshot.data, snapshot.provenance)
+        return loaded, MetadataDelta.between(image, loaded)
+
+    def _install(self, snapshot: _Snapshot, loaded: MetadataImage, delta: MetadataDelta) -> None:
+        self.image = loaded
+        self.commit_timestamp_ms = -1  # a snapshot: no commit's latency to observe
+        self.next_offset = snapshot.end_offset
+        self.bytes_since_snapshot = 0
+        for publish in self.subscribers:
+            publish(self.image, delta)
+
+
+class _Snapshot:
+    """A snapshot the Raft driver loaded, read when it was handed over (a later snapshot may replace
+    the file before the loader's task gets to it)."""
+
+    __slots__ = ("end_offset", "provenance", "data")
+
+    def __init__(self, end_offset: int, provenance: MetadataProvenance, data: bytes) -> None:
+        self.end_offset = end_offset
+        self.provenance = provenance
+        self.data = data
+
+
+class _QueuingListener:
+    """A loader's side of the Raft listener protocol when it runs as a task: commits and snapshots are
+    queued for `MetadataLoader.run` (the driver calls this with its lock held), the leader is noted."""
+
+    def __init__(self, loader: MetadataLoader) -> None:
+        self.loader = loader
+
+    def handle_commit(self, commit: Commit) -> None:
+        if commit.batches:
+            self.loader._enqueue(commit)
+
+    def handle_snapshot_loaded(self, effect: SnapshotLoaded) -> None:
+        self.loader._enqueue(self.loader._read_snapshot(effect))
+
     def handle_leader_change(self, change: LeaderChange) -> None:
-        self.leader_id = change.leader_id
-        self.leader_epoch = change.epoch
+        self.loader.handle_leader_change(change)
 
 
 async def write_metadata_snapshots(loader: MetadataLoader, driver: RaftDriver, limit: int, log: Any) -> None:

@@ -634,7 +634,7 @@ def elect_leaders(
             partition_results.append(PartitionResult(pid, error, message))
         if partition_results or request.topic_partitions is not None:
             results.append(ReplicaElectionResult(name, tuple(partition_results)))
-    return ControllerResult(records, ElectLeadersResponse(Errors.NONE, tuple(results)))
+    return ControllerResult(records, ElectLeadersResponse(Errors.NONE, tuple(results)), atomic=False)
 
 
 # -- reporting ------------------------------------------------------------------------------------

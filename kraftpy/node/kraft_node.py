@@ -111,7 +111,8 @@ class KraftNode:
         """A broker-only process follows the metadata log as a Raft observer, bounded by snapshots."""
         loader = self.loader = MetadataLoader(raft.log)
         async with trio.open_nursery() as nursery:
-            driver = await nursery.start(raft.run, loader)
+            await nursery.start(loader.run)
+            driver = await nursery.start(raft.run, loader.listener)
             nursery.start_soon(write_metadata_snapshots, loader, driver,
                                self.config["metadata.log.max.record.bytes.between.snapshots"], self.log)
             task_status.started()

@@ -21,6 +21,7 @@ import trio
 
 from kraftpy.config import KraftConfig
 from kraftpy.fatal import storage_failure
+from kraftpy.metadata.result import NON_ATOMIC_BATCH_RECORDS
 from kraftpy.raft.config import RaftConfig
 from kraftpy.raft.core import RaftCore
 from kraftpy.raft.driver import RaftDriver, RaftListener
@@ -44,6 +45,7 @@ def raft_config(config: KraftConfig, cluster_id: str) -> RaftConfig:
         request_timeout_ms=config["controller.quorum.request.timeout.ms"],
         retry_backoff_ms=config["controller.quorum.retry.backoff.ms"],
         append_linger_ms=config["controller.quorum.append.linger.ms"],
+        max_batch_records=NON_ATOMIC_BATCH_RECORDS,
     )
 
 

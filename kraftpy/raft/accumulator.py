@@ -4,7 +4,7 @@ Theory of operation. Every batch the leader appends costs one flush (an fsync) b
 so appending each proposal on its own caps the write rate at the disk's fsync rate. With
 controller.quorum.append.linger.ms > 0 the first proposal after a drain opens a batch and starts
 the linger timer; later proposals join it; the batch is closed when the timer fires or when the next
-proposal would take it past the batch size limit, and the leader appends every closed batch when it
+proposal would take it past the batch size limit (or its record limit), and the leader appends every closed batch when it
 drains. With a linger of 0 the leader drains at once, so each proposal is its own batch.
 
 `append` answers at once with the offsets the records will take. Nothing else is appended in the
@@ -39,6 +39,8 @@ class BatchAccumulator:
     linger: float
     #: The largest batch to build (an upper bound of its encoded size).
     max_batch_bytes: int
+    #: The most records a batch gathers from several proposals (None: no limit).
+    max_batch_records: int | None = None
     _closed: list[list[bytes]] = attrs.Factory(list)
     _open: list[bytes] = attrs.Factory(list)
     _open_bytes: int = 0
@@ -52,7 +54,8 @@ class BatchAccumulator:
         size = encoded_size_bound(records)
         if size > self.max_batch_bytes:
             raise ValueError(f"a proposal of {size} bytes exceeds the batch limit of {self.max_batch_bytes}")
-        if self._open and self._open_bytes + size - HEADER_SIZE > self.max_batch_bytes:
+        if self._open and (self._open_bytes + size - HEADER_SIZE > self.max_batch_bytes or (
+                self.max_batch_records is not None and len(self._open) + len(records) > self.max_batch_records)):
             self._close()
         if not self._open:
             self._drain_at = now + self.linger

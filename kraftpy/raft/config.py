@@ -42,6 +42,10 @@ class RaftConfig:
     #: KafkaRaftClient.MAX_BATCH_SIZE_BYTES (8 MiB): the largest CreateTopics a controller accepts
     #: (10,000 partitions) needs 2.5 MB at replication factor 10.
     max_batch_bytes: int = 8 << 20
+    #: The most records the leader gathers from several proposals into one batch (None: no limit but
+    #: the bytes). One proposal is one batch whatever its count: a state machine splits what it may
+    #: write in parts (the metadata log: kraftpy.metadata.result.NON_ATOMIC_BATCH_RECORDS).
+    max_batch_records: int | None = None
 
     @property
     def is_voter(self) -> bool:

@@ -114,6 +114,7 @@ class LeaderRole(CoreBase):
                 self._log.end_offset,
                 linger=self.config.append_linger_ms / 1000,
                 max_batch_bytes=self.config.max_batch_bytes,
+                max_batch_records=self.config.max_batch_records,
             ),
             begin_resend_at=now + self._request_timeout,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kraftpy.metadata.controller_config import LATEST_METADATA_VERSION, ControllerConfig
 from kraftpy.metadata.errors import Errors
-from kraftpy.metadata.messages import UnregisterBrokerRequest
+from kraftpy.metadata.messages import BrokerHeartbeatRequest, UnregisterBrokerRequest
 from kraftpy.metadata.records import (
     NO_LEADER,
     BrokerFeature,
@@ -256,6 +256,42 @@ def test_activation_gives_registered_brokers_a_fresh_session(cluster3):
     assert successor.fence_stale_brokers(c.now).response == ()
     assert successor.next_deadline() == c.now + SESSION
     assert successor.fence_stale_brokers(c.now + SESSION + 0.5).response == (1, 2, 3)
+
+
+def test_a_prefix_of_a_fencing_or_an_unfencing_is_finished_later(cluster3):
+    """Fencings and unfencings are not atomic (written in bounded batches): if the controller's
+    leadership ends after only a prefix committed, what is left is correct and finished. A fencing's
+    FenceBrokerRecord comes last, so the broker is still unfenced and its next fencing moves the rest;
+    the next active controller elects the partitions an unfencing's prefix left without a leader."""
+    from kraftpy.metadata.controller import QuorumController
+
+    c = cluster3
+    c.create_topic("led", assignments=[[1, 2], [1, 3], [1, 2]])
+    c.create_topic("solo", assignments=[[1], [1]])
+    c.advance(SESSION + 1)
+    c.keep_alive(2, 3)
+    result = c.controller.tick(c.now)
+    assert not result.atomic and isinstance(result.records[-1], FenceBrokerRecord)
+    c.commit(type(result)(result.records[:2], result.response))  # a prefix: two partition changes
+    assert not c.image.cluster.broker(1).fenced
+    successor = QuorumController(c.config, rng=c.controller.rng, image=c.image)  # the leadership moved
+    c.controller = successor
+    c.commit(successor.activate(c.now))
+    c.advance(SESSION + 1)
+    c.keep_alive(2, 3)
+    assert c.commit(successor.tick(c.now)) == (1,)
+    assert all(p.leader != 1 and 1 not in p.isr for p in c.topic("led").partitions.values())
+    assert all(p.leader == NO_LEADER for p in c.topic("solo").partitions.values())
+
+    unfence = successor.handle_broker_heartbeat(BrokerHeartbeatRequest(
+        1, c.image.cluster.broker(1).epoch, c.next_offset - 1, False, False), c.now)
+    assert not unfence.atomic and len(unfence.records) == 3  # the unfencing, then two elections
+    c.commit(type(unfence)(unfence.records[:2], unfence.response))  # a prefix: one partition still offline
+    assert [p.leader for p in c.topic("solo").partitions.values()].count(NO_LEADER) == 1
+    after = QuorumController(c.config, rng=c.controller.rng, image=c.image)
+    c.controller = after
+    c.commit(after.activate(c.now))
+    assert [p.leader for p in c.topic("solo").partitions.values()] == [1, 1]
 
 
 def test_bootstrap_writes_metadata_version_first(cluster):

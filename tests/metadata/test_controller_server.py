@@ -107,6 +107,49 @@ async def test_a_silent_broker_is_fenced_when_its_session_runs_out(controller):
     assert beat.is_fenced
 
 
+@pytest.fixture
+def small_batches(monkeypatch):
+    """Batches of a result that is not atomic, and of proposals gathered by the Raft leader, of 4 records."""
+    from kraftpy.metadata import controller_server
+    from kraftpy.node import raft_node
+
+    monkeypatch.setattr(controller_server, "NON_ATOMIC_BATCH_RECORDS", 4)
+    monkeypatch.setattr(raft_node, "NON_ATOMIC_BATCH_RECORDS", 4)
+
+
+async def test_fencing_a_broker_of_many_partitions_is_written_as_bounded_batches_the_fence_last(
+        small_batches, controller):
+    """A result that is not atomic (a fencing) is written as batches of at most NON_ATOMIC_BATCH_RECORDS
+    records, its FenceBrokerRecord in the last; an atomic one (CreateTopics) stays one batch whatever its
+    size. Each batch is replayed into the active controller as it is written."""
+    from kraftpy.metadata.records import FenceBrokerRecord, PartitionChangeRecord, TopicRecord, decode_record
+
+    epoch = await register(controller, 10)
+    await call(controller, BrokerHeartbeatRequest(10, epoch, current_metadata_offset=epoch))
+    log = controller.driver.core.log
+
+    def batches_from(offset: int) -> list[list]:
+        return [[decode_record(v) for v in b.records] for b in log.read(offset, 1 << 30) if not b.is_control]
+
+    before = log.end_offset
+    response = await call(controller, CreateTopicsRequest((CreatableTopic("many", 10, 1),)))
+    assert response.result("many").error_code == Errors.NONE
+    created = batches_from(before)
+    assert len(created) == 1 and isinstance(created[0][0], TopicRecord) and len(created[0]) == 11
+
+    before = log.end_offset
+    while not controller.loader.image.cluster.broker(10).fenced:  # no heartbeat: its session runs out
+        await trio.sleep(0.1)
+    fence = batches_from(before)
+    assert [len(b) for b in fence] == [4, 4, 3]
+    flat = [r for b in fence for r in b]
+    assert all(isinstance(r, PartitionChangeRecord) and r.leader == -1 for r in flat[:-1])
+    assert flat[-1] == FenceBrokerRecord(10, epoch)
+    topic = controller.loader.image.topics.get_by_name("many")
+    assert all(p.leader == -1 for p in topic.partitions.values())
+    assert controller.active.image.topics.get_by_name("many") == topic
+
+
 async def test_quorum_status_and_unknown_apis(controller):
     status = await controller.handle(QUORUM_STATUS_API, {})
     assert status["leader_id"] == 1 and [v["id"] for v in status["voters"]] == [1]

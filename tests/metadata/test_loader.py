@@ -159,3 +159,75 @@ def test_every_publication_carries_a_delta_from_what_the_subscriber_saw(tmp_path
     assert [p.topic_name for p in delta.local_changes(hosts_audit).deletes] == ["audit"]
     assert all(c.topic_name == "late" for c in delta.changed_partitions)
     log.close()
+
+
+async def test_a_running_loader_replays_in_steps_and_publishes_only_at_batch_boundaries(tmp_path: Path,
+                                                                                        monkeypatch) -> None:
+    """As a task, the loader hands the event loop back every STEP_RECORDS records of a commit, and
+    publishes a commit of many batches once PUBLISH_RECORDS records are replayed, at a batch boundary:
+    each image holds every record below the loader's next offset and nothing else. The listener only
+    queues: nothing is replayed in the Raft driver's call."""
+    import trio
+
+    from kraftpy.metadata import loader as loader_module
+
+    monkeypatch.setattr(loader_module, "STEP_RECORDS", 4)
+    monkeypatch.setattr(loader_module, "PUBLISH_RECORDS", 10)
+    cluster = a_cluster()
+    for i in range(4):
+        cluster.create_topic(f"more-{i}", 4, 1)
+    log = FileRaftLog.open(tmp_path)
+    write_log(log, cluster.log, per_batch=3)
+    batches = log.read(0, 1 << 30)
+    boundaries = {b.next_offset for b in batches}
+    loader = MetadataLoader(log)
+    ticks = 0
+    published: list[tuple[int, int, int]] = []
+    loader.subscribe(lambda image, delta: published.append(
+        (image.provenance.last_offset, loader.next_offset, ticks)))
+
+    async def count_ticks() -> None:
+        nonlocal ticks
+        while True:
+            await trio.lowlevel.checkpoint()
+            ticks += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(count_ticks)
+        await nursery.start(loader.run)
+        loader.listener.handle_commit(Commit(log.end_offset, batches))
+        assert loader.next_offset == 0 and loader.backlog == 1  # queued, not replayed
+        while loader.next_offset < log.end_offset:
+            await trio.sleep(0)
+        nursery.cancel_scope.cancel()
+    after_subscribe = published[1:]
+    assert len(after_subscribe) >= len(cluster.log) // 12  # several images for the one commit
+    for last_offset, next_offset, _ in after_subscribe:
+        assert next_offset in boundaries and last_offset == next_offset - 1
+    # The other task ran between the loader's steps, not only once the commit was done.
+    assert len({t for _, _, t in after_subscribe}) == len(after_subscribe)
+    assert same_state(loader.image, cluster.image)
+    log.close()
+
+
+async def test_a_queued_snapshot_is_read_when_the_driver_hands_it_over(tmp_path: Path) -> None:
+    """A running loader reads a loaded snapshot when the Raft driver hands it over, not when its task
+    gets to it: a later snapshot may have deleted the file by then."""
+    import trio
+
+    cluster = a_cluster()
+    log = FileRaftLog.open(tmp_path)
+    write_log(log, cluster.log)
+    snapshot = SnapshotId(log.end_offset, 1)
+    log.create_snapshot(snapshot, encode_snapshot_file(cluster.image))
+    loader = MetadataLoader(log)
+    loader.listener.handle_snapshot_loaded(SnapshotLoaded(snapshot))
+    read_later = []
+    log.read_snapshot = lambda *args: read_later.append(args)  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loader.run)
+        while loader.next_offset < snapshot.end_offset:
+            await trio.sleep(0)
+        nursery.cancel_scope.cancel()
+    assert same_state(loader.image, cluster.image) and not read_later
+    log.close()

@@ -45,3 +45,13 @@ def test_a_full_batch_is_closed_and_a_proposal_never_split() -> None:
         acc.append(one * 4, 11.0)  # alone larger than a batch
     with pytest.raises(ValueError):
         acc.append([], 11.0)
+
+
+def test_a_batch_gathers_proposals_up_to_the_record_limit_and_one_proposal_stays_whole() -> None:
+    acc = BatchAccumulator(epoch=1, next_offset=0, linger=10.0, max_batch_bytes=1 << 20, max_batch_records=3)
+    acc.append([b"a", b"b"], 0.0)
+    acc.append([b"c"], 0.0)  # three: still one batch
+    assert acc.append([b"d"], 0.0) == 3  # a fourth record: the open batch closes
+    assert acc.append([b"e", b"f", b"g", b"h"], 0.0) == 4  # more than the limit alone: its own batch, whole
+    acc.append([b"i"], 0.0)
+    assert acc.drain(10.0) == [(0, [b"a", b"b", b"c"]), (3, [b"d"]), (4, [b"e", b"f", b"g", b"h"]), (8, [b"i"])]
