@@ -65,7 +65,13 @@ class Uuid:
     @classmethod
     def coerce(cls, value: Uuid | bytes) -> Uuid:
         """Accept a ``Uuid`` or its 16 raw bytes (as msgpack hands them back)."""
-        return value if isinstance(value, Uuid) else cls(value)
+        if isinstance(value, Uuid):
+            return value
+        if type(value) is bytes and len(value) == 16:  # what decoding hands over: checked here, built directly
+            made = object.__new__(cls)
+            object.__setattr__(made, "raw", value)
+            return made
+        return cls(value)
 
     @classmethod
     def from_base64(cls, text: str) -> Uuid:

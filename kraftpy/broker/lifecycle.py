@@ -157,8 +157,19 @@ class BrokerLifecycle:
         self._poke.set()
 
     def metadata_advanced(self) -> None:
-        """New metadata was replayed: a fenced broker that just caught up heartbeats at once."""
-        if self.state is BrokerState.FENCED and self.metadata_offset() >= self.broker_epoch >= 0:
+        """New metadata was replayed: a fenced broker that just caught up heartbeats at once, and one
+        whose own registration the handlers' image shows unfenced is running.
+
+        The second is sooner than the heartbeat's answer: the controller answers the heartbeat that
+        unfenced a broker once the elections written with it are committed and replayed, which for a
+        broker of 30,000 partitions takes seconds, while the unfencing is the first of those records to
+        commit. Kafka's broker waits for the answer."""
+        if self.state is not BrokerState.FENCED or self.broker_epoch < 0:
+            return
+        registration = self.server.published_registration()
+        if registration is not None and registration.epoch == self.broker_epoch and registration.is_active:
+            self._set_state(BrokerState.RUNNING)
+        elif self.metadata_offset() >= self.broker_epoch:
             self._poke.set()
 
     def _set_state(self, state: BrokerState) -> None:

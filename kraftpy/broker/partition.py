@@ -288,9 +288,11 @@ class Partition:
 
     # -- role changes -----------------------------------------------------------------------------
 
-    def make_leader(self, reg: PartitionRegistration) -> bool:
-        """Lead in ``reg.leader_epoch``; returns whether this is a new leadership (not just an ISR update)."""
+    def make_leader(self, reg: PartitionRegistration, *, quiet: bool = False) -> bool:
+        """Lead in ``reg.leader_epoch``; returns whether this is a new leadership (not just an ISR update).
+        ``quiet``: one change of many (its caller logs a summary), logged at debug level."""
         now = self.clock()
+        note = self._log.debug if quiet else self._log.info
         new_term = self.role is not Role.LEADER or reg.leader_epoch != self.leader_epoch
         if new_term:
             self.role = Role.LEADER
@@ -309,14 +311,14 @@ class Partition:
                 for r in reg.replicas if r != self.node_id
             }
             self.pending_isr = None
-            self._log.info("became leader", leader_epoch=reg.leader_epoch, isr=reg.isr,
-                           log_end_offset=self.log.log_end_offset, high_watermark=self.log.high_watermark)
+            note("became leader", leader_epoch=reg.leader_epoch, isr=reg.isr,
+                 log_end_offset=self.log.log_end_offset, high_watermark=self.log.high_watermark)
             if reg.leader_recovery_state is LeaderRecoveryState.RECOVERING:
                 # Elected from outside the ISR: whatever the old ISR had from this log's end on is gone,
                 # committed records included; the old members truncate to this log when they return.
                 self._log.warning("leading after an unclean election", leader_epoch=reg.leader_epoch,
                                   lost_from_offset=self.log.log_end_offset, high_watermark=self.log.high_watermark)
-        self._update_registration(reg)
+        self._update_registration(reg, quiet)
         if not new_term:
             for r in reg.replicas:
                 if r != self.node_id and r not in self.followers:
@@ -329,19 +331,20 @@ class Partition:
         self.append_watchers.notify()
         return new_term
 
-    def make_follower(self, reg: PartitionRegistration) -> bool:
+    def make_follower(self, reg: PartitionRegistration, *, quiet: bool = False) -> bool:
         """Follow ``reg.leader`` (NO_LEADER: wait for one); returns whether the leader or epoch changed."""
         changed = self.role is not Role.FOLLOWER or reg.leader_epoch != self.leader_epoch or reg.leader != self.leader_id
         if changed:
             if self.role is Role.LEADER:
-                self._log.info("resigned leadership", new_leader=reg.leader, leader_epoch=reg.leader_epoch)
+                (self._log.debug if quiet else self._log.info)(
+                    "resigned leadership", new_leader=reg.leader, leader_epoch=reg.leader_epoch)
             self.role = Role.FOLLOWER
             self.leader_id = reg.leader
             self.leader_epoch = reg.leader_epoch
             self.followers = {}
             self.pending_isr = None
             self.generation += 1
-        self._update_registration(reg)
+        self._update_registration(reg, quiet)
         self.hw_watchers.notify()
         self.append_watchers.notify()
         return changed
@@ -356,13 +359,13 @@ class Partition:
         self.hw_watchers.notify()
         self.append_watchers.notify()
 
-    def _update_registration(self, reg: PartitionRegistration) -> None:
+    def _update_registration(self, reg: PartitionRegistration, quiet: bool = False) -> None:
         if self.pending_isr is not None and reg.partition_epoch > self.pending_from_epoch:
             self.pending_isr = None
         self.replicas = reg.replicas
         if reg.isr != self.isr:
-            self._log.info("ISR changed", isr=reg.isr, old_isr=self.isr, leader=reg.leader,
-                           partition_epoch=reg.partition_epoch)
+            (self._log.debug if quiet else self._log.info)(
+                "ISR changed", isr=reg.isr, old_isr=self.isr, leader=reg.leader, partition_epoch=reg.partition_epoch)
         self.isr = reg.isr
         self.partition_epoch = max(self.partition_epoch, reg.partition_epoch)
 

@@ -74,7 +74,7 @@ from kraftpy.coordinator.txn_coordinator import TxnCoordinator
 from kraftpy.ids import Uuid
 from kraftpy.metadata import metadata_version
 from kraftpy.metadata.delta import MetadataDelta
-from kraftpy.metadata.image import MetadataImage
+from kraftpy.metadata.image import BrokerRegistration, MetadataImage
 from kraftpy.metadata.messages import OfflineReplicaTopic
 from kraftpy.metadata.topic_names import GROUP_METADATA_TOPIC_NAME, TRANSACTION_STATE_TOPIC_NAME
 from kraftpy.rpc.kafka_server import KafkaServer
@@ -281,6 +281,10 @@ class BrokerServer:
         metadata publication, logs loaded, before it asks to be unfenced. A broker restarted with
         100,000 logs would otherwise be made their leader while it is still opening them."""
         return self.metadata.image.provenance.last_offset
+
+    def published_registration(self) -> BrokerRegistration | None:
+        """This broker's registration in the image the handlers answer from."""
+        return self.metadata.image.cluster.broker(self.node_id)
 
     def publish(self, image: MetadataImage, delta: MetadataDelta) -> None:
         """Newly committed metadata, and the delta from the image published before it."""

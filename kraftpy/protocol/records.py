@@ -135,6 +135,8 @@ def decode_varlong(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[i
 
 
 def _headers_converter(headers) -> tuple[Header, ...]:
+    if not headers and type(headers) in (list, tuple):
+        return ()  # most records: no headers
     if type(headers) is tuple:
         for header in headers:
             if type(header) is not tuple:

@@ -156,6 +156,12 @@ class LogManager:
         return [path for path, log_dir in self.dirs.items() if log_dir.failure is None]
 
     @property
+    def cleanly_stopped(self) -> bool:
+        """Every online log directory was stopped cleanly before this start (its marker was there and
+        its checkpoints readable): no log needs recovery."""
+        return all(log_dir.clean_shutdown for log_dir in self.dirs.values() if log_dir.failure is None)
+
+    @property
     def offline_dirs(self) -> dict[Path, str]:
         """The log directories that failed to load, with why."""
         return {path: log_dir.failure for path, log_dir in self.dirs.items() if log_dir.failure is not None}

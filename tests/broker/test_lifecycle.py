@@ -61,12 +61,18 @@ class StandInServer:
         self.epoch: int | None = None
         self.offline: tuple[OfflineReplicaTopic, ...] = ()
         self.on_offline_replicas = None
+        #: This broker's registration in the published image.
+        self.registration = None
+        self.running = False
 
     def registered(self, broker_epoch: int) -> None:
         self.epoch = broker_epoch
 
     def set_running(self, running: bool) -> None:
-        pass
+        self.running = running
+
+    def published_registration(self):
+        return self.registration
 
     def offline_replicas(self) -> tuple[OfflineReplicaTopic, ...]:
         return self.offline
@@ -119,4 +125,34 @@ async def test_heartbeats_carry_the_offline_replicas_and_a_new_one_is_reported_a
 
         await controller.heartbeat_arrived.wait()  # and in every heartbeat after
         assert controller.heartbeats[-1][1].offline_replicas == (OfflineReplicaTopic(TOPIC, (3,)),)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_broker_runs_as_soon_as_the_published_image_shows_its_registration_unfenced(
+        tmp_path, autojump_clock):
+    """The controller answers the heartbeat that unfenced a broker only once everything written with it
+    (the elections of all its partitions) is committed and replayed; the broker does not wait for that
+    answer when its own metadata already shows this incarnation unfenced. An unfenced registration of
+    another epoch (the previous incarnation's), or one in controlled shutdown, does not count."""
+    from kraftpy.metadata.image import BrokerRegistration
+
+    controller = ScriptedController(accept_at=0.0)  # answers every heartbeat: fenced
+    server = StandInServer()
+    life = lifecycle(tmp_path, controller, server)
+
+    def registration(epoch: int, *, fenced: bool = False, shutting_down: bool = False) -> BrokerRegistration:
+        return BrokerRegistration(id=life.node_id, epoch=epoch, incarnation_id=life.incarnation_id, listeners=(),
+                                  features=(), rack=None, fenced=fenced, in_controlled_shutdown=shutting_down)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(life.run)
+        await controller.heartbeat_arrived.wait()
+        assert life.state.value == "fenced"
+        for stale in (registration(4), registration(5, fenced=True), registration(5, shutting_down=True)):
+            server.registration = stale
+            life.metadata_advanced()
+            assert life.state.value == "fenced" and not life.unfenced.is_set()
+        server.registration = registration(5)
+        life.metadata_advanced()
+        assert life.state.value == "running" and life.unfenced.is_set() and server.running
         nursery.cancel_scope.cancel()

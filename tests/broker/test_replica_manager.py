@@ -125,6 +125,33 @@ async def test_set_running_takes_and_gives_back_leaderships(broker):
         assert all(replicas.partitions[tp].leader_id == leader for tp in parts)
 
 
+async def test_a_delta_of_many_partitions_logs_a_summary_and_each_partition_at_debug(broker, monkeypatch):
+    """Up to ROLE_LINES_MAX partitions a delta logs each role change at info level; past it, one summary
+    line (a broker restarted with 33,000 partitions spent seconds writing their lines)."""
+    import structlog
+
+    from kraftpy.broker import replica_manager
+
+    metadata, replicas, _ = broker
+    monkeypatch.setattr(replica_manager, "ROLE_LINES_MAX", 5)
+    with structlog.testing.capture_logs() as few:
+        metadata.create("few", 3, rf=6)  # a replica everywhere: three partitions change here
+        await metadata.publish_to(replicas)
+    with structlog.testing.capture_logs() as many:
+        metadata.create("many", 12, rf=6)
+        await metadata.publish_to(replicas)
+
+    def levels(logs: list[dict], event: str) -> list[str]:
+        return [line["log_level"] for line in logs if line["event"] == event]
+
+    assert levels(few, "became leader") + levels(few, "ISR changed") and set(
+        levels(few, "became leader") + levels(few, "ISR changed")) == {"info"}
+    assert not levels(few, "partitions changed")
+    assert set(levels(many, "became leader") + levels(many, "ISR changed")) == {"debug"}
+    [summary] = [line for line in many if line["event"] == "partitions changed"]
+    assert summary["log_level"] == "info" and summary["leaders"] + summary["followers"] == 12
+
+
 async def test_a_lagging_follower_is_proposed_out_of_the_isr_by_the_wall_clock(broker):
     metadata, replicas, clock = broker
     metadata.create("t", 12)
@@ -202,3 +229,49 @@ async def test_a_clean_close_is_trusted_at_the_next_start(tmp_path, autojump_clo
         assert all(p.log.recovery_point == p.high_watermark == 2 for p in again.partitions.values())
         await again.close()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_clean_start_opens_logs_on_one_thread_and_a_bulk_open_pauses_the_collector(
+        tmp_path, autojump_clock, monkeypatch):
+    """After a clean stop the logs are opened by one worker thread at a time (nothing to recover: more
+    threads only take turns at the interpreter lock); after an unclean one by
+    num.recovery.threads.per.data.dir per log directory. Opening many logs at once keeps the cyclic
+    garbage collector off meanwhile, and on again after."""
+    import gc
+
+    from kraftpy.broker import replica_manager
+
+    monkeypatch.setattr(replica_manager, "_FREEZE_AFTER", 3)
+    metadata = Metadata()
+    clock = WallClock()
+    metadata.create("t", 4, only_here=True)
+    seen: list[tuple[int, bool]] = []
+    real = trio.to_thread.run_sync
+
+    async def watching(fn, *args, limiter=None, **kwargs):
+        if getattr(fn, "__name__", "") == "_open_logs":
+            seen.append((int(limiter.total_tokens), gc.isenabled()))
+        return await real(fn, *args, limiter=limiter, **kwargs)
+
+    async def start_and_close(*, clean: bool) -> None:
+        async with trio.open_nursery() as nursery:
+            replicas = ReplicaManager(settings(tmp_path, recovery_threads_per_data_dir=3), metadata, clock)
+            await nursery.start(replicas.run)
+            await replicas.set_running(True)
+            image = metadata.controller.image
+            monkeypatch.setattr(trio.to_thread, "run_sync", watching)
+            await replicas.apply_delta(image, MetadataDelta.between(EMPTY_IMAGE, image))
+            monkeypatch.setattr(trio.to_thread, "run_sync", real)
+            assert len(replicas.partitions) == 4 and gc.isenabled()
+            if clean:
+                await replicas.close()
+            nursery.cancel_scope.cancel()
+
+    await start_and_close(clean=True)  # the first start: nothing was stopped cleanly before it
+    assert seen and all(entry == (3 * 2, False) for entry in seen)
+    seen.clear()
+    await start_and_close(clean=False)  # after a clean stop; this one ends without closing its logs
+    assert seen and all(entry == (1, False) for entry in seen)
+    seen.clear()
+    await start_and_close(clean=True)  # after an unclean stop
+    assert seen and all(entry == (3 * 2, False) for entry in seen)
