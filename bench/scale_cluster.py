@@ -17,7 +17,8 @@ controller.quorum.fetch.timeout.ms=2000), a new cluster for each size. For each 
 5. stops one broker with SIGTERM (a controlled shutdown: its leaderships move first) and starts it
    again, then kills another with SIGKILL and starts it again, each time until it is running
    (registered, its logs open, unfenced) — after a kill the controller waits out the dead
-   incarnation's session before it takes the new one;
+   incarnation's session before it takes the new one; the steps after the first restart start once
+   every broker names a leader for every partition again;
 6. kills the active controller with SIGKILL and times until another one is active, then stops that
    one with SIGTERM (it resigns) and times the same;
 7. reads the newest metadata snapshot a controller wrote (`metadata.log.max.record.bytes.between.snapshots`
@@ -135,6 +136,13 @@ def create(cluster: ProcessCluster, topics: list[str], partitions: int, rf: int)
         while not all_led(port, topics, partitions):
             time.sleep(max(0.2, total / 50_000))
     return time.perf_counter() - started
+
+
+def settle(cluster: ProcessCluster, topics: list[str]) -> None:
+    """Until every broker's Metadata names a leader for every partition of ``topics``."""
+    for port in cluster.broker_ports.values():
+        while not all_led(port, topics, 100):
+            time.sleep(0.5)
 
 
 def create_call(cluster: ProcessCluster, names: list[str], partitions: int, rf: int, attempts: int = 5) -> None:
@@ -271,7 +279,11 @@ def measure(cluster: ProcessCluster, out: dict, topics: list[str], total: int, r
     out["brokers"] = [rss_and_files(p.pid) for p in cluster.brokers.values()]
     out["controllers"] = [rss_and_files(p.pid) for p in cluster.controllers.values()]
     out["shutdown_s"], out["restart_clean_s"] = restart_broker(cluster, 4, signal.SIGTERM)
+    # A broker is running once its metadata shows it unfenced; the elections written with its
+    # unfencing may still be on their way. Each step starts from a cluster where they all arrived.
+    settle(cluster, topics)
     _, out["restart_kill_s"] = restart_broker(cluster, 5, signal.SIGKILL)
+    settle(cluster, topics)
     killed, out["failover_kill_s"] = failover(cluster, signal.SIGKILL)
     cluster.controllers[killed].start()
     stopped, out["failover_term_s"] = failover(cluster, signal.SIGTERM)

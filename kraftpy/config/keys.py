@@ -267,7 +267,9 @@ KEYS: list[ConfigKey] = [
     ConfigKey("num.recovery.threads.per.data.dir", "int", 2,
               "Worker threads per log directory that open the logs when the broker starts (and when it "
               "is given new replicas), recovering those not closed cleanly: each reads its segments past "
-              "the recovery point and checks every batch's CRC.", at_least(1), roles=B),
+              "the recovery point and checks every batch's CRC. A start after a clean stop, with nothing to "
+              "recover, opens them on one thread (faster than several in one Python process).",
+              at_least(1), roles=B),
     ConfigKey("log.open.segments.max", "int", 0,
               "The most log segment files the broker keeps open at once. Beyond it the least recently "
               "used are closed, and opened again when next read or written, so a broker holds any "
