@@ -1,13 +1,15 @@
 """A controller process: a Raft voter of the metadata quorum, and the active controller when it leads.
 
 Theory of operation. Every controller follows the committed log with a `MetadataLoader` (the same
-replay brokers use), in the loader's own task. The one that leads the Raft quorum becomes active once
-everything before its epoch is committed and replayed (its loader reached its leader-change record): it then builds a
-`QuorumController` on the loaded image and serves writes. A write runs the controller's pure
-logic, appends the resulting records as one Raft batch, replays them at once into the active
-controller (so the next request sees them), and is answered when the batch commits. Losing the
-leadership drops the active controller, with every unanswered write failed as NOT_CONTROLLER; the
-next active controller starts again from committed records only, so nothing uncommitted survives.
+replay brokers use), in the loader's own task. The one that leads the Raft quorum becomes active
+once everything before its epoch is committed and replayed (its loader reached its leader-change
+record): it then builds a `QuorumController` on the loaded image and serves writes. A write runs the
+controller's pure logic, appends the resulting records as one Raft batch (a result that is not
+atomic as batches of at most `NON_ATOMIC_BATCH_RECORDS`), replays them at once into the active
+controller (so the next request sees them), and is answered when they are committed and replayed by
+the loader. Losing the leadership drops the active controller, with every uncommitted write failed
+as NOT_CONTROLLER (a committed one is still answered once replayed); the next active controller
+starts again from committed records only, so nothing uncommitted survives.
 
 Requests are served on the controller listener: ``raft`` carries the quorum's own messages (and
 brokers' metadata fetches, and ``kraftpy quorum status``); the APIs of kraftpy.metadata.rpc carry

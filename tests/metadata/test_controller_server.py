@@ -107,6 +107,34 @@ async def test_a_silent_broker_is_fenced_when_its_session_runs_out(controller):
     assert beat.is_fenced
 
 
+async def test_a_committed_write_is_answered_though_the_leadership_goes_before_the_loader_replays_it(
+        controller, nursery):
+    """A write is answered once committed and replayed by the loader. If the leadership moves in
+    between, the write is not failed NOT_CONTROLLER (a retry would be told it was already done): it
+    is answered when the loader, which goes on following the log, replays it."""
+    from kraftpy.raft.effects import LeaderChange
+
+    held: list = []
+    replay = controller.loader._enqueue
+    controller.loader._enqueue = held.append  # the loader's task gets nothing for now
+    answered: list = []
+
+    async def registration() -> None:
+        answered.append(await register(controller, 10))
+
+    nursery.start_soon(registration)
+    while not held:  # committed (a quorum of one), handed to the loader, not replayed
+        await trio.sleep(0.01)
+    assert not answered and controller.loader.image.cluster.broker(10) is None
+    controller.handle_leader_change(LeaderChange(controller.loader.leader_epoch + 1, 2))
+    assert controller.active is None
+    for item in held:
+        replay(item)
+    while not answered:
+        await trio.sleep(0.01)
+    assert controller.loader.image.cluster.broker(10).epoch == answered[0]
+
+
 @pytest.fixture
 def small_batches(monkeypatch):
     """Batches of a result that is not atomic, and of proposals gathered by the Raft leader, of 4 records."""
