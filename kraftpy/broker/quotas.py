@@ -93,11 +93,16 @@ SENSOR_EXPIRY_S = 3600.0
 
 
 class TaskTime(trio.abc.Instrument):
-    """Seconds each watched task spent running (in its steps), for the request quota."""
+    """Seconds each watched task spent running (in its steps), for the request quota. Every task
+    spawned while it is installed is watched from its first step: a request's task (the server
+    handles each request in a task of its own) counts its whole handling."""
 
     def __init__(self) -> None:
         self._running: dict[Any, float] = {}
         self._spent: dict[Any, float] = {}
+
+    def task_spawned(self, task: Any) -> None:
+        self._spent[task] = 0.0
 
     def before_task_step(self, task: Any) -> None:
         if task in self._spent:

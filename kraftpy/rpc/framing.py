@@ -166,11 +166,12 @@ class FramedStream:
         self._admitted = False
         self._closed = False
 
-    async def receive_frame(self) -> memoryview | None:
-        """The next frame's payload, or None when the peer closed the connection between frames."""
+    async def receive_frame(self, *, idle: bool = True) -> memoryview | None:
+        """The next frame's payload, or None when the peer closed the connection between frames.
+        ``idle=False``: no idle timeout for this one (the connection has requests under way)."""
         if self._frames:
             return self._frames.popleft()
-        if self.idle_timeout is None:
+        if self.idle_timeout is None or not idle:
             return await self._receive_frame(None)
         with trio.CancelScope() as idle:
             return await self._receive_frame(idle)

@@ -1,8 +1,19 @@
 """The Kafka-protocol server loop: one trio task per connection, requests answered in order.
 
-Like Kafka's socket server, a connection's requests are handled one at a time and answered in the
-order they came (clients pipeline, and rely on that order). The handler gets each frame's bytes
-and returns the response as a list of parts: bytes-like parts are written as they are, and a
+Like Kafka's socket server, a connection's requests are answered in the order they came (clients
+pipeline, and rely on that order) and handled one at a time, with one exception: Produce. Once a
+Produce's batches are appended, its handler calls `allow_next_request` before it waits for
+replication (acks=all), and the connection reads on: a next Produce is handled at once — appended
+while the first waits, so one round of the followers' fetches replicates both — and answered after
+it. Kafka mutes the connection until the answer is sent, so its acks=all producer gets one batch
+committed per replication round trip per connection; a client with several requests in flight
+(librdkafka sends up to max.in.flight) waits here for none of that. Any other request waits until
+every answer before it is sent, so nothing else changes order. At most `PIPELINED_PRODUCES`
+Produce requests of `PIPELINED_PRODUCE_BYTES` in all are under way on one connection. Each request
+is handled in a task of its own in the connection's nursery; the first failure (a bad frame, a
+handler's `BadRequest`, a broken socket) cancels the others and closes the connection.
+
+The handler gets each frame's bytes and returns the response as a list of parts: bytes-like parts are written as they are, and a
 `FileRegion` (a byte range of a log segment) is written with ``os.sendfile``, so record data goes
 from the page cache to the socket without passing through Python. A handler that returns None
 sends nothing (Produce with acks=0). Regions whose descriptors the handler owns are handed to the
@@ -29,10 +40,12 @@ thread, at most `TLS_READ_CHUNK` at a time) and encrypted like any other part.
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import functools
 import os
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -174,6 +187,84 @@ def _request_timer(frame: Any) -> Any:
     return _REQUEST_TIMERS.get(int.from_bytes(frame[:2], "big", signed=True), _UNKNOWN_TIMER)
 
 
+
+#: Produce requests of one connection under way at once: appended in order, answered in order, the
+#: later ones appended while the earlier wait for replication (see `allow_next_request`).
+PIPELINED_PRODUCES = 16
+#: Frame bytes of the Produce requests a connection may hold under way before it reads another frame.
+PIPELINED_PRODUCE_BYTES = 1024 * 1024
+
+
+class _Request:
+    """One request of a connection, from its frame read until its answer is sent."""
+
+    __slots__ = ("frame", "previous", "produce", "released", "sent", "size")
+
+    def __init__(self, frame: Any, previous: _Request | None, produce: bool) -> None:
+        self.frame = frame
+        self.size = len(frame)
+        #: The request read before it, whose answer goes out first.
+        self.previous = previous
+        self.produce = produce
+        #: Set once the next request may start: its handler allowed it, or it is answered.
+        self.released = trio.Event()
+        #: Set once its answer is sent (or it failed).
+        self.sent = trio.Event()
+
+
+class _Pipeline:
+    """The requests of one connection that are started and not yet answered, oldest first."""
+
+    def __init__(self) -> None:
+        self.answering: deque[_Request] = deque()
+        self.bytes = 0
+        #: What ends the connection: the first failure of its reader or of a request.
+        self.error: Exception | None = None
+
+    def admits(self, size: int) -> bool:
+        """May a Produce of ``size`` frame bytes start while the others are under way? Only after
+        Produce requests that allowed it, within `PIPELINED_PRODUCES` and `PIPELINED_PRODUCE_BYTES`."""
+        last = self.answering[-1]
+        return (last.produce and last.released.is_set() and len(self.answering) < PIPELINED_PRODUCES
+                and self.bytes + size <= PIPELINED_PRODUCE_BYTES)
+
+    def add(self, request: _Request) -> None:
+        self.answering.append(request)
+        self.bytes += request.size
+
+    def done(self, request: _Request) -> None:
+        request.released.set()
+        request.sent.set()
+        self.answering.remove(request)
+        self.bytes -= request.size
+
+    def fail(self, exc: Exception, nursery: trio.Nursery) -> None:
+        if self.error is None:
+            self.error = exc
+        nursery.cancel_scope.cancel()
+
+
+#: The request whose handler runs in this task, when it is a Produce (see `allow_next_request`).
+_current_request: contextvars.ContextVar[_Request | None] = contextvars.ContextVar("kraftpy_request", default=None)
+
+
+def allow_next_request() -> None:
+    """Let the connection of the Produce request being handled start its next request now, if that
+    is a Produce too: called once its batches are appended, before it waits for replication. The
+    next one is appended meanwhile (so one round of the followers' fetches replicates both) and
+    answered after it. Any other request waits until every answer before it is sent, as in Kafka."""
+    request = _current_request.get()
+    if request is not None:
+        request.released.set()
+
+
+async def _mute(conn: Connection) -> None:
+    """A connection whose client went over a quota reads nothing for the throttle time (KIP-219)."""
+    if conn.throttle_ms > 0:
+        throttle, conn.throttle_ms = conn.throttle_ms, 0
+        await trio.sleep(throttle / 1000)
+
+
 class KafkaServer:
     def __init__(self, handler: Handler, *, max_frame_bytes: int, listener: str = "PLAINTEXT",
                  log: Any = None, queued_max_request_bytes: int = -1, connections_max_idle_ms: int = -1) -> None:
@@ -242,33 +333,18 @@ class KafkaServer:
                 return
             conn.stream = ssl_stream
             conn.principal = peer_principal(ssl_stream)
-        stream = conn.stream
-        framed = FramedStream(stream, self.max_frame_bytes, budget=self.budget, idle_timeout=self.idle_timeout)
+        framed = FramedStream(conn.stream, self.max_frame_bytes, budget=self.budget, idle_timeout=self.idle_timeout)
         self.connections += 1
         CONNECTIONS.inc()
+        pipeline = _Pipeline()
         try:
-            while True:
-                frame = await framed.receive_frame()
-                if frame is None:
-                    return
-                BYTES_IN.inc(len(frame) + 4)
-                started = time.perf_counter()
-                timer = _request_timer(frame) if len(frame) >= 2 else _UNKNOWN_TIMER
-                if len(frame) >= 2:
-                    REQUESTS.labels(_api_label(frame)).inc()
+            async with trio.open_nursery() as nursery:
                 try:
-                    parts = await self.handler(frame, conn)
-                    if parts:
-                        await send_parts(stream, parts)
-                    timer.observe(time.perf_counter() - started)
-                finally:
-                    conn.release()
-                    framed.release(frame)
-                    del frame
-                if conn.throttle_ms > 0:
-                    # The response went out at once, carrying the throttle time; the connection is muted.
-                    throttle, conn.throttle_ms = conn.throttle_ms, 0
-                    await trio.sleep(throttle / 1000)
+                    await self._read_requests(conn, framed, pipeline, nursery)
+                except Exception as exc:  # what ends the connection, raised again below
+                    pipeline.fail(exc, nursery)
+            if pipeline.error is not None:
+                raise pipeline.error
         except (FrameError, BadRequest) as exc:
             self.log.warning("closing connection", peer=conn.peer, reason=str(exc))
         except IdleConnection as exc:
@@ -280,3 +356,52 @@ class KafkaServer:
             CONNECTIONS.dec()
             with trio.CancelScope(shield=True):
                 await framed.aclose()
+
+    async def _read_requests(self, conn: Connection, framed: FramedStream, pipeline: _Pipeline,
+                             nursery: trio.Nursery) -> None:
+        """Read frames and start each request's task, in order: the next frame is read once the
+        request before it is answered, or once it allowed the next to start (`allow_next_request`)
+        and both are Produce requests, within the pipeline's bounds."""
+        while True:
+            await _mute(conn)
+            # A connection with answers under way is not idle.
+            frame = await framed.receive_frame(idle=not pipeline.answering)
+            if frame is None:
+                return  # the nursery still waits for the answers under way
+            BYTES_IN.inc(len(frame) + 4)
+            produce = len(frame) >= 2 and frame[0] == 0 and frame[1] == 0  # api key 0
+            while pipeline.answering and not (produce and pipeline.admits(len(frame))):
+                await pipeline.answering[0].sent.wait()
+            await _mute(conn)
+            request = _Request(frame, pipeline.answering[-1] if pipeline.answering else None, produce)
+            pipeline.add(request)
+            nursery.start_soon(self._answer, conn, framed, pipeline, request, nursery)
+            await request.released.wait()
+
+    async def _answer(self, conn: Connection, framed: FramedStream, pipeline: _Pipeline, request: _Request,
+                      nursery: trio.Nursery) -> None:
+        """Handle one request and send its answer after the answer of the request before it."""
+        frame = request.frame
+        started = time.perf_counter()
+        timer = _request_timer(frame) if len(frame) >= 2 else _UNKNOWN_TIMER
+        if len(frame) >= 2:
+            REQUESTS.labels(_api_label(frame)).inc()
+        _current_request.set(request if request.produce else None)
+        try:
+            parts = await self.handler(frame, conn)
+            if request.produce:
+                request.released.set()
+            if request.previous is not None:
+                await request.previous.sent.wait()
+            if parts:
+                await send_parts(conn.stream, parts)
+            timer.observe(time.perf_counter() - started)
+        except Exception as exc:
+            pipeline.fail(exc, nursery)
+        finally:
+            if not request.produce:
+                conn.release()  # only a request alone on its connection holds file regions
+            framed.release(frame)
+            request.frame = None
+            del frame
+            pipeline.done(request)

@@ -8,10 +8,12 @@ from kraftpy.broker.client import KafkaConnection
 from kraftpy.broker.fetcher import ReplicaFetcher
 from kraftpy.metadata.errors import Errors
 from kraftpy.metadata.messages import CreatableTopic, CreateTopicsRequest
+from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
+from kraftpy.protocol.frames import decode_response
 from tests.helpers.cluster import open_cluster
 from tests.helpers.metadata import WallClock
-from tests.helpers.protocol import batch, fetch, produce, values_of
+from tests.helpers.protocol import batch, fetch, produce, produce_request, values_of
 
 MIN_ISR = {"min.insync.replicas": "2"}
 
@@ -116,6 +118,29 @@ async def test_acks_all_times_out_when_the_isr_cannot_catch_up(tmp_path):
             assert cluster.partition(leader, "orders").high_watermark == 0
         cluster.brokers[follower].fetchers.resume()
         await cluster.wait_for(lambda: cluster.partition(leader, "orders").high_watermark == 1)
+
+
+async def test_acks_all_produces_of_one_connection_are_appended_while_the_earlier_wait(tmp_path):
+    """A producer's pipelined acks=all requests: the second is appended while the first waits for
+    the follower, so one fetch of the follower replicates both; the answers keep their order."""
+    async with open_cluster(tmp_path, brokers=2, replica_lag_time_max_ms=60_000) as cluster:
+        await cluster.create_topic("orders", partitions=1, replication_factor=2)
+        leader = cluster.leader("orders")
+        follower = next(b for b in cluster.brokers if b != leader)
+        part = cluster.partition(leader, "orders")
+        cluster.brokers[follower].fetchers.pause()
+        async with await connect(cluster, leader) as conn:
+            for value in (b"first", b"second"):
+                await conn.send_only(ApiKey.PRODUCE, 9, produce_request("orders", 0, batch(value), acks=-1))
+            # Both appended, neither committed: the first did not hold the second back.
+            await cluster.wait_for(lambda: part.log_end_offset == 2)
+            assert part.high_watermark == 0
+            cluster.brokers[follower].fetchers.resume()
+            answers = [decode_response(ApiKey.PRODUCE, 9, await conn.receive_frame()) for _ in range(2)]
+            assert [header.correlation_id for header, _ in answers] == sorted(h.correlation_id for h, _ in answers)
+            results = [body.responses[0].partition_responses[0] for _, body in answers]
+            assert [(r.error_code, r.base_offset) for r in results] == [(ErrorCode.NONE, 0), (ErrorCode.NONE, 1)]
+            assert part.high_watermark == 2
 
 
 async def test_leader_change_truncates_the_old_leaders_unacknowledged_tail(tmp_path):

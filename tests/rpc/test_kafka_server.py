@@ -77,3 +77,158 @@ async def test_answers_in_order_with_file_regions(tmp_path):
             assert await read_frame(client) == b"still here"
         nursery.cancel_scope.cancel()
     fd.close()
+
+
+def produce_frame(name: bytes) -> bytes:
+    """A frame whose api key is Produce's (0), then a name the test handler reads."""
+    return frame(struct.pack(">h", 0) + name)
+
+
+def other_frame(name: bytes) -> bytes:
+    return frame(struct.pack(">h", 3) + name)  # Metadata's api key
+
+
+class PipelineHandler:
+    """Produce frames that start with ``wait`` allow the next request, then wait for their release."""
+
+    def __init__(self) -> None:
+        self.started: list[bytes] = []
+        self.releases: dict[bytes, trio.Event] = {}
+        self.changed = trio.Event()
+
+    async def __call__(self, payload, conn):
+        from kraftpy.rpc.kafka_server import allow_next_request
+
+        name = bytes(payload[2:])
+        self.started.append(name)
+        self.changed.set()
+        self.changed = trio.Event()
+        if name.startswith(b"wait"):
+            allow_next_request()
+            await self.releases.setdefault(name, trio.Event()).wait()
+        if name == b"bad":
+            raise BadRequest("does not parse")
+        return [struct.pack(">i", len(name)), name]
+
+    def release(self, name: bytes) -> None:
+        self.releases.setdefault(name, trio.Event()).set()
+
+    async def wait_started(self, count: int) -> None:
+        """Wait until ``count`` requests reached the handler, then until nothing else can run."""
+        while len(self.started) < count:
+            await self.changed.wait()
+        await trio.testing.wait_all_tasks_blocked()
+
+
+async def serve(nursery, handler):
+    server = KafkaServer(handler, max_frame_bytes=4 * 1024 * 1024)
+    port = await nursery.start(server.serve, "127.0.0.1", 0)
+    return await trio.open_tcp_stream("127.0.0.1", port)
+
+
+async def test_produce_requests_start_while_the_ones_before_wait_and_are_answered_in_order():
+    handler = PipelineHandler()
+    async with trio.open_nursery() as nursery:
+        client = await serve(nursery, handler)
+        with trio.fail_after(30):  # bounds a failure only
+            await client.send_all(produce_frame(b"wait-1") + produce_frame(b"wait-2") + produce_frame(b"fast"))
+            await handler.wait_started(3)
+            # All three reached the handler while the first two still wait for their release.
+            assert handler.started == [b"wait-1", b"wait-2", b"fast"]
+            handler.release(b"wait-2")  # answered out of order by the handler...
+            await trio.testing.wait_all_tasks_blocked()
+            handler.release(b"wait-1")
+            # ...and in order on the wire.
+            assert [await read_frame(client) for _ in range(3)] == [b"wait-1", b"wait-2", b"fast"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_any_other_request_waits_until_every_answer_before_it_is_sent():
+    handler = PipelineHandler()
+    async with trio.open_nursery() as nursery:
+        client = await serve(nursery, handler)
+        with trio.fail_after(30):
+            await client.send_all(produce_frame(b"wait-1") + other_frame(b"metadata") + produce_frame(b"after"))
+            await handler.wait_started(1)
+            assert handler.started == [b"wait-1"]  # the Metadata request waits for the produce's answer
+            handler.release(b"wait-1")
+            assert await read_frame(client) == b"wait-1"
+            assert await read_frame(client) == b"metadata"
+            assert await read_frame(client) == b"after"
+            assert handler.started == [b"wait-1", b"metadata", b"after"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_produce_that_does_not_allow_it_is_answered_before_the_next_starts():
+    handler = PipelineHandler()
+    hold = trio.Event()
+
+    async def holding(payload, conn):
+        if bytes(payload[2:]) != b"hold":
+            return await handler(payload, conn)
+        handler.started.append(b"hold")  # never calls allow_next_request: as sequential as Kafka
+        handler.changed.set()
+        await hold.wait()
+        return [struct.pack(">i", 4), b"hold"]
+
+    async with trio.open_nursery() as nursery:
+        client = await serve(nursery, holding)
+        with trio.fail_after(30):
+            await client.send_all(produce_frame(b"hold") + produce_frame(b"next"))
+            await handler.wait_started(1)
+            assert handler.started == [b"hold"]
+            hold.set()
+            assert await read_frame(client) == b"hold"
+            assert await read_frame(client) == b"next"
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_pipeline_is_bounded_in_requests_and_bytes(monkeypatch):
+    from kraftpy.rpc import kafka_server
+
+    monkeypatch.setattr(kafka_server, "PIPELINED_PRODUCES", 3)
+    handler = PipelineHandler()
+    async with trio.open_nursery() as nursery:
+        client = await serve(nursery, handler)
+        with trio.fail_after(30):
+            await client.send_all(b"".join(produce_frame(b"wait-%d" % i) for i in range(5)))
+            await handler.wait_started(3)
+            assert handler.started == [b"wait-0", b"wait-1", b"wait-2"]  # three under way at most
+            handler.release(b"wait-0")
+            assert await read_frame(client) == b"wait-0"
+            await handler.wait_started(4)
+            assert handler.started == [b"wait-0", b"wait-1", b"wait-2", b"wait-3"]
+            for i in range(1, 5):
+                handler.release(b"wait-%d" % i)
+            assert [await read_frame(client) for _ in range(4)] == [b"wait-%d" % i for i in range(1, 5)]
+
+            # Bytes: a frame that would take the requests under way past PIPELINED_PRODUCE_BYTES waits.
+            monkeypatch.setattr(kafka_server, "PIPELINED_PRODUCE_BYTES", 1500)
+            big = b"wait-big" + b"x" * 2000
+            await client.send_all(produce_frame(b"wait-small") + produce_frame(big))
+            await handler.wait_started(6)
+            assert handler.started[-1] == b"wait-small"
+            handler.release(b"wait-small")
+            assert await read_frame(client) == b"wait-small"
+            await handler.wait_started(7)
+            assert handler.started[-1] == big
+            handler.release(big)
+            assert await read_frame(client) == big
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_failing_request_under_way_closes_the_connection_and_only_it():
+    handler = PipelineHandler()
+    async with trio.open_nursery() as nursery:
+        server = KafkaServer(handler, max_frame_bytes=1024)
+        port = await nursery.start(server.serve, "127.0.0.1", 0)
+        with trio.fail_after(30):
+            client = await trio.open_tcp_stream("127.0.0.1", port)
+            other = await trio.open_tcp_stream("127.0.0.1", port)
+            await client.send_all(produce_frame(b"wait-1") + produce_frame(b"bad"))
+            # The bad one fails while the first waits: the connection closes with no answer at all.
+            assert await client.receive_some(10) == b""
+            await other.send_all(produce_frame(b"fine"))
+            assert await read_frame(other) == b"fine"
+            assert server.connections == 1
+        nursery.cancel_scope.cancel()

@@ -53,7 +53,7 @@ from kraftpy.protocol.record_validation import (
     Refusal,
     validate_produced_batch,
 )
-from kraftpy.rpc.kafka_server import BadRequest, Connection
+from kraftpy.rpc.kafka_server import BadRequest, Connection, allow_next_request
 
 _logger = structlog.get_logger(__name__)
 
@@ -196,6 +196,8 @@ class ProduceApi:
             if appended.error == ErrorCode.NONE and acks == -1:
                 waiting[key] = (part, epoch, appended.next_offset)
         if waiting:
+            # The connection's next Produce may be appended while these wait (answered after them).
+            allow_next_request()
             await self._await_replication(waiting, results, request.timeout_ms / 1000)
         node_endpoints = self._current_leaders(order, conn.listener) if version >= 10 else []
         if acks == 0:
