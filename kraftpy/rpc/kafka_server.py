@@ -9,9 +9,10 @@ it. Kafka mutes the connection until the answer is sent, so its acks=all produce
 committed per replication round trip per connection; a client with several requests in flight
 (librdkafka sends up to max.in.flight) waits here for none of that. Any other request waits until
 every answer before it is sent, so nothing else changes order. At most `PIPELINED_PRODUCES`
-Produce requests of `PIPELINED_PRODUCE_BYTES` in all are under way on one connection. Each request
-is handled in a task of its own in the connection's nursery; the first failure (a bad frame, a
-handler's `BadRequest`, a broken socket) cancels the others and closes the connection.
+Produce requests of `PIPELINED_PRODUCE_BYTES` in all are under way on one connection. Each Produce
+is handled in a task of its own in the connection's nursery (any other request, alone on its
+connection, in the connection's task); the first failure (a bad frame, a handler's `BadRequest`, a
+broken socket) cancels the others and closes the connection.
 
 The handler gets each frame's bytes and returns the response as a list of parts: bytes-like parts are written as they are, and a
 `FileRegion` (a byte range of a log segment) is written with ``os.sendfile``, so record data goes
@@ -375,8 +376,12 @@ class KafkaServer:
             await _mute(conn)
             request = _Request(frame, pipeline.answering[-1] if pipeline.answering else None, produce)
             pipeline.add(request)
-            nursery.start_soon(self._answer, conn, framed, pipeline, request, nursery)
-            await request.released.wait()
+            if produce:
+                nursery.start_soon(self._answer, conn, framed, pipeline, request, nursery)
+                await request.released.wait()
+            else:
+                # Alone on the connection (every answer before it is sent): handled in this task.
+                await self._answer(conn, framed, pipeline, request, nursery)
 
     async def _answer(self, conn: Connection, framed: FramedStream, pipeline: _Pipeline, request: _Request,
                       nursery: trio.Nursery) -> None:
