@@ -31,6 +31,7 @@ import csv
 import io
 import os
 import platform
+import resource
 import shutil
 import signal
 import subprocess
@@ -61,7 +62,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Meter:
-    """Wall time, a server's CPU time and this process's (the client's) CPU time over a phase."""
+    """Wall time, a server's CPU time and this process's (the client's) CPU time over a phase;
+    ``children``: the CPU time of the child processes that ended (and were waited for) during it."""
 
     def __init__(self, server_pid: int) -> None:
         self.server_pid = server_pid
@@ -70,12 +72,19 @@ class Meter:
         self.wall = time.perf_counter()
         self.server = cpu_seconds(self.server_pid)
         self.client = time.process_time()
+        self.children = _children_cpu()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self.wall
         self.server = cpu_seconds(self.server_pid) - self.server
         self.client = time.process_time() - self.client
+        self.children = _children_cpu() - self.children
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 # -- kraftpy ---------------------------------------------------------------------------------------

@@ -9,6 +9,26 @@
  * until the last delivery report; for the consumer, from the first record received until the last,
  * as rdkafka_performance counts, with "startup=" the time before the first record).
  *
+ * Two more modes measure latency, each meant to run in a process of its own:
+ *
+ *   cperf paced BOOTSTRAP TOPIC COUNT SIZE ACKS RATE [name=value ...]
+ *   cperf follow BOOTSTRAP TOPIC PARTITIONS COUNT [name=value ...]
+ *
+ * "paced" produces COUNT records to every partition of TOPIC (librdkafka's partitioner) at RATE
+ * records/s (0: as fast as it can), each value starting with the CLOCK_MONOTONIC time it was handed
+ * over, and adds to its line the records delivered to each partition ("partitions=N0,N1,...") and
+ * the delivery latency (handed over until its delivery report) as "p50= p99= p999= max=" in ms, of
+ * the records handed over after the warm-up. "follow" reads
+ * partitions 0..PARTITIONS-1 from the beginning until it has COUNT records and adds the end-to-end
+ * latency of each record produced after the warm-up (handed to the producer until received, one
+ * clock for the whole machine) in the same form.
+ *
+ * The name=value pairs are librdkafka's configuration, except these of cperf's own:
+ *   cperf.partition=N   the partition "consume" reads (default 0);
+ *   cperf.warmup=S      "paced": the records of the first S seconds are sent, and marked (the byte
+ *                       after the time is 1), but not measured, by "paced" or by "follow";
+ *   cperf.stats=FILE    librdkafka's statistics, every second, appended to FILE (one JSON a line).
+ *
  * bench/peers.py builds it against the librdkafka that the confluent-kafka wheel bundles, which ships
  * without headers: the declarations below are those of librdkafka's public rdkafka.h (a stable ABI)
  * that this program uses. */
@@ -24,6 +44,7 @@ typedef struct rd_kafka_s rd_kafka_t;
 typedef struct rd_kafka_conf_s rd_kafka_conf_t;
 typedef struct rd_kafka_topic_s rd_kafka_topic_t;
 typedef struct rd_kafka_topic_conf_s rd_kafka_topic_conf_t;
+typedef struct rd_kafka_queue_s rd_kafka_queue_t;
 typedef int rd_kafka_resp_err_t;
 typedef struct rd_kafka_message_s {
     rd_kafka_resp_err_t err;
@@ -41,6 +62,7 @@ enum { RD_KAFKA_PRODUCER = 0, RD_KAFKA_CONSUMER = 1 };
 #define RD_KAFKA_CONF_OK 0
 #define RD_KAFKA_MSG_F_COPY 0x2
 #define RD_KAFKA_OFFSET_BEGINNING (-2)
+#define RD_KAFKA_PARTITION_UA (-1)
 #define RD_KAFKA_RESP_ERR__PARTITION_EOF (-191)
 #define RD_KAFKA_RESP_ERR__QUEUE_FULL (-184)
 
@@ -48,6 +70,7 @@ rd_kafka_conf_t *rd_kafka_conf_new(void);
 int rd_kafka_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value, char *errstr, size_t size);
 void rd_kafka_conf_set_dr_msg_cb(rd_kafka_conf_t *conf,
                                  void (*cb)(rd_kafka_t *, const rd_kafka_message_t *, void *));
+void rd_kafka_conf_set_stats_cb(rd_kafka_conf_t *conf, int (*cb)(rd_kafka_t *, char *, size_t, void *));
 rd_kafka_t *rd_kafka_new(int type, rd_kafka_conf_t *conf, char *errstr, size_t size);
 rd_kafka_topic_t *rd_kafka_topic_new(rd_kafka_t *rk, const char *topic, rd_kafka_topic_conf_t *conf);
 int rd_kafka_produce(rd_kafka_topic_t *rkt, int32_t partition, int msgflags, void *payload, size_t len,
@@ -60,6 +83,12 @@ int rd_kafka_consume_start(rd_kafka_topic_t *rkt, int32_t partition, int64_t off
 ssize_t rd_kafka_consume_batch(rd_kafka_topic_t *rkt, int32_t partition, int timeout_ms,
                                rd_kafka_message_t **messages, size_t size);
 int rd_kafka_consume_stop(rd_kafka_topic_t *rkt, int32_t partition);
+rd_kafka_queue_t *rd_kafka_queue_new(rd_kafka_t *rk);
+void rd_kafka_queue_destroy(rd_kafka_queue_t *rkqu);
+int rd_kafka_consume_start_queue(rd_kafka_topic_t *rkt, int32_t partition, int64_t offset,
+                                 rd_kafka_queue_t *rkqu);
+ssize_t rd_kafka_consume_batch_queue(rd_kafka_queue_t *rkqu, int timeout_ms, rd_kafka_message_t **messages,
+                                     size_t size);
 void rd_kafka_message_destroy(rd_kafka_message_t *message);
 void rd_kafka_topic_destroy(rd_kafka_topic_t *rkt);
 void rd_kafka_destroy(rd_kafka_t *rk);
@@ -67,10 +96,21 @@ void rd_kafka_destroy(rd_kafka_t *rk);
 static long delivered, failed;
 static double last_delivery;
 
+/* cperf's own settings (cperf.NAME=VALUE) */
+static int32_t opt_partition;
+static double opt_warmup;
+static const char *opt_stats;
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static void set(rd_kafka_conf_t *conf, const char *name, const char *value) {
@@ -81,6 +121,18 @@ static void set(rd_kafka_conf_t *conf, const char *name, const char *value) {
     }
 }
 
+static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
+    (void)rk;
+    (void)opaque;
+    FILE *out = fopen(opt_stats, "a");
+    if (out != NULL) {
+        fwrite(json, 1, len, out);
+        fputc('\n', out);
+        fclose(out);
+    }
+    return 0; /* librdkafka frees json */
+}
+
 static void extra(rd_kafka_conf_t *conf, int argc, char **argv, int first) {
     for (int i = first; i < argc; i++) {
         char *eq = strchr(argv[i], '=');
@@ -89,7 +141,18 @@ static void extra(rd_kafka_conf_t *conf, int argc, char **argv, int first) {
             exit(2);
         }
         *eq = '\0';
-        set(conf, argv[i], eq + 1);
+        if (strcmp(argv[i], "cperf.partition") == 0)
+            opt_partition = atoi(eq + 1);
+        else if (strcmp(argv[i], "cperf.warmup") == 0)
+            opt_warmup = atof(eq + 1);
+        else if (strcmp(argv[i], "cperf.stats") == 0)
+            opt_stats = eq + 1;
+        else
+            set(conf, argv[i], eq + 1);
+    }
+    if (opt_stats != NULL) {
+        set(conf, "statistics.interval.ms", "1000");
+        rd_kafka_conf_set_stats_cb(conf, on_stats);
     }
 }
 
@@ -167,7 +230,7 @@ static int consume(int argc, char **argv) {
     }
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, argv[3], NULL);
     double started = now();
-    if (rd_kafka_consume_start(rkt, 0, RD_KAFKA_OFFSET_BEGINNING) == -1) {
+    if (rd_kafka_consume_start(rkt, opt_partition, RD_KAFKA_OFFSET_BEGINNING) == -1) {
         fprintf(stderr, "cperf: consume_start: %s\n", rd_kafka_err2str(rd_kafka_last_error()));
         return 1;
     }
@@ -175,7 +238,7 @@ static int consume(int argc, char **argv) {
     long got = 0, errors = 0;
     double first = 0, deadline = started + 600;
     while (got < count && now() < deadline) {
-        ssize_t n = rd_kafka_consume_batch(rkt, 0, 1000, batch, 10000);
+        ssize_t n = rd_kafka_consume_batch(rkt, opt_partition, 1000, batch, 10000);
         for (ssize_t i = 0; i < n; i++) {
             if (batch[i]->err == 0) {
                 if (got++ == 0)
@@ -184,10 +247,182 @@ static int consume(int argc, char **argv) {
                 fprintf(stderr, "cperf: consume: %s\n", rd_kafka_err2str(batch[i]->err));
             rd_kafka_message_destroy(batch[i]);
         }
+        if (opt_stats != NULL)
+            rd_kafka_poll(rk, 0); /* serves the statistics callback */
     }
     double last = now();
     printf("records=%ld errors=%ld seconds=%.6f startup=%.6f\n", got, errors, last - first, first - started);
-    rd_kafka_consume_stop(rkt, 0);
+    rd_kafka_consume_stop(rkt, opt_partition);
+    rd_kafka_topic_destroy(rkt);
+    rd_kafka_destroy(rk);
+    return got != count;
+}
+
+/* The latencies measured so far, in ms. */
+static double *latencies;
+static long measured;
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void print_percentiles(void) {
+    if (measured == 0) {
+        printf(" p50=0 p99=0 p999=0 max=0\n");
+        return;
+    }
+    qsort(latencies, (size_t)measured, sizeof *latencies, by_value);
+#define AT(q) latencies[(long)((q) * (measured - 1))]
+    printf(" p50=%.3f p99=%.3f p999=%.3f max=%.3f\n", AT(0.5), AT(0.99), AT(0.999), latencies[measured - 1]);
+#undef AT
+}
+
+/* A paced record's value: the time it was handed over (8 bytes), then 1 if it is a warm-up record. */
+#define STAMP_SIZE 9
+
+/* Records delivered to each partition (of the first MAX_PARTITIONS). */
+#define MAX_PARTITIONS 64
+static long delivered_to[MAX_PARTITIONS];
+static int partitions_seen;
+
+static void on_paced_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque) {
+    on_delivery(rk, msg, opaque);
+    if (msg->err == 0 && msg->partition >= 0 && msg->partition < MAX_PARTITIONS) {
+        delivered_to[msg->partition]++;
+        if (msg->partition >= partitions_seen)
+            partitions_seen = msg->partition + 1;
+    }
+    /* the opaque is the time it was handed over, with the lowest bit set for a warm-up record */
+    uint64_t handed = (uint64_t)(uintptr_t)msg->_private;
+    if (msg->err == 0 && !(handed & 1))
+        latencies[measured++] = (double)(now_ns() - handed) / 1e6;
+}
+
+static int paced(int argc, char **argv) {
+    if (argc < 8) {
+        fprintf(stderr, "usage: cperf paced BOOTSTRAP TOPIC COUNT SIZE ACKS RATE [name=value ...]\n");
+        return 2;
+    }
+    long count = atol(argv[4]);
+    size_t size = (size_t)atol(argv[5]);
+    double rate = atof(argv[7]);
+    if (size < STAMP_SIZE)
+        size = STAMP_SIZE;
+    latencies = malloc(sizeof *latencies * (size_t)(count ? count : 1));
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    set(conf, "bootstrap.servers", argv[2]);
+    set(conf, "acks", argv[6]);
+    set(conf, "linger.ms", "5");
+    set(conf, "queue.buffering.max.messages", "1000000");
+    extra(conf, argc, argv, 8);
+    rd_kafka_conf_set_dr_msg_cb(conf, on_paced_delivery);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    if (rk == NULL) {
+        fprintf(stderr, "cperf: %s\n", errstr);
+        return 2;
+    }
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, argv[3], NULL);
+    char *payload = malloc(size);
+    memset(payload, 'x', size);
+    double started = now(), measured_from = started + opt_warmup;
+    struct timespec pause = {0, 200000};
+    for (long i = 0; i < count; i++) {
+        if (rate > 0) {
+            while ((double)i >= (now() - started) * rate) {
+                rd_kafka_poll(rk, 0);
+                nanosleep(&pause, NULL);
+            }
+        }
+        int warmup = now() < measured_from;
+        uint64_t handed = now_ns() & ~(uint64_t)1;
+        memcpy(payload, &handed, sizeof handed);
+        payload[8] = (char)warmup;
+        while (rd_kafka_produce(rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, payload, size, NULL, 0,
+                                (void *)(uintptr_t)(handed | (uint64_t)warmup)) == -1) {
+            if (rd_kafka_last_error() != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+                fprintf(stderr, "cperf: produce: %s\n", rd_kafka_err2str(rd_kafka_last_error()));
+                return 1;
+            }
+            rd_kafka_poll(rk, 1);
+        }
+        if ((i & 1023) == 0)
+            rd_kafka_poll(rk, 0);
+    }
+    rd_kafka_flush(rk, 600000);
+    printf("records=%ld errors=%ld seconds=%.6f measured=%ld partitions=", delivered,
+           failed + (count - delivered - failed), last_delivery - started, measured);
+    for (int p = 0; p < partitions_seen; p++)
+        printf(p ? ",%ld" : "%ld", delivered_to[p]);
+    print_percentiles();
+    free(payload);
+    rd_kafka_topic_destroy(rkt);
+    rd_kafka_destroy(rk);
+    return failed || delivered != count;
+}
+
+static int follow(int argc, char **argv) {
+    if (argc < 6) {
+        fprintf(stderr, "usage: cperf follow BOOTSTRAP TOPIC PARTITIONS COUNT [name=value ...]\n");
+        return 2;
+    }
+    int partitions = atoi(argv[4]);
+    long count = atol(argv[5]);
+    latencies = malloc(sizeof *latencies * (size_t)(count ? count : 1));
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    set(conf, "bootstrap.servers", argv[2]);
+    extra(conf, argc, argv, 6);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
+    if (rk == NULL) {
+        fprintf(stderr, "cperf: %s\n", errstr);
+        return 2;
+    }
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, argv[3], NULL);
+    rd_kafka_queue_t *queue = rd_kafka_queue_new(rk);
+    for (int p = 0; p < partitions; p++) {
+        if (rd_kafka_consume_start_queue(rkt, p, RD_KAFKA_OFFSET_BEGINNING, queue) == -1) {
+            fprintf(stderr, "cperf: consume_start: %s\n", rd_kafka_err2str(rd_kafka_last_error()));
+            return 1;
+        }
+    }
+    static rd_kafka_message_t *batch[10000];
+    long got = 0, errors = 0;
+    double first = 0, started = now(), deadline = started + 600;
+    while (got < count && now() < deadline) {
+        /* a batch call waits until it has all it asked for or its timeout: wait for one record,
+         * then take what else is already there without waiting */
+        ssize_t n = rd_kafka_consume_batch_queue(queue, 1000, batch, 1);
+        if (n == 1) {
+            ssize_t more = rd_kafka_consume_batch_queue(queue, 0, batch + 1, 9999);
+            if (more > 0)
+                n += more;
+        }
+        uint64_t received = now_ns();
+        for (ssize_t i = 0; i < n; i++) {
+            if (batch[i]->err == 0 && batch[i]->len >= STAMP_SIZE) {
+                const char *value = batch[i]->payload;
+                uint64_t handed;
+                memcpy(&handed, value, sizeof handed);
+                if (got++ == 0)
+                    first = now();
+                if (!value[8])
+                    latencies[measured++] = (double)(received - handed) / 1e6;
+            } else if (batch[i]->err != 0 && errors++ == 0) {
+                fprintf(stderr, "cperf: consume: %s\n", rd_kafka_err2str(batch[i]->err));
+            }
+            rd_kafka_message_destroy(batch[i]);
+        }
+        if (opt_stats != NULL)
+            rd_kafka_poll(rk, 0);
+    }
+    printf("records=%ld errors=%ld seconds=%.6f startup=%.6f measured=%ld", got, errors, now() - first,
+           first - started, measured);
+    print_percentiles();
+    for (int p = 0; p < partitions; p++)
+        rd_kafka_consume_stop(rkt, p);
+    rd_kafka_queue_destroy(queue);
     rd_kafka_topic_destroy(rkt);
     rd_kafka_destroy(rk);
     return got != count;
@@ -198,6 +433,10 @@ int main(int argc, char **argv) {
         return produce(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "consume") == 0)
         return consume(argc, argv);
-    fprintf(stderr, "usage: cperf produce|consume BOOTSTRAP TOPIC COUNT ...\n");
+    if (argc >= 2 && strcmp(argv[1], "paced") == 0)
+        return paced(argc, argv);
+    if (argc >= 2 && strcmp(argv[1], "follow") == 0)
+        return follow(argc, argv);
+    fprintf(stderr, "usage: cperf produce|consume|paced|follow BOOTSTRAP TOPIC ...\n");
     return 2;
 }

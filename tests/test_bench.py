@@ -16,3 +16,33 @@ def test_the_metadata_benchmark_runs_at_small_sizes():
     assert run.returncode == 0, run.stderr[-3000:]
     assert "## metadata" in run.stdout
     assert "fence one broker" in run.stdout
+
+
+def _page(date: str, ratio: str, verdict: str, other: str = "2.00x") -> str:
+    return (f"# Benchmarks\n\nRun on {date}: 2 cores.\n## peers\n\nText.\n\n"
+            "| phase | client | record | acks | kraftpy / best peer |\n|---|---|---:|---|---:|\n"
+            f"| produce | cperf (C) | 100 B | 1 | {ratio} |\n"
+            f"| produce | cperf (C) | 100 B | all | {other} |\n\n"
+            f"Goal (kraftpy ≥ 1.5x the best peer): **{verdict}** for produce.\n")
+
+
+def test_bench_run_lists_the_tracked_ratios_that_moved_against_the_previous_page():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import run
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    old = _page("2026-11-01", "1.25x", "not met")
+    new = _page("2026-11-02", "1.60x", "met", other="2.02x")  # 2.00x -> 2.02x moved by 1%: not listed
+    changes = run.ratio_changes(old, new)
+    assert changes == [
+        "peers: produce / cperf (C) / 100 B / 1, kraftpy / best peer: 1.25x → 1.60x",
+        "peers: goal (kraftpy ≥ 1.5x the best peer): not met → met",
+    ]
+    page = run.with_comparison(new, changes, run.page_date(old))
+    assert page.startswith(new.rstrip("\n"))
+    assert f"## {run.COMPARED}" in page and "the page of 2026-11-01" in page and "- peers: goal" in page
+    # Written anew each time, never twice.
+    again = run.with_comparison(page, [], run.page_date(new))
+    assert again.count(f"## {run.COMPARED}") == 1 and "None moved." in again
+    assert run.ratio_changes(new, new) == []
