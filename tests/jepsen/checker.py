@@ -17,6 +17,10 @@ partitions in order):
   above the one before) or jumped forward (`skip`, an offset above the one before plus one: the
   topic is neither compacted nor transactional, so offsets are contiguous);
 - *unexpected*: a value read that no send wrote (reported in the details, makes the run invalid);
+- *reordered*: two acknowledged sends of one producer instance (the sends of the pipelined producers
+  name theirs: idempotent, several records and requests in flight at once) to one partition whose
+  offsets are not in the order they were sent; idempotence promises that order, and the broker must
+  keep it while it appends a connection's Produce requests ahead of their answers;
 - *unauthorized writes* (a cluster with `--security sasl_ssl`): sends refused with
   TOPIC_AUTHORIZATION_FAILED, by the broker or by the client's cached answer (the `acl-flap` nemesis
   removes the producers' WRITE ACL); definite failures, so any of them read is an aborted read, also
@@ -200,6 +204,22 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
     for value in sorted(read_values - sent, key=repr):
         unexpected.add({"value": value, "at": [{"partition": p, "offset": o} for p, o in value_places[value]]})
 
+    reordered = Capped(detail_limit)
+    by_producer: dict[tuple[str, int], list[tuple[int, int, Any]]] = defaultdict(list)
+    for inv, comp in pairs:
+        if inv.f == SEND and inv.producer is not None and comp is not None and comp.type == OK:
+            partition, offset = acked[inv.value]
+            if partition is not None and offset is not None and offset >= 0:
+                by_producer[(inv.producer, partition)].append((inv.index, offset, inv.value))
+    pipelined_acked = 0
+    for (producer, partition), sends in by_producer.items():
+        sends.sort()
+        pipelined_acked += len(sends)
+        for (_, before, earlier), (_, after, later) in zip(sends, sends[1:], strict=False):
+            if after <= before:
+                reordered.add({"producer": producer, "partition": partition, "sent": [earlier, later],
+                               "offsets": [before, after]})
+
     group = check_group(pairs, history, acked, nonmonotonic, detail_limit)
 
     # Availability, operation counts and latencies.
@@ -227,7 +247,7 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
         latency[f] = entry
 
     hard = lost.count + duplicated.count + inconsistent.count + nonmonotonic.count + aborted.count \
-        + unexpected.count + unseen_after_final
+        + unexpected.count + unseen_after_final + reordered.count
     if group is not None:
         hard += group["group_lost"].count + group["committed_regressions"].count \
             + group["redelivered_after_commit"].count
@@ -249,6 +269,7 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
         "inconsistent_offsets": inconsistent.count,
         "nonmonotonic": nonmonotonic.count,
         "aborted_reads": aborted.count,
+        "reordered": reordered.count,
         "unauthorized_writes": len(unauthorized),
         "unauthorized_writes_read": unauthorized_read.count,
         "availability": round(client_ok / client_done, 6) if client_done else None,
@@ -263,6 +284,8 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
             "inconsistent_offsets": inconsistent.items,
             "nonmonotonic": nonmonotonic.items,
             "aborted_reads": aborted.items,
+            "reordered": reordered.items,
+            "pipelined_acked": pipelined_acked,
             "unexpected": unexpected.items,
             "unexpected_count": unexpected.count,
             "unauthorized_writes": {"refused_by_broker": sum(v == "broker" for v in unauthorized.values()),

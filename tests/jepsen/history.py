@@ -143,6 +143,9 @@ class Op:
     writes: list[tuple[str, int, int | None, Any]] | None = attrs.field(default=None, converter=_topic_records)
     isolation: str | None = None
     txn_id: str | None = None
+    #: The producer instance that sent it (the queue workload's pipelined producers name theirs): its
+    #: acknowledged sends to one partition must hold offsets in the order they were sent.
+    producer: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The op as a JSON object, leaving out the fields that are None."""

@@ -71,9 +71,12 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
         f"seed: {results['seed']}    nemesis: {results['nemesis']}",
         f"acked sends: {results['acked']}    availability: "
         + ("n/a" if results["availability"] is None else f"{results['availability'] * 100:.1f}%"),
-        "anomalies: " + ", ".join(f"{k}={results[k]}" for k in (
-            "lost", "unseen", "duplicated", "inconsistent_offsets", "nonmonotonic", "aborted_reads")),
+        "anomalies: " + ", ".join(f"{k}={results.get(k)}" for k in (
+            "lost", "unseen", "duplicated", "inconsistent_offsets", "nonmonotonic", "aborted_reads", "reordered")),
     ]
+    pipelined = results.get("details", {}).get("pipelined_acked")
+    if pipelined:
+        lines.append(f"pipelined sends acknowledged: {pipelined} (checked for reordering)")
     if results.get("workload") == "group":
         g = results.get("details", {}).get("group", {})
         lines.append("group: " + ", ".join(f"{k}={results[k]}" for k in (
@@ -109,7 +112,7 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
     for w in windows:
         lines.append(f"  {w['start'] / 1e9:8.2f}s - {w['stop'] / 1e9:8.2f}s  {w['label']}")
     details = results.get("details", {})
-    for key in ("lost", "unseen", "duplicated", "inconsistent_offsets", "nonmonotonic", "aborted_reads"):
+    for key in ("lost", "unseen", "duplicated", "inconsistent_offsets", "nonmonotonic", "aborted_reads", "reordered"):
         items = details.get(key) or []
         if items:
             lines.append(f"{key} (first {min(len(items), 5)} of {results[key]}):")

@@ -590,12 +590,16 @@ class Workload:
     """Producer and consumer threads recording into `recorder` until `stop` is set."""
 
     def __init__(self, plan: Plan, recorder: Recorder, *, topic: str, seed: int, producers: int,
-                 consumers: int, op_timeout: float, log: Callable[[str], Any]) -> None:
+                 consumers: int, op_timeout: float, log: Callable[[str], Any], pipelined: int = 0,
+                 burst: int = 16) -> None:
+        """``pipelined`` of the ``producers`` send ``burst`` records at a time (see `_produce_pipelined`)."""
         self.plan = plan
         self.recorder = recorder
         self.topic = topic
         self.seed = seed
         self.producers = producers
+        self.pipelined = pipelined
+        self.burst = burst
         self.consumers = consumers
         self.op_timeout = op_timeout
         self.log = log
@@ -664,6 +668,9 @@ class Workload:
             self.log(f"worker failed: {e!r}")
 
     def _produce(self, worker: int) -> None:
+        if worker < self.pipelined:
+            self._produce_pipelined(worker)
+            return
         from confluent_kafka import KafkaException, Producer
 
         rnd = random.Random(f"{self.seed}-producer-{worker}")
@@ -716,6 +723,69 @@ class Workload:
             with contextlib.suppress(Exception):
                 producer.flush(0)
             producer = Producer(self.producer_config())
+        producer.flush(self.op_timeout)
+
+    def _produce_pipelined(self, worker: int) -> None:
+        """Bursts of `burst` records handed over at once, each its own process in the history, by one
+        idempotent producer (named in each send, for the checker's `reordered`) that sends batches of
+        at most two records with no linger: several Produce requests are in flight on a connection,
+        and the broker appends them ahead of their answers. An indeterminate send (or a fatal error)
+        ends the producer instance: the next burst goes through a new one."""
+        from confluent_kafka import KafkaException, Producer
+
+        rnd = random.Random(f"{self.seed}-pipelined-{worker}")
+        instances = itertools.count()
+        config = {**self.producer_config(), "batch.num.messages": 2}
+
+        def new_producer() -> tuple[Any, str]:
+            return Producer(config), f"w{worker}.{next(instances)}"
+
+        producer, name = new_producer()
+        while not self.stop.is_set():
+            sent: list[tuple[int, dict[str, Any], dict[str, Any], threading.Event]] = []
+            for _ in range(self.burst):
+                value = self.next_value()
+                partition = rnd.randrange(self.plan.partitions)
+                fields = dict(value=value, key=f"k{partition}", partition=partition, producer=name)
+                process = self.next_process()
+                self.recorder.invoke(SEND, process, **fields)
+                outcome: dict[str, Any] = {}
+                done = threading.Event()
+
+                def on_delivery(err: Any, msg: Any, outcome: dict[str, Any] = outcome,
+                                done: threading.Event = done) -> None:
+                    if err is None:
+                        outcome.update(type="ok", offset=msg.offset(), partition=msg.partition())
+                    else:
+                        outcome.update(type=classify_send_error(err.name()), error=err.name())
+                    done.set()
+
+                try:
+                    producer.produce(self.topic, key=fields["key"].encode(), value=str(value).encode(),
+                                     partition=partition, on_delivery=on_delivery)
+                except (BufferError, KafkaException) as e:
+                    self.recorder.fail(SEND, process, error=f"produce: {e}", **fields)
+                    continue
+                sent.append((process, fields, outcome, done))
+            deadline = time.monotonic() + self.op_timeout + 5
+            fatal = None
+            while fatal is None and not all(done.is_set() for *_, done in sent) and time.monotonic() < deadline:
+                fatal = _poll_fatally(producer, 0.1)
+            renew = fatal is not None
+            for process, fields, outcome, done in sent:
+                if not done.is_set():
+                    self.recorder.info(SEND, process, error=fatal or "no delivery report", **fields)
+                    renew = True
+                elif outcome["type"] == "ok":
+                    self.recorder.ok(SEND, process, value=fields["value"], key=fields["key"],
+                                     partition=outcome["partition"], offset=outcome["offset"], producer=name)
+                else:
+                    self.recorder.complete(outcome["type"], SEND, process, error=outcome["error"], **fields)
+                    renew = renew or outcome["type"] != "fail"
+            if renew:
+                with contextlib.suppress(Exception):
+                    producer.flush(0)
+                producer, name = new_producer()
         producer.flush(self.op_timeout)
 
     def _consume(self, partitions: list[int]) -> None:
@@ -834,6 +904,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="queue (assign() consumers), group (members of one consumer group) or txn "
                          "(transactions); default queue")
     ap.add_argument("--producers", type=int, default=3)
+    ap.add_argument("--pipelined-producers", type=int, default=1,
+                    help="queue: how many of the producers send bursts with several requests in flight (default 1)")
+    ap.add_argument("--burst", type=int, default=16, help="queue: records a pipelined producer hands over at once")
     ap.add_argument("--consumers", type=int, default=3,
                     help="consumers, group members, or read_committed consumers (txn) (default 3)")
     ap.add_argument("--abort-every", type=int, default=5,
@@ -963,7 +1036,8 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
                 workload = Workload(plan, recorder, topic=args.topic, seed=seed,
                                     producers=0 if cluster.txn_id else args.producers,
                                     consumers=0 if cluster.group or cluster.txn_id else args.consumers,
-                                    op_timeout=args.op_timeout, log=log)
+                                    op_timeout=args.op_timeout, log=log, pipelined=args.pipelined_producers,
+                                    burst=args.burst)
                 if cluster.group:
                     members = GroupWorkload(
                         bootstrap=plan.bootstrap, recorder=recorder, topic=args.topic, group=cluster.group,
