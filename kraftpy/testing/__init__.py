@@ -1,0 +1,1 @@
+"""kraftpy inside a test suite: the fault harness's process faults and TCP proxy."""
