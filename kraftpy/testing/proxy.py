@@ -9,7 +9,9 @@ asks `identify(peer)` which node the connection comes from (`None`: a client, ne
 then, for the pair (source node, destination node):
 
 - partition: the connection is closed at once (a refusal), and open connections of a pair are closed
-  when the pair is cut;
+  when the pair is cut. With ``hold=True`` a new connection across the cut is held open instead, and
+  silent, until the heal closes it: as the network would leave it if it dropped the packets, the
+  peer waits for its own timeouts rather than reconnecting at once, again and again;
 - slow link: every chunk, in both directions, is delayed by `delay_ms` plus a seeded random share of
   `jitter_ms`, keeping the order of the chunks;
 - lossy link: each chunk is dropped with probability `loss`, by closing the connection (TCP has no
@@ -75,14 +77,18 @@ class _Conn:
 
 
 class Proxy:
-    def __init__(self, routes: Iterable[Route], *, identify: Identify | None = None, seed: int = 0) -> None:
+    def __init__(self, routes: Iterable[Route], *, identify: Identify | None = None, seed: int = 0,
+                 hold: bool = False) -> None:
         self.routes = list(routes)
         self.identify = identify
         self.rnd = random.Random(f"kraftpy-proxy-{seed}")
+        #: Hold connections across a cut open and silent until the heal, instead of refusing them.
+        self.hold = hold
         self.cut: set[Pair] = set()
         self.links: dict[Pair, LinkFault] = {}
         self.conns: set[_Conn] = set()
-        self.stats = {"accepted": 0, "refused": 0, "dropped": 0, "closed_by_partition": 0}
+        self.stats = {"accepted": 0, "refused": 0, "held": 0, "dropped": 0, "closed_by_partition": 0}
+        self._healed = trio.Event()
 
     def address(self, node: str) -> tuple[str, int]:
         for r in self.routes:
@@ -120,6 +126,8 @@ class Proxy:
     def heal(self) -> None:
         self.cut.clear()
         self.links.clear()
+        self._healed.set()  # held connections close: their peers connect again
+        self._healed = trio.Event()
 
     # data path
 
@@ -133,7 +141,11 @@ class Proxy:
                 peer = client.socket.getpeername()
                 src = await trio.to_thread.run_sync(self.identify, (peer[0], peer[1]))
             if src is not None and _key(src, route.node) in self.cut:
-                self.stats["refused"] += 1
+                if self.hold:
+                    self.stats["held"] += 1
+                    await self._healed.wait()
+                else:
+                    self.stats["refused"] += 1
                 return
             try:
                 upstream = await trio.open_tcp_stream(*route.target)

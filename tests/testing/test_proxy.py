@@ -1,0 +1,51 @@
+"""The proxy's ``hold`` mode (what `kraftpy.testing` cuts a broker off with): a connection across a cut
+is held open and silent until the heal, not refused, so its peer waits instead of reconnecting at
+once. The proxy's other faults are tested with the fault harness (tests/jepsen/test_nemesis.py)."""
+
+from __future__ import annotations
+
+import functools
+import socket
+
+import pytest
+import trio
+from trio.testing import wait_all_tasks_blocked
+
+from kraftpy.testing.proxy import Proxy, Route, by_source_address
+
+SOURCES = {"127.0.0.21": "a", "127.0.0.22": "b"}
+
+
+async def echo(stream: trio.SocketStream) -> None:
+    async with stream:
+        async for data in stream:
+            await stream.send_all(data)
+
+
+async def test_a_connection_across_a_cut_is_held_silent_until_the_heal(nursery):
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, echo, 0, host="127.0.0.1"))
+    echo_port = listeners[0].socket.getsockname()[1]
+    proxy = Proxy([Route(n, ("127.0.0.1", echo_port)) for n in "ab"], identify=by_source_address(SOURCES),
+                  hold=True)
+    await nursery.start(proxy.run)
+    proxy.partition([("a", "b")])
+    held = await trio.open_tcp_stream(*proxy.address("b"), local_address="127.0.0.21")
+    await held.send_all(b"ping")
+    with trio.fail_after(10):  # until the proxy has told who connected (in a worker thread) and decided
+        while not proxy.stats["held"]:
+            await trio.sleep(0.005)
+    assert proxy.stats["held"] == 1 and proxy.stats["refused"] == 0
+    with socket.fromfd(held.socket.fileno(), socket.AF_INET, socket.SOCK_STREAM) as peek:
+        with pytest.raises(BlockingIOError):  # neither closed nor answered: open and silent
+            peek.recv(1, socket.MSG_DONTWAIT)
+    proxy.heal()
+    await wait_all_tasks_blocked()
+    try:  # the heal closes it (a reset: the proxy never read what was sent); its peer connects again
+        assert await held.receive_some() == b""
+    except trio.BrokenResourceError:
+        pass
+    again = await trio.open_tcp_stream(*proxy.address("b"), local_address="127.0.0.21")
+    await again.send_all(b"pong")
+    assert await again.receive_some() == b"pong"
+    await again.aclose()
+    await held.aclose()
