@@ -309,6 +309,7 @@ class Cluster:
         self._finalizer: weakref.finalize | None = None
         self._nodes: dict[str, Node] = {}
         self._info: dict[str, Any] = {}
+        self.start_timings: dict[str, float] = {}
         #: Set by any fault (a test that changed the cluster); `restore` clears it.
         self.faulted = False
 
@@ -326,6 +327,7 @@ class Cluster:
         supervisor = _Supervisor([sys.executable, "-m", "kraftpy.testing._supervisor", json.dumps(spec)], directory)
         self._supervisor = supervisor
         self._finalizer = weakref.finalize(self, _reap, supervisor.process, directory, self.keep)
+        began = time.monotonic()
         try:
             answer = supervisor.read(self.start_timeout + GRACE_S, "start")
             if "error" in answer:
@@ -334,6 +336,11 @@ class Cluster:
             self._finalizer()
             raise
         self._update(answer["ok"])
+        #: How long the start took, in seconds: ``total``, and of it the nodes' start until each served
+        #: (``nodes_ready``) and until every broker saw every other (``whole``); the rest is Python starting
+        #: the supervisor and importing kraftpy once, which every node is forked with.
+        self.start_timings = {"total": time.monotonic() - began, "nodes_ready": answer["ok"]["timings"]["nodes_ready_s"],
+                              "whole": answer["ok"]["timings"]["whole_s"]}
         return self
 
     def close(self, *, graceful: bool = False) -> None:

@@ -8,9 +8,9 @@ so that a broker can be cut off from them; clients reach the brokers directly:
 - broker *i*: ``listeners=PLAINTEXT://127.0.0.1:<client>,INTERNAL://127.0.0.1:<real>``, advertised
   as ``PLAINTEXT://127.0.0.1:<client>,INTERNAL://127.0.0.1:<proxy>``; followers fetch from INTERNAL.
 
-`DEFAULTS` make a small cluster quick to start and quick to notice a fault (a broker is fenced 3 s
-after its last heartbeat; a group's first rebalance does not wait); each of them, and any other key
-of docs/configuration.md, can be overridden. The keys that place the nodes (`RESERVED`) cannot.
+`defaults` make a small cluster quick to start, quick to create a topic and quick to notice a fault
+(a broker is fenced 3 s after its last heartbeat; a group's first rebalance does not wait); each of
+them, and any other key of docs/configuration.md, can be overridden. The keys that place the nodes (`RESERVED`) cannot.
 
 Overrides come as keyword arguments: ``log_retention_ms=1000`` is ``log.retention.ms=1000`` (Kafka's
 keys have no underscores), and dotted keys can be passed as ``**{"log.retention.ms": 1000}``.
@@ -51,6 +51,9 @@ def defaults(brokers: int) -> dict[str, str]:
         "broker.session.timeout.ms": "3000",
         "replica.lag.time.max.ms": "3000",
         "controller.quorum.election.timeout.ms": "300",
+        # Each metadata change its own append, at once: a topic a test creates is there in a few ms
+        # (Kafka's 25 ms gathers the changes of a busy cluster into fewer batches).
+        "controller.quorum.append.linger.ms": "0",
     }
 
 

@@ -37,6 +37,7 @@ again: every broker that should be serving is listed by every such broker.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -395,11 +396,12 @@ class Supervisor:
         healthy replicas in sync again (a restarted or resumed broker has caught up)."""
         healthy = self.healthy_brokers()
         expected = {b.node_id for b in healthy}
-        for broker in healthy:
-            async def lists_all(broker: Node = broker) -> bool:
-                response = await self.admin(broker).metadata([])
-                return expected <= {b.node_id for b in response.brokers}
-            await self._poll(lists_all, f"{broker.name} to list brokers {sorted(expected)}")
+
+        async def lists_all(broker: Node) -> bool:
+            response = await self.admin(broker).metadata([])
+            return expected <= {b.node_id for b in response.brokers}
+
+        await self._on_each(healthy, lists_all, f"every broker to list brokers {sorted(expected)}")
         if not healthy:
             return
 
@@ -428,11 +430,14 @@ class Supervisor:
         for node in self.nodes:
             config = load_config(node.config)
             format_dirs(config.all_dirs, cluster_id, config.node_id)
+        began = time.monotonic()
         async with trio.open_nursery() as nursery:
             for node in self.nodes:
                 nursery.start_soon(lambda n=node: self._start_node(n, first=True))
+        ready = time.monotonic()
         await self.wait_whole()
-        return {"cluster_id": cluster_id, **self.status()}
+        timings = {"nodes_ready_s": round(ready - began, 4), "whole_s": round(time.monotonic() - began, 4)}
+        return {"cluster_id": cluster_id, "timings": timings, **self.status()}
 
     async def proxy_run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self._owners = SocketOwners(self._pids)
@@ -490,12 +495,18 @@ class Supervisor:
 
     async def _wait_topic(self, name: str) -> None:
         """Until every healthy broker knows ``name`` and a leader for each of its partitions."""
-        for broker in self.healthy_brokers():
-            async def led(broker: Node = broker) -> bool:
-                entry = await self.metadata(name, broker)
-                return entry.error_code == ErrorCode.NONE and bool(entry.partitions) and all(
-                    p.leader_id >= 0 for p in entry.partitions)
-            await self._poll(led, f"{broker.name} knows the leaders of {name}")
+        async def led(broker: Node) -> bool:
+            entry = await self.metadata(name, broker)
+            return entry.error_code == ErrorCode.NONE and bool(entry.partitions) and all(
+                p.leader_id >= 0 for p in entry.partitions)
+
+        await self._on_each(self.healthy_brokers(), led, f"every broker to know the leaders of {name}")
+
+    async def _on_each(self, brokers: list[Node], check: Callable[[Node], Awaitable[Any]], what: str) -> None:
+        """`_poll` ``check(broker)`` for each of ``brokers``, side by side."""
+        async with trio.open_nursery() as nursery:
+            for broker in brokers:
+                nursery.start_soon(self._poll, functools.partial(check, broker), what)
 
     async def op_delete_topic(self, name: str) -> dict[str, Any]:
         admin = self.admin(self.any_broker())

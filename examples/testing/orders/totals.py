@@ -31,6 +31,8 @@ class TotalsService:
         if self.transactional:
             self.producer.init_transactions(30)
         self.totals: dict[str, int] = {}
+        #: Every order this instance processed, (customer, amount), in the order it did.
+        self.processed: list[tuple[str, int]] = []
         self.consumer.subscribe([orders])
 
     def run(self, count: int, *, timeout: float = 60.0, crash_after: int | None = None) -> int:
@@ -61,6 +63,7 @@ class TotalsService:
                     raise RuntimeError("a total was not acknowledged")
                 self.consumer.commit(message=message, asynchronous=False)
             self.totals[customer] = total
+            self.processed.append((customer, order["amount"]))
             done += 1
         return done
 
