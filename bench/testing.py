@@ -82,6 +82,25 @@ def example_suite() -> tuple[float, str]:
     return wall, summary.group(1) if summary else "?"
 
 
+#: The goals of the first acknowledged produce, by number of brokers, and of a topic's cost (seconds).
+FIRST_PRODUCE_GOALS = {1: 0.5, 3: 1.5}
+TOPIC_GOAL = 0.020
+
+
+def verdicts(runs: dict[int, list[dict[str, float]]], topics: dict[int, float]) -> list[str]:
+    out = []
+    for n, rounds in runs.items():
+        goal = FIRST_PRODUCE_GOALS.get(n)
+        if goal is not None:
+            value = statistics.median(r["total"] for r in rounds)
+            out.append(f"first produce with {n} broker{'s' if n > 1 else ''} {ms(value)} "
+                       f"({'within' if value <= goal else 'over'} {ms(goal)})")
+    for n, value in topics.items():
+        out.append(f"a topic with {n} broker{'s' if n > 1 else ''} {ms(value)} "
+                   f"({'within' if value <= TOPIC_GOAL else 'over'} {ms(TOPIC_GOAL)})")
+    return out
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
@@ -143,6 +162,8 @@ def main() -> None:
         "",
         f"For reference, Python starting and importing a node's modules takes {ms(reference)} here: "
         "the floor of any start, paid once per cluster since every node is forked with them.",
+        "",
+        "Against the goals (medians): " + "; ".join(verdicts(runs, topics)) + ".",
         "",
     ]
     if not args.no_example:

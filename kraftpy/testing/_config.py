@@ -50,6 +50,11 @@ def defaults(brokers: int) -> dict[str, str]:
         "broker.heartbeat.interval.ms": "250",
         "broker.session.timeout.ms": "3000",
         "replica.lag.time.max.ms": "3000",
+        # A follower adds a new partition to its fetches when its current long poll returns, and one that
+        # learnt of it before its leader did is refused and tries again after the back-off: a test's first
+        # acks=all write to a new topic waits for those, up to 50 ms each here (500 ms and 1 s in Kafka).
+        "replica.fetch.wait.max.ms": "50",
+        "replica.fetch.backoff.ms": "50",
         "controller.quorum.election.timeout.ms": "300",
         # Each metadata change its own append, at once: a topic a test creates is there in a few ms
         # (Kafka's 25 ms gathers the changes of a busy cluster into fewer batches).
