@@ -292,6 +292,8 @@ class Cluster:
 
     def __init__(self, brokers: int = 1, *, directory: str | os.PathLike[str] | None = None, keep: bool = False,
                  log_level: str = "info", start_timeout: float = 60.0, **overrides: Any) -> None:
+        if not hasattr(os, "fork"):
+            raise ClusterError(f"kraftpy.testing forks its nodes: it runs on Linux and macOS, not on {sys.platform}")
         if isinstance(brokers, bool) or not isinstance(brokers, int) or brokers < 1:
             raise ValueError(f"brokers={brokers!r}: a cluster needs a whole number of brokers, at least 1")
         if log_level not in ("debug", "info", "warning", "error"):
