@@ -19,8 +19,8 @@ def test_the_metadata_benchmark_runs_at_small_sizes():
 
 
 def test_the_testing_benchmark_runs_at_small_sizes():
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "testing.py"), "--rounds", "1", "--topics", "3",
-                          "--sizes", "1", "--no-example"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "testing.py"), "--quick"], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "## testing" in run.stdout
     assert "fixture request to the first acknowledged produce" in run.stdout
