@@ -207,16 +207,34 @@ class Node:
 
 
 class _Supervisor:
-    """The supervisor process and its pipes: one JSON line out, one JSON line back."""
+    """The supervisor process and its pipes: one JSON line out, one JSON line back.
+
+    Only the process that started it holds its pipes: a child the application forks closes them at
+    once (the supervisor must see the end of its stdin when the test's process is gone, whatever its
+    children do), and never stops the cluster or removes its directory."""
 
     def __init__(self, argv: list[str], directory: Path) -> None:
         self.directory = directory
         self.log = directory / "supervisor.log"
+        self.owner = os.getpid()
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                             start_new_session=True, close_fds=True)
         self._buffer = b""
         self._lock = threading.Lock()
+        _SUPERVISORS.add(self)
+
+    def forked_away(self) -> None:
+        """In a forked child: let go of the pipes without touching the supervisor (their descriptors
+        now read /dev/null, so that the file objects holding them close nothing else later)."""
+        devnull = os.open(os.devnull, os.O_RDWR)
+        try:
+            for stream in (self.process.stdin, self.process.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError, ValueError):
+                        os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
 
     def _gone(self, what: str) -> ClusterError:
         code = self.process.poll()
@@ -243,6 +261,8 @@ class _Supervisor:
         return json.loads(line)
 
     def request(self, op: str, args: Mapping[str, Any], timeout: float) -> Any:
+        if os.getpid() != self.owner:
+            raise ClusterError("a cluster is driven by the process that started it, not by a child it forked")
         with self._lock:
             assert self.process.stdin is not None
             try:
@@ -257,9 +277,23 @@ class _Supervisor:
         return answer["ok"]
 
 
-def _reap(process: subprocess.Popen[bytes], directory: Path, keep: bool) -> None:
+_SUPERVISORS: weakref.WeakSet[_Supervisor] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for supervisor in list(_SUPERVISORS):
+        supervisor.forked_away()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _reap(supervisor: _Supervisor, directory: Path, keep: bool) -> None:
     """Make sure nothing of the cluster is left: the supervisor told (its stdin closed) or killed
-    with its whole process group, and the directory removed unless kept."""
+    with its whole process group, and the directory removed unless kept. Not in a forked child."""
+    if os.getpid() != supervisor.owner:
+        return
+    process = supervisor.process
     if process.poll() is None:
         with contextlib.suppress(OSError, ValueError):
             if process.stdin is not None:
@@ -328,7 +362,7 @@ class Cluster:
                 "log_level": self.log_level, "keep": self.keep, "start_timeout": self.start_timeout}
         supervisor = _Supervisor([sys.executable, "-m", "kraftpy.testing._supervisor", json.dumps(spec)], directory)
         self._supervisor = supervisor
-        self._finalizer = weakref.finalize(self, _reap, supervisor.process, directory, self.keep)
+        self._finalizer = weakref.finalize(self, _reap, supervisor, directory, self.keep)
         began = time.monotonic()
         try:
             answer = supervisor.read(self.start_timeout + GRACE_S, "start")
@@ -353,7 +387,7 @@ class Cluster:
         if supervisor is None or finalizer is None or not finalizer.alive:
             return
         try:
-            if supervisor.process.poll() is None:
+            if supervisor.process.poll() is None and os.getpid() == supervisor.owner:
                 supervisor.request("close", {"graceful": graceful or self.keep}, 90.0)
                 supervisor.process.wait(GRACE_S)
         except (ClusterError, subprocess.TimeoutExpired):

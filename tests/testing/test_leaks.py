@@ -4,12 +4,13 @@ killed with -9 (the cluster's supervisor sees its parent gone and removes everyt
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.inner_pytest import InnerSuite, leftovers, wait_gone
+from tests.helpers.inner_pytest import InnerSuite, gone, leftovers, wait_gone
 
 pytestmark = pytest.mark.slow
 
@@ -18,7 +19,6 @@ from inner_support import block, cluster_facts, report
 
 def test_waits_to_be_stopped(kraftpy_cluster, kraftpy_topic):
     kraftpy_topic()
-    kraftpy_cluster.brokers[0].pause()  # a paused node cannot see anything go: it is killed all the same
     report(**cluster_facts(kraftpy_cluster))
     block()
 '''
@@ -35,14 +35,35 @@ def test_nothing_is_left_after_a_keyboard_interrupt(tmp_path: Path):
     wait_gone(facts)
 
 
+FORKING = '''
+import os, signal
+from inner_support import block, cluster_facts, report
+
+def test_forks_then_waits_to_be_killed(kraftpy_cluster, kraftpy_topic):
+    kraftpy_topic()
+    kraftpy_cluster.brokers[0].pause()  # a paused node cannot see anything go: it is killed all the same
+    child = os.fork()  # an application's worker: it must not keep the cluster alive, nor stop it
+    if child == 0:
+        signal.pause()  # until the outer test kills it
+        os._exit(0)
+    report(child=child, **cluster_facts(kraftpy_cluster))
+    block()
+'''
+
+
 def test_nothing_is_left_after_the_pytest_process_is_killed(tmp_path: Path):
-    suite = InnerSuite(tmp_path, {"test_blocked.py": BLOCKED}).start()
+    """Even with a broker paused, and a child the test forked still running."""
+    suite = InnerSuite(tmp_path, {"test_forking.py": FORKING}).start()
     facts = suite.next_report()
     assert len(leftovers(facts)) == 6
     assert suite.process is not None
     suite.process.kill()
     assert suite.wait() == -signal.SIGKILL
-    wait_gone(facts)
+    try:
+        assert not gone(facts["child"])
+        wait_gone(facts)
+    finally:
+        os.kill(facts["child"], signal.SIGKILL)
 
 
 CRASHING = '''
