@@ -98,6 +98,12 @@ def test_bad_input_is_refused_naming_the_key_and_the_value(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_a_start_that_fails_says_why_and_leaves_nothing(tmp_path):
+    with pytest.raises(ClusterError, match=r"^the cluster did not start: start did not finish in time \(waiting for: "):
+        cluster(directory=tmp_path, start_timeout=0.01).start()
+    assert not list(tmp_path.iterdir())
+
+
 async def test_async_with_under_trio_keeps_the_event_loop_running(tmp_path):
     """Starting and using the cluster never blocks the test's own event loop: a task of it keeps
     ticking meanwhile, and the cluster's processes are not this one."""
