@@ -345,6 +345,9 @@ class Cluster:
         self._finalizer: weakref.finalize | None = None
         self._nodes: dict[str, Node] = {}
         self._info: dict[str, Any] = {}
+        #: How long the start took, in seconds: ``total``, and of it the nodes' start until each served
+        #: (``nodes_ready``) and until every broker saw every other (``whole``); the rest is Python starting
+        #: the supervisor and importing kraftpy once, which every node is forked with.
         self.start_timings: dict[str, float] = {}
         #: Set by any fault (a test that changed the cluster); `restore` clears it.
         self.faulted = False
@@ -370,11 +373,9 @@ class Cluster:
                 raise ClusterError(f"the cluster did not start: {answer['error']}", answer.get("code"))
         except BaseException:
             self._finalizer()
+            self._supervisor = self._finalizer = None
             raise
         self._update(answer["ok"])
-        #: How long the start took, in seconds: ``total``, and of it the nodes' start until each served
-        #: (``nodes_ready``) and until every broker saw every other (``whole``); the rest is Python starting
-        #: the supervisor and importing kraftpy once, which every node is forked with.
         self.start_timings = {"total": time.monotonic() - began, "nodes_ready": answer["ok"]["timings"]["nodes_ready_s"],
                               "whole": answer["ok"]["timings"]["whole_s"]}
         return self
