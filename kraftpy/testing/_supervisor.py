@@ -64,7 +64,7 @@ from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import CreateTopicsRequest, DeleteTopicsRequest
 from kraftpy.storage.formatter import format_dirs
 from kraftpy.testing import _config, _zygote, faults
-from kraftpy.testing.proxy import Proxy, Route, SocketOwners
+from kraftpy.testing.proxy import Proxy, Route, SocketOwners, socket_inode
 
 #: How many times a node is started again on new ports when one it was given is taken meanwhile.
 BIND_ATTEMPTS = 3
@@ -292,9 +292,13 @@ class Supervisor:
 
     def identify(self, peer: tuple[str, int]) -> str | None:
         """Which node a connection to the proxy comes from (in a worker thread). Only nodes connect to
-        the proxy's ports, so an unknown peer is one whose process the look in /proc missed (it was
-        still being forked): looked for again a few times before it passes as a client."""
+        the proxy's ports, so a peer whose socket is there but whose owner is not known yet is a node
+        still being forked: looked for again a few times before it passes as a client. A peer whose
+        socket is gone (it closed, or its process was killed) is nobody to cut off."""
+        ports = self._proxy_ports()
         for _ in range(50):
+            if socket_inode(peer, ports) is None:
+                return None
             name = self._owners(peer)
             if name is not None:
                 return name
@@ -439,8 +443,11 @@ class Supervisor:
         timings = {"nodes_ready_s": round(ready - began, 4), "whole_s": round(time.monotonic() - began, 4)}
         return {"cluster_id": cluster_id, "timings": timings, **self.status()}
 
+    def _proxy_ports(self) -> set[int]:
+        return {n.route.port for n in self.nodes}
+
     async def proxy_run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        self._owners = SocketOwners(self._pids)
+        self._owners = SocketOwners(self._pids, remote_ports=self._proxy_ports)
         self.proxy = Proxy([n.route for n in self.nodes], identify=self.identify, hold=True)
         await self.proxy.run(task_status=task_status)
 

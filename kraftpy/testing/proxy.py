@@ -35,7 +35,7 @@ import random
 import socket
 import struct
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import attrs
@@ -290,8 +290,11 @@ def _parse_proc_address(text: str) -> tuple[str, int]:
     return host, int(port_hex, 16)
 
 
-def socket_inode(local: tuple[str, int]) -> int | None:
-    """The inode of the TCP socket whose local address is `local`, from /proc/net/tcp{,6}."""
+def socket_inode(local: tuple[str, int], remote_ports: Collection[int] | None = None) -> int | None:
+    """The inode of the TCP socket whose local address is `local`, from /proc/net/tcp{,6}; with
+    `remote_ports`, only a socket connected to one of those ports (Linux gives one ephemeral port to
+    several outgoing connections when they go to different addresses: the local address alone may
+    name another process's socket)."""
     want = (str(ipaddress.ip_address(local[0])), local[1])
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -299,7 +302,8 @@ def socket_inode(local: tuple[str, int]) -> int | None:
                 next(fh)
                 for line in fh:
                     fields = line.split()
-                    if len(fields) > 9 and _parse_proc_address(fields[1]) == want and fields[9] != "0":
+                    if len(fields) > 9 and _parse_proc_address(fields[1]) == want and fields[9] != "0" and (
+                            remote_ports is None or _parse_proc_address(fields[2])[1] in remote_ports):
                         return int(fields[9])
         except OSError:
             continue
@@ -345,11 +349,14 @@ class SocketOwners:
     """Identifies the node process (or one of its children) that owns the other end of a loopback
     connection. `pids()` gives the current {pid: node name} (nodes are restarted with new pids)."""
 
-    def __init__(self, pids: Callable[[], dict[int, str]]) -> None:
+    def __init__(self, pids: Callable[[], dict[int, str]], *,
+                 remote_ports: Callable[[], Collection[int]] | None = None) -> None:
         self.pids = pids
+        #: The proxy's ports: the peer's socket is the one connected to one of them.
+        self.remote_ports = remote_ports
 
     def __call__(self, peer: tuple[str, int]) -> str | None:
-        inode = socket_inode(peer)
+        inode = socket_inode(peer, None if self.remote_ports is None else self.remote_ports())
         if inode is None:
             return None
         pids = self.pids()

@@ -1,17 +1,19 @@
-"""The proxy's ``hold`` mode (what `kraftpy.testing` cuts a broker off with): a connection across a cut
-is held open and silent until the heal, not refused, so its peer waits instead of reconnecting at
-once. The proxy's other faults are tested with the fault harness (tests/jepsen/test_nemesis.py)."""
+"""What `kraftpy.testing` adds to the fault proxy: ``hold`` (a connection across a cut is held open and
+silent until the heal, not refused, so its peer waits instead of reconnecting at once), and telling a
+peer by its whole connection. The proxy's other faults are tested with the fault harness
+(tests/jepsen/test_nemesis.py)."""
 
 from __future__ import annotations
 
 import functools
+import os
 import socket
 
 import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from kraftpy.testing.proxy import Proxy, Route, by_source_address
+from kraftpy.testing.proxy import Proxy, Route, by_source_address, socket_inode
 
 SOURCES = {"127.0.0.21": "a", "127.0.0.22": "b"}
 
@@ -49,3 +51,25 @@ async def test_a_connection_across_a_cut_is_held_silent_until_the_heal(nursery):
     assert await again.receive_some() == b"pong"
     await again.aclose()
     await held.aclose()
+
+
+def test_a_peer_is_found_by_its_connection_not_only_its_port():
+    """Linux may give two outgoing connections one local port when they go to different addresses: the
+    peer's socket is the one connected to the proxy's port."""
+    listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    clients = []
+    try:
+        for listener in listeners:
+            client = socket.socket()
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            client.bind(("127.0.0.1", clients[0].getsockname()[1] if clients else 0))
+            client.connect(listener.getsockname())
+            clients.append(client)
+        local = clients[0].getsockname()
+        assert clients[1].getsockname() == local
+        inodes = [os.fstat(c.fileno()).st_ino for c in clients]
+        for listener, inode in zip(listeners, inodes, strict=True):
+            assert socket_inode(local, {listener.getsockname()[1]}) == inode
+    finally:
+        for s in clients + listeners:
+            s.close()
