@@ -103,6 +103,8 @@ class Proxy:
                 listeners = await trio.open_tcp_listeners(route.listen[1], host=route.listen[0])
                 route.port = listeners[0].socket.getsockname()[1]
                 nursery.start_soon(self._serve, route, listeners)
+            if isinstance(self.identify, SocketOwners) and self.identify.remote_ports is None:
+                self.identify.remote_ports = lambda: {r.port for r in self.routes}  # the peers connect to us
             task_status.started(self)
 
     async def _serve(self, route: Route, listeners: list[trio.SocketListener]) -> None:
