@@ -13,7 +13,7 @@ import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from kraftpy.testing.proxy import Proxy, Route, by_source_address, socket_inode
+from kraftpy.testing.proxy import Proxy, Route, SocketOwners, by_source_address, socket_inode
 
 SOURCES = {"127.0.0.21": "a", "127.0.0.22": "b"}
 
@@ -73,3 +73,10 @@ def test_a_peer_is_found_by_its_connection_not_only_its_port():
     finally:
         for s in clients + listeners:
             s.close()
+
+
+async def test_a_proxy_tells_its_socket_owners_which_ports_peers_connect_to(nursery):
+    owners = SocketOwners(dict)
+    proxy = Proxy([Route("a", ("127.0.0.1", 9)), Route("b", ("127.0.0.1", 9))], identify=owners)
+    await nursery.start(proxy.run)
+    assert owners.remote_ports is not None and owners.remote_ports() == {proxy.address(n)[1] for n in "ab"}
