@@ -158,6 +158,11 @@ class Proxy:
                 with trio.CancelScope() as scope:
                     conn = _Conn(src, route.node, scope)
                     self.conns.add(conn)
+                    if src is not None and _key(src, route.node) in self.cut:
+                        # Cut while the upstream connection was being made: `partition` did not see it.
+                        self.stats["closed_by_partition"] += 1
+                        self.conns.discard(conn)
+                        return
                     try:
                         async with trio.open_nursery() as nursery:
                             nursery.start_soon(self._pipe, client, upstream, src, route.node, scope)

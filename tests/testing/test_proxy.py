@@ -80,3 +80,32 @@ async def test_a_proxy_tells_its_socket_owners_which_ports_peers_connect_to(nurs
     proxy = Proxy([Route("a", ("127.0.0.1", 9)), Route("b", ("127.0.0.1", 9))], identify=owners)
     await nursery.start(proxy.run)
     assert owners.remote_ports is not None and owners.remote_ports() == {proxy.address(n)[1] for n in "ab"}
+
+
+async def test_a_connection_cut_while_its_upstream_opens_is_closed(nursery, monkeypatch):
+    """`partition` closes the connections it knows; one whose upstream was still being opened is closed
+    as soon as it is, not piped across the cut."""
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, echo, 0, host="127.0.0.1"))
+    echo_port = listeners[0].socket.getsockname()[1]
+    proxy = Proxy([Route(n, ("127.0.0.1", echo_port)) for n in "ab"], identify=by_source_address(SOURCES))
+    await nursery.start(proxy.run)
+    opening, go_on = trio.Event(), trio.Event()
+    open_tcp_stream = trio.open_tcp_stream
+
+    async def slowly(*args, **kwargs):
+        opening.set()
+        await go_on.wait()
+        return await open_tcp_stream(*args, **kwargs)
+
+    monkeypatch.setattr(trio, "open_tcp_stream", slowly)
+    client = await open_tcp_stream(*proxy.address("b"), local_address="127.0.0.21")
+    await opening.wait()
+    proxy.partition([("a", "b")])
+    go_on.set()
+    await client.send_all(b"ping")
+    try:
+        assert await client.receive_some() == b""
+    except trio.BrokenResourceError:
+        pass  # closed with "ping" unread: a reset
+    assert proxy.stats["closed_by_partition"] == 1
+    await client.aclose()
