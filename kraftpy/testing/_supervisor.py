@@ -397,7 +397,8 @@ class Supervisor:
 
     async def wait_whole(self) -> None:
         """Until every healthy broker's Metadata lists every healthy broker, and every partition has its
-        healthy replicas in sync again (a restarted or resumed broker has caught up)."""
+        healthy replicas in sync again (a restarted or resumed broker has caught up), as every healthy
+        broker tells it."""
         healthy = self.healthy_brokers()
         expected = {b.node_id for b in healthy}
 
@@ -410,12 +411,19 @@ class Supervisor:
             return
 
         async def in_sync() -> bool:
-            response = await self.admin(healthy[0]).metadata(None)
-            behind = [f"{t.name}-{p.partition_index} (replicas {list(p.replica_nodes)}, in sync {list(p.isr_nodes)})"
-                      for t in response.topics for p in t.partitions
-                      if not expected & set(p.replica_nodes) <= set(p.isr_nodes)]
-            self.waiting_for = "every partition's serving replicas to be in sync: " + ", ".join(behind[:10])
-            return not behind
+            views = []
+            for broker in healthy:
+                response = await self.admin(broker).metadata(None)
+                views.append({(t.name, p.partition_index): (p.leader_id, tuple(sorted(p.isr_nodes)), set(p.replica_nodes))
+                              for t in response.topics for p in t.partitions})
+            behind = [f"{name}-{index} (replicas {sorted(replicas)}, in sync {list(isr)})"
+                      for (name, index), (_, isr, replicas) in views[0].items() if not expected & replicas <= set(isr)]
+            # A broker just resumed or reconnected answers from what it knew before until it catches up:
+            # every broker must tell the same leaders and in-sync replicas.
+            agreed = all(view == views[0] for view in views[1:])
+            self.waiting_for = ("every partition's serving replicas to be in sync" + (": " + ", ".join(behind[:10])
+                                if behind else "") + ("" if agreed else ", and every broker to agree on it"))
+            return not behind and agreed
         await self._poll(in_sync, "every partition's serving replicas to be in sync")
 
     async def metadata(self, topic: str, broker: Node | None = None) -> Any:
