@@ -15,8 +15,10 @@ Python's bytecode is compiled beforehand, as a pip install leaves it. ``python b
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,9 +31,12 @@ sys.path.insert(0, str(ROOT))
 
 
 def compiled_bytecode() -> None:
-    """Let this process and its children read and write bytecode (in a directory of their own)."""
+    """Let this process and its children read and write bytecode (in a directory of their own, removed
+    at the end)."""
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="kraftpy-bench-pyc-")
+    prefix = tempfile.mkdtemp(prefix="kraftpy-bench-pyc-")
+    atexit.register(shutil.rmtree, prefix, True)
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
     subprocess.run([sys.executable, "-c", "import kraftpy.testing._supervisor"], check=True)
 
 
