@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ORDER = ["storage", "cleaner", "protocol", "validation", "raft", "metadata", "broker", "peers", "latency", "restart", "roll", "scale", "scale_cluster", "replication", "fetch_sessions", "groups",
-         "txn", "spark"]
+         "txn", "spark", "testing"]
 
 
 COMPARED = "Against the previous run"

@@ -771,6 +771,8 @@ class Partition:
             self._log.info("truncating", offset=target, log_end_offset=self.log.log_end_offset)
             await self._run_exclusive_paused(self._truncate, target, generation=generation)
             self.append_watchers.notify()
+        elif diverged:  # no record to cut; an epoch begun at the end without records still goes
+            await self.run_exclusive(self.log.truncate_to, target, generation=generation)
         return self.log.log_end_offset
 
     def _truncate(self, offset: int) -> None:

@@ -737,13 +737,18 @@ class Log:
         """Remove the batch holding ``offset`` and everything after it; returns whether anything went.
 
         Used when a follower finds where its log diverged from the leader's. The leader-epoch
-        cache, high watermark, recovery point and (if needed) log start offset follow the new end.
+        cache, high watermark, recovery point and (if needed) log start offset follow the new end;
+        at or past the end, the epochs that start there are dropped all the same.
         Later segments are detached (see :meth:`delete_detached_segments`).
         """
         self._check_open()
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset >= self.log_end_offset:
+            # Nothing to cut, but an epoch this log began as leader without appending to it (it lost
+            # the leadership first) starts at its end and must go too, as in Kafka: a follower keeping
+            # it is told of the same divergence by its leader on every fetch, and never catches up.
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)

@@ -113,6 +113,22 @@ async def test_divergence_named_by_an_unclean_leader_truncates_below_the_high_wa
     assert part.high_watermark == 1 and part.log_end_offset == 1
 
 
+async def test_a_leader_that_appended_nothing_in_its_epoch_drops_it_when_it_follows_again(tmp_path):
+    """Made leader in epoch 4 and fenced before anything was appended in it: the new leader knows no
+    epoch 4 and names this log's end as where they diverge. Nothing is cut, but epoch 4 goes, so the
+    follower's next fetch says epoch 3 and is not told the same divergence again and again."""
+    clock = Clock()
+    log = Log.open(tmp_path / "t-0", clock=clock)
+    part = Partition(TopicPartition("t", 0), Uuid(bytes(15) + b"\x01"), log, 1, clock, ProducerStateManager())
+    part.make_leader(PartitionRegistration(replicas=(1, 2), isr=(1,), leader=1, leader_epoch=3, partition_epoch=1))
+    await append(part, b"a", b"b")
+    part.make_leader(PartitionRegistration(replicas=(1, 2), isr=(1, 2), leader=1, leader_epoch=4, partition_epoch=2))
+    part.make_follower(PartitionRegistration(replicas=(1, 2), isr=(2,), leader=2, leader_epoch=5, partition_epoch=3))
+    assert part.log.latest_epoch == 4
+    assert await part.truncate_to(2, diverged=True) == 2
+    assert part.log.latest_epoch == 3 and part.log_end_offset == 2
+
+
 def test_settings_from_a_properties_file():
     config = load_config(text="\n".join([
         "process.roles=broker", "node.id=4", "controller.quorum.voters=1@localhost:9093",

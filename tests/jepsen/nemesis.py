@@ -39,7 +39,7 @@ Network faults have two backends with the same three operations (`partition`, `s
    namespaces; slow and lossy links are `tc netem` (delay, jitter, loss) on a htb class per
    destination. Where the kernel has no netem, a slow link is a rate limit (htb + tbf) and a lossy
    link is an iptables `statistic` DROP rule. Processes are started with `ip netns exec NAME cmd`.
-2. The TCP proxy layer of `tests.jepsen.proxy` (anywhere): every node listener is reached through a
+2. The TCP proxy layer of `kraftpy.testing.proxy` (anywhere): every node listener is reached through a
    proxy port; the proxy refuses and closes connections across a partition, delays chunks, and
    closes connections at random to drop traffic.
 
@@ -66,6 +66,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
+
+from kraftpy.testing import faults
+from kraftpy.testing.faults import process_state as _proc_state  # noqa: F401 (the tests read states with it)
 
 KINDS = ("kill", "pause", "partition", "link", "roll")
 #: faults of a cluster with --security sasl_ssl (`tests.jepsen.security`); `all` includes them there
@@ -419,37 +422,16 @@ class Nemesis:
     def _terminate(self, node: Node) -> None:
         """SIGTERM (a graceful stop: a broker's controlled shutdown, a leader's resignation) and wait
         for the exit; SIGKILL after `roll_node_timeout`."""
-        proc = node.process
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGCONT)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=self.roll_node_timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=self.stop_timeout)
+        faults.terminate(node.process, timeout=self.roll_node_timeout, kill_timeout=self.stop_timeout)
 
     def _kill(self, node: Node) -> None:
-        proc = node.process
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=self.stop_timeout)
+        faults.kill(node.process, timeout=self.stop_timeout)
 
     def _pause(self, node: Node) -> None:
-        proc = node.process
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGSTOP)
-        _wait_state(proc.pid, stopped=True, timeout=self.stop_timeout)
+        faults.pause(node.process, timeout=self.stop_timeout)
 
     def _resume(self, node: Node) -> None:
-        proc = node.process
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGCONT)
-        _wait_state(proc.pid, stopped=False, timeout=self.stop_timeout)
+        faults.resume(node.process, timeout=self.stop_timeout)
 
 
 def _quietly_true(fn: Callable[[], bool]) -> bool:
@@ -463,33 +445,6 @@ def _quietly(fn: Callable[[], str | None]) -> str | None:
     try:
         return fn()
     except Exception:
-        return None
-
-
-def _wait_state(pid: int, *, stopped: bool, timeout: float) -> None:
-    """Waits until a child is stopped (or running again): waitpid reports the change as an event;
-    for a process that is not our child, /proc is read until the state matches."""
-    flag = os.WUNTRACED if stopped else os.WCONTINUED
-    try:
-        wpid, status = os.waitpid(pid, flag)
-        if wpid == pid and (os.WIFSTOPPED(status) if stopped else os.WIFCONTINUED(status)):
-            return
-    except ChildProcessError:
-        pass
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = _proc_state(pid)
-        if state is None or (state in "Tt") == stopped:
-            return
-        time.sleep(0.005)
-    raise TimeoutError(f"process {pid} did not {'stop' if stopped else 'continue'} within {timeout}s")
-
-
-def _proc_state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
         return None
 
 

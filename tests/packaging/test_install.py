@@ -6,6 +6,8 @@ is) and installed, without the ``dev`` extra, into three new venvs side by side:
 - ``base-wheel``: ``pip install kraftpy-*.whl``
 - ``base-sdist``: ``pip install kraftpy-*.tar.gz`` (built from source, C accelerator included)
 - ``spark-wheel``: ``pip install 'kraftpy-*.whl[spark]'``
+- ``testing-wheel``: ``pip install 'kraftpy-*.whl[testing]'`` and the clients, no more: the example
+  application of ``examples/testing`` runs its tests there, with the installed pytest plugin.
 
 In each, every command and subcommand of the ``kraftpy`` tree answers ``--help`` (the tree is read
 from the installed app, so a new command is covered without a change here), and a ``kraftpy dev``
@@ -28,6 +30,7 @@ import signal
 import subprocess
 import sys
 import threading
+import tomllib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +47,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "kraftpy")
 #: venv name -> (artifact, extras)
 INSTALLS = {"base-wheel": ("wheel", ""), "base-sdist": ("sdist", ""), "spark-wheel": ("wheel", "[spark]")}
+#: The venv of the kraftpy.testing example: the wheel with its testing extra, and the clients the example
+#: uses, at the versions the dev extra pins (those the test suite runs).
+EXAMPLE_VENV = "testing-wheel"
+EXAMPLE_CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka")
 TIMEOUT = 300  # bounds a hung step only
 
 
@@ -100,8 +107,8 @@ def artifacts(packaging_dir: Path) -> dict[str, Path]:
     return {"wheel": wheel, "sdist": sdist}
 
 
-def make_venv(root: Path, name: str, requirement: str) -> Venv:
-    """A new venv with only ``requirement`` (and what it depends on) installed."""
+def make_venv(root: Path, name: str, *requirements: str) -> Venv:
+    """A new venv with only ``requirements`` (and what they depend on) installed."""
     path = root / name
     cwd = root / f"{name}-cwd"
     cwd.mkdir()
@@ -110,17 +117,26 @@ def make_venv(root: Path, name: str, requirement: str) -> Venv:
     # The test's own pip installs into the new venv (what `venv/bin/pip install` would do, without
     # first installing pip there).
     _check(subprocess.run([sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install",
-                           "--quiet", "--disable-pip-version-check", requirement],
+                           "--quiet", "--disable-pip-version-check", *requirements],
                           cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT))
     return Venv(name, path, cwd)
 
 
+def pinned(names: tuple[str, ...]) -> list[str]:
+    """The dev extra's requirement of each of ``names``."""
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    return [next(r for r in dev if re.split(r"[ <>=!~;\[]", r, maxsplit=1)[0] == name) for name in names]
+
+
 @pytest.fixture(scope="session")
 def installs(artifacts: dict[str, Path], packaging_dir: Path) -> Iterator[dict[str, Future[Venv]]]:
-    """The three venvs, installed concurrently; a test waits only for the one it uses."""
-    with ThreadPoolExecutor(len(INSTALLS)) as pool:
-        yield {name: pool.submit(make_venv, packaging_dir, name, f"{artifacts[kind]}{extras}")
-               for name, (kind, extras) in INSTALLS.items()}
+    """The venvs, installed concurrently; a test waits only for the one it uses."""
+    with ThreadPoolExecutor(len(INSTALLS) + 1) as pool:
+        futures = {name: pool.submit(make_venv, packaging_dir, name, f"{artifacts[kind]}{extras}")
+                   for name, (kind, extras) in INSTALLS.items()}
+        futures[EXAMPLE_VENV] = pool.submit(make_venv, packaging_dir, EXAMPLE_VENV, f"{artifacts['wheel']}[testing]",
+                                            *pinned(EXAMPLE_CLIENTS))
+        yield futures
 
 
 @pytest.fixture(scope="session", params=list(INSTALLS))
@@ -301,3 +317,24 @@ def test_spark_batch_example_of_the_docs(installs: dict[str, Future[Venv]], pack
     # endingOffsets in the example stops partition 0 at 500; partition 1 is read to its end.
     assert "rows read: 700" in done.stdout, done.stdout + done.stderr
     assert "click-0-0" in done.stdout  # what .show() printed
+
+
+def test_the_testing_example_suite_runs_on_the_installed_wheel(installs: dict[str, Future[Venv]]) -> None:
+    """The example application of examples/testing and its tests (kraftpy_cluster, kraftpy_topic;
+    confluent-kafka, kafka-python and aiokafka; a consumer group, a transactional producer, a broker
+    restart) in a venv of the wheel with its testing extra, pytest and the clients, nothing else."""
+    venv = installs[EXAMPLE_VENV].result(timeout=TIMEOUT)
+    example = venv.cwd / "example"
+    shutil.copytree(ROOT / "examples" / "testing", example,
+                    ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    installed = json.loads(_check(venv.run(venv.python, "-c", """
+import importlib.metadata as md, json, kraftpy.testing.plugin as plugin
+print(json.dumps({"plugin": plugin.__file__,
+                  "names": sorted(d.metadata["Name"].lower().replace("_", "-") for d in md.distributions())}))
+""")).stdout)
+    assert Path(installed["plugin"]).is_relative_to(venv.path), installed["plugin"]
+    assert {"kraftpy", "pytest", *EXAMPLE_CLIENTS} <= set(installed["names"])
+    assert not {"pytest-trio", "pytest-xdist", "hypothesis", "ruff"} & set(installed["names"])
+    done = venv.run(venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(example))
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
+    assert re.search(r"\b5 passed\b", done.stdout), done.stdout[-2000:]

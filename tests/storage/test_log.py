@@ -227,6 +227,20 @@ def test_truncate_to_cuts_segments_epochs_and_offsets(tmp_path):
     again.close()
 
 
+def test_truncating_at_the_end_drops_an_epoch_begun_there_without_records(tmp_path):
+    """A leader that lost its leadership before it appended anything in its epoch, now a follower: the
+    new leader names where the logs diverge, at this log's end. Nothing is cut, but the empty epoch
+    goes, so that the next fetch says the epoch of the last batch and is not told the same again."""
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(5), 1)
+    log.leader_epoch_cache.assign(2, log.log_end_offset)  # led in epoch 2, appended nothing
+    assert log.latest_epoch == 2
+    assert not log.truncate_to(5)
+    assert log.latest_epoch == 1 and log.log_end_offset == 5
+    assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries] == [(1, 0)]
+    log.close()
+
+
 def test_truncate_fully_and_start_at(tmp_path):
     log = open_log(tmp_path)
     log.append_as_leader(batch(5), 3)
