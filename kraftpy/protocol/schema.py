@@ -21,11 +21,13 @@ A field has a snake_case name, a type (a primitive, ``[]primitive``, ``[]StructN
 null, and for tagged fields the tag and the tagged versions. Version ranges use Kafka's notation:
 ``"3+"``, ``"0-4"``, ``"none"``.
 
-``message`` returns a generated attrs class (slotted, mutable, every field with a default) and
-compiles, at import, one decoder and one encoder per (struct, version) as Python source: runs of
-fixed-width fields become a single ``struct.Struct`` call, one-byte varints are read inline, and
-nested structs are calls to their own flat functions. Identical functions (a struct unchanged
-between versions) are compiled once.
+``message`` returns a generated attrs class (slotted, mutable, every field with a default); one
+decoder and one encoder per (struct, version) are compiled as Python source the first time that
+version of the message is decoded or encoded (a process uses few of the versions of few of the
+messages, and compiling them all took a third of a second of every start): runs of fixed-width
+fields become a single ``struct.Struct`` call, one-byte varints are read inline, and nested structs
+are calls to their own flat functions. Identical functions (a struct unchanged between versions)
+are compiled once.
 
 Why attrs classes and not dicts: a slotted class costs about what a dict costs to build, reads
 faster (attribute access, no hashing), rejects a misspelt field name at once instead of silently
@@ -52,6 +54,7 @@ from __future__ import annotations
 import hashlib
 import keyword
 import struct
+import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -210,6 +213,7 @@ class MessageSchema:
     cls: type = attrs.field(default=None)
     #: Every generated class by struct name, the message's own class included.
     classes: dict[str, type] = attrs.Factory(dict)
+    #: version -> compiled function, filled on first use (`_Codecs`).
     decoders: dict[int, Any] = attrs.Factory(dict)
     encoders: dict[int, Any] = attrs.Factory(dict)
 
@@ -773,6 +777,39 @@ def _check_fields(fields: Sequence[Field], where: str) -> None:
             _check_fields(f.fields, f"{where}.{f.name}")
 
 
+#: Compiling generated code touches the shared registries (`_FUNCS`, `_NS`): one compilation at a
+#: time (large requests are decoded in worker threads).
+_COMPILING = threading.Lock()
+
+
+class _Codecs(dict):
+    """A message's decoders or encoders by version, each compiled the first time it is asked for;
+    a version the message does not have is a KeyError, as in a plain dict."""
+
+    def __init__(self, schema: MessageSchema, builder: _Builder, kind: str) -> None:
+        super().__init__()
+        self._schema = schema
+        self._builder = builder
+        self._kind = kind
+
+    def __missing__(self, version: int) -> Any:
+        if version not in self._schema.versions:
+            raise KeyError(version)
+        with _COMPILING:
+            if version in self:  # another thread compiled it meanwhile
+                return dict.__getitem__(self, version)
+            builder, schema = self._builder, self._schema
+            builder.sources = []
+            make = builder.decoder if self._kind == "decoder" else builder.encoder
+            name = make(schema.name, schema.fields, version)
+            if builder.sources:
+                code = compile("\n".join(builder.sources), f"<kraftpy.protocol schema {schema.name}>", "exec")
+                exec(code, _NS)
+            function = _NS[name]
+            self[version] = function
+            return function
+
+
 def message(
     name: str,
     *,
@@ -803,16 +840,8 @@ def message(
     )
     builder = _Builder(schema)
     _make_classes(schema, builder)
-    decoder_names = {}
-    encoder_names = {}
-    for version in schema.versions:
-        decoder_names[version] = builder.decoder(name, schema.fields, version)
-        encoder_names[version] = builder.encoder(name, schema.fields, version)
-    if builder.sources:
-        code = compile("\n".join(builder.sources), f"<kraftpy.protocol schema {name}>", "exec")
-        exec(code, _NS)
-    schema.decoders = {v: _NS[n] for v, n in decoder_names.items()}
-    schema.encoders = {v: _NS[n] for v, n in encoder_names.items()}
+    schema.decoders = _Codecs(schema, builder, "decoder")
+    schema.encoders = _Codecs(schema, builder, "encoder")
     schema.cls.SCHEMA = schema
     return schema.cls
 

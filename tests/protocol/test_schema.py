@@ -190,3 +190,40 @@ def test_every_fixed_type_in_one_message():
         assert cls.SCHEMA.from_bytes(version, cls.SCHEMA.to_bytes(version, obj)) == obj
     # the tagged uuid at its default is not written: fixed part + an empty tag section
     assert len(cls.SCHEMA.to_bytes(1, obj)) == 1 + 1 + 2 + 2 + 4 + 4 + 8 + 8 + 16 + 1
+
+
+def test_a_version_is_compiled_the_first_time_it_is_used_and_only_then():
+    cls = message("Lazy", kind="request", versions="0-2", flexible="2+",
+                  fields=[F("a", "int32"), F("b", "string", "1+")])
+    schema = cls.SCHEMA
+    assert dict(schema.decoders) == {} and dict(schema.encoders) == {}  # nothing compiled at declaration
+    data = schema.to_bytes(1, cls(a=7, b="x"))
+    assert set(dict(schema.encoders)) == {1} and dict(schema.decoders) == {}
+    assert schema.from_bytes(1, data) == cls(a=7, b="x")
+    encoder = schema.encoders[1]
+    schema.to_bytes(1, cls(a=8, b="y"))
+    assert schema.encoders[1] is encoder  # compiled once
+    with pytest.raises(EncodeError, match="no version 3"):
+        schema.to_bytes(3, cls())
+    with pytest.raises(DecodeError, match="no version 3"):
+        schema.from_bytes(3, data)
+    assert 3 not in schema.decoders
+
+
+def test_threads_compiling_one_version_at_once_get_the_same_codec():
+    import threading
+
+    cls = message("Raced", kind="request", versions="0-1", flexible="none", fields=[F("a", "int64")])
+    barrier = threading.Barrier(8)
+    got = []
+
+    def decode():
+        barrier.wait()
+        got.append(cls.SCHEMA.from_bytes(1, bytes(8)))
+
+    threads = [threading.Thread(target=decode) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [cls(a=0)] * 8 and len(dict(cls.SCHEMA.decoders)) == 1
