@@ -96,11 +96,12 @@ jepsen: $(STAMP) system-deps
 	  code=$$?; [ $$code -gt $$status ] && status=$$code; \
 	done; exit $$status
 
-# Long runs: thousands of Raft simulation seeds and storage examples, a protocol fuzzing campaign of
+# Long runs: thousands of Raft simulation seeds (and 10,000 of membership changes) and storage examples, a protocol fuzzing campaign of
 # FUZZ_FRAMES frames and one of FUZZ_HANDSHAKES SASL/TLS handshake attempts (reports in fuzz-runs/), then
 # campaigns over many seeds.
 soak: $(STAMP) system-deps
-	KRAFTPY_SIM_SEEDS=$${KRAFTPY_SIM_SEEDS:-5000} KRAFTPY_SOAK=1 $(PYTEST) tests/raft tests/storage -q
+	KRAFTPY_SIM_SEEDS=$${KRAFTPY_SIM_SEEDS:-5000} KRAFTPY_SIM_MEMBERSHIP_SEEDS=$${KRAFTPY_SIM_MEMBERSHIP_SEEDS:-10000} \
+	  KRAFTPY_SOAK=1 $(PYTEST) tests/raft tests/storage -q
 	@status=0; \
 	$(PY) -m tests.fuzz run --seed $${FUZZ_SEED:-1} --frames $${FUZZ_FRAMES:-105000} --skip-known \
 	  --out fuzz-runs/soak-$${FUZZ_SEED:-1}.json || status=1; \

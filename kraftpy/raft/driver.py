@@ -219,8 +219,10 @@ class RaftDriver:
             match effect:
                 case PersistQuorumState(state=state):
                     try:
+                        static = self.core.voter_history.static
+                        voters = None if self.core.voter_history.is_dynamic or static is None else sorted(static.ids)
                         await trio.to_thread.run_sync(
-                            write_quorum_state_file, self.quorum_state_path, state, sorted(self.core.config.voters))
+                            write_quorum_state_file, self.quorum_state_path, state, voters)
                     except OSError as exc:
                         raise self._fail(storage_failure("cannot write", self.quorum_state_path, exc)) from exc
                 case FlushLog(up_to=up_to):
