@@ -208,7 +208,7 @@ class ControllerKafkaApis:
         response = ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=self._api_keys())
         response.supported_features = supported_feature_keys(DEFAULT_SUPPORTED_FEATURES, version)
         image = self.controller.loader.image
-        levels = image.features.levels
+        levels = image.finalized_features
         if levels:
             response.finalized_features_epoch = max(image.provenance.last_offset, 0)
             response.finalized_features = [
