@@ -109,7 +109,7 @@ soak: $(STAMP) system-deps
 	  --out fuzz-runs/handshakes-$${FUZZ_SEED:-1}.json || status=1; \
 	first=$${JEPSEN_FIRST_SEED:-1}; \
 	for seed in $$(seq $$first $$((first + $${JEPSEN_SEEDS:-20} - 1))); do \
-	  for nemesis in kill pause partition link all; do \
+	  for nemesis in kill pause partition link membership all; do \
 	    $(PY) -m tests.jepsen.runner --time-limit $${JEPSEN_TIME:-120} --nemesis $$nemesis --seed $$seed \
 	      --out jepsen-runs/soak/$$nemesis-$$seed || status=1; \
 	  done; \
