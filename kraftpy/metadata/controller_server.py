@@ -401,16 +401,19 @@ class ControllerServer:
 
     async def _describe_new_voter(self, key: Any, host: str, port: int) -> tuple[int, int]:
         timeout = self.config["controller.quorum.request.timeout.ms"] / 1000
+        answer: Any = None
+        failure: RpcError | None = None
         async with trio.open_nursery() as nursery:
             client = ControlClient(nursery, host, port, request_timeout=timeout, connect_timeout=timeout,
                                    tls=self.raft.client_tls, sasl=self.raft.client_sasl)
             try:
                 answer = await client.request(membership.DESCRIBE_RAFT_REPLICA_API, {})
             except RpcError as exc:
-                raise RpcError("REQUEST_TIMED_OUT", f"the controller to add, at {host}:{port}, did not answer: "
-                               f"{exc}") from None
+                failure = exc  # raised below, outside the nursery (which would wrap it in a group)
             finally:
                 await client.aclose()
+        if failure is not None:
+            raise RpcError("REQUEST_TIMED_OUT", f"the controller to add, at {host}:{port}, did not answer: {failure}")
         return membership.parse_replica_description(answer, key)
 
     async def _update_features_with_kraft_version(self, request: UpdateFeaturesRequest) -> UpdateFeaturesResponse:
