@@ -224,7 +224,8 @@ class LeaderTracker:
                 log_end_offset=p.end_offset,
                 last_fetch_timestamp=_ms(p.last_fetch_time),
                 last_caught_up_timestamp=_ms(p.last_caught_up_time),
-                replica_directory_id=p.key.directory_id,
+                # A static voter is known by id: its directory is the one it fetched with.
+                replica_directory_id=p.key.directory_id or (p.fetched_as.directory_id if p.fetched_as else None),
             )
 
         voters = tuple(state(self.replicas[v]) for v in sorted(self.voters))
