@@ -375,6 +375,11 @@ class ControllerServer:
 
     # -- the quorum's membership (KIP-853) -----------------------------------------------------------
 
+    async def serve_membership(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One request of kraftpy.metadata.quorum_membership (the Kafka-protocol side of the listener
+        translates AddRaftVoter and RemoveRaftVoter into these)."""
+        return await self._membership(api, body)
+
     async def _membership(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
         driver = self.driver
         assert driver is not None

@@ -5,8 +5,8 @@ and controllers, which answer on their own listener (kraftpy.metadata.controller
 The request must name the one partition ``__cluster_metadata-0``; any other is answered
 UNKNOWN_TOPIC_OR_PARTITION for each partition it names. The answer carries the leader, its epoch, the high
 watermark and, for every voter and observer, its log end offset and (from version 1) when it last fetched and
-was last caught up, as wall-clock times; from version 2 each replica's directory id (zero for a voter of a
-static quorum, known by its id only) and the voters' endpoints: those the voter set in the metadata log
+was last caught up, as wall-clock times; from version 2 each replica's directory id (for a voter of a
+static quorum, the one it fetched with; zero until it has) and the voters' endpoints: those the voter set in the metadata log
 records for a dynamic quorum (KIP-853), else controller.quorum.voters' on the controller listener.
 """
 

@@ -31,6 +31,38 @@ TOPIC = "through-changes"
 PARTITIONS = 2
 
 
+def kafka_voter_change(cluster: DynamicQuorumCluster, voter: int, directory: str, adding: bool):
+    """AddRaftVoter or RemoveRaftVoter v0 over the Kafka protocol, sent to the quorum leader's controller
+    listener as kafka-metadata-quorum.sh add-controller / remove-controller sends it."""
+    import uuid
+
+    import trio
+
+    from kraftpy.broker.client import KafkaConnection
+    from kraftpy.ids import Uuid
+    from kraftpy.protocol.api_keys import ApiKey
+    from kraftpy.protocol.messages import AddRaftVoterRequest, RemoveRaftVoterRequest
+
+    directory_id = uuid.UUID(bytes=Uuid.from_base64(directory).raw)
+    if adding:
+        api, request = ApiKey.ADD_RAFT_VOTER, AddRaftVoterRequest(
+            cluster_id=cluster.cluster_id, timeout_ms=30_000, voter_id=voter, voter_directory_id=directory_id,
+            listeners=[AddRaftVoterRequest.Listener(name="CONTROLLER", host="127.0.0.1",
+                                                    port=cluster.controller_ports[voter])])
+    else:
+        api, request = ApiKey.REMOVE_RAFT_VOTER, RemoveRaftVoterRequest(
+            cluster_id=cluster.cluster_id, voter_id=voter, voter_directory_id=directory_id)
+    port = cluster.controller_ports[cluster.status()["leader_id"]]
+
+    async def go():
+        with trio.fail_after(60):  # bounds a failure only
+            async with await KafkaConnection.connect("127.0.0.1", port) as conn:
+                return await conn.request(api, 0, request)
+
+    answer = trio.run(go)
+    return answer.error_code, answer.error_message
+
+
 def read_back(bootstrap: str, partitions: int) -> dict[int, dict[int, int]]:
     """Every record of TOPIC up to each partition's high watermark: partition -> {offset: value}."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "read-back", "enable.auto.commit": False,
@@ -78,12 +110,15 @@ def test_grow_replace_and_shrink_the_controller_quorum_under_a_producer(tmp_path
         assert new != old
         cluster.remove_controller(2, old)
         assert cluster.voters() == {1: first, 3: cluster.directory_id(3)}
-        cluster.add_controller(2)
+        # Added back with Kafka's AddRaftVoter, as kafka-metadata-quorum.sh add-controller sends it.
+        cluster.wait_caught_up(2)
+        assert kafka_voter_change(cluster, 2, new, adding=True) == (0, None)
         assert cluster.voters() == {1: first, 2: new, 3: cluster.directory_id(3)}
         step("controller 2's disk replaced")
 
-        # Shrink to one: remove 3, then the leader (it hands over once its removal is committed).
-        cluster.remove_controller(3, cluster.directory_id(3))
+        # Shrink to one: remove 3 (with Kafka's RemoveRaftVoter), then the leader (it hands over once its
+        # removal is committed).
+        assert kafka_voter_change(cluster, 3, cluster.directory_id(3), adding=False) == (0, None)
         leader = cluster.status()["leader_id"]
         cluster.remove_controller(leader, cluster.directory_id(leader))
         left = ({1, 2} - {leader}).pop()
