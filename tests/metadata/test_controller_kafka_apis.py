@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import types
+import uuid
 
 import pytest
 import structlog
@@ -97,8 +98,6 @@ def test_raft_voter_changes_on_a_static_quorum_are_refused_with_kafkas_codes(dev
     """kafka-metadata-quorum.sh add-controller / remove-controller against a controller.quorum.voters
     quorum (kraft.version 0): UNSUPPORTED_VERSION with the reason; another cluster's request
     INCONSISTENT_CLUSTER_ID. (tests/integration/test_dynamic_quorum.py removes a voter this way.)"""
-    import uuid
-
     cluster_id = ask(dev, ApiKey.DESCRIBE_CLUSTER, 1, DescribeClusterRequest(endpoint_type=2)).cluster_id
     directory = uuid.UUID(bytes=bytes(range(1, 17)))
     remove = ask(dev, ApiKey.REMOVE_RAFT_VOTER, 0, RemoveRaftVoterRequest(cluster_id=cluster_id, voter_id=1,
@@ -216,6 +215,9 @@ class Controller:
     async def serve_request(self, api, request):
         raise RpcError("NOT_CONTROLLER", "2")  # a follower's answer to a write
 
+    async def serve_membership(self, api, body):
+        raise RpcError("NOT_LEADER_OR_FOLLOWER", "2@127.0.0.1:9094")  # a follower's answer to a voter change
+
 
 async def serve_kafka_side(nursery, *, sasl=None, acls=None) -> int:
     apis = ControllerKafkaApis(Controller(), listener_name="CONTROLLER", sasl=sasl, acls=lambda: acls)
@@ -296,4 +298,12 @@ async def test_with_an_authorizer_describe_cluster_needs_alter_on_the_cluster():
                         assert altered.responses[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
                         assert described.results[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
                         assert features.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                    # Voter changes need ALTER on the cluster; allowed, this follower names the leader.
+                    removed = await conn.request(ApiKey.REMOVE_RAFT_VOTER, 0, RemoveRaftVoterRequest(
+                        cluster_id="kraftpy-test-cluster", voter_id=2, voter_directory_id=uuid.UUID(int=7)))
+                    if user == "admin":
+                        assert removed.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+                        assert "the leader is 2@127.0.0.1:9094" in removed.error_message
+                    else:
+                        assert removed.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
             nursery.cancel_scope.cancel()
