@@ -389,7 +389,13 @@ class LeaderRole(CoreBase):
         elif kraft_version < current:
             refused = ErrorCode.INVALID_UPDATE_VERSION, f"kraft.version cannot go down from {current} to {kraft_version}"
         elif kraft_version == current:
-            out.append(VoterChangeDone(operation, ErrorCode.NONE, f"kraft.version is {current} already"))
+            # Done only once the upgrade is committed: an appended one may still be truncated away.
+            committed = self._history.kraft_version_at(self._high_watermark - 1)
+            out.append(VoterChangeDone(operation, ErrorCode.NONE, f"kraft.version is {current} already")
+                       if committed >= kraft_version else
+                       VoterChangeDone(operation, ErrorCode.REQUEST_TIMED_OUT,
+                                       f"the upgrade to kraft.version {kraft_version} is not committed yet "
+                                       f"(high watermark {self._high_watermark})"))
             return
         else:
             refused = self._voter_change_refused(leader, minimum_kraft_version=KRAFT_VERSION_STATIC)

@@ -467,6 +467,21 @@ def test_a_static_quorum_is_upgraded_with_the_directory_ids_its_voters_reported(
     assert finish(cluster, cluster.upgrade_kraft_version())[0] == ErrorCode.NONE  # at 1 already
 
 
+def test_the_upgrade_is_done_only_once_committed_even_when_asked_again() -> None:
+    """Asked again while the first upgrade is appended but not committed (a new leader may still
+    truncate it away), the leader says so rather than that kraft.version is 1 already."""
+    cluster = SimCluster(2, voters=3, spares=0, membership=True, upgrade=True)
+    cluster.run_for(5.0)
+    leader = leader_of(cluster)
+    first = cluster.upgrade_kraft_version(leader)
+    again = cluster.upgrade_kraft_version(leader)  # at once: nobody has fetched the first yet
+    assert leader.core.kraft_version == 1 and first not in cluster.outcomes
+    code, why = cluster.outcomes[again]
+    assert code == ErrorCode.REQUEST_TIMED_OUT and "not committed yet" in (why or "")
+    assert finish(cluster, first) == (ErrorCode.NONE, None)
+    assert finish(cluster, cluster.upgrade_kraft_version(leader)) == (ErrorCode.NONE, "kraft.version is 1 already")
+
+
 def test_the_upgrade_waits_for_every_voter_to_report_its_directory_id() -> None:
     cluster = SimCluster(2, voters=3, spares=0, membership=True, upgrade=True)
     cluster.run_for(5.0)
