@@ -21,7 +21,9 @@ Theory of operation (KIP-595 pull replication, log reconciliation; KIP-630; KIP-
   range), or at kraft.version 0 has not told this epoch's leader its directory id yet, sends the
   leader UpdateVoter once per epoch (again after an error, after the request timeout).
 - An observer without a leader asks the voters it knows of and the bootstrap servers
-  (controller.quorum.bootstrap.servers) in turn.
+  (controller.quorum.bootstrap.servers) in turn. A follower with bootstrap servers whose fetch
+  failed sends the next one to a bootstrap server, then returns to its leader: the answer of a
+  later epoch moves it on (a lagging voter of a dynamic quorum may know no other way to learn it).
 - Without a successful answer for the fetch timeout a voter goes Prospective, an observer looks
   for a leader again. EndQuorumEpoch from the leader shortens that wait by the voter's rank among
   the preferred successors; a transport that cannot reach the leader at all shortens it to a
@@ -123,8 +125,7 @@ class FollowerRole(CoreBase):
             return
         if fetch.in_flight is not None and now >= fetch.in_flight_deadline:
             fetch.in_flight = None
-            if isinstance(self._quorum.state, Unattached):
-                fetch.target = self._search_target()
+            self._retarget_after_failure(fetch)
         if fetch.in_flight is None and now >= fetch.next_fetch_at:
             self._send_fetch(now, out)
 
@@ -169,8 +170,20 @@ class FollowerRole(CoreBase):
 
     def _fetch_failed(self, fetch: FetchProgress, now: float) -> None:
         fetch.next_fetch_at = now + self._retry_backoff
-        if isinstance(self._quorum.state, Unattached):
+        self._retarget_after_failure(fetch)
+
+    def _retarget_after_failure(self, fetch: FetchProgress) -> None:
+        """Where the fetch after a failed one goes: a leaderless observer tries another node; a
+        follower with bootstrap servers asks one of them once, then its leader again (as Kafka does,
+        KAFKA-17030). In a dynamic quorum a lagging voter's own voter set may not name the replicas
+        that moved on to a later epoch, and its leader may be gone for good: the bootstrap servers'
+        answers carry that epoch, without which its pre-votes would count for nothing."""
+        state = self._quorum.state
+        if isinstance(state, Unattached):
             fetch.target = self._search_target()
+        elif isinstance(state, Follower) and self.config.bootstrap_ids:
+            fetch.target = (self._rng.choice(self.config.bootstrap_ids) if fetch.target == state.leader_id
+                            else state.leader_id)
 
     def _is_from_my_leader(self, leader_id: int) -> bool:
         state = self._quorum.state
@@ -201,6 +214,7 @@ class FollowerRole(CoreBase):
             return
         fetch.has_fetched = True
         fetch.fetch_deadline = now + self._fetch_timeout
+        fetch.target = resp.leader_id  # the leader itself, also when a bootstrap server was asked
         log = self._log
         if resp.diverging_epoch is not None:
             # KIP-595 log reconciliation: cut back to where the two logs can still agree, then

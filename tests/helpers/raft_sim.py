@@ -1271,13 +1271,26 @@ def _run_membership(cluster: SimCluster, rng: random.Random, fault_seconds: floa
 
     def replace() -> None:
         voters = leader_voters()
-        if voters is None or replaced:
+        leader = cluster.leader()
+        if voters is None or leader is None or leader.core is None or replaced:
             return
         keys = [k for k in voters.keys() if cluster.replica_key(cluster.nodes[k.id]) == k]
         # Only while the others can still form a majority: losing one is what replacing a disk survives.
+        # That must hold for every voter set that may yet be in force: the leader's committed one (its
+        # newer set may be truncated away) and the last of every controller's log (an uncommitted set
+        # there is in force if that controller wins an election). A crashed controller's log is not
+        # looked into: no replacement then.
         if len(keys) - 1 < voters.majority:
             return
         node = cluster.nodes[rng.choice(keys).id]
+        possible = [leader.core.voter_history.voters_at(leader.core.high_watermark - 1)]
+        for nid in controllers:
+            core = cluster.nodes[nid].core
+            if core is None:
+                return
+            possible.append(core.voters)
+        if any(existing(s) - (cluster.replica_key(node) in s.keys()) < s.majority for s in possible):
+            return
         replaced[node.node_id] = cluster.replica_key(node)
         cluster.replace_disk(node)
 

@@ -23,6 +23,7 @@ from kraftpy.raft.messages import (
     BeginQuorumEpochRequest,
     EndQuorumEpochRequest,
     FetchRequest,
+    FetchResponse,
     UpdateVoterRequest,
     VoteRequest,
     VoteResponse,
@@ -267,15 +268,46 @@ def test_a_follower_is_told_to_ask_the_leader() -> None:
     assert done.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
-def bootstrapped_core(node_id: int, directory: Uuid, voters: VoterSet = THREE) -> RaftCore:
+def bootstrapped_core(node_id: int, directory: Uuid, voters: VoterSet = THREE,
+                      bootstrap_servers: tuple[tuple[str, int], ...] = ()) -> RaftCore:
     """A core of a dynamic quorum formatted with `voters` (its bootstrap snapshot), started."""
     config = RaftConfig(node_id=node_id, voters=frozenset(), cluster_id=CLUSTER, directory_id=directory,
-                        endpoints=voters.node(node_id).endpoints if node_id in voters else ())
+                        endpoints=voters.node(node_id).endpoints if node_id in voters else (),
+                        bootstrap_servers=bootstrap_servers)
     log = MemoryRaftLog()
     log.create_snapshot(BOOTSTRAP_SNAPSHOT_ID, control_batch(1, voters, BOOTSTRAP_SNAPSHOT_ID))
     core = RaftCore(config, log, rng=random.Random(node_id), now=0.0)
     core.start(0.0)
     return core
+
+
+def test_a_follower_whose_leader_fails_asks_a_bootstrap_server_and_learns_a_later_epoch() -> None:
+    """A lagging voter whose own (stale) voter set is {1, 3}, following 1 in epoch 1, while 1's disk was
+    replaced and 2 went on to epoch 2: its leader's answers are errors, and nothing it knows of would
+    tell it of epoch 2 - its pre-vote grants to 2, answered in epoch 1, would count for nothing. The
+    bootstrap servers do tell it (as Kafka's followers ask them, KAFKA-17030)."""
+    stale = VoterSet((node(1, D1), node(3, D3)))
+    core = bootstrapped_core(3, D3, stale, bootstrap_servers=(("h1", 9001), ("h2", 9002)))
+    effects = core.step(Received(1, 1, BeginQuorumEpochRequest(CLUSTER, 3, 1, 1, D3)), 0.1)
+    assert core.state == Follower(1, 1)
+    fetch = next(e for e in effects if isinstance(e, Send) and isinstance(e.message, FetchRequest))
+    assert fetch.dest == 1
+    # 1 now runs on a new disk, of epoch 0: it answers no fetch.
+    core.step(Received(1, fetch.correlation_id, FetchResponse(ErrorCode.UNKNOWN_LEADER_EPOCH, -1, 0)), 0.2)
+    now, sent = 0.2, []
+    while not sent:
+        now = core.next_deadline()
+        sent = [e for e in core.tick(now) if isinstance(e, Send) and isinstance(e.message, FetchRequest)]
+    (fetch,) = sent
+    assert fetch.dest in core.config.bootstrap_ids and core.state == Follower(1, 1)
+    # The bootstrap server is 2, in epoch 2: its refusal moves this replica to epoch 2 ...
+    core.step(Received(fetch.dest, fetch.correlation_id, FetchResponse(ErrorCode.FENCED_LEADER_EPOCH, 1, 2)), now)
+    assert core.epoch == 2
+    # ... where its grant of 2's pre-vote counts (2 knows more of the log than it does).
+    effects = core.step(Received(2, 5, VoteRequest(CLUSTER, 3, 3, 2, 2, 40, pre_vote=True, candidate_directory_id=D2,
+                                                   voter_directory_id=D3)), now + 1.0)
+    vote = next(e.message for e in effects if isinstance(e, Send) and isinstance(e.message, VoteResponse))
+    assert (vote.vote_granted, vote.leader_epoch) == (True, 2)
 
 
 def elect_by_hand(core: RaftCore) -> float:
