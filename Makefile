@@ -96,11 +96,12 @@ jepsen: $(STAMP) system-deps
 	  code=$$?; [ $$code -gt $$status ] && status=$$code; \
 	done; exit $$status
 
-# Long runs: thousands of Raft simulation seeds and storage examples, a protocol fuzzing campaign of
+# Long runs: thousands of Raft simulation seeds (and 10,000 of membership changes) and storage examples, a protocol fuzzing campaign of
 # FUZZ_FRAMES frames and one of FUZZ_HANDSHAKES SASL/TLS handshake attempts (reports in fuzz-runs/), then
 # campaigns over many seeds.
 soak: $(STAMP) system-deps
-	KRAFTPY_SIM_SEEDS=$${KRAFTPY_SIM_SEEDS:-5000} KRAFTPY_SOAK=1 $(PYTEST) tests/raft tests/storage -q
+	KRAFTPY_SIM_SEEDS=$${KRAFTPY_SIM_SEEDS:-5000} KRAFTPY_SIM_MEMBERSHIP_SEEDS=$${KRAFTPY_SIM_MEMBERSHIP_SEEDS:-10000} \
+	  KRAFTPY_SOAK=1 $(PYTEST) tests/raft tests/storage -q
 	@status=0; \
 	$(PY) -m tests.fuzz run --seed $${FUZZ_SEED:-1} --frames $${FUZZ_FRAMES:-105000} --skip-known \
 	  --out fuzz-runs/soak-$${FUZZ_SEED:-1}.json || status=1; \
@@ -108,7 +109,7 @@ soak: $(STAMP) system-deps
 	  --out fuzz-runs/handshakes-$${FUZZ_SEED:-1}.json || status=1; \
 	first=$${JEPSEN_FIRST_SEED:-1}; \
 	for seed in $$(seq $$first $$((first + $${JEPSEN_SEEDS:-20} - 1))); do \
-	  for nemesis in kill pause partition link all; do \
+	  for nemesis in kill pause partition link membership all; do \
 	    $(PY) -m tests.jepsen.runner --time-limit $${JEPSEN_TIME:-120} --nemesis $$nemesis --seed $$seed \
 	      --out jepsen-runs/soak/$$nemesis-$$seed || status=1; \
 	  done; \

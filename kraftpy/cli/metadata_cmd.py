@@ -25,7 +25,12 @@ from kraftpy.metadata.loader import decode_snapshot_file, decode_snapshot_record
 from kraftpy.metadata.records import DIRECTORY_LOST, DIRECTORY_MIGRATING, DIRECTORY_UNASSIGNED, decode_record
 from kraftpy.protocol.batch_header import CorruptRecordError
 from kraftpy.protocol.records import iter_decoded
-from kraftpy.raft.control import LeaderChangeMessage, decode_leader_change
+from kraftpy.raft.control import (
+    KRaftVersionMessage,
+    LeaderChangeMessage,
+    VotersMessage,
+    decode_control_record,
+)
 from kraftpy.raft.file_log import METADATA_LOG_DIR_NAME
 from kraftpy.raft.snapshot import parse_snapshot_file_name
 from kraftpy.security.scram import MECHANISM_NAMES as SCRAM_MECHANISM_NAMES
@@ -59,7 +64,7 @@ def _latest_snapshot(directory: Path) -> Path | None:
 
 def iter_log(directory: Path):
     """Yield (offset, epoch, what) for every record of the log, what being a metadata record or a
-    leader-change message."""
+    Raft control record (a leader change, a dynamic quorum's kraft.version or voters)."""
     for segment in _segments(directory):
         data = segment.read_bytes()
         try:
@@ -67,7 +72,8 @@ def iter_log(directory: Path):
                 for record in batch.records:
                     value = record.value or b""
                     if batch.header.is_control:
-                        yield record.offset, batch.header.partition_leader_epoch, decode_leader_change(value)
+                        yield record.offset, batch.header.partition_leader_epoch, decode_control_record(
+                            record.key, value)
                     else:
                         yield record.offset, batch.header.partition_leader_epoch, decode_record(value)
         except CorruptRecordError as exc:
@@ -133,7 +139,7 @@ def load_image(directory: Path) -> MetadataImage:
         start = end
     delta = MetadataDelta(image)
     for offset, epoch, what in iter_log(directory):
-        if offset < start or isinstance(what, LeaderChangeMessage):
+        if offset < start or isinstance(what, LeaderChangeMessage | KRaftVersionMessage | VotersMessage):
             continue
         delta.replay(what, offset, epoch)
     return delta.apply()

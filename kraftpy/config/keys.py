@@ -52,13 +52,20 @@ KEYS: list[ConfigKey] = [
               "The roles of this process: broker, controller, or both (combined mode).",
               one_of("broker", "controller")),
     ConfigKey("node.id", "int", REQUIRED,
-              "The id of this node, unique in the cluster; a controller's id must be one of the voters.",
+              "The id of this node, unique in the cluster; with controller.quorum.voters, a controller's id "
+              "must be one of the voters.",
               at_least(0)),
     ConfigKey("broker.rack", "string", None,
               "The rack of this broker, used to spread replicas across racks.", roles=B, nullable=True),
     # --- the quorum
-    ConfigKey("controller.quorum.voters", "voters", REQUIRED,
-              "The controller quorum as a comma-separated list of id@host:port."),
+    ConfigKey("controller.quorum.voters", "voters", [],
+              "A static controller quorum (kraft.version 0) as a comma-separated list of id@host:port. Give "
+              "this or controller.quorum.bootstrap.servers.", default_doc="(none)"),
+    ConfigKey("controller.quorum.bootstrap.servers", "addresses", [],
+              "Where a node of a dynamic quorum (KIP-853: the voters are in the metadata log, changed with "
+              "kraftpy quorum add-controller and remove-controller) first looks for the quorum's leader, as "
+              "host:port[,host:port...] of some controllers. Used when controller.quorum.voters is not set.",
+              default_doc="(none)"),
     ConfigKey("controller.quorum.election.timeout.ms", "int", 1000,
               "Time without a leader before a voter starts an election; each timeout is drawn from [T, 2T).",
               at_least(1)),

@@ -93,7 +93,17 @@ class KraftConfig:
 
     @property
     def voters(self) -> list[Voter]:
+        """controller.quorum.voters: the static quorum (empty for a dynamic one)."""
         return self.values["controller.quorum.voters"]
+
+    @property
+    def quorum_bootstrap_servers(self) -> list[tuple[str, int]]:
+        return self.values["controller.quorum.bootstrap.servers"]
+
+    @property
+    def is_dynamic_quorum(self) -> bool:
+        """The voters are in the metadata log (KIP-853), not in controller.quorum.voters."""
+        return not self.voters
 
     @property
     def listeners(self) -> list[Listener]:
@@ -149,8 +159,23 @@ class KraftConfig:
 
     @property
     def advertised_listeners(self) -> list[Listener]:
+        """The broker listeners clients are told of (advertised.listeners without a controller's own)."""
         advertised = self.values["advertised.listeners"]
-        return advertised if advertised is not None else self.broker_listeners
+        if advertised is None:
+            return self.broker_listeners
+        names = set(self.controller_listener_names)
+        return [listener for listener in advertised if listener.name not in names]
+
+    @property
+    def advertised_controller_listener(self) -> Listener | None:
+        """Where other nodes reach this controller: advertised.listeners' entry for the controller
+        listener when it has one (a dynamic quorum records it, KIP-853), else the listener itself."""
+        listener = self.controller_listener
+        advertised = self.values["advertised.listeners"] or []
+        for entry in advertised:
+            if listener is not None and entry.name == listener.name:
+                return entry
+        return listener
 
     @property
     def log_dirs(self) -> list[Path]:
@@ -277,11 +302,15 @@ def _validate(c: KraftConfig) -> None:
         raise _fail(c, "process.roles", "must name broker, controller or both")
     if len(set(roles)) != len(roles):
         raise _fail(c, "process.roles", "names a role twice")
-    for name in ("controller.quorum.voters", "controller.listener.names"):
-        if name not in c.values:
-            raise _fail(c, name, "is required")
-    if not c.voters:
-        raise _fail(c, "controller.quorum.voters", "must name at least one voter")
+    if "controller.listener.names" not in c.values:
+        raise _fail(c, "controller.listener.names", "is required")
+    if not c.voters and not c.quorum_bootstrap_servers:
+        key = "controller.quorum.voters" if c.is_set("controller.quorum.voters") else (
+            "controller.quorum.bootstrap.servers" if c.is_set("controller.quorum.bootstrap.servers")
+            else "controller.quorum.voters")
+        reason = ("must name at least one voter" if c.is_set("controller.quorum.voters") else
+                  "is required (or controller.quorum.bootstrap.servers, for a dynamic quorum)")
+        raise _fail(c, key, reason)
     if not c.controller_listener_names:
         raise _fail(c, "controller.listener.names", "must name at least one listener")
     protocol_map = c.values["listener.security.protocol.map"]
@@ -301,7 +330,7 @@ def _validate(c: KraftConfig) -> None:
             if name not in {listener.name for listener in c.listeners} | set(c.controller_listener_names):
                 raise _fail(c, key, f"there is no listener {name} in listeners or controller.listener.names")
     if c.is_controller:
-        if c.node_id not in {v.node_id for v in c.voters}:
+        if c.voters and c.node_id not in {v.node_id for v in c.voters}:
             raise _fail(c, "node.id", "a controller's node.id must be one of controller.quorum.voters")
         if c.controller_listener is None:
             raise _fail(c, "controller.listener.names",
@@ -323,6 +352,8 @@ def _validate(c: KraftConfig) -> None:
         advertised = c.values["advertised.listeners"]
         if advertised is not None:
             names = {listener.name for listener in c.broker_listeners}
+            if c.is_controller and c.controller_listener is not None:
+                names.add(c.controller_listener.name)
             for listener in advertised:
                 if listener.name not in names:
                     raise _fail(c, "advertised.listeners", f"{listener.name} is not one of listeners")

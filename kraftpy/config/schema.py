@@ -131,6 +131,17 @@ def parse_voters(text: str) -> list[Voter]:
     return out
 
 
+def parse_addresses(text: str) -> list[tuple[str, int]]:
+    """host:port[,host:port...] (controller.quorum.bootstrap.servers)."""
+    out = []
+    for item in parse_list(text):
+        host, port = _host_port(item)
+        if not host or port == 0:
+            raise ValueError(f"{item!r} needs a host and a real port")
+        out.append((host, port))
+    return out
+
+
 def parse_protocol_map(text: str) -> dict[str, str]:
     out = {}
     for item in parse_list(text):
@@ -199,6 +210,7 @@ TYPES: dict[str, Callable[[str], Any]] = {
     "list": parse_list,
     "listeners": parse_listeners,
     "voters": parse_voters,
+    "addresses": parse_addresses,
     "protocol map": parse_protocol_map,
 }
 

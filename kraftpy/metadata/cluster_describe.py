@@ -48,6 +48,6 @@ def describe_cluster(image: MetadataImage, *, cluster_id: str, controller_id: in
         "metadata_offset": image.provenance.last_offset,
         "brokers": brokers,
         "controllers": [{"id": vid, "host": host, "port": port} for vid, (host, port) in sorted(voters.items())],
-        "finalized_features": dict(sorted(image.features.levels.items())),
+        "finalized_features": dict(sorted(image.finalized_features.items())),
         "supported_features": {name: list(rng) for name, rng in sorted(supported_features.items())},
     }

@@ -17,8 +17,10 @@ from kraftpy.metadata import metadata_version
 MINIMUM_METADATA_VERSION = metadata_version.MINIMUM
 LATEST_METADATA_VERSION = metadata_version.LATEST
 
+#: kraft.version 0 is a static quorum (controller.quorum.voters), 1 a dynamic one (KIP-853): a Raft level,
+#: raised through the Raft leader (kraftpy.raft.leader), reported with the others.
 DEFAULT_SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = MappingProxyType(
-    {"metadata.version": (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION)}
+    {"metadata.version": (MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION), "kraft.version": (0, 1)}
 )
 
 #: Producer ids are handed out in blocks of this many (Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE).

@@ -24,6 +24,10 @@ Served, one request at a time and answered in order, as Kafka's socket server do
 - **IncrementalAlterConfigs** v0-1 and **UpdateFeatures** v0-2: written by the active controller and
   answered once committed; another controller answers NOT_CONTROLLER (per resource, or for the whole
   UpdateFeatures), and the admin client asks the one DescribeCluster names.
+- **AddRaftVoter** v0 and **RemoveRaftVoter** v0 (``kafka-metadata-quorum.sh add-controller`` and
+  ``remove-controller``, KIP-853): a dynamic quorum's voters changed by the quorum's leader, answered once
+  the change is committed (kraftpy.metadata.quorum_membership, as `kraftpy quorum` asks it); another
+  controller answers NOT_LEADER_OR_FOLLOWER, and a request of another cluster INCONSISTENT_CLUSTER_ID.
 - **SaslHandshake** v1 and **SaslAuthenticate** v0-2 on a SASL_PLAINTEXT or SASL_SSL controller listener:
   the listener's mechanisms (PLAIN against its JAAS users, SCRAM against the metadata image or, before the
   controller has replayed any of it, its bootstrap checkpoint). Until the client has authenticated only
@@ -33,7 +37,7 @@ Served, one request at a time and answered in order, as Kafka's socket server do
 
 Authorization, with an authorizer configured: DescribeQuorum needs DESCRIBE on the cluster and
 DescribeCluster ALTER on the cluster (Kafka's rule on controllers: a controller's endpoints are not for
-everyone), UpdateFeatures ALTER on the cluster; DescribeConfigs and IncrementalAlterConfigs need
+everyone), UpdateFeatures, AddRaftVoter and RemoveRaftVoter ALTER on the cluster; DescribeConfigs and IncrementalAlterConfigs need
 DESCRIBE_CONFIGS and ALTER_CONFIGS on the topic, the group, or the cluster for a broker; all are granted to
 super users. The principal is the SASL user, or the TLS client certificate's
 subject, or ``User:ANONYMOUS``. A refusal is CLUSTER_AUTHORIZATION_FAILED.
@@ -48,9 +52,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from kraftpy.ids import Uuid
 from kraftpy.logs import get_logger
 from kraftpy.metadata import config_control
 from kraftpy.metadata import messages as m
+from kraftpy.metadata import quorum_membership as membership
 from kraftpy.metadata.controller_config import DEFAULT_SUPPORTED_FEATURES
 from kraftpy.metadata.feature_control import feature_upgrade_type
 from kraftpy.metadata.quorum_describe import (
@@ -64,11 +70,13 @@ from kraftpy.protocol.api_keys import ApiKey, VersionRange
 from kraftpy.protocol.errors import ErrorCode, InvalidRequestError, UnsupportedVersionError
 from kraftpy.protocol.frames import encode_response, join_frame, parse_request
 from kraftpy.protocol.messages import (
+    AddRaftVoterResponse,
     ApiVersionsResponse,
     DescribeClusterResponse,
     DescribeConfigsResponse,
     DescribeQuorumResponse,
     IncrementalAlterConfigsResponse,
+    RemoveRaftVoterResponse,
     SaslAuthenticateResponse,
     SaslHandshakeResponse,
     UpdateFeaturesResponse,
@@ -97,6 +105,8 @@ SERVED: dict[ApiKey, VersionRange] = {
     ApiKey.DESCRIBE_CONFIGS: VersionRange(1, 4),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
     ApiKey.UPDATE_FEATURES: VersionRange(0, 2),
+    ApiKey.ADD_RAFT_VOTER: VersionRange(0, 0),
+    ApiKey.REMOVE_RAFT_VOTER: VersionRange(0, 0),
 }
 SASL_SERVED: dict[ApiKey, VersionRange] = {
     ApiKey.SASL_HANDSHAKE: VersionRange(1, 1),
@@ -194,6 +204,8 @@ class ControllerKafkaApis:
             response = await self._incremental_alter_configs(request, session, peer)
         elif api_key == ApiKey.UPDATE_FEATURES:
             response = await self._update_features(request, header.request_api_version, session, peer)
+        elif api_key in (ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER):
+            response = await self._change_voters(api_key, request, session, peer)
         else:
             response = self._describe_cluster(request, header.request_api_version, session, peer)
         return encode_response(header.correlation_id, api_key, header.request_api_version, response)
@@ -208,7 +220,7 @@ class ControllerKafkaApis:
         response = ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=self._api_keys())
         response.supported_features = supported_feature_keys(DEFAULT_SUPPORTED_FEATURES, version)
         image = self.controller.loader.image
-        levels = image.features.levels
+        levels = image.finalized_features
         if levels:
             response.finalized_features_epoch = max(image.provenance.last_offset, 0)
             response.finalized_features = [
@@ -421,6 +433,33 @@ class ControllerKafkaApis:
             throttle_time_ms=0, error_code=answer.error_code, error_message=answer.error_message,
             results=[Result(feature=r.feature, error_code=r.error_code, error_message=r.error_message)
                      for r in answer.results])
+
+
+    async def _change_voters(self, api_key: ApiKey, request: Any, session: _Session, peer: str) -> Any:
+        """AddRaftVoter / RemoveRaftVoter, as the control plane's requests of `kraftpy quorum`."""
+        adding = api_key == ApiKey.ADD_RAFT_VOTER
+        Response = AddRaftVoterResponse if adding else RemoveRaftVoterResponse
+
+        def answer(error: ErrorCode, message: str | None = None) -> Any:
+            return Response(throttle_time_ms=0, error_code=error, error_message=message)
+
+        if not self._allowed(session, peer, AclOperation.ALTER):
+            return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+        if request.cluster_id is not None and request.cluster_id != self.controller.cluster_id:
+            return answer(ErrorCode.INCONSISTENT_CLUSTER_ID, f"this is cluster {self.controller.cluster_id}")
+        body: dict[str, Any] = {"voter_id": request.voter_id,
+                                "voter_directory_id": Uuid(request.voter_directory_id.bytes).to_base64()}
+        if adding:
+            body["listeners"] = [{"name": li.name, "host": li.host, "port": li.port} for li in request.listeners]
+        api = membership.ADD_RAFT_VOTER_API if adding else membership.REMOVE_RAFT_VOTER_API
+        try:
+            await self.controller.serve_membership(api, body)
+        except RpcError as exc:
+            if exc.code == "NOT_LEADER_OR_FOLLOWER":
+                return answer(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"controller {self.controller.node_id} does not lead "
+                              f"the quorum" + (f" (the leader is {exc.message})" if exc.message else ""))
+            return answer(*_refusal(exc, self.controller))
+        return answer(ErrorCode.NONE)
 
 
 def _refusal(exc: RpcError, controller: ControllerServer) -> tuple[ErrorCode, str]:

@@ -14,6 +14,11 @@ starts again from committed records only, so nothing uncommitted survives.
 Requests are served on the controller listener: ``raft`` carries the quorum's own messages (and
 brokers' metadata fetches, and ``kraftpy quorum status``); the APIs of kraftpy.metadata.rpc carry
 brokers' requests. Writes are serialised by one lock: that is the controller's event loop.
+
+The quorum's own membership (KIP-853) is the Raft leader's business, not the metadata image's: adding
+and removing controllers (kraftpy.metadata.quorum_membership) go to the Raft driver, and so does an
+UpdateFeatures of kraft.version (answered once its record is committed); the rest of such a request
+goes through the controller as usual.
 """
 
 from __future__ import annotations
@@ -26,13 +31,16 @@ import trio
 
 from kraftpy.config import KraftConfig
 from kraftpy.logs import get_logger
+from kraftpy.metadata import quorum_membership as membership
 from kraftpy.metadata.bootstrap import BootstrapError, read_bootstrap
 from kraftpy.metadata.cluster_describe import describe_cluster
 from kraftpy.metadata.configs import static_broker_configs
 from kraftpy.metadata.controller import QuorumController
 from kraftpy.metadata.controller_config import ControllerConfig
 from kraftpy.metadata.controller_kafka import ControllerKafkaApis
+from kraftpy.metadata.errors import Errors
 from kraftpy.metadata.loader import MetadataLoader, write_metadata_snapshots
+from kraftpy.metadata.messages import UpdatableFeatureResult, UpdateFeaturesRequest, UpdateFeaturesResponse
 from kraftpy.metadata.records import UserScramCredentialRecord, encode_record
 from kraftpy.metadata.replication_control import unclean_elections
 from kraftpy.metadata.result import NON_ATOMIC_BATCH_RECORDS, ControllerResult
@@ -51,7 +59,8 @@ from kraftpy.raft.driver import RAFT_API, RaftDriver, RaftListener
 from kraftpy.raft.effects import Commit, LeaderChange, SnapshotLoaded
 from kraftpy.raft.errors import NotLeaderError
 from kraftpy.raft.log import RaftLog
-from kraftpy.rpc.control import ControlServer, RpcError
+from kraftpy.raft.voters import KRAFT_VERSION_FEATURE, SUPPORTED_KRAFT_VERSIONS
+from kraftpy.rpc.control import ControlClient, ControlServer, RpcError
 from kraftpy.security.authorizer import (
     CLUSTER_NAME,
     AclIndex,
@@ -71,6 +80,9 @@ class RaftRunner(Protocol):
     log: RaftLog
     voters: dict[int, tuple[str, int]]
     driver: RaftDriver | None
+    directory_id: Any
+    client_tls: Any
+    client_sasl: Any
 
     async def run(self, listener: RaftListener, *, task_status: Any = ...) -> None: ...
 
@@ -270,6 +282,8 @@ class ControllerServer:
             return await self.quorum_status()
         if api == CLUSTER_DESCRIBE_API:
             return self.describe_cluster()
+        if api in membership.MEMBERSHIP_APIS:
+            return await self._membership(api, body)
         if api not in CONTROLLER_APIS:
             raise RpcError("UNSUPPORTED_VERSION", f"unknown controller API {api}")
         request = decode_request(api, body)
@@ -282,6 +296,8 @@ class ControllerServer:
         return await self._serve(api, request)
 
     async def _serve(self, api: str, request: Any) -> Any:
+        if api == "UpdateFeatures" and any(u.feature == KRAFT_VERSION_FEATURE for u in request.feature_updates):
+            return await self._update_features_with_kraft_version(request)
         if api == "DescribeConfigs":
             return self._active_or_raise().describe_configs(request)
         if api == "ListPartitionReassignments":
@@ -315,24 +331,31 @@ class ControllerServer:
         response = oversized_response(controller.image, request, self.controller_config.num_partitions)
         return None if response is None else ControllerResult([], response)
 
+    def _not_leader(self) -> RpcError:
+        """NOT_LEADER_OR_FOLLOWER naming the Raft leader as ``id@host:port`` when it is known."""
+        leader = self.loader.leader_id
+        address = None
+        if leader is not None and self.driver is not None:
+            address = self.driver.core.address_of(leader) or self.raft.voters.get(leader)
+        return RpcError("NOT_LEADER_OR_FOLLOWER", "" if address is None else f"{leader}@{address[0]}:{address[1]}")
+
     async def quorum_status(self) -> dict[str, Any]:
         """What `kraftpy quorum status` prints, from the leader; elsewhere NOT_LEADER_OR_FOLLOWER naming
         the leader and its address."""
         assert self.driver is not None
         described = await self.driver.describe_quorum()
         if described.error_code != 0:
-            leader = self.loader.leader_id
-            address = self.raft.voters.get(leader) if leader is not None else None
-            raise RpcError("NOT_LEADER_OR_FOLLOWER",
-                           "" if address is None else f"{leader}@{address[0]}:{address[1]}")
+            raise self._not_leader()
         now_ms = int(trio.current_time() * 1000)
         hw = described.high_watermark
 
         def replica(state: Any) -> dict[str, Any]:
             fetched = state.last_fetch_timestamp
             caught_up = state.last_caught_up_timestamp
+            directory = state.replica_directory_id
             return {
                 "id": state.replica_id,
+                "directory_id": None if directory is None else str(directory),
                 "log_end_offset": state.log_end_offset,
                 "lag": max(0, hw - state.log_end_offset),
                 "last_fetch_ms_ago": None if fetched < 0 else max(0, now_ms - fetched),
@@ -344,9 +367,97 @@ class ControllerServer:
             "leader_id": described.leader_id,
             "leader_epoch": described.leader_epoch,
             "high_watermark": hw,
+            "kraft_version": described.kraft_version,
             "voters": [replica(v) for v in described.current_voters],
             "observers": [replica(o) for o in described.observers],
+            "endpoints": {str(node.id): membership.encode_listeners(node.endpoints) for node in described.nodes},
         }
+
+    # -- the quorum's membership (KIP-853) -----------------------------------------------------------
+
+    async def serve_membership(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One request of kraftpy.metadata.quorum_membership (the Kafka-protocol side of the listener
+        translates AddRaftVoter and RemoveRaftVoter into these)."""
+        return await self._membership(api, body)
+
+    async def _membership(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
+        driver = self.driver
+        assert driver is not None
+        core = driver.core
+        if api == membership.DESCRIBE_RAFT_REPLICA_API:
+            return membership.describe_replica(self.node_id, self.raft.directory_id, SUPPORTED_KRAFT_VERSIONS,
+                                               core.config.endpoints)
+        key = membership.parse_voter_key(api, body)
+        if api == membership.REMOVE_RAFT_VOTER_API:
+            if not core.is_leader:
+                raise self._not_leader()
+            self.log.info("removing a controller", voter=str(key))
+            return membership.raise_unless_done(await driver.remove_voter(key))
+        listeners = membership.parse_listeners(api, body.get("listeners"))
+        if not core.is_leader:
+            raise self._not_leader()
+        endpoint = next((e for e in listeners if e.name == core.config.listener_name), None)
+        if endpoint is None:
+            raise RpcError("INVALID_REQUEST", f"{api}: no {core.config.listener_name} listener to reach it on")
+        # Kafka's leader asks the new voter's ApiVersions: here, who it is and which kraft.version it runs.
+        versions = await self._describe_new_voter(key, endpoint.host, endpoint.port)
+        self.log.info("adding a controller", voter=str(key), endpoint=str(endpoint))
+        return membership.raise_unless_done(await driver.add_voter(membership.voter_node(key, listeners, versions)))
+
+    async def _describe_new_voter(self, key: Any, host: str, port: int) -> tuple[int, int]:
+        timeout = self.config["controller.quorum.request.timeout.ms"] / 1000
+        answer: Any = None
+        failure: RpcError | None = None
+        async with trio.open_nursery() as nursery:
+            client = ControlClient(nursery, host, port, request_timeout=timeout, connect_timeout=timeout,
+                                   tls=self.raft.client_tls, sasl=self.raft.client_sasl)
+            try:
+                answer = await client.request(membership.DESCRIBE_RAFT_REPLICA_API, {})
+            except RpcError as exc:
+                failure = exc  # raised below, outside the nursery (which would wrap it in a group)
+            finally:
+                await client.aclose()
+        if failure is not None:
+            raise RpcError("REQUEST_TIMED_OUT", f"the controller to add, at {host}:{port}, did not answer: {failure}")
+        return membership.parse_replica_description(answer, key)
+
+    async def _update_features_with_kraft_version(self, request: UpdateFeaturesRequest) -> UpdateFeaturesResponse:
+        """UpdateFeatures naming kraft.version: that one by the Raft leader (a KRaftVersionRecord and the
+        static voters' VotersRecord), the others by the controller; all validated before any is done."""
+        self._active_or_raise()
+        assert self.driver is not None
+        kraft = [u for u in request.feature_updates if u.feature == KRAFT_VERSION_FEATURE]
+        others = tuple(u for u in request.feature_updates if u.feature != KRAFT_VERSION_FEATURE)
+
+        def refused(message: str) -> UpdateFeaturesResponse:
+            results = tuple(UpdatableFeatureResult(u.feature, Errors.INVALID_UPDATE_VERSION, message)
+                            for u in request.feature_updates)
+            return UpdateFeaturesResponse(Errors.INVALID_UPDATE_VERSION, message, results)
+
+        if len(kraft) > 1:
+            return refused(f"The feature {KRAFT_VERSION_FEATURE} is named more than once.")
+        level = kraft[0].max_version_level
+        checked = await self.driver.upgrade_kraft_version(level, validate_only=True)
+        if checked.error_code != Errors.NONE:
+            return refused(checked.message or Errors(checked.error_code).name)
+        if others:
+            answer = await self._serve("UpdateFeatures", UpdateFeaturesRequest(others, validate_only=True))
+            if answer.error_code != Errors.NONE:
+                return UpdateFeaturesResponse(answer.error_code, answer.error_message, (
+                    *answer.results, UpdatableFeatureResult(KRAFT_VERSION_FEATURE, Errors.INVALID_UPDATE_VERSION,
+                                                            answer.error_message)))
+        if request.validate_only:
+            results = tuple(UpdatableFeatureResult(u.feature, Errors.NONE) for u in request.feature_updates)
+            return UpdateFeaturesResponse(Errors.NONE, None, results)
+        done = await self.driver.upgrade_kraft_version(level)
+        if done.error_code != Errors.NONE:
+            return refused(done.message or Errors(done.error_code).name)
+        self.log.info("kraft.version upgraded", kraft_version=level)
+        results = [UpdatableFeatureResult(KRAFT_VERSION_FEATURE, Errors.NONE)]
+        if others:
+            answer = await self._serve("UpdateFeatures", UpdateFeaturesRequest(others))
+            return UpdateFeaturesResponse(answer.error_code, answer.error_message, (*answer.results, *results))
+        return UpdateFeaturesResponse(Errors.NONE, None, tuple(results))
 
     def describe_cluster(self) -> dict[str, Any]:
         """The cluster in the active controller's image; elsewhere NOT_CONTROLLER naming the leader and

@@ -160,6 +160,7 @@ class MetadataDelta:
         self.image = image
         self._provenance = image.provenance
         self._features: dict[str, int] | None = None
+        self._kraft_version: int | None = None
         self._brokers: dict[int, BrokerRegistration] | None = None
         #: Broker ids a record registered, changed or unregistered.
         self._touched_brokers: set[int] = set()
@@ -187,6 +188,8 @@ class MetadataDelta:
         created with all its partitions. A comparison of the two images, O(size)."""
         delta = cls(before)
         delta._provenance = after.provenance
+        if after.kraft_version != before.kraft_version:
+            delta._kraft_version = after.kraft_version
         if after.features != before.features:
             delta._features = dict(after.features.levels)
         if after.cluster.brokers != before.cluster.brokers:
@@ -293,7 +296,12 @@ class MetadataDelta:
             acls=acls,
             scram=scram,
             client_quotas=client_quotas,
+            kraft_version=old.kraft_version if self._kraft_version is None else self._kraft_version,
         )
+
+    def set_kraft_version(self, kraft_version: int) -> None:
+        """The log's kraft.version changed (a KRaftVersionRecord, a Raft control record)."""
+        self._kraft_version = kraft_version
 
     def _apply_topics(self, old: TopicsImage) -> TopicsImage:
         by_id, by_name, index = old.by_id.mutate(), old.by_name.mutate(), old.index.edit()

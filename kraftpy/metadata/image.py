@@ -484,10 +484,21 @@ class MetadataImage:
     producer_ids: ProducerIdsImage = ProducerIdsImage()
     acls: AclsImage = AclsImage()
     client_quotas: ClientQuotasImage = ClientQuotasImage()
+    #: The kraft.version of the log as of this image (a Raft control record, not a metadata record:
+    #: KIP-853's dynamic quorum is 1), reported with the finalized features as Kafka's brokers do.
+    kraft_version: int = 0
 
     @property
     def is_empty(self) -> bool:
-        return self == MetadataImage(provenance=self.provenance)
+        return self == MetadataImage(provenance=self.provenance, kraft_version=self.kraft_version)
+
+    @property
+    def finalized_features(self) -> dict[str, int]:
+        """The finalized feature levels, kraft.version among them once it is above 0."""
+        levels = dict(self.features.levels)
+        if self.kraft_version:
+            levels["kraft.version"] = self.kraft_version
+        return levels
 
 
 EMPTY_IMAGE = MetadataImage()

@@ -2,7 +2,7 @@
 
 `MetadataLoader` is a Raft listener: committed batches are decoded (msgpack metadata records in
 RecordBatch values) and replayed through one `MetadataDelta` per commit, control batches only move
-the provenance; a loaded snapshot replaces the image outright. Each new image is handed to every
+the provenance (and a KRaftVersionRecord the image's kraft.version); a loaded snapshot replaces the image outright. Each new image is handed to every
 subscriber as ``publish(image, delta)``, the delta always leading from the image that subscriber saw
 last to the new one, so a subscriber can act on what changed (``delta.local_changes(broker_id)``)
 instead of comparing images:
@@ -24,7 +24,8 @@ replayed (the image is still only ever published at a batch boundary: every comm
 
 Snapshot files hold the records that rebuild an image (kraftpy.metadata.snapshot), as RecordBatch v2
 batches of at most `SNAPSHOT_BATCH_RECORDS` records — the same framing as the log, so `kraftpy
-dump-log` and `kraftpy metadata dump --snapshot` read them.
+dump-log` and `kraftpy metadata dump --snapshot` read them. At kraft.version 1 the Raft core puts a
+control batch (the voters) in front of them; the loader skips it, as it skips control batches in the log.
 """
 
 from __future__ import annotations
@@ -33,16 +34,19 @@ import collections
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import attrs
 import trio
 
 from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.image import EMPTY_IMAGE, MetadataImage, MetadataProvenance
 from kraftpy.metadata.records import MetadataRecord, decode_record
 from kraftpy.metadata.snapshot import encode_snapshot, load_snapshot
-from kraftpy.protocol.records import SimpleRecord, build_batch, iter_decoded
+from kraftpy.protocol.records import ControlRecordType, SimpleRecord, build_batch, iter_decoded
 from kraftpy.raft.driver import RaftDriver
 from kraftpy.raft.effects import Commit, LeaderChange, SnapshotLoaded
 from kraftpy.raft.log import RaftLog, RecordBatch
+from kraftpy.raft.snapshot_control import split_snapshot
+from kraftpy.raft.voters import decode_kraft_version_record
 
 SNAPSHOT_BATCH_RECORDS = 1000
 #: Records a running loader replays between two yields to the event loop (about 30 ms of replay).
@@ -63,11 +67,16 @@ def encode_snapshot_file(image: MetadataImage) -> bytes:
 
 
 def decode_snapshot_records(data: bytes) -> list[MetadataRecord]:
-    return [decode_record(r.value or b"") for batch in iter_decoded(data) for r in batch.records]
+    """The metadata records of a snapshot file; the control batch a snapshot of a dynamic quorum starts
+    with (its kraft.version and voters, kraftpy.raft.snapshot_control) is Raft's, and skipped."""
+    return [decode_record(r.value or b"") for batch in iter_decoded(data) if not batch.header.is_control
+            for r in batch.records]
 
 
 def decode_snapshot_file(data: bytes, provenance: MetadataProvenance) -> MetadataImage:
-    return load_snapshot(decode_snapshot_records(data), provenance)
+    image = load_snapshot(decode_snapshot_records(data), provenance)
+    control, _ = split_snapshot(data)
+    return attrs.evolve(image, kraft_version=control.kraft_version) if control is not None else image
 
 
 class MetadataLoader:
@@ -153,7 +162,11 @@ class MetadataLoader:
         replayed = size = since_step = 0
         last = len(commit.batches) - 1
         for n, batch in enumerate(commit.batches):
-            if not batch.is_control:
+            if batch.is_control:
+                for kind, value in batch.control_records():
+                    if kind == ControlRecordType.KRAFT_VERSION:
+                        delta.set_kraft_version(decode_kraft_version_record(value))
+            else:
                 base, epoch = batch.base_offset, batch.epoch
                 for i, value in enumerate(batch.records):
                     delta.replay(decode_record(value), base + i, epoch)

@@ -5,8 +5,9 @@ and controllers, which answer on their own listener (kraftpy.metadata.controller
 The request must name the one partition ``__cluster_metadata-0``; any other is answered
 UNKNOWN_TOPIC_OR_PARTITION for each partition it names. The answer carries the leader, its epoch, the high
 watermark and, for every voter and observer, its log end offset and (from version 1) when it last fetched and
-was last caught up, as wall-clock times; from version 2 the voters' endpoints on the controller listener
-(directory ids are zero: the quorum is static until KIP-853's dynamic quorum).
+was last caught up, as wall-clock times; from version 2 each replica's directory id (for a voter of a
+static quorum, the one it fetched with; zero until it has) and the voters' endpoints: those the voter set in the metadata log
+records for a dynamic quorum (KIP-853), else controller.quorum.voters' on the controller listener.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from kraftpy.ids import Uuid
 from kraftpy.metadata.topic_names import CLUSTER_METADATA_TOPIC_NAME
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import DescribeQuorumResponse
@@ -48,7 +50,10 @@ def _replica(state: Mapping[str, Any], now_ms: int) -> Any:
     def at(ago: int | None) -> int:
         return -1 if ago is None else now_ms - ago
 
-    return Response.ReplicaState(replica_id=state["id"], replica_directory_id=ZERO,
+    directory = state.get("directory_id")
+    return Response.ReplicaState(replica_id=state["id"],
+                                 replica_directory_id=uuid.UUID(bytes=Uuid.from_base64(directory).raw) if directory
+                                 else ZERO,
                                  log_end_offset=state["log_end_offset"],
                                  last_fetch_timestamp=at(state["last_fetch_ms_ago"]),
                                  last_caught_up_timestamp=at(state["last_caught_up_ms_ago"]))
@@ -64,7 +69,13 @@ def describe_quorum_response(status: Mapping[str, Any], voters: Mapping[int, tup
         leader_epoch=status["leader_epoch"], high_watermark=status["high_watermark"],
         current_voters=[_replica(v, now_ms) for v in status["voters"]],
         observers=[_replica(o, now_ms) for o in status["observers"]])
-    nodes = [Response.Node(node_id=node_id, listeners=[Response.Listener(name=listener, host=host, port=port)])
-             for node_id, (host, port) in sorted(voters.items())]
+    recorded = status.get("endpoints")
+    if recorded:
+        nodes = [Response.Node(node_id=int(node_id), listeners=[
+            Response.Listener(name=e["name"], host=e["host"], port=e["port"]) for e in endpoints])
+            for node_id, endpoints in sorted(recorded.items(), key=lambda item: int(item[0]))]
+    else:
+        nodes = [Response.Node(node_id=node_id, listeners=[Response.Listener(name=listener, host=host, port=port)])
+                 for node_id, (host, port) in sorted(voters.items())]
     return Response(error_code=ErrorCode.NONE, topics=[
         Response.TopicData(topic_name=CLUSTER_METADATA_TOPIC_NAME, partitions=[partition])], nodes=nodes)

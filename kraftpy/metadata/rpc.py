@@ -9,6 +9,7 @@ turn, so callers only ever see an answer or `ControllerUnavailable`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
@@ -130,24 +131,57 @@ def not_controller(leader_id: int | None) -> RpcError:
 
 
 class ControllerClient:
-    """Sends controller requests to whichever voter is active, retrying until ``deadline`` seconds."""
+    """Sends controller requests to whichever voter is active, retrying until ``deadline`` seconds.
 
-    def __init__(self, nursery: trio.Nursery, voters: dict[int, tuple[str, int]], *,
+    ``voters`` is the voters' addresses by id, or a function giving them as they are now (a dynamic
+    quorum's voters come from the metadata log, KIP-853); ``bootstrap`` (controller.quorum.bootstrap.servers)
+    is asked after them, under ids -2, -3, ..., when no voter answers as the active controller."""
+
+    def __init__(self, nursery: trio.Nursery,
+                 voters: dict[int, tuple[str, int]] | Callable[[], dict[int, tuple[str, int]]], *,
                  request_timeout: float = 5.0, retry_backoff: float = 0.05, node_id: int | None = None,
-                 tls: Any = None, sasl: Any = None, listener_name: str = "CONTROLLER") -> None:
+                 tls: Any = None, sasl: Any = None, listener_name: str = "CONTROLLER",
+                 bootstrap: Sequence[tuple[str, int]] = ()) -> None:
         """``tls``: the `kraftpy.security.tls.ClientTls` of the controller listener over TLS; ``sasl``: the
         `kraftpy.security.sasl.SaslLogin` of the controller listener over SASL; ``listener_name``: the
         controller listener's name (controller.listener.names), as DescribeQuorum names the voters' endpoints."""
-        self.voters = dict(voters)
+        if callable(voters):
+            self._voters_now: Callable[[], dict[int, tuple[str, int]]] = voters
+        else:
+            fixed = dict(voters)
+            self._voters_now = lambda: fixed
+        self._bootstrap = {-2 - i: tuple(address) for i, address in enumerate(bootstrap)}
         self.listener_name = listener_name
         self.request_timeout = request_timeout
         self.retry_backoff = retry_backoff
-        self._clients = {vid: ControlClient(nursery, host, port, request_timeout=request_timeout,
-                                            connect_timeout=request_timeout, max_backoff=0.5, tls=tls, sasl=sasl)
-                         for vid, (host, port) in self.voters.items()}
-        self._order = sorted(self.voters)
+        self._nursery = nursery
+        self._tls = tls
+        self._sasl = sasl
+        self._clients: dict[tuple[str, int], ControlClient] = {}
         self._guess: int | None = None
         self.log = get_logger("controller-client", node_id=node_id)
+
+    @property
+    def voters(self) -> dict[int, tuple[str, int]]:
+        return self._voters_now()
+
+    @property
+    def _targets(self) -> dict[int, tuple[str, int]]:
+        """The voters now, then the bootstrap servers."""
+        return {**self._voters_now(), **self._bootstrap}
+
+    @property
+    def _order(self) -> list[int]:
+        return sorted(self._voters_now()) + list(self._bootstrap)
+
+    def _client(self, target: int) -> ControlClient:
+        address = self._targets[target]
+        client = self._clients.get(address)
+        if client is None:
+            client = self._clients[address] = ControlClient(
+                self._nursery, address[0], address[1], request_timeout=self.request_timeout,
+                connect_timeout=self.request_timeout, max_backoff=0.5, tls=self._tls, sasl=self._sasl)
+        return client
 
     @property
     def active_controller(self) -> int | None:
@@ -161,15 +195,22 @@ class ControllerClient:
         last_error = "no controller tried"
         with trio.move_on_after(timeout):
             while True:
-                target = self._guess if self._guess is not None else self._order[attempt % len(self._order)]
+                order = self._order
+                if not order:
+                    last_error = "no controller known"
+                    await trio.sleep(self.retry_backoff)
+                    continue
+                if self._guess is not None and self._guess not in self._targets:
+                    self._guess = None
+                target = self._guess if self._guess is not None else order[attempt % len(order)]
                 attempt += 1
                 try:
-                    answer = await self._clients[target].request(api, body)
+                    answer = await self._client(target).request(api, body)
                     SCHEMA.check(answer["response"], response_type)
                     return WIRE.decode_as(answer["response"], response_type)
                 except RpcError as exc:
                     last_error = f"{target}: {exc}"
-                    if exc.code == NOT_CONTROLLER and exc.message.isdigit() and int(exc.message) in self._clients:
+                    if exc.code == NOT_CONTROLLER and exc.message.isdigit() and int(exc.message) in self._targets:
                         hinted = int(exc.message)
                         self._guess = hinted if hinted != target else None
                     else:
@@ -179,7 +220,7 @@ class ControllerClient:
                 except (KeyError, TypeError, WireError) as exc:
                     last_error = f"{target}: malformed answer: {exc}"
                     self._guess = None
-                if self._guess is None and attempt % len(self._order) == 0:
+                if self._guess is None and attempt % len(order) == 0:
                     await trio.sleep(self.retry_backoff)
         raise ControllerUnavailable(f"{api}: no active controller answered within {timeout}s ({last_error})")
 
@@ -235,16 +276,17 @@ class ControllerClient:
         last_error = "no voter tried"
         with trio.move_on_after(timeout):
             while True:
-                order = ([self._guess] if self._guess is not None else []) + self._order
+                targets = self._targets
+                order = ([self._guess] if self._guess in targets else []) + self._order
                 for target in order:
                     try:
-                        return await self._clients[target].request(QUORUM_STATUS_API, {})
+                        return await self._client(target).request(QUORUM_STATUS_API, {})
                     except RpcError as exc:
                         last_error = f"{target}: {exc}"
                         leader = exc.message.split("@", 1)[0]
-                        if exc.code == "NOT_LEADER_OR_FOLLOWER" and leader.isdigit() and int(leader) in self._clients:
+                        if exc.code == "NOT_LEADER_OR_FOLLOWER" and leader.isdigit() and int(leader) in targets:
                             try:
-                                return await self._clients[int(leader)].request(QUORUM_STATUS_API, {})
+                                return await self._client(int(leader)).request(QUORUM_STATUS_API, {})
                             except RpcError as again:
                                 last_error = f"{leader}: {again}"
                 await trio.sleep(self.retry_backoff)

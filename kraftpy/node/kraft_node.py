@@ -119,7 +119,11 @@ class KraftNode:
 
     async def _run_broker(self, nursery: trio.Nursery) -> None:
         config = self.config
-        client = ControllerClient(nursery, voter_addresses(config), node_id=config.node_id,
+        raft = self.raft
+        # A dynamic quorum's voters are in the metadata log: the client asks for them as they are now.
+        voters = (lambda: raft.voters) if raft is not None else voter_addresses(config)
+        client = ControllerClient(nursery, voters, node_id=config.node_id,
+                                  bootstrap=config.quorum_bootstrap_servers,
                                   request_timeout=config["controller.quorum.request.timeout.ms"] / 1000,
                                   tls=self.raft.client_tls if self.raft is not None else None,
                                   sasl=self.raft.client_sasl if self.raft is not None else None,

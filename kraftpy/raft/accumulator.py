@@ -77,9 +77,10 @@ class BatchAccumulator:
     def due(self, now: float) -> bool:
         return now >= self.next_deadline()
 
-    def drain(self, now: float) -> list[tuple[int, list[bytes]]]:
-        """The batches ready at `now`, as (base offset, records), in offset order."""
-        if self._open and now >= self._drain_at:
+    def drain(self, now: float, everything: bool = False) -> list[tuple[int, list[bytes]]]:
+        """The batches ready at `now` (`everything`: the open one too, its linger cut short), as
+        (base offset, records), in offset order."""
+        if self._open and (everything or now >= self._drain_at):
             self._close()
         closed, self._closed = self._closed, []
         base = self.next_offset - self.pending_records - sum(len(batch) for batch in closed)

@@ -6,12 +6,14 @@ kraftpy.protocol.batch_header, then the records). The fields Raft gives a meanin
     base_offset             the offset of the batch's first record in the Raft log
     partition_leader_epoch  the epoch of the leader that appended the batch (the batch's epoch)
     attributes bit 5        control batch: written by Raft itself (the leader-change record of a new
-                            epoch, KIP-595), its record key being Kafka's LEADER_CHANGE control key
+                            epoch, KIP-595; the kraft.version and voters records, KIP-853), each
+                            record's key being Kafka's control key of its type
     last_offset_delta       record_count - 1: a Raft batch holds consecutive offsets, none compacted
     base/max_timestamp      the leader's wall clock when it appended the batch (every record of the
                             batch carries the base timestamp)
     records                 one per Raft record: key null (control: the control key), value = the
-                            record's opaque bytes (msgpack metadata records for __cluster_metadata)
+                            record's opaque bytes (msgpack metadata records for __cluster_metadata;
+                            kraftpy.raft.control and kraftpy.raft.voters for control records)
 
 Theory of operation. The leader encodes a batch exactly once, when it appends it
 (`RecordBatch.build`). From then on a batch is those bytes: the leader's log holds them, a
@@ -34,7 +36,14 @@ from kraftpy.protocol.batch_header import (
     check_batch,
     read_header,
 )
-from kraftpy.protocol.records import ControlRecordType, SimpleRecord, build_batch, control_key, decode_batch
+from kraftpy.protocol.records import (
+    ControlRecordType,
+    SimpleRecord,
+    build_batch,
+    control_key,
+    decode_batch,
+    parse_control_key,
+)
 
 __all__ = ["NO_TIMESTAMP", "CorruptRecordError", "RecordBatch", "encoded_size_bound", "parse_batches"]
 
@@ -76,13 +85,22 @@ class RecordBatch:
         epoch: int,
         is_control: bool = False,
         timestamp_ms: int = NO_TIMESTAMP,
+        control_types: Sequence[ControlRecordType] | None = None,
     ) -> RecordBatch:
-        """Encode `records` as one batch starting at `base_offset`, stamped with `epoch`."""
+        """Encode `records` as one batch starting at `base_offset`, stamped with `epoch`. A control
+        batch (`is_control`, or `control_types` given: one type per record) keys each record with its
+        control type, LEADER_CHANGE when none is given."""
         if not records:
             raise ValueError("a batch holds at least one record")
-        key = _LEADER_CHANGE_KEY if is_control else None
+        if control_types is not None:
+            if len(control_types) != len(records):
+                raise ValueError(f"{len(control_types)} control types for {len(records)} records")
+            is_control = True
+            keys: list[bytes | None] = [control_key(t) for t in control_types]
+        else:
+            keys = [_LEADER_CHANGE_KEY if is_control else None] * len(records)
         data = build_batch(
-            [SimpleRecord(key, bytes(value)) for value in records],
+            [SimpleRecord(key, bytes(value)) for key, value in zip(keys, records, strict=True)],
             base_offset=base_offset,
             partition_leader_epoch=epoch,
             base_timestamp=timestamp_ms,
@@ -146,6 +164,19 @@ class RecordBatch:
             decoded = decode_batch(self.data, verify_crc=False)
             self._records = tuple(record.value or b"" for record in decoded.records)
         return self._records
+
+    def control_records(self) -> list[tuple[int, bytes]]:
+        """(control type, value) of each record of a control batch (decoded each time: rare).
+        Raises CorruptRecordError for a record without a control key."""
+        decoded = decode_batch(self.data, verify_crc=False)
+        out = []
+        for record in decoded.records:
+            try:
+                _version, kind = parse_control_key(record.key)
+            except ValueError as exc:
+                raise CorruptRecordError(f"control record at {self.base_offset}: {exc}") from None
+            out.append((int(kind), record.value or b""))
+        return out
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RecordBatch):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kraftpy.ids import Uuid
 from kraftpy.raft.errors import ErrorCode
 from kraftpy.raft.log import SnapshotId
 from kraftpy.raft.messages import (
@@ -30,9 +31,12 @@ from kraftpy.raft.messages import (
     FetchSnapshotResponse,
     Message,
     ReplicaState,
+    UpdateVoterRequest,
+    UpdateVoterResponse,
     VoteRequest,
     VoteResponse,
 )
+from kraftpy.raft.voters import Endpoint, ReplicaKey, VoterNode
 from kraftpy.rpc.wire import WireCodec, WireError
 from kraftpy.rpc.wire_schema import WireSchema
 
@@ -54,12 +58,14 @@ MESSAGE_TYPES: dict[str, type] = {
         FetchSnapshotResponse,
         DescribeQuorumRequest,
         DescribeQuorumResponse,
+        UpdateVoterRequest,
+        UpdateVoterResponse,
     )
 }
 
 #: Structures nested inside messages, by tag.
 STRUCT_TYPES: dict[str, type] = {
-    cls.__name__: cls for cls in (SnapshotId, EpochEndOffset, ReplicaState)
+    cls.__name__: cls for cls in (SnapshotId, EpochEndOffset, ReplicaState, Uuid, Endpoint, ReplicaKey, VoterNode)
 }
 
 _WIRE = WireCodec([*MESSAGE_TYPES.values(), *STRUCT_TYPES.values(), ErrorCode])

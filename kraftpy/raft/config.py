@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import attrs
 
+from kraftpy.ids import Uuid
+from kraftpy.raft.voters import SUPPORTED_KRAFT_VERSIONS, Endpoint, ReplicaKey, VoterNode, VoterSet
+
 
 @attrs.frozen
 class RaftConfig:
@@ -14,7 +17,8 @@ class RaftConfig:
     """
 
     node_id: int
-    #: controller.quorum.voters, by id. A node whose id is not in it is an observer (a broker).
+    #: controller.quorum.voters, by id. A node whose id is not in it is an observer (a broker). Empty
+    #: in a dynamic quorum (KIP-853), whose voters are in the log (kraftpy.raft.voter_history).
     voters: frozenset[int] = attrs.field(converter=frozenset)
     cluster_id: str = ""
     #: controller.quorum.election.timeout.ms: timeouts are drawn from [T, 2T).
@@ -46,6 +50,24 @@ class RaftConfig:
     #: the bytes). One proposal is one batch whatever its count: a state machine splits what it may
     #: write in parts (the metadata log: kraftpy.metadata.result.NON_ATOMIC_BATCH_RECORDS).
     max_batch_records: int | None = None
+    #: The directory id of this node's metadata log (meta.properties' directory.id): with the node id,
+    #: the replica's key (KIP-853). None only where no directory was formatted (tests).
+    directory_id: Uuid | None = None
+    #: Where this node listens for the quorum (the controller listener), as the voter set records it.
+    endpoints: tuple[Endpoint, ...] = attrs.field(converter=tuple, default=())
+    #: The name of the listener other nodes reach a voter on (controller.listener.names' first).
+    listener_name: str = "CONTROLLER"
+    #: The endpoints of the static voters (controller.quorum.voters), by id.
+    voter_endpoints: tuple[tuple[int, Endpoint], ...] = attrs.field(converter=tuple, default=())
+    #: controller.quorum.bootstrap.servers: where a node that knows no voter (or no live one) looks
+    #: for the leader. The core names them -2, -3, ... (Kafka's ids for them).
+    bootstrap_servers: tuple[tuple[str, int], ...] = attrs.field(converter=tuple, default=())
+    #: How long an operator's voter change may wait for its record to be committed.
+    voter_change_timeout_ms: int = 30_000
+
+    @property
+    def key(self) -> ReplicaKey:
+        return ReplicaKey(self.node_id, self.directory_id)
 
     @property
     def is_voter(self) -> bool:
@@ -54,3 +76,25 @@ class RaftConfig:
     @property
     def majority(self) -> int:
         return len(self.voters) // 2 + 1
+
+    @property
+    def static_voters(self) -> VoterSet | None:
+        """controller.quorum.voters as a voter set (None: a dynamic quorum)."""
+        if not self.voters:
+            return None
+        endpoints = dict(self.voter_endpoints)
+        return VoterSet.of_ids(self.voters, {i: [endpoints[i]] for i in endpoints})
+
+    @property
+    def local_node(self) -> VoterNode:
+        """This replica as a voter set would record it."""
+        return VoterNode(self.key, self.endpoints, SUPPORTED_KRAFT_VERSIONS)
+
+    @property
+    def bootstrap_ids(self) -> tuple[int, ...]:
+        return tuple(bootstrap_id(i) for i in range(len(self.bootstrap_servers)))
+
+
+def bootstrap_id(index: int) -> int:
+    """The id the core gives the bootstrap server at `index` (Kafka's -2 - index)."""
+    return -2 - index

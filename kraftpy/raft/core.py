@@ -91,12 +91,15 @@ from kraftpy.raft.messages import (
     FetchSnapshotResponse,
     Message,
     Received,
+    UpdateVoterRequest,
+    UpdateVoterResponse,
     VoteRequest,
     VoteResponse,
 )
-from kraftpy.raft.quorum_state import Candidate, Follower, Leader, Prospective, Unattached
+from kraftpy.raft.quorum_state import Candidate, Follower, Leader, Prospective, Resigned, Unattached
 from kraftpy.raft.snapshots import SnapshotResult, SnapshotRole
 from kraftpy.raft.validation import request_error, response_is_valid
+from kraftpy.raft.voters import Endpoint, ReplicaKey, VoterNode
 
 __all__ = ["ProposeResult", "RaftCore", "SnapshotResult"]
 
@@ -132,7 +135,9 @@ def epoch_claim(message: Message) -> EpochClaim | None:
             leader_epoch=epoch, leader_id=leader
         ):
             return EpochClaim(epoch, leader, OnNewerEpoch.FOLLOW)
-        case FetchRequest(current_leader_epoch=epoch) | FetchSnapshotRequest(current_leader_epoch=epoch):
+        case FetchRequest(current_leader_epoch=epoch) | FetchSnapshotRequest(current_leader_epoch=epoch) | (
+            UpdateVoterRequest(current_leader_epoch=epoch)
+        ):
             return EpochClaim(epoch, None, OnNewerEpoch.REFUSE)
         case (
             VoteResponse(leader_epoch=epoch, leader_id=leader)
@@ -140,6 +145,7 @@ def epoch_claim(message: Message) -> EpochClaim | None:
             | EndQuorumEpochResponse(leader_epoch=epoch, leader_id=leader)
             | FetchResponse(leader_epoch=epoch, leader_id=leader)
             | FetchSnapshotResponse(leader_epoch=epoch, leader_id=leader)
+            | UpdateVoterResponse(leader_epoch=epoch, leader_id=leader)
         ):
             named = None if leader == NO_LEADER else leader
             return EpochClaim(epoch, named, OnNewerEpoch.FOLLOW)
@@ -148,19 +154,24 @@ def epoch_claim(message: Message) -> EpochClaim | None:
     raise TypeError(f"not a Raft message: {message!r}")
 
 
-def error_response(request: Message, error: int, leader_id: int, epoch: int) -> Message:
-    """The response to `request` that carries only `error` and the receiver's leader and epoch."""
+def error_response(request: Message, error: int, leader_id: int, epoch: int,
+                   leader_endpoints: tuple[Endpoint, ...] = ()) -> Message:
+    """The response to `request` that carries only `error` and the receiver's leader (with its
+    endpoints) and epoch."""
+    endpoints = leader_endpoints if leader_id != NO_LEADER else ()
     match request:
         case VoteRequest():
-            return VoteResponse(error, leader_id, epoch, vote_granted=False)
+            return VoteResponse(error, leader_id, epoch, vote_granted=False, leader_endpoints=endpoints)
         case BeginQuorumEpochRequest():
-            return BeginQuorumEpochResponse(error, leader_id, epoch)
+            return BeginQuorumEpochResponse(error, leader_id, epoch, leader_endpoints=endpoints)
         case EndQuorumEpochRequest():
-            return EndQuorumEpochResponse(error, leader_id, epoch)
+            return EndQuorumEpochResponse(error, leader_id, epoch, leader_endpoints=endpoints)
         case FetchRequest():
-            return FetchResponse(error, leader_id, epoch)
+            return FetchResponse(error, leader_id, epoch, leader_endpoints=endpoints)
         case FetchSnapshotRequest():
-            return FetchSnapshotResponse(error, leader_id, epoch)
+            return FetchSnapshotResponse(error, leader_id, epoch, leader_endpoints=endpoints)
+        case UpdateVoterRequest():
+            return UpdateVoterResponse(error, leader_id, epoch, leader_endpoints=endpoints)
     return DescribeQuorumResponse(error, leader_id, epoch)
 
 
@@ -169,6 +180,7 @@ _ANSWERS: dict[type, tuple[RequestKind, ...]] = {
     VoteResponse: (RequestKind.PRE_VOTE, RequestKind.VOTE),
     BeginQuorumEpochResponse: (RequestKind.BEGIN_QUORUM_EPOCH,),
     EndQuorumEpochResponse: (RequestKind.END_QUORUM_EPOCH,),
+    UpdateVoterResponse: (RequestKind.UPDATE_VOTER,),
 }
 
 
@@ -198,9 +210,14 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
             # other (the next election would be the first it hears of otherwise).
             out.append(LeaderChange(state.epoch, state.leader_id))
             self._start_following(now, out)
-        elif not self.is_voter:
+        elif isinstance(state, Resigned) and not self._quorum.may_stand:
+            # It led this epoch, then removed itself from the voters: an observer now (KIP-853).
+            out += self._quorum.transition_observer_to_unattached(now)
+            self._reset_role(now, out)
             self._start_observer_search(now, out)
-        elif len(self.config.voters) == 1:
+        elif not self._quorum.may_stand:
+            self._start_observer_search(now, out)
+        elif self.voters.ids == {self.node_id}:
             self._become_prospective(now, out)
         return self._finish(out)
 
@@ -213,7 +230,8 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
         if msg.is_request:
             error = self._request_prelude(src, msg, claim, now, out)
             if error != ErrorCode.NONE:
-                out.append(Send(src, cid, error_response(msg, error, self._leader_or_none(), self.epoch)))
+                out.append(Send(src, cid, error_response(msg, error, self._leader_or_none(), self.epoch,
+                                                         self._leader_endpoints())))
             else:
                 self._dispatch_request(src, cid, msg, now, out)
         else:
@@ -291,6 +309,35 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
         """The leader's view of the quorum (DescribeQuorum); an error elsewhere."""
         return self._describe_quorum(self._advance_clock(now))
 
+    # -- changing the voters (KIP-853) -------------------------------------------------------------
+
+    def add_voter(self, operation: int, voter: VoterNode, now: float) -> list[Effect]:
+        """Add `voter` (a replica that has caught up as an observer) to the voter set. The outcome
+        comes back as a `VoterChangeDone(operation, ...)` effect: at once when refused, else once
+        the new VotersRecord is committed (or the change is given up). Leader only."""
+        now = self._advance_clock(now)
+        out: list[Effect] = []
+        self._change_voters(operation, "add", voter, now, out)
+        return self._finish(out)
+
+    def remove_voter(self, operation: int, key: ReplicaKey, now: float) -> list[Effect]:
+        """Remove replica `key` from the voter set (the leader itself included: it hands over once
+        the removal is committed). The outcome comes back as a `VoterChangeDone(operation, ...)`."""
+        now = self._advance_clock(now)
+        out: list[Effect] = []
+        self._change_voters(operation, "remove", VoterNode(key), now, out)
+        return self._finish(out)
+
+    def upgrade_kraft_version(self, operation: int, kraft_version: int, now: float,
+                              validate_only: bool = False) -> list[Effect]:
+        """Raise the kraft.version (0 -> 1: the static voters, with the directory ids and endpoints they
+        reported, are written into the log and can change from then on). The outcome comes back as a
+        `VoterChangeDone(operation, ...)`."""
+        now = self._advance_clock(now)
+        out: list[Effect] = []
+        self._upgrade_kraft_version(operation, kraft_version, now, out, validate_only)
+        return self._finish(out)
+
     # -- the epoch prelude -----------------------------------------------------------------------
 
     def _request_prelude(
@@ -301,18 +348,18 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
         cluster_id = getattr(msg, "cluster_id", None)
         if cluster_id is not None and cluster_id != self.config.cluster_id:
             return ErrorCode.INCONSISTENT_CLUSTER_ID
-        refused = request_error(msg, src, self.node_id, self.config.voters)
+        refused = request_error(msg, src, self.node_id, self._static_voter_ids())
         if refused is not None:
             return refused[0]
         if claim is None:
             return ErrorCode.NONE
         match msg:
-            case VoteRequest() if not self.is_voter:
+            case VoteRequest() if not self._quorum.may_vote:
                 return ErrorCode.INCONSISTENT_VOTER_SET
-            case VoteRequest(voter_id=voter) | BeginQuorumEpochRequest(voter_id=voter) if voter not in (
-                NO_LEADER,
-                self.node_id,
-            ):
+            case VoteRequest(voter_id=voter, voter_directory_id=directory) | BeginQuorumEpochRequest(
+                voter_id=voter, voter_directory_id=directory
+            ) if voter not in (NO_LEADER, self.node_id) or directory not in (None, self.config.directory_id):
+                # Meant for another replica: another node, or this node's id on a replaced disk (KIP-853).
                 return ErrorCode.INVALID_VOTER_KEY
         if claim.epoch < self.epoch:
             return ErrorCode.FENCED_LEADER_EPOCH
@@ -323,8 +370,10 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
                 case OnNewerEpoch.UNATTACHED:
                     self._become_unattached(claim.epoch, now, out)
                 case OnNewerEpoch.FOLLOW:
+                    self._learn_endpoints(claim.leader_id, getattr(msg, "leader_endpoints", ()))
                     self._follow_newer_epoch(claim.epoch, claim.leader_id, now, out)
         elif claim.on_newer is OnNewerEpoch.FOLLOW:
+            self._learn_endpoints(claim.leader_id, getattr(msg, "leader_endpoints", ()))
             self._maybe_follow_known_leader(claim.leader_id, now, out)
         return ErrorCode.NONE
 
@@ -347,7 +396,7 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
         one to a request no longer outstanding: Raft thesis §3.3). True if the handler should see it."""
         if claim is None:
             return False
-        valid = response_is_valid(msg, self.config.voters) and (
+        valid = response_is_valid(msg, self._static_voter_ids()) and (
             # A node knows of its own leadership before anyone else: never of a newer epoch from them.
             claim.leader_id != self.node_id or claim.epoch <= self.epoch
         )
@@ -355,6 +404,7 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
             if isinstance(answered, FetchProgress):
                 self._fetch_failed(answered, now)
             return False
+        self._learn_endpoints(claim.leader_id, getattr(msg, "leader_endpoints", ()))
         if claim.epoch > self.epoch:
             self._follow_newer_epoch(claim.epoch, claim.leader_id, now, out)
             return False
@@ -393,6 +443,8 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
                 self._handle_fetch_snapshot_request(src, cid, msg, now, out)
             case DescribeQuorumRequest():
                 out.append(Send(src, cid, self._describe_quorum(now)))
+            case UpdateVoterRequest():
+                self._handle_update_voter_request(src, cid, msg, now, out)
 
     def _dispatch_response(
         self, src: int, answered: PendingRequest | FetchProgress, msg: Message, now: float, out: list[Effect]
@@ -402,6 +454,8 @@ class RaftCore(ElectionRole, LeaderRole, FollowerRole, SnapshotRole):
                 self._handle_vote_response(src, answered, msg, now, out)
             case BeginQuorumEpochResponse(), PendingRequest():
                 self._handle_begin_quorum_epoch_response(src, answered, msg, now)
+            case UpdateVoterResponse(), PendingRequest():
+                self._handle_update_voter_response(src, answered, msg, now)
             case FetchResponse(), FetchProgress():
                 self._handle_fetch_response(src, answered, msg, now, out)
             case FetchSnapshotResponse(), FetchProgress():

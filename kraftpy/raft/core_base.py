@@ -33,11 +33,21 @@ from typing import TYPE_CHECKING
 import attrs
 
 from kraftpy.raft.config import RaftConfig
-from kraftpy.raft.effects import Commit, Effect, ElectionState, FlushLog, PersistQuorumState, Send
+from kraftpy.raft.effects import (
+    Commit,
+    Effect,
+    ElectionState,
+    FlushLog,
+    PersistQuorumState,
+    Send,
+    VoterChangeDone,
+)
 from kraftpy.raft.errors import ErrorCode
 from kraftpy.raft.log import RaftLog
 from kraftpy.raft.messages import NO_LEADER, FetchResponse, Message
 from kraftpy.raft.quorum_state import EpochState, Leader, QuorumState
+from kraftpy.raft.voter_history import VoterHistory
+from kraftpy.raft.voters import Endpoint, ReplicaKey, VoterSet
 
 if TYPE_CHECKING:
     from kraftpy.raft.follower import FetchProgress
@@ -90,6 +100,7 @@ class RequestKind(enum.Enum):
     VOTE = "vote"
     BEGIN_QUORUM_EPOCH = "begin-quorum-epoch"
     END_QUORUM_EPOCH = "end-quorum-epoch"
+    UPDATE_VOTER = "update-voter"
 
 
 @attrs.define
@@ -126,11 +137,19 @@ class CoreBase:
         self._check_quorum_timeout = self._fetch_timeout * CHECK_QUORUM_TIMEOUT_FACTOR
         self._request_timeout = config.request_timeout_ms / 1000
         self._retry_backoff = config.retry_backoff_ms / 1000
-        self._quorum = QuorumState(config.node_id, config.voters, self._election_timeout, rng, persisted, now)
+        #: The kraft.version and voter sets of the log, by offset (KIP-853); the newest set is the one
+        #: this node uses, committed or not.
+        self._history = VoterHistory(config.static_voters)
+        self._history.load(log)
         snapshot = log.latest_snapshot_id
         #: Invariant: never decreases in one process lifetime; `log.start_offset <= _high_watermark
         #: <= _flushed`; everything below it is committed (on a majority of voters, durably).
         self._high_watermark = max(log.start_offset, snapshot.end_offset if snapshot else 0)
+        self._quorum = QuorumState(config.node_id, self._history.voters, self._election_timeout, rng, persisted, now,
+                                   directory_id=config.directory_id, dynamic=self._history.is_dynamic,
+                                   removal_pending=self._removal_pending())
+        #: Endpoints of leaders this node has no voter record of, as their messages named them.
+        self._learned_endpoints: dict[int, tuple[Endpoint, ...]] = {}
         #: Invariant: `_applied <= _high_watermark`; Commit effects delivered everything below it.
         self._applied = log.start_offset
         #: The last high watermark a Commit effect announced.
@@ -179,6 +198,45 @@ class CoreBase:
         return self._high_watermark
 
     @property
+    def voters(self) -> VoterSet:
+        """The voter set this node uses: the newest in its log (or controller.quorum.voters)."""
+        return self._history.voters
+
+    @property
+    def voter_history(self) -> VoterHistory:
+        return self._history
+
+    @property
+    def kraft_version(self) -> int:
+        """The kraft.version of the log's end (0: static voters; 1: voters in the log)."""
+        return self._history.kraft_version
+
+    @property
+    def local_key(self) -> ReplicaKey:
+        return self.config.key
+
+    def address_of(self, node_id: int) -> tuple[str, int] | None:
+        """Where to reach node `node_id` on the quorum's listener: its voter record, else the endpoints
+        a leader's message named, else (for -2, -3, ...) a bootstrap server. None when unknown."""
+        if node_id < 0:
+            index = -2 - node_id
+            servers = self.config.bootstrap_servers
+            return servers[index] if 0 <= index < len(servers) else None
+        endpoints: tuple[Endpoint, ...] = ()
+        node = self._history.voters.node(node_id)
+        if node is not None:
+            endpoints = node.endpoints
+        if not endpoints:
+            endpoints = self._learned_endpoints.get(node_id, ())
+        if not endpoints and self._history.static is not None:
+            static = self._history.static.node(node_id)
+            endpoints = static.endpoints if static is not None else ()
+        for endpoint in endpoints:
+            if endpoint.name == self.config.listener_name:
+                return endpoint.host, endpoint.port
+        return None
+
+    @property
     def election_state(self) -> ElectionState:
         return self._quorum.persisted
 
@@ -217,7 +275,41 @@ class CoreBase:
         return NO_LEADER if leader is None else leader
 
     def _other_voters(self) -> list[int]:
-        return sorted(v for v in self.config.voters if v != self.node_id)
+        return sorted(v for v in self._history.voters.ids if v != self.node_id)
+
+    def _static_voter_ids(self) -> frozenset[int] | None:
+        """The voter ids messages are checked against in a static quorum; None in a dynamic one."""
+        return None if self._history.is_dynamic else self._history.voters.ids
+
+    def _leader_endpoints(self) -> tuple[Endpoint, ...]:
+        """The endpoints of the leader this node knows, for the messages that name it."""
+        leader = self._quorum.leader_id
+        if leader is None:
+            return ()
+        if leader == self.node_id:
+            return self.config.endpoints
+        node = self._history.voters.node(leader)
+        if node is not None and node.endpoints:
+            return node.endpoints
+        return self._learned_endpoints.get(leader, ())
+
+    def _learn_endpoints(self, leader_id: int | None, endpoints: tuple[Endpoint, ...]) -> None:
+        if leader_id is not None and leader_id != self.node_id and endpoints and self._history.is_dynamic:
+            self._learned_endpoints[leader_id] = endpoints
+            if len(self._learned_endpoints) > 64:  # bounded: only leaders' endpoints are kept
+                self._learned_endpoints.pop(next(iter(self._learned_endpoints)))
+
+    def _voters_changed(self, now: float, out: list[Effect]) -> None:
+        """The log's voter set or kraft.version changed (an append, a truncation, a snapshot): the
+        quorum state and a leader's count follow at once (kraftpy.raft.leader)."""
+        self._quorum.update_voters(self._history.voters, self._history.is_dynamic)
+        self._quorum.removal_pending = self._removal_pending()
+        if self._leader is not None:
+            self._leader_voters_changed(now, out)
+
+    def _leader_voters_changed(self, now: float, out: list[Effect]) -> None:
+        """kraftpy.raft.leader: a new voter set counts from now on."""
+        raise NotImplementedError
 
     def _flush(self, out: list[Effect]) -> None:
         """Ask for the whole log, and every change made to it, to be durable before what follows."""
@@ -230,7 +322,18 @@ class CoreBase:
     def _finish(self, out: list[Effect]) -> list[Effect]:
         """What every entry point returns: its effects, then the commits they led to, coalesced."""
         self._deliver_commits(out)
+        self._quorum.removal_pending = self._removal_pending()
         return coalesce(out)
+
+    def _removal_pending(self) -> bool:
+        """Is the newest voter change in the log this replica's own removal, not committed yet (it may
+        then still stand: kraftpy.raft.quorum_state)?"""
+        history = self._history
+        latest = history.latest_offset
+        if latest is None or latest < self._high_watermark or not history.is_dynamic:
+            return False
+        key = self.config.key
+        return not history.voters.is_voter(key) and history.voters_at(latest - 1).is_voter(key)
 
     def _deliver_commits(self, out: list[Effect]) -> None:
         """Hand newly committed batches to the state machine, in order (Raft thesis §3.5: apply
@@ -266,15 +369,20 @@ class CoreBase:
         leader, self._leader = self._leader, None
         if leader is not None:
             for parked in leader.parked.values():
-                answer = FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, self._leader_or_none(), self.epoch)
+                answer = FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, self._leader_or_none(), self.epoch,
+                                       leader_endpoints=self._leader_endpoints())
                 out.append(Send(parked.source, parked.correlation_id, answer))
+            if leader.voter_change is not None:
+                # Its record may still be committed by the next leader: the operator asks describe.
+                out.append(VoterChangeDone(leader.voter_change.operation, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                           "the leadership changed before the voter change was committed"))
         self._pending.clear()
         self._fetch = None
 
     def _become_unattached(self, epoch: int, now: float, out: list[Effect]) -> None:
         out += self._quorum.transition_to_unattached(epoch, now)
         self._reset_role(now, out)
-        if not self.is_voter:
+        if not self._quorum.may_stand:
             self._start_observer_search(now, out)
 
     def _become_follower(self, epoch: int, leader_id: int, now: float, out: list[Effect]) -> None:

@@ -8,9 +8,11 @@ asks, in order:
 - inbound requests arrive through the control-plane server (`handle_request`): the driver gives
   each a fresh correlation id, steps the core, and answers with the response the core addresses
   to that (source, correlation id) — at once, or later for a held Fetch (long poll);
-- outbound requests (``Send`` of a request) go to the destination voter's address over a
+- outbound requests (``Send`` of a request) go to the destination's address over a
   `ControlClient`, in a task of their own; the answer is stepped into the core with the request's
-  correlation id. A request that timed out needs no handling here: the core's own timers retry;
+  correlation id. The address is the core's (`RaftCore.address_of`): the endpoint the voter set in
+  the log records (KIP-853), one a leader's message named, a bootstrap server; a voter that moved
+  gets a new client. A request that timed out needs no handling here: the core's own timers retry;
   one that could not be delivered at all (connection refused or reset) is reported to the core
   (`RaftCore.unreachable`), which lets a follower of a crashed leader stand for election early;
 - ``PersistQuorumState`` and ``FlushLog`` are made durable in a worker thread before the next
@@ -23,6 +25,9 @@ asks, in order:
 - `propose` hands records to the core, which gathers them for controller.quorum.append.linger.ms
   (RaftConfig.append_linger_ms) and answers at once with the offsets they will take; the timer
   that appends the batch is one of the core's deadlines.
+- `add_voter`, `remove_voter` and `upgrade_kraft_version` start an operation in the core under a
+  fresh id and wait for the core's ``VoterChangeDone`` of that id (at once for a refusal, when the
+  record is committed otherwise).
 
 One lock serialises every core call together with the application of its effects: while a flush
 runs in its thread, no other core call starts.
@@ -54,10 +59,12 @@ from kraftpy.raft.effects import (
     PersistQuorumState,
     Send,
     SnapshotLoaded,
+    VoterChangeDone,
 )
 from kraftpy.raft.messages import DescribeQuorumResponse, Message, Received
 from kraftpy.raft.quorum_state_store import write_quorum_state_file
 from kraftpy.raft.validation import RESPONSE_TYPES
+from kraftpy.raft.voters import ReplicaKey, VoterNode
 from kraftpy.rpc.control import ConnectionLost, ControlClient, RequestTimeout, RpcError
 from kraftpy.rpc.wire_schema import INT32
 
@@ -127,6 +134,9 @@ class RaftDriver:
         self._replies: dict[tuple[int, int], list[Any]] = {}
         self._inbound_ids = itertools.count(_INBOUND_IDS_START)
         self._clients: dict[int, ControlClient] = {}
+        #: Voter changes waiting for the core's answer: operation id -> [event, VoterChangeDone].
+        self._operations: dict[int, list[Any]] = {}
+        self._operation_ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
         self._sends_in_flight = 0
         self._sends_done = trio.Event()
@@ -199,6 +209,31 @@ class RaftDriver:
         async with self._lock:
             return self.core.describe_quorum(trio.current_time())
 
+    # -- voter changes (KIP-853) -----------------------------------------------------------------
+
+    async def _operation(self, start: Any) -> VoterChangeDone:
+        operation = next(self._operation_ids)
+        slot: list[Any] = [trio.Event(), None]
+        self._operations[operation] = slot
+        try:
+            async with self._lock:
+                await self._apply(start(operation, trio.current_time()))
+            await slot[0].wait()
+        finally:
+            self._operations.pop(operation, None)
+        return slot[1]
+
+    async def add_voter(self, voter: VoterNode) -> VoterChangeDone:
+        """Add `voter` (caught up as an observer) to the voters; answered once committed or refused."""
+        return await self._operation(lambda op, now: self.core.add_voter(op, voter, now))
+
+    async def remove_voter(self, key: ReplicaKey) -> VoterChangeDone:
+        return await self._operation(lambda op, now: self.core.remove_voter(op, key, now))
+
+    async def upgrade_kraft_version(self, kraft_version: int, validate_only: bool = False) -> VoterChangeDone:
+        return await self._operation(
+            lambda op, now: self.core.upgrade_kraft_version(op, kraft_version, now, validate_only))
+
     async def resign(self, grace: float = 1.0) -> None:
         """A leader leaving on purpose: send EndQuorumEpoch so the others elect at once, and give the
         messages up to ``grace`` seconds to leave before the caller cancels the driver."""
@@ -219,8 +254,10 @@ class RaftDriver:
             match effect:
                 case PersistQuorumState(state=state):
                     try:
+                        static = self.core.voter_history.static
+                        voters = None if self.core.voter_history.is_dynamic or static is None else sorted(static.ids)
                         await trio.to_thread.run_sync(
-                            write_quorum_state_file, self.quorum_state_path, state, sorted(self.core.config.voters))
+                            write_quorum_state_file, self.quorum_state_path, state, voters)
                     except OSError as exc:
                         raise self._fail(storage_failure("cannot write", self.quorum_state_path, exc)) from exc
                 case FlushLog(up_to=up_to):
@@ -237,6 +274,11 @@ class RaftDriver:
                     self.listener.handle_leader_change(effect)
                 case SnapshotLoaded():
                     self.listener.handle_snapshot_loaded(effect)
+                case VoterChangeDone(operation=operation):
+                    slot = self._operations.get(operation)
+                    if slot is not None and slot[1] is None:
+                        slot[1] = effect
+                        slot[0].set()
         self._wakeup.set()
 
     def _fail(self, error: FatalError) -> FatalError:
@@ -257,16 +299,19 @@ class RaftDriver:
         self._nursery.start_soon(self._send_request, dest, cid, message)
 
     def _client(self, dest: int) -> ControlClient | None:
+        address = self.core.address_of(dest) or self.voter_addresses.get(dest)
+        if address is None:
+            return None
         client = self._clients.get(dest)
-        if client is None:
-            address = self.voter_addresses.get(dest)
-            if address is None:
-                return None
-            assert self._nursery is not None
-            client = ControlClient(self._nursery, *address, request_timeout=self.request_timeout,
-                                   connect_timeout=self.request_timeout, tls=self.client_tls,
-                                   sasl=self.client_sasl)
-            self._clients[dest] = client
+        if client is not None and (client.host, client.port) == tuple(address):
+            return client
+        assert self._nursery is not None
+        if client is not None:  # the node moved (a new endpoint in the voter set)
+            self._nursery.start_soon(client.aclose)
+        client = ControlClient(self._nursery, *address, request_timeout=self.request_timeout,
+                               connect_timeout=self.request_timeout, tls=self.client_tls,
+                               sasl=self.client_sasl)
+        self._clients[dest] = client
         return client
 
     async def _send_request(self, dest: int, cid: int, message: Message) -> None:

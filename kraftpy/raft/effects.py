@@ -12,23 +12,28 @@ from __future__ import annotations
 
 import attrs
 
+from kraftpy.ids import Uuid
 from kraftpy.raft.log import RecordBatch, SnapshotId
 from kraftpy.raft.messages import Message
 
 
 @attrs.frozen
 class ElectionState:
-    """What the quorum-state file holds: the epoch and, in it, the known leader or the vote given.
+    """What the quorum-state file holds: the epoch and, in it, the known leader or the vote given
+    (with the directory id of the replica voted for, when known: KIP-853).
 
     At most one of `leader_id` and `voted_id` is set."""
 
     epoch: int
     leader_id: int | None = None
     voted_id: int | None = None
+    voted_directory_id: Uuid | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.leader_id is not None and self.voted_id is not None:
             raise ValueError("an election state names a leader or a vote, not both")
+        if self.voted_directory_id is not None and self.voted_id is None:
+            raise ValueError("a voted directory id without a vote")
 
 
 @attrs.frozen
@@ -81,4 +86,14 @@ class SnapshotLoaded:
     snapshot_id: SnapshotId
 
 
-Effect = PersistQuorumState | FlushLog | Send | Commit | LeaderChange | SnapshotLoaded
+@attrs.frozen
+class VoterChangeDone:
+    """The voter change (or kraft.version upgrade) the driver started as `operation` is over:
+    `error_code` NONE once its record is committed, else why it was refused or given up."""
+
+    operation: int
+    error_code: int
+    message: str | None = None
+
+
+Effect = PersistQuorumState | FlushLog | Send | Commit | LeaderChange | SnapshotLoaded | VoterChangeDone

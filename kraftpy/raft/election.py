@@ -9,12 +9,20 @@ Theory of operation (Raft thesis §3.4, §3.6.1; KIP-595 "Vote"; KIP-996 pre-vot
   Unattached with the vote it had given).
 - Candidate bumps the epoch, votes for itself (persisted), and asks for votes; a majority makes it
   Leader (kraftpy.raft.leader); the timeout makes it Prospective again.
-- Resigned (a leader that gave up) waits out an election timeout, then goes Prospective.
+- Resigned (a leader that gave up) waits out an election timeout, then goes Prospective; one that is
+  no longer a voter (it removed itself, KIP-853) goes Unattached as an observer instead.
 
 A voter grants at most one vote per epoch, never once it knows the epoch's leader, and only to a
 candidate whose log is at least as up to date as its own; a granted vote is persisted before the
 response leaves (`transition_to_unattached_voted` returns the PersistQuorumState first). Pre-votes
 change nothing, and are refused by a follower that still hears from its leader.
+
+Replicas, not ids, vote (KIP-853): a Vote names the candidate's directory id and the directory id
+the candidate's voter set has for the voter asked; a replica asked under another directory id (its
+disk was replaced since) refuses (INVALID_VOTER_KEY, in the prelude), and a vote given to a replica
+is not given to another replica of the same id. A candidate counts only the voters of its own set.
+In a dynamic quorum a replica that is not a voter in its own log may still vote: its log may lag the
+candidate's, in which it is one.
 
 The epoch prelude (kraftpy.raft.core) has already compared the message's epoch with ours when a
 handler here runs: a VoteRequest's candidate epoch is ours (a standard vote) or at least ours (a
@@ -37,12 +45,18 @@ class ElectionRole(CoreBase):
     def _poll_election(self, now: float, out: list[Effect]) -> None:
         """Fire the election timer of an Unattached, Prospective, Candidate or Resigned voter."""
         match self._quorum.state:
-            case Unattached(election_deadline=deadline) if deadline is not None and now >= deadline:
-                self._become_prospective(now, out)
             case Prospective(election_deadline=deadline) if now >= deadline:
                 self._after_lost_prevote(now, out)
-            case Candidate(election_deadline=deadline) | Resigned(election_deadline=deadline) if now >= deadline:
-                self._become_prospective(now, out)
+            case Unattached(election_deadline=deadline) | Candidate(election_deadline=deadline) | Resigned(
+                election_deadline=deadline
+            ) if deadline is not None and now >= deadline:
+                if self._quorum.may_stand:
+                    self._become_prospective(now, out)
+                else:
+                    # Not a voter any more (its removal is committed, KIP-853): an observer now.
+                    out += self._quorum.transition_observer_to_unattached(now)
+                    self._reset_role(now, out)
+                    self._start_observer_search(now, out)
 
     def _election_deadline(self) -> float | None:
         match self._quorum.state:
@@ -74,6 +88,10 @@ class ElectionRole(CoreBase):
         self._reset_role(now, out)
         if isinstance(self._quorum.state, Follower):
             self._start_following(now, out)
+        elif not self._quorum.may_stand:
+            out += self._quorum.transition_observer_to_unattached(now)
+            self._reset_role(now, out)
+            self._start_observer_search(now, out)
 
     def _become_candidate(self, now: float, out: list[Effect]) -> None:
         out += self._quorum.transition_to_candidate(now)
@@ -88,6 +106,7 @@ class ElectionRole(CoreBase):
     # -- the Vote RPC ----------------------------------------------------------------------------
 
     def _vote_request(self, voter: int, epoch: int, *, pre_vote: bool) -> VoteRequest:
+        key = self.voters.key_of(voter)
         return VoteRequest(
             cluster_id=self.config.cluster_id,
             voter_id=voter,
@@ -96,6 +115,8 @@ class ElectionRole(CoreBase):
             last_offset_epoch=self._log.last_fetched_epoch,
             last_offset=self._log.end_offset,
             pre_vote=pre_vote,
+            candidate_directory_id=self.config.directory_id,
+            voter_directory_id=key.directory_id if key is not None else None,
         )
 
     def _log_is_up_to_date(self, last_epoch: int, end_offset: int) -> bool:
@@ -110,13 +131,16 @@ class ElectionRole(CoreBase):
             has_fetched = self._fetch is not None and self._fetch.has_fetched
             granted = req.candidate_epoch > self.epoch and log_ok and self._quorum.can_grant_prevote(has_fetched)
         else:
-            granted = log_ok and self._quorum.can_grant_vote(req.candidate_id)
+            granted = log_ok and self._quorum.can_grant_vote(req.candidate_id, req.candidate_directory_id)
             state = self._quorum.state
             if granted and not (isinstance(state, Unattached) and state.voted_id == req.candidate_id):
                 # One vote per epoch (thesis §3.4), persisted before the response leaves.
-                out += self._quorum.transition_to_unattached_voted(req.candidate_id, now)
+                out += self._quorum.transition_to_unattached_voted(req.candidate_id, now, req.candidate_directory_id)
                 self._reset_role(now, out)
-        out.append(Send(src, cid, VoteResponse(ErrorCode.NONE, self._leader_or_none(), self.epoch, granted)))
+                if not self._quorum.may_stand:
+                    self._start_observer_search(now, out)
+        out.append(Send(src, cid, VoteResponse(ErrorCode.NONE, self._leader_or_none(), self.epoch, granted,
+                                               leader_endpoints=self._leader_endpoints())))
 
     def _handle_vote_response(
         self, src: int, pending: PendingRequest, resp: VoteResponse, now: float, out: list[Effect]

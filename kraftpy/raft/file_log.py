@@ -241,10 +241,17 @@ class FileRaftLog:
     # -- writes (memory only) --------------------------------------------------------------------
 
     def append_as_leader(
-        self, records: Sequence[bytes], epoch: int, *, is_control: bool = False, timestamp_ms: int = NO_TIMESTAMP
+        self,
+        records: Sequence[bytes],
+        epoch: int,
+        *,
+        is_control: bool = False,
+        timestamp_ms: int = NO_TIMESTAMP,
+        control_types: Sequence[int] | None = None,
     ) -> RecordBatch:
         batch = RecordBatch.build(
-            records, base_offset=self.end_offset, epoch=epoch, is_control=is_control, timestamp_ms=timestamp_ms
+            records, base_offset=self.end_offset, epoch=epoch, is_control=is_control, timestamp_ms=timestamp_ms,
+            control_types=control_types,  # type: ignore[arg-type]
         )
         self.append_as_follower([batch])
         return batch
@@ -355,6 +362,10 @@ class FileRaftLog:
     @property
     def latest_snapshot_id(self) -> SnapshotId | None:
         return max(self._snapshots) if self._snapshots else None
+
+    @property
+    def snapshot_ids(self) -> list[SnapshotId]:
+        return sorted(self._snapshots)
 
     @property
     def earliest_snapshot_id(self) -> SnapshotId | None:

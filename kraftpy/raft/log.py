@@ -118,9 +118,16 @@ class RaftLog(Protocol):
         ...
 
     def append_as_leader(
-        self, records: Sequence[bytes], epoch: int, *, is_control: bool = False, timestamp_ms: int = NO_TIMESTAMP
+        self,
+        records: Sequence[bytes],
+        epoch: int,
+        *,
+        is_control: bool = False,
+        timestamp_ms: int = NO_TIMESTAMP,
+        control_types: Sequence[int] | None = None,
     ) -> RecordBatch:
-        """Encode `records` as one batch at `end_offset` stamped with `epoch`, append it, return it."""
+        """Encode `records` as one batch at `end_offset` stamped with `epoch`, append it, return it
+        (a control batch with `is_control`, or with `control_types`, one per record)."""
         ...
 
     def append_as_follower(self, batches: Sequence[RecordBatch]) -> None:
@@ -140,6 +147,12 @@ class RaftLog(Protocol):
 
     @property
     def latest_snapshot_id(self) -> SnapshotId | None: ...
+
+    @property
+    def snapshot_ids(self) -> list[SnapshotId]:
+        """Every complete snapshot, oldest first (one ending at 0 is a bootstrap snapshot: the voters a
+        cluster was formatted with, KIP-853)."""
+        ...
 
     @property
     def earliest_snapshot_id(self) -> SnapshotId | None:

@@ -106,10 +106,17 @@ class MemoryRaftLog:
         self._bases.append(batch.base_offset)
 
     def append_as_leader(
-        self, records: Sequence[bytes], epoch: int, *, is_control: bool = False, timestamp_ms: int = NO_TIMESTAMP
+        self,
+        records: Sequence[bytes],
+        epoch: int,
+        *,
+        is_control: bool = False,
+        timestamp_ms: int = NO_TIMESTAMP,
+        control_types: Sequence[int] | None = None,
     ) -> RecordBatch:
         batch = RecordBatch.build(
-            records, base_offset=self.end_offset, epoch=epoch, is_control=is_control, timestamp_ms=timestamp_ms
+            records, base_offset=self.end_offset, epoch=epoch, is_control=is_control, timestamp_ms=timestamp_ms,
+            control_types=control_types,  # type: ignore[arg-type]
         )
         check_follows([batch], self.end_offset, self.last_fetched_epoch)
         self._append(batch)
@@ -144,6 +151,10 @@ class MemoryRaftLog:
     @property
     def latest_snapshot_id(self) -> SnapshotId | None:
         return self._latest_snapshot
+
+    @property
+    def snapshot_ids(self) -> list[SnapshotId]:
+        return sorted(self._snapshots)
 
     @property
     def earliest_snapshot_id(self) -> SnapshotId | None:

@@ -3,7 +3,16 @@
 Kafka nests every one of these in Topics[] / Partitions[] arrays; the only Raft partition kraftpy
 runs is ``__cluster_metadata``-0, so the nesting is dropped and each message carries that one
 partition's fields at the top. Per-partition and top-level error codes are folded into one
-`error_code`. Directory ids and endpoint lists (dynamic quorums, KIP-853) are not carried.
+`error_code`.
+
+Dynamic quorums (KIP-853) add what Kafka's later versions of these messages add: the directory ids
+of the replicas involved (a candidate's and the voter's it asks in Vote, the voter's in
+BeginQuorumEpoch, the fetching replica's in Fetch and FetchSnapshot), so that a replica whose disk
+was replaced is told apart from the one it replaced; and the leader's endpoints in every message
+that names it, so that a replica learns where a leader it has no record of listens. UpdateVoter is
+a voter telling the leader its endpoints and kraft.version range (Kafka's UpdateRaftVoter). Adding
+and removing voters are not Raft messages: an operator's request reaches the leader's core through
+its driver (`RaftCore.add_voter`, `RaftCore.remove_voter`).
 
 Requests carry `cluster_id`; a receiver answers INCONSISTENT_CLUSTER_ID when it is set and differs
 from its own. Responses name the current leader (`leader_id`, `leader_epoch`, -1 when unknown) so
@@ -21,7 +30,9 @@ from typing import ClassVar
 
 import attrs
 
+from kraftpy.ids import Uuid
 from kraftpy.raft.log import SnapshotId
+from kraftpy.raft.voters import Endpoint, VoterNode
 from kraftpy.rpc.wire_schema import Int16, Int32, Int64
 
 NO_LEADER = -1
@@ -42,6 +53,9 @@ class VoteRequest:
     last_offset_epoch: Int32
     last_offset: Int64
     pre_vote: bool = False
+    candidate_directory_id: Uuid | None = None
+    #: The directory id of the voter asked, as the candidate's voter set names it (None: unknown).
+    voter_directory_id: Uuid | None = None
 
 
 @attrs.frozen
@@ -51,6 +65,7 @@ class VoteResponse:
     leader_id: Int32
     leader_epoch: Int32
     vote_granted: bool
+    leader_endpoints: tuple[Endpoint, ...] = attrs.field(converter=tuple, default=())
 
 
 @attrs.frozen
@@ -62,6 +77,8 @@ class BeginQuorumEpochRequest:
     voter_id: Int32
     leader_id: Int32
     leader_epoch: Int32
+    voter_directory_id: Uuid | None = None
+    leader_endpoints: tuple[Endpoint, ...] = attrs.field(converter=tuple, default=())
 
 
 @attrs.frozen
@@ -70,6 +87,7 @@ class BeginQuorumEpochResponse:
     error_code: Int16
     leader_id: Int32
     leader_epoch: Int32
+    leader_endpoints: tuple[Endpoint, ...] = attrs.field(converter=tuple, default=())
 
 
 @attrs.frozen
@@ -82,6 +100,7 @@ class EndQuorumEpochRequest:
     leader_id: Int32
     leader_epoch: Int32
     preferred_successors: tuple[Int32, ...] = attrs.field(converter=tuple, default=())
+    leader_endpoints: tuple[Endpoint, ...] = attrs.field(converter=tuple, default=())
 
 
 @attrs.frozen
@@ -90,6 +109,7 @@ class EndQuorumEpochResponse:
     error_code: Int16
     leader_id: Int32
     leader_epoch: Int32
+    leader_endpoints: tuple[Endpoint, ...] = attrs.field(converter=tuple, default=())
 
 
 @attrs.frozen
@@ -106,6 +126,7 @@ class FetchRequest:
     last_fetched_epoch: Int32
     log_start_offset: Int64 = -1
     max_bytes: Int32 = 0x7FFFFFFF
+    replica_directory_id: Uuid | None = None
 
 
 @attrs.frozen
@@ -131,6 +152,7 @@ class FetchResponse:
     diverging_epoch: EpochEndOffset | None = None
     snapshot_id: SnapshotId | None = None
     records: bytes = b""
+    leader_endpoints: tuple[Endpoint, ...] = attrs.field(converter=tuple, default=())
 
 
 @attrs.frozen
@@ -142,6 +164,7 @@ class FetchSnapshotRequest:
     snapshot_id: SnapshotId
     position: Int64
     max_bytes: Int32 = 0x7FFFFFFF
+    replica_directory_id: Uuid | None = None
 
 
 @attrs.frozen
@@ -154,6 +177,7 @@ class FetchSnapshotResponse:
     size: Int64 = -1
     position: Int64 = -1
     unaligned_records: bytes = b""
+    leader_endpoints: tuple[Endpoint, ...] = attrs.field(converter=tuple, default=())
 
 
 @attrs.frozen
@@ -168,6 +192,7 @@ class ReplicaState:
     #: Milliseconds on the leader's clock; -1 if never.
     last_fetch_timestamp: Int64 = -1
     last_caught_up_timestamp: Int64 = -1
+    replica_directory_id: Uuid | None = None
 
 
 @attrs.frozen
@@ -180,6 +205,32 @@ class DescribeQuorumResponse:
     current_voters: tuple[ReplicaState, ...] = attrs.field(converter=tuple, default=())
     observers: tuple[ReplicaState, ...] = attrs.field(converter=tuple, default=())
     error_message: str | None = None
+    #: The voters with their endpoints and kraft.version ranges (DescribeQuorum v2's Nodes).
+    nodes: tuple[VoterNode, ...] = attrs.field(converter=tuple, default=())
+    kraft_version: Int16 = 0
+
+
+@attrs.frozen
+class UpdateVoterRequest:
+    """A voter tells the leader of `current_leader_epoch` where it listens and which kraft.version
+    levels it runs (Kafka's UpdateRaftVoter, sent by a voter that finds the voter set out of date)."""
+
+    is_request: ClassVar[bool] = True
+    cluster_id: str | None
+    current_leader_epoch: Int32
+    voter_id: Int32
+    voter_directory_id: Uuid | None
+    listeners: tuple[Endpoint, ...] = attrs.field(converter=tuple)
+    kraft_versions: tuple[Int16, Int16] = attrs.field(converter=tuple)
+
+
+@attrs.frozen
+class UpdateVoterResponse:
+    is_request: ClassVar[bool] = False
+    error_code: Int16
+    leader_id: Int32
+    leader_epoch: Int32
+    leader_endpoints: tuple[Endpoint, ...] = attrs.field(converter=tuple, default=())
 
 
 Request = (
@@ -189,6 +240,7 @@ Request = (
     | FetchRequest
     | FetchSnapshotRequest
     | DescribeQuorumRequest
+    | UpdateVoterRequest
 )
 Response = (
     VoteResponse
@@ -197,6 +249,7 @@ Response = (
     | FetchResponse
     | FetchSnapshotResponse
     | DescribeQuorumResponse
+    | UpdateVoterResponse
 )
 Message = Request | Response
 

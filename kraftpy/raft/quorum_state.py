@@ -27,7 +27,25 @@ States (frozen; a transition replaces the state object, it never mutates one)::
 - Resigned(epoch): was leader of `epoch` and gave it up (KIP-595 EndQuorumEpoch).
 
 Observers (nodes not in the voter set) only ever are Unattached or Follower, and may go from
-Follower back to Unattached in the same epoch when the leader stops answering.
+Follower back to Unattached in the same epoch when the leader stops answering. A leader that removed
+itself from the voter set (KIP-853) resigns once the removal is committed, and as Resigned it is an
+observer: at its election timeout it goes Unattached in the same epoch, keeping itself as the vote of
+that epoch (it led it: it must never vote for another candidate in it).
+
+The voter set (`voter_set`) is not part of a state: it is the newest one in the node's log (kraftpy.raft
+.voter_history), and the core sets it here whenever the log changes it. A replica is a voter when its
+key - node id and metadata log directory id - is in the set. In a dynamic quorum (`dynamic`) a replica
+that is not a voter may still grant a vote (its log may be behind the candidate's: it may already be a
+voter in the candidate's set); in a static one it may not.
+
+Who may stand (`may_stand`): a voter, and a replica whose own removal is the newest voter change in
+its log and not committed yet (`removal_pending`). Raft counts an election by the candidate's latest
+configuration, whether or not the candidate is in it (thesis §4.1): a leader that removed itself and
+lost its leadership before the removal was committed may be the only replica whose log holds that
+record, and the voters of the old set that lack it cannot win without its vote, which the log check
+refuses them. Standing, it is elected by the new set, commits the removal, and hands over. A replica
+that may not stand keeps no election timer; one that stops being allowed to while it has one
+(its removal got committed) goes observer at the next timer (`transition_observer_to_unattached`).
 
 Persistence: every state maps to an `ElectionState` (epoch, leader_id | voted_id). A transition is
 persisted exactly when that changes, i.e. on every epoch change, on granting a vote, on becoming
@@ -52,9 +70,11 @@ import random
 
 import attrs
 
+from kraftpy.ids import Uuid
 from kraftpy.raft.effects import Effect, ElectionState, LeaderChange, PersistQuorumState
 from kraftpy.raft.errors import IllegalTransitionError
 from kraftpy.raft.validation import MAX_EPOCH
+from kraftpy.raft.voters import ReplicaKey, VoterSet
 
 
 @attrs.frozen
@@ -63,6 +83,8 @@ class Unattached:
     voted_id: int | None = None
     #: When to start a pre-vote; None for observers, which never stand.
     election_deadline: float | None = None
+    #: The directory id of the replica voted for, when known (KIP-853).
+    voted_directory_id: Uuid | None = None
 
 
 @attrs.frozen
@@ -74,6 +96,7 @@ class Prospective:
     #: Voters that granted / refused a pre-vote in this round (self is in `granted`).
     granted: frozenset[int] = frozenset()
     rejected: frozenset[int] = frozenset()
+    voted_directory_id: Uuid | None = None
 
 
 @attrs.frozen
@@ -105,15 +128,17 @@ class Resigned:
 EpochState = Unattached | Prospective | Candidate | Leader | Follower | Resigned
 
 
-def election_state_of(state: EpochState, local_id: int) -> ElectionState:
+def election_state_of(state: EpochState, local_id: int, local_directory_id: Uuid | None = None) -> ElectionState:
     """The durable part of `state`."""
     match state:
-        case Unattached(epoch=epoch, voted_id=voted):
-            return ElectionState(epoch, voted_id=voted)
-        case Prospective(epoch=epoch, leader_id=leader, voted_id=voted):
-            return ElectionState(epoch, leader_id=leader, voted_id=None if leader is not None else voted)
+        case Unattached(epoch=epoch, voted_id=voted, voted_directory_id=directory):
+            return ElectionState(epoch, voted_id=voted, voted_directory_id=directory if voted is not None else None)
+        case Prospective(epoch=epoch, leader_id=leader, voted_id=voted, voted_directory_id=directory):
+            if leader is not None:
+                return ElectionState(epoch, leader_id=leader)
+            return ElectionState(epoch, voted_id=voted, voted_directory_id=directory if voted is not None else None)
         case Candidate(epoch=epoch):
-            return ElectionState(epoch, voted_id=local_id)
+            return ElectionState(epoch, voted_id=local_id, voted_directory_id=local_directory_id)
         case Leader(epoch=epoch) | Resigned(epoch=epoch):
             return ElectionState(epoch, leader_id=local_id)
         case Follower(epoch=epoch, leader_id=leader):
@@ -145,22 +170,53 @@ class QuorumState:
     def __init__(
         self,
         local_id: int,
-        voters: frozenset[int],
+        voters: VoterSet | frozenset[int],
         election_timeout: float,
         rng: random.Random,
         persisted: ElectionState | None,
         now: float,
+        *,
+        directory_id: Uuid | None = None,
+        dynamic: bool = False,
+        removal_pending: bool = False,
     ) -> None:
         self.local_id = local_id
-        self.voters = voters
+        self.local_key = ReplicaKey(local_id, directory_id)
+        self.voter_set = voters if isinstance(voters, VoterSet) else VoterSet.of_ids(voters)
+        self._is_voter = self.voter_set.is_voter(self.local_key)
+        self.dynamic = dynamic
+        #: The newest voter change in the log removes this replica and is not committed (set by the core).
+        self.removal_pending = removal_pending
         self.election_timeout = election_timeout
         self._rng = rng
         self.persisted = persisted or ElectionState(0)
         self.state: EpochState = self._initial_state(self.persisted, now)
 
     @property
+    def voters(self) -> frozenset[int]:
+        return self.voter_set.ids
+
+    @property
     def is_voter(self) -> bool:
-        return self.local_id in self.voters
+        return self._is_voter
+
+    @property
+    def may_vote(self) -> bool:
+        """May this replica grant votes (a voter, or any replica of a dynamic quorum)?"""
+        return self.is_voter or self.dynamic
+
+    @property
+    def may_stand(self) -> bool:
+        """May this replica stand for election (see the module doc)?"""
+        return self.is_voter or self.removal_pending
+
+    def update_voters(self, voters: VoterSet, dynamic: bool) -> None:
+        """The log's voter set changed (an append, a truncation, a snapshot). No transition: the
+        roles that depend on it read it when they next act (a follower's fetch timeout, a leader's
+        count of its majority)."""
+        self.voter_set = voters
+        self._is_voter = voters.is_voter(self.local_key)
+        self.dynamic = dynamic
 
     @property
     def epoch(self) -> int:
@@ -175,7 +231,7 @@ class QuorumState:
         return now + self.election_timeout * (1.0 + self._rng.random())
 
     def _initial_state(self, persisted: ElectionState, now: float) -> EpochState:
-        if persisted.leader_id is not None and persisted.leader_id not in self.voters:
+        if not self.dynamic and persisted.leader_id is not None and persisted.leader_id not in self.voters:
             # A leader that is not a voter (a file written before messages were checked): no one
             # led that epoch. The vote this node may have given in it before is forgotten, so it
             # must give none in it now: it starts as if it had voted for that node.
@@ -186,8 +242,9 @@ class QuorumState:
             return Resigned(persisted.epoch, self.random_election_deadline(now))
         if persisted.leader_id is not None:
             return Follower(persisted.epoch, persisted.leader_id)
-        deadline = self.random_election_deadline(now) if self.is_voter else None
-        return Unattached(persisted.epoch, voted_id=persisted.voted_id, election_deadline=deadline)
+        deadline = self.random_election_deadline(now) if self.may_stand else None
+        return Unattached(persisted.epoch, voted_id=persisted.voted_id, election_deadline=deadline,
+                          voted_directory_id=persisted.voted_directory_id)
 
     # -- the one switch --------------------------------------------------------------------------
 
@@ -203,7 +260,7 @@ class QuorumState:
             raise IllegalTransitionError(f"{old} -> {new}: a second leader in epoch {new.epoch}")
         self.state = new
         effects: list[Effect] = []
-        durable = election_state_of(new, self.local_id)
+        durable = election_state_of(new, self.local_id, self.local_key.directory_id)
         if durable != self.persisted:
             self.persisted = durable
             effects.append(PersistQuorumState(durable))
@@ -222,38 +279,43 @@ class QuorumState:
     def transition_to_unattached(self, epoch: int, now: float) -> list[Effect]:
         """A higher epoch was seen with no leader named (from any state)."""
         self._require(epoch > self.epoch, f"Unattached({epoch})")
-        deadline = self.random_election_deadline(now) if self.is_voter else None
+        deadline = self.random_election_deadline(now) if self.may_stand else None
         return self._switch(Unattached(epoch, election_deadline=deadline))
 
-    def transition_to_unattached_voted(self, candidate_id: int, now: float) -> list[Effect]:
+    def transition_to_unattached_voted(
+        self, candidate_id: int, now: float, candidate_directory_id: Uuid | None = None
+    ) -> list[Effect]:
         """Grant the vote of the current epoch to `candidate_id` (Unattached or Prospective with no
         leader known and no other vote given). Persisted before the VoteResponse leaves."""
         state = self.state
         self._require(
-            self.is_voter
+            self.may_vote
             and isinstance(state, Unattached | Prospective)
             and self.leader_id is None
             and state.voted_id in (None, candidate_id),
             f"Unattached(voted={candidate_id})",
         )
+        directory = candidate_directory_id
+        if state.voted_id == candidate_id and state.voted_directory_id is not None:
+            directory = state.voted_directory_id
+        deadline = self.random_election_deadline(now) if self.may_stand else None
         return self._switch(
-            Unattached(
-                state.epoch, voted_id=candidate_id, election_deadline=self.random_election_deadline(now)
-            )
+            Unattached(state.epoch, voted_id=candidate_id, election_deadline=deadline, voted_directory_id=directory)
         )
 
     def transition_to_prospective(self, now: float) -> list[Effect]:
         """Election timeout (Unattached, Candidate, Resigned) or fetch timeout / EndQuorumEpoch
         (Follower): ask for pre-votes in the current epoch (KIP-996)."""
         state = self.state
-        self._require(self.is_voter and not isinstance(state, Prospective | Leader), "Prospective")
+        self._require(self.may_stand and not isinstance(state, Prospective | Leader), "Prospective")
+        directory = None
         match state:
-            case Unattached(voted_id=voted):
-                leader, vote = None, voted
+            case Unattached(voted_id=voted, voted_directory_id=voted_directory):
+                leader, vote, directory = None, voted, voted_directory
             case Follower(leader_id=leader):
                 vote = None
             case _:  # Candidate, Resigned: voted for self in this epoch
-                leader, vote = None, self.local_id
+                leader, vote, directory = None, self.local_id, self.local_key.directory_id
         return self._switch(
             Prospective(
                 state.epoch,
@@ -261,6 +323,7 @@ class QuorumState:
                 leader_id=leader,
                 voted_id=vote,
                 granted=frozenset({self.local_id}),
+                voted_directory_id=directory,
             )
         )
 
@@ -274,7 +337,8 @@ class QuorumState:
             return self._switch(Follower(state.epoch, state.leader_id))
         return self._switch(
             Unattached(
-                state.epoch, voted_id=state.voted_id, election_deadline=self.random_election_deadline(now)
+                state.epoch, voted_id=state.voted_id, election_deadline=self.random_election_deadline(now),
+                voted_directory_id=state.voted_directory_id,
             )
         )
 
@@ -291,7 +355,8 @@ class QuorumState:
 
     def transition_to_leader(self) -> list[Effect]:
         state = self.state
-        self._require(isinstance(state, Candidate) and len(state.granted) * 2 > len(self.voters), "Leader")
+        self._require(isinstance(state, Candidate) and len(state.granted & self.voters) * 2 > len(self.voters),
+                      "Leader")
         return self._switch(Leader(self.epoch))
 
     def transition_to_follower(self, epoch: int, leader_id: int) -> list[Effect]:
@@ -316,8 +381,21 @@ class QuorumState:
         )
 
     def transition_observer_to_unattached(self, now: float) -> list[Effect]:
-        """An observer lost its leader: look for one again, same epoch."""
-        self._require(not self.is_voter and isinstance(self.state, Follower), "Unattached (observer)")
+        """An observer lost its leader: look for one again, same epoch. A replica that may no longer
+        stand does the same from an election state: a Resigned leader or a Candidate (it removed
+        itself) keeping itself as the epoch's vote, an Unattached or Prospective one the vote it gave."""
+        state = self.state
+        self._require(not self.may_stand and not isinstance(state, Leader), "Unattached (observer)")
+        match state:
+            case Resigned() | Candidate():
+                return self._switch(Unattached(self.epoch, voted_id=self.local_id,
+                                               voted_directory_id=self.local_key.directory_id))
+            case Unattached(voted_id=voted, voted_directory_id=directory) | Prospective(
+                leader_id=None, voted_id=voted, voted_directory_id=directory
+            ):
+                return self._switch(Unattached(self.epoch, voted_id=voted, voted_directory_id=directory))
+            case Prospective(leader_id=leader) if leader is not None:
+                return self._switch(Follower(self.epoch, leader))
         return self._switch(Unattached(self.epoch))
 
     # -- bookkeeping inside a state --------------------------------------------------------------
@@ -336,7 +414,7 @@ class QuorumState:
 
     def has_majority_granted(self) -> bool:
         state = self.state
-        return isinstance(state, Prospective | Candidate) and len(state.granted) * 2 > len(self.voters)
+        return isinstance(state, Prospective | Candidate) and len(state.granted & self.voters) * 2 > len(self.voters)
 
     def has_majority_rejected(self) -> bool:
         state = self.state
@@ -344,14 +422,19 @@ class QuorumState:
             len(self.voters) - len(state.rejected)
         ) * 2 <= len(self.voters)
 
-    def can_grant_vote(self, candidate_id: int) -> bool:
-        """May a standard vote of the current epoch go to `candidate_id` (log check aside)?"""
+    def can_grant_vote(self, candidate_id: int, candidate_directory_id: Uuid | None = None) -> bool:
+        """May a standard vote of the current epoch go to `candidate_id` (log check aside)? A vote
+        given to a replica is not given again to another replica of the same id (KIP-853)."""
         state = self.state
-        if not self.is_voter or self.leader_id is not None:
+        if not self.may_vote or self.leader_id is not None:
             return False
         match state:
-            case Unattached(voted_id=voted) | Prospective(voted_id=voted):
-                return voted in (None, candidate_id)
+            case Unattached(voted_id=voted, voted_directory_id=directory) | Prospective(
+                voted_id=voted, voted_directory_id=directory
+            ):
+                if voted is None:
+                    return True
+                return voted == candidate_id and directory in (None, candidate_directory_id)
             case Candidate():
                 return candidate_id == self.local_id
         return False
@@ -361,7 +444,7 @@ class QuorumState:
         heard from its leader in this epoch: that is what stops a rejoining node from disrupting a
         healthy quorum (KIP-996)."""
         state = self.state
-        if not self.is_voter or isinstance(state, Leader):
+        if not self.may_vote or isinstance(state, Leader):
             return False
         if isinstance(state, Follower):
             return not has_fetched_from_leader

@@ -1,7 +1,7 @@
 """The quorum-state file: the durable election state of a node, as Kafka lays it out.
 
 Kafka's ``quorum-state`` file is one JSON object, the QuorumStateData record plus a
-``data_version`` key. kraftpy writes version 0::
+``data_version`` key. For a static quorum (kraft.version 0) kraftpy writes version 0::
 
     {"clusterId": "", "leaderId": 1, "leaderEpoch": 5, "votedId": -1, "appliedOffset": 0,
      "currentVoters": [{"voterId": 1}, {"voterId": 2}, {"voterId": 3}], "data_version": 0}
@@ -12,7 +12,14 @@ Kafka's ``quorum-state`` file is one JSON object, the QuorumStateData record plu
 - ``currentVoters``: the static voter set, written for Kafka tools, checked on read when present;
 - ``clusterId``, ``appliedOffset``: written as Kafka does, ignored on read.
 
-Version 1 files (Kafka 3.8+: ``votedDirectoryId``, no voters, no clusterId) are read as well.
+For a dynamic quorum (KIP-853) it writes version 1, as Kafka 3.9 does: no voter list (the voters are
+in the log), and ``votedDirectoryId``, the directory id of the replica voted for (Kafka's base64 form;
+all zeros for none)::
+
+    {"leaderId": -1, "leaderEpoch": 5, "votedId": 2, "votedDirectoryId": "b0ZVxJ1mTcmhgy3LBqaJSw",
+     "data_version": 1}
+
+Both versions are read, whichever is written.
 
 The file is trusted no more than a message: every field read is checked (an integer, not a float or
 a string; an epoch in [-1, 2**31 - 1], ids in [-1, 2**31 - 1]; a voter list of voter ids) and a bad
@@ -29,6 +36,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kraftpy.fatal import FatalError
+from kraftpy.ids import ZERO_UUID, Uuid
 from kraftpy.raft.effects import ElectionState
 from kraftpy.rpc.wire_schema import INT32
 
@@ -50,8 +58,20 @@ def _check_state(state: ElectionState) -> None:
             raise CorruptQuorumStateError(f"refusing to write {name} {value}: out of range (0 to {INT32.high})")
 
 
-def encode_quorum_state(state: ElectionState, voters: Iterable[int]) -> bytes:
+def encode_quorum_state(state: ElectionState, voters: Iterable[int] | None) -> bytes:
+    """Version 0 with the static `voters`; version 1 when `voters` is None (a dynamic quorum)."""
     _check_state(state)
+    data: dict[str, Any]
+    if voters is None:
+        directory = state.voted_directory_id or ZERO_UUID
+        data = {
+            "leaderId": _NONE if state.leader_id is None else state.leader_id,
+            "leaderEpoch": state.epoch,
+            "votedId": _NONE if state.voted_id is None else state.voted_id,
+            "votedDirectoryId": directory.to_base64(),
+            "data_version": 1,
+        }
+        return json.dumps(data, separators=(",", ":")).encode() + b"\n"
     data = {
         "clusterId": "",
         "leaderId": _NONE if state.leader_id is None else state.leader_id,
@@ -108,8 +128,24 @@ def decode_quorum_state(raw: bytes, voters: Iterable[int] | None = None) -> Elec
     named = _voters_field(data)
     if voters is not None and named is not None and named != sorted(voters):
         raise CorruptQuorumStateError(f"currentVoters {named} differ from the configured voters {sorted(voters)}")
+    directory = _directory_field(data) if voted_id >= 0 else None
     return ElectionState(
         epoch=max(epoch, 0),
         leader_id=leader_id if leader_id >= 0 else None,
         voted_id=voted_id if voted_id >= 0 else None,
+        voted_directory_id=directory,
     )
+
+
+def _directory_field(data: dict[str, Any]) -> Uuid | None:
+    """votedDirectoryId (version 1): Kafka's base64 form, all zeros (or absent) for none."""
+    value = data.get("votedDirectoryId")
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise CorruptQuorumStateError(f"votedDirectoryId {json.dumps(value)[:40]} is not an id")
+    try:
+        directory = Uuid.from_base64(value)
+    except ValueError as exc:
+        raise CorruptQuorumStateError(f"votedDirectoryId: {exc}") from None
+    return None if directory == ZERO_UUID else directory

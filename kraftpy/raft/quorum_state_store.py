@@ -17,7 +17,8 @@ from kraftpy.storage.fsutil import write_atomic
 FILE_NAME = "quorum-state"
 
 
-def write_quorum_state_file(path: Path, state: ElectionState, voters: Iterable[int]) -> None:
+def write_quorum_state_file(path: Path, state: ElectionState, voters: Iterable[int] | None) -> None:
+    """`voters`: the static voter ids (version 0), None for a dynamic quorum (version 1)."""
     write_atomic(path, encode_quorum_state(state, voters))
 
 

@@ -13,6 +13,10 @@ Theory of operation:
   resets its log to start at the snapshot's end, flushes, and tells the state machine to reload
   (`SnapshotLoaded`); fetching resumes from the snapshot's end. A snapshot holds only committed
   state, so its end is committed.
+- At kraft.version 1 a snapshot starts with a control batch holding the kraft.version and the voter
+  set in force at its end (kraftpy.raft.snapshot_control), put there by the core in front of the
+  state machine's bytes: a replica that loads it (a download, or a restart on a log that starts at
+  it) learns the voters the dropped log held. The state machine skips that batch when it reads one.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from kraftpy.raft.follower import FetchProgress
 from kraftpy.raft.log import SnapshotId
 from kraftpy.raft.messages import FetchSnapshotRequest, FetchSnapshotResponse
 from kraftpy.raft.quorum_state import Follower, Leader
+from kraftpy.raft.snapshot_control import control_batch
+from kraftpy.raft.voters import KRAFT_VERSION_STATIC
 
 
 @attrs.frozen
@@ -53,9 +59,14 @@ class SnapshotRole(CoreBase):
         if last.next_offset != end_offset:
             raise ValueError(f"snapshot end {end_offset} is not a batch boundary")
         snapshot_id = SnapshotId(end_offset=end_offset, epoch=last.epoch)
+        kraft_version = self._history.kraft_version_at(end_offset - 1)
+        if kraft_version > KRAFT_VERSION_STATIC:
+            data = control_batch(kraft_version, self._history.voters_at(end_offset - 1), snapshot_id,
+                                 self._wall_clock()) + data
         log.create_snapshot(snapshot_id, data)
         if delete_log_before:
             log.delete_before_snapshot(snapshot_id)
+            self._history.truncate_old(log.start_offset)
         out: list[Effect] = []
         self._flush(out)
         return SnapshotResult(snapshot_id, self._finish(out))
@@ -66,7 +77,8 @@ class SnapshotRole(CoreBase):
         self, src: int, cid: int, req: FetchSnapshotRequest, now: float, out: list[Effect]
     ) -> None:
         def reply(error: int, **kwargs: object) -> None:
-            response = FetchSnapshotResponse(error, self._leader_or_none(), self.epoch, **kwargs)  # type: ignore[arg-type]
+            response = FetchSnapshotResponse(error, self._leader_or_none(), self.epoch,  # type: ignore[arg-type]
+                                             leader_endpoints=self._leader_endpoints(), **kwargs)
             out.append(Send(src, cid, response))
 
         leader = self._leader
@@ -117,6 +129,11 @@ class SnapshotRole(CoreBase):
         if fetch.snapshot_position >= resp.size:
             self._log.finish_snapshot_download(snapshot_id)
             fetch.snapshot_id = None
+            # The voters of the log the snapshot replaced are the ones it carries (KIP-853).
+            before = (self._history.voters, self._history.kraft_version)
+            self._history.load(self._log)
+            if (self._history.voters, self._history.kraft_version) != before:
+                self._voters_changed(now, out)
             # The snapshot and the emptied log are durable before the next fetch vouches for them.
             self._flush(out)
             # The snapshot holds only committed state (KIP-630), so its end is committed.

@@ -16,7 +16,12 @@ epoch prelude (kraftpy.raft.core), before any handler runs and before any transi
   the epoch fetched in, wait and size limits are not negative (Kafka's rule); FetchSnapshot: the
   snapshot id and the size limit are not negative;
 - EndQuorumEpoch: the preferred successors are distinct voters other than the resigning leader;
-- a candidate or leader must be a voter (INCONSISTENT_VOTER_SET, as Kafka before dynamic quorums).
+- UpdateVoter: a kraft.version range that is one (0 <= min <= max);
+- in a static quorum (kraft.version 0) a candidate or leader must be a voter (INCONSISTENT_VOTER_SET,
+  as Kafka before dynamic quorums). In a dynamic one (`voters` None) it need not be one of the
+  receiver's voters: the sender's log may hold a newer voter set than the receiver's (a voter just
+  added), and Raft lets a replica vote for, and follow, a node its own configuration does not name
+  yet (thesis §4.1); the candidate counts only the votes of its own voter set.
 
 Each failure is answered INVALID_REQUEST (or INCONSISTENT_VOTER_SET), and nothing is persisted.
 Responses are checked the same way (`response_is_valid`); a bad one is dropped as if lost. What only
@@ -43,6 +48,8 @@ from kraftpy.raft.messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     Message,
+    UpdateVoterRequest,
+    UpdateVoterResponse,
     VoteRequest,
     VoteResponse,
 )
@@ -59,12 +66,14 @@ RESPONSE_TYPES: dict[type, type] = {
     FetchRequest: FetchResponse,
     FetchSnapshotRequest: FetchSnapshotResponse,
     DescribeQuorumRequest: DescribeQuorumResponse,
+    UpdateVoterRequest: UpdateVoterResponse,
 }
 
 
-def request_error(message: Message, source: int, local_id: int, voters: Set[int]) -> tuple[int, str] | None:
+def request_error(message: Message, source: int, local_id: int, voters: Set[int] | None) -> tuple[int, str] | None:
     """Why `message`, a request from node `source` to node `local_id`, must be refused before it is
-    looked at any further: (error code, reason), or None when it may go on to the epoch checks."""
+    looked at any further: (error code, reason), or None when it may go on to the epoch checks.
+    `voters` is the static voter set, None in a dynamic quorum (no membership checks)."""
     problem = out_of_range(message)
     if problem is not None:
         return ErrorCode.INVALID_REQUEST, problem
@@ -76,7 +85,9 @@ def request_error(message: Message, source: int, local_id: int, voters: Set[int]
         case BeginQuorumEpochRequest(leader_epoch=epoch, leader_id=named):
             pass
         case EndQuorumEpochRequest(leader_epoch=epoch, leader_id=named, preferred_successors=successors):
-            if len(set(successors)) != len(successors) or not set(successors) <= voters - {named}:
+            allowed = (voters - {named}) if voters is not None else None
+            if len(set(successors)) != len(successors) or named in successors or any(s < 0 for s in successors) or (
+                    allowed is not None and not set(successors) <= allowed):
                 return ErrorCode.INVALID_REQUEST, f"preferred successors {list(successors)}"
         case FetchRequest(current_leader_epoch=epoch, replica_id=named, fetch_offset=offset, last_fetched_epoch=last):
             if offset < 0 or last < 0 or last > epoch:
@@ -86,6 +97,9 @@ def request_error(message: Message, source: int, local_id: int, voters: Set[int]
         case FetchSnapshotRequest(current_leader_epoch=epoch, replica_id=named, snapshot_id=snapshot):
             if snapshot.end_offset < 0 or snapshot.epoch < 0 or message.max_bytes < 0:
                 return ErrorCode.INVALID_REQUEST, f"snapshot {snapshot} with max_bytes {message.max_bytes}"
+        case UpdateVoterRequest(current_leader_epoch=epoch, voter_id=named, kraft_versions=versions):
+            if not 0 <= versions[0] <= versions[1]:
+                return ErrorCode.INVALID_REQUEST, f"kraft.version range {list(versions)}"
         case DescribeQuorumRequest():
             return None
         case _:
@@ -94,15 +108,17 @@ def request_error(message: Message, source: int, local_id: int, voters: Set[int]
         return ErrorCode.INVALID_REQUEST, f"epoch {epoch}"
     if named < 0 or named != source or named == local_id:
         return ErrorCode.INVALID_REQUEST, f"node {named} named by node {source}"
-    if not isinstance(message, FetchRequest | FetchSnapshotRequest) and named not in voters:
+    if voters is not None and not isinstance(message, FetchRequest | FetchSnapshotRequest | UpdateVoterRequest) \
+            and named not in voters:
         return ErrorCode.INCONSISTENT_VOTER_SET, f"node {named} is not a voter"
     return None
 
 
-def response_is_valid(message: Message, voters: Set[int]) -> bool:
+def response_is_valid(message: Message, voters: Set[int] | None) -> bool:
     """Whether `message`, a response, says nothing impossible about epochs and leaders: every integer
-    within its type, the epoch not negative, the leader a voter or none. (Whether it may name the
-    receiving node as leader depends on that node's state: the prelude checks it.)"""
+    within its type, the epoch not negative, the leader a voter (of a static quorum; `voters` None: a
+    dynamic one, any node id) or none. (Whether it may name the receiving node as leader depends on
+    that node's state: the prelude checks it.)"""
     if out_of_range(message) is not None:
         return False
     match message:
@@ -112,7 +128,10 @@ def response_is_valid(message: Message, voters: Set[int]) -> bool:
             | EndQuorumEpochResponse(leader_epoch=epoch, leader_id=leader)
             | FetchResponse(leader_epoch=epoch, leader_id=leader)
             | FetchSnapshotResponse(leader_epoch=epoch, leader_id=leader)
+            | UpdateVoterResponse(leader_epoch=epoch, leader_id=leader)
         ):
+            if voters is None:
+                return epoch >= 0 and (leader == NO_LEADER or leader >= 0)
             return epoch >= 0 and (leader == NO_LEADER or leader in voters)
         case DescribeQuorumResponse():
             return True

@@ -41,8 +41,12 @@ def check_cluster_id(cluster_id: str) -> None:
 
 
 def format_dirs(dirs: list[Path], cluster_id: str, node_id: int,
-                ignore_formatted: bool = False) -> FormatResult:
+                ignore_formatted: bool = False, directory_ids: dict[Path, str] | None = None) -> FormatResult:
+    """Write meta.properties into every directory not formatted yet (see the module doc), each with a
+    new directory id, or the one `directory_ids` gives it (a controller's metadata log directory named
+    in --initial-controllers)."""
     check_cluster_id(cluster_id)
+    directory_ids = directory_ids or {}
     to_write: list[Path] = []
     skipped: list[Path] = []
     for d in dirs:
@@ -68,7 +72,7 @@ def format_dirs(dirs: list[Path], cluster_id: str, node_id: int,
         skipped.append(d)
     for d in to_write:
         d.mkdir(parents=True, exist_ok=True)
-        write_meta_properties(d, MetaProperties(cluster_id, node_id, random_uuid_str()))
+        write_meta_properties(d, MetaProperties(cluster_id, node_id, directory_ids.get(d) or random_uuid_str()))
         if d.parent != d:
             fsync_dir(d.parent)
     return FormatResult(tuple(to_write), tuple(skipped))

@@ -51,8 +51,8 @@ NOTES: dict[str, str] = {
     "RenewDelegationToken": "not served: no delegation tokens",
     "ExpireDelegationToken": "not served: no delegation tokens",
     "DescribeDelegationToken": "not served: no delegation tokens",
-    "DescribeQuorum": "directory ids are zero until the dynamic quorum (KIP-853); also served by controllers "
-                      "(v0-2, kafka-metadata-quorum.sh --bootstrap-controller)",
+    "DescribeQuorum": "also served by controllers (v0-2, kafka-metadata-quorum.sh --bootstrap-controller); "
+                      "directory ids and controller endpoints of the dynamic quorum (KIP-853)",
     "DescribeCluster": "v2 is Kafka 4.0's (KIP-1073), newer than 3.9; controllers serve v0-1 (KIP-919)",
     "UpdateFeatures": "metadata.version 3.3-IV3 to 3.9-IV0, raised online; also served by controllers "
                       "(kafka-features.sh --bootstrap-controller)",
@@ -67,8 +67,10 @@ NOTES: dict[str, str] = {
     "ShareGroupDescribe": "not served: share groups are unstable in Kafka 3.9 and not advertised there",
     "ShareFetch": "not served: share groups are unstable in Kafka 3.9 and not advertised there",
     "ShareAcknowledge": "not served: share groups are unstable in Kafka 3.9 and not advertised there",
-    "AddRaftVoter": "not served yet: the dynamic quorum",
-    "RemoveRaftVoter": "not served yet: the dynamic quorum",
+    "AddRaftVoter": "served by controllers only (kafka-metadata-quorum.sh --bootstrap-controller add-controller, "
+                    "KIP-853); brokers do not forward it",
+    "RemoveRaftVoter": "served by controllers only (kafka-metadata-quorum.sh --bootstrap-controller "
+                       "remove-controller, KIP-853); brokers do not forward it",
 }
 for _name in ("InitializeShareGroupState", "ReadShareGroupState", "WriteShareGroupState", "DeleteShareGroupState",
               "ReadShareGroupStateSummary"):

@@ -206,3 +206,40 @@ def test_schema_names_are_unique_and_kafka_shaped():
     assert len(BY_NAME) == len(KEYS)
     for key in KEYS:
         assert key.name == key.name.lower() and " " not in key.name
+
+
+DYNAMIC = """\
+process.roles=controller
+node.id=7
+controller.quorum.bootstrap.servers=127.0.0.1:9093,c2.example:9093
+listeners=CONTROLLER://127.0.0.1:9093
+controller.listener.names=CONTROLLER
+"""
+
+
+def test_a_dynamic_quorum_names_bootstrap_servers_instead_of_voters():
+    c = load(DYNAMIC)
+    assert c.is_dynamic_quorum and c.voters == [] and c.node_id == 7  # no voter list to be one of
+    assert c.quorum_bootstrap_servers == [("127.0.0.1", 9093), ("c2.example", 9093)]
+    assert not load(COMBINED).is_dynamic_quorum
+
+
+@pytest.mark.parametrize(("text", "key", "reason"), [
+    (DYNAMIC.replace("127.0.0.1:9093,", "127.0.0.1,"), "controller.quorum.bootstrap.servers", "host:port"),
+    (DYNAMIC.replace("127.0.0.1:9093,", "127.0.0.1:0,"), "controller.quorum.bootstrap.servers", "a real port"),
+    (DYNAMIC.replace("127.0.0.1:9093,c2", ":9093,c2"), "controller.quorum.bootstrap.servers", "needs a host"),
+    (DYNAMIC.replace("127.0.0.1:9093,c2.example:9093", ""), "controller.quorum.bootstrap.servers",
+     "is required (or controller.quorum.bootstrap.servers"),
+    (DYNAMIC.replace("controller.quorum.bootstrap.servers=127.0.0.1:9093,c2.example:9093",
+                     "controller.quorum.voters="), "controller.quorum.voters", "must name at least one voter"),
+])
+def test_bootstrap_server_errors_name_the_key(text, key, reason):
+    e = error(text)
+    assert e.key == key and reason in e.reason, e
+
+
+def test_a_controller_may_advertise_its_controller_listener():
+    c = load(DYNAMIC.replace("CONTROLLER://127.0.0.1:9093", "CONTROLLER://0.0.0.0:9093")
+             + "advertised.listeners=CONTROLLER://c7.example:9093\n")
+    advertised = c.advertised_controller_listener
+    assert (advertised.host, advertised.port) == ("c7.example", 9093) and c.advertised_listeners == []

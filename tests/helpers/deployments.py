@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -462,3 +463,173 @@ def retry_coordinator(call: Callable[[], Any], attempts: int = 40, backoff_s: fl
                 raise
             time.sleep(backoff_s)
     raise AssertionError("unreachable")
+
+
+def kraftpy_cli(*args: Any, expect_exit: int = 0) -> str:
+    """Run a `kraftpy` command in this process (typer's runner: the command's own code, without an
+    interpreter's start); its output (stdout and stderr), or AssertionError with the output when it
+    exits with another code than `expect_exit`."""
+    from typer.testing import CliRunner
+
+    from kraftpy.cli.main import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    if result.exit_code != expect_exit:
+        raise AssertionError(f"kraftpy {' '.join(map(str, args))} exited {result.exit_code}:\n{result.output}")
+    return result.output
+
+
+class DynamicQuorumCluster(Deployment):
+    """A dynamic controller quorum (KIP-853) that starts as one controller and grows: controllers 1-3
+    (1 formatted with ``--standalone``, 2 and 3 with ``--no-initial-controllers``, running as observers
+    until added) and brokers 4 and 5, every node configured with controller.quorum.bootstrap.servers.
+    The changes are made the way an operator makes them, with `kraftpy storage format` and `kraftpy quorum`
+    (`add_controller`, `remove_controller`, `replace_disk`)."""
+
+    name = "dynamic-quorum"
+    replication_factor = 2
+    CONTROLLER_IDS = (1, 2, 3)
+    BROKER_IDS = (4, 5)
+
+    def __init__(self, root: Path, settings: dict[str, Any] | None = None, log_level: str = "info") -> None:
+        super().__init__()
+        self.root = root
+        ports = free_ports(5)
+        self.controller_ports = dict(zip(self.CONTROLLER_IDS, ports[:3], strict=True))
+        self.broker_ports = dict(zip(self.BROKER_IDS, ports[3:], strict=True))
+        bootstrap = ",".join(f"127.0.0.1:{p}" for p in self.controller_ports.values())
+        self.bootstrap_controller = bootstrap
+        common = {
+            "controller.quorum.bootstrap.servers": bootstrap,
+            "controller.listener.names": "CONTROLLER",
+            "num.partitions": 2,
+            "default.replication.factor": 2,
+            "min.insync.replicas": 2,
+            "offsets.topic.replication.factor": 2,
+            "broker.heartbeat.interval.ms": 300,
+            "broker.session.timeout.ms": 3000,
+            "replica.lag.time.max.ms": 3000,
+            "controller.quorum.election.timeout.ms": 1000,
+            "controller.quorum.fetch.timeout.ms": 2000,
+            **(settings or {}),
+        }
+        self.session_timeout_s = int(common["broker.session.timeout.ms"]) / 1000
+        self.configs: dict[int, Path] = {}
+        for node_id, port in self.controller_ports.items():
+            self.configs[node_id] = self._write(f"controller-{node_id}", {
+                "process.roles": "controller", "node.id": node_id, "listeners": f"CONTROLLER://127.0.0.1:{port}",
+                "log.dirs": self.data_dir(node_id), **common})
+            self.controllers[node_id] = Proc(f"controller-{node_id}", ["controller", "-c", str(self.configs[node_id])],
+                                             cond=self.cond, log_level=log_level)
+        for broker_id, port in self.broker_ports.items():
+            self.configs[broker_id] = self._write(f"broker-{broker_id}", {
+                "process.roles": "broker", "node.id": broker_id, "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}", "inter.broker.listener.name": "PLAINTEXT",
+                "log.dirs": self.data_dir(broker_id), **common})
+            self.brokers[broker_id] = Proc(f"broker-{broker_id}", ["broker", "-c", str(self.configs[broker_id])],
+                                           cond=self.cond, log_level=log_level)
+        self.bootstrap = ",".join(f"127.0.0.1:{p}" for p in self.broker_ports.values())
+        self.cluster_id = random_uuid_str()
+        self.log_dir = root / "logs"
+
+    def _write(self, name: str, props: dict[str, Any]) -> Path:
+        path = self.root / f"{name}.properties"
+        path.write_text(format_properties({k: str(v) for k, v in props.items()}))
+        return path
+
+    def data_dir(self, node_id: int) -> Path:
+        return self.root / f"node-{node_id}"
+
+    def format(self, node_id: int, *flags: str) -> str:
+        return kraftpy_cli("storage", "format", "-c", self.configs[node_id], "-t", self.cluster_id, *flags)
+
+    def start(self) -> None:
+        self.format(1, "--standalone")
+        for node_id in (2, 3):
+            self.format(node_id, "--no-initial-controllers")
+        for broker_id in self.BROKER_IDS:
+            self.format(broker_id)
+        for proc in self.controllers.values():
+            proc.start()
+        marks = {broker_id: proc.start() for broker_id, proc in self.brokers.items()}
+        for proc in self.brokers.values():
+            proc.wait_for("broker running")
+        for broker_id, proc in self.brokers.items():
+            proc.wait_for("brokers changed", since=marks[broker_id],
+                          where=lambda line: all(b in line.get("serving", ()) for b in self.BROKER_IDS))
+
+    # -- what an operator does -----------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return json.loads(kraftpy_cli("quorum", "describe", "--replication", "--json",
+                                      "--bootstrap-controller", self.bootstrap_controller))
+
+    def directory_id(self, node_id: int) -> str:
+        text = (self.data_dir(node_id) / "meta.properties").read_text()
+        return next(line.split("=", 1)[1].strip() for line in text.splitlines() if line.startswith("directory.id="))
+
+    def voters(self) -> dict[int, str]:
+        """The voters as the leader describes them: node id -> directory id."""
+        return {v["id"]: v["directory_id"] for v in self.status()["voters"]}
+
+    def wait_caught_up(self, node_id: int, timeout: float = 30.0) -> None:
+        """Until the leader sees `node_id` (its current disk) fetch the log to its end, as an operator
+        checks with describe --replication before add-controller."""
+        directory = self.directory_id(node_id)
+
+        def caught_up() -> bool:
+            status = self.status()
+            return any(o["id"] == node_id and o["directory_id"] == directory and o["lag"] == 0
+                       and o["last_caught_up_ms_ago"] is not None for o in status["observers"])
+
+        self.eventually(caught_up, f"controller {node_id} caught up as an observer", timeout)
+
+    def add_controller(self, node_id: int) -> str:
+        self.wait_caught_up(node_id)
+        return kraftpy_cli("quorum", "add-controller", "-c", self.configs[node_id],
+                           "--bootstrap-controller", self.bootstrap_controller)
+
+    def remove_controller(self, node_id: int, directory_id: str) -> str:
+        return kraftpy_cli("quorum", "remove-controller", "--controller-id", node_id,
+                           "--controller-directory-id", directory_id, "--bootstrap-controller",
+                           self.bootstrap_controller)
+
+    def replace_disk(self, node_id: int) -> str:
+        """The controller's disk fails: it is killed, its directory wiped and formatted again with
+        --no-initial-controllers (a new directory id), and started; returns the old directory id."""
+        old = self.directory_id(node_id)
+        self.controllers[node_id].kill()
+        shutil.rmtree(self.data_dir(node_id))
+        self.format(node_id, "--no-initial-controllers")
+        self.controllers[node_id].start()
+        return old
+
+    def broker_fenced_intervals(self) -> dict[int, list[float]]:
+        """Each broker's stretches of being fenced after it first ran, in seconds (an open one up to now)."""
+        out: dict[int, list[float]] = {}
+        for broker_id, proc in self.brokers.items():
+            intervals: list[float] = []
+            started = fenced_at = None
+            for line in list(proc.lines):
+                if line.get("event") != "broker state changed":
+                    continue
+                at = _line_time(line)
+                if line.get("new") == "running":
+                    if fenced_at is not None:
+                        intervals.append(at - fenced_at)
+                    started, fenced_at = True, None
+                elif line.get("new") == "fenced" and started:
+                    fenced_at = at
+            if fenced_at is not None:
+                intervals.append(time.time() - fenced_at)
+            out[broker_id] = intervals
+        return out
+
+
+def _line_time(line: Line) -> float:
+    """A JSON log line's time, in seconds since the epoch."""
+    from datetime import datetime
+
+    stamp = line.get("timestamp")
+    assert isinstance(stamp, str), f"no timestamp in {line}"
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

@@ -18,6 +18,17 @@ batches with a deterministic wall clock, so the bytes replicated are the same on
 first breach. `run_seed` is the whole scenario for one seed: a fault phase, then a heal phase that
 must end with a leader committing new records on every node.
 
+Membership mode (``membership``, `run_membership_seed`): a dynamic quorum (KIP-853). The voters start
+from a bootstrap snapshot, as `kraftpy storage format --initial-controllers` leaves them (or, in an
+``upgrade`` cluster, from controller.quorum.voters, moved to kraft.version 1 during the run), with
+spare controllers that start as observers knowing no voter (``--no-initial-controllers``: they find
+the leader through the bootstrap servers). Among the faults, the leader is asked to add a spare or
+removed replica, to remove a voter (the leader itself included), and a voter's disk is replaced
+(crash, a new directory id and an empty log, back as an observer, then removed and added again); a
+voter restarts now and then with a new endpoint (UpdateVoter). The checker then also verifies after
+every event that each new leader's log holds everything committed, its voter history included, and
+that no two voter sets that could elect a leader have disjoint majorities.
+
 Byzantine-input mode (``hostile_interval``): hostile messages (tests/helpers/raft_hostile.py: epochs
 and offsets outside their types, other clusters, candidates and leaders that are not voters, spoofed
 senders, impossible Fetch answers, bogus snapshots) reach live nodes among the normal traffic, one
@@ -46,6 +57,7 @@ from typing import Any
 
 import attrs
 
+from kraftpy.ids import Uuid
 from kraftpy.raft import (
     Commit,
     ElectionState,
@@ -61,9 +73,14 @@ from kraftpy.raft import (
     Send,
     SnapshotLoaded,
 )
+from kraftpy.raft.effects import VoterChangeDone
+from kraftpy.raft.errors import ErrorCode
 from kraftpy.raft.file_log import FileRaftLog
 from kraftpy.raft.messages import FetchResponse, FetchSnapshotResponse, Message, VoteRequest, VoteResponse
 from kraftpy.raft.quorum_state import Candidate, Leader, Prospective
+from kraftpy.raft.snapshot_control import BOOTSTRAP_SNAPSHOT_ID, control_batch, split_snapshot
+from kraftpy.raft.voter_history import VoterHistory
+from kraftpy.raft.voters import KRAFT_VERSION_DYNAMIC, Endpoint, ReplicaKey, VoterNode, VoterSet
 from kraftpy.storage.log import LogConfig
 from tests.helpers.raft_hostile import HostileInput
 
@@ -174,6 +191,8 @@ class SimNode:
     #: Monotonicity watermarks for the current process lifetime.
     max_epoch: int = 0
     max_hwm: int = 0
+    #: Whether the node was a leader at the last check (to check a new leader once).
+    was_leader: bool = False
 
     @property
     def alive(self) -> bool:
@@ -181,6 +200,7 @@ class SimNode:
 
     @property
     def is_voter(self) -> bool:
+        """A voter of the static set (membership mode asks the node's core instead)."""
         return self.node_id in self.config.voters
 
 
@@ -204,37 +224,62 @@ class Checker:
       committed history, and every state machine's digest chain matches it);
     - the committed end is durable on a majority of voters (flushed log or snapshot);
     - a node's high watermark never passes its flushed log; observers never stand for election.
+
+    With membership changes (KIP-853; Raft thesis §4.1), also:
+
+    - every new leader's log holds the committed history (Leader Completeness), and its voter
+      history gives the voter set of the committed history at the committed end: a committed voter
+      change is in every later leader's log;
+    - a leader is a voter of its own set when it takes office (or one whose own removal is not
+      committed yet), and a replica that is neither never stands;
+    - a leader changes the voter set one voter at a time: each VotersRecord it appends keeps every
+      majority of the new set overlapping every majority of the set before, which was committed when
+      it appended it (at most one uncommitted change); so no two voter sets in use ever have
+      disjoint majorities;
+    - the committed end is durable on replicas that meet every majority of the committed voter set.
     """
 
     def __init__(self, cluster: SimCluster) -> None:
         self.cluster = cluster
         self.leader_of_epoch: dict[int, int] = {}
-        self.votes: dict[tuple[int, int], int] = {}
+        self.votes: dict[tuple[int, Uuid | None, int], int] = {}
         self.batches: dict[int, RecordBatch] = {}
         self.committed_end = 0
         self.last_batch: RecordBatch | None = None
         self.digest_at: dict[int, bytes] = {0: b""}
-        self.max_persisted_epoch: dict[int, int] = {}
+        self.max_persisted_epoch: dict[tuple[int, Uuid | None], int] = {}
         self._durable_cache: dict[int, tuple[tuple, bool]] = {}
+        #: The kraft.version and voter sets of the committed history (membership mode).
+        self.committed_voters = VoterHistory(cluster.static_voter_set)
+        if cluster.initial_voter_set is not None:
+            self.committed_voters.add_kraft_version(-1, KRAFT_VERSION_DYNAMIC)
+            self.committed_voters.add_voters(-1, cluster.initial_voter_set)
+        #: Per node, the newest voter-history offset already checked for one-at-a-time changes.
+        self._checked_change: dict[int, int] = {}
+        #: Voter changes seen appended by leaders, and of those, membership changes.
+        self.voter_records = 0
+        #: What the last durability check of membership mode looked at (nothing changed: no new check).
+        self._durable_membership_checked: tuple | None = None
 
     def fail(self, message: str) -> None:
         raise InvariantViolation(f"t={self.cluster.now:.3f}: {message}")
 
     def on_persist(self, node: SimNode, state: ElectionState) -> None:
-        previous = self.max_persisted_epoch.get(node.node_id, 0)
+        replica = (node.node_id, node.config.directory_id)  # a replaced disk is a new replica
+        previous = self.max_persisted_epoch.get(replica, 0)
         if state.epoch < previous:
             self.fail(f"node {node.node_id} persisted epoch {state.epoch} after {previous}")
-        self.max_persisted_epoch[node.node_id] = state.epoch
+        self.max_persisted_epoch[replica] = state.epoch
         if state.voted_id is not None:
-            key = (node.node_id, state.epoch)
+            key = (*replica, state.epoch)
             if self.votes.setdefault(key, state.voted_id) != state.voted_id:
                 self.fail(
                     f"node {node.node_id} voted for {self.votes[key]} and {state.voted_id} in {state.epoch}"
                 )
 
     def on_vote_granted(self, node: SimNode, request: VoteRequest) -> None:
-        expected = ElectionState(request.candidate_epoch, voted_id=request.candidate_id)
-        if node.persisted != expected:
+        persisted = node.persisted
+        if persisted is None or (persisted.epoch, persisted.voted_id) != (request.candidate_epoch, request.candidate_id):
             self.fail(f"node {node.node_id} granted {request} with persisted state {node.persisted}")
 
     def on_leader(self, epoch: int, leader_id: int, who: int) -> None:
@@ -255,6 +300,7 @@ class Checker:
                         f"node {node.node_id} committed {batch.base_offset}, history ends {self.committed_end}"
                     )
                 self.batches[batch.base_offset] = batch
+                self.committed_voters.add_batch(batch)
                 self.digest_at[batch.next_offset] = batch_digest(self.digest_at[self.committed_end], batch)
                 self.committed_end = batch.next_offset
                 self.last_batch = batch
@@ -271,6 +317,105 @@ class Checker:
         expected = self.digest_at.get(end_offset)
         if expected is None or data != expected:
             self.fail(f"node {node.node_id} loaded a snapshot at {end_offset} unlike the committed history")
+
+    def on_snapshot_control(self, node: SimNode, end_offset: int, kraft_version: int, voters: VoterSet) -> None:
+        """A snapshot's control records must be the committed history's at its end."""
+        expected = (self.committed_voters.kraft_version_at(end_offset - 1), self.committed_voters.voters_at(end_offset - 1))
+        if (kraft_version, voters) != expected:
+            self.fail(f"node {node.node_id} loaded a snapshot at {end_offset} with kraft.version {kraft_version} and "
+                      f"voters {voters}, the committed history has {expected}")
+
+    # -- membership (KIP-853) ----------------------------------------------------------------------
+
+    def _holds_in_memory(self, node: SimNode, end: int) -> bool:
+        log = node.log
+        snapshot = log.latest_snapshot_id
+        return (snapshot is not None and snapshot.end_offset >= end) or log.batch_containing(end - 1) == self.last_batch
+
+    def on_new_leader(self, node: SimNode) -> None:
+        """Leader Completeness, the voter history included, and a leader is a voter when elected."""
+        core = node.core
+        assert core is not None
+        if not core._quorum.may_stand:
+            self.fail(f"node {node.node_id} leads epoch {core.epoch} without being a voter of {core.voters}")
+        end = self.committed_end
+        if end == 0:
+            return
+        if not self._holds_in_memory(node, end):
+            self.fail(f"new leader {node.node_id} of epoch {core.epoch} lacks the committed history to {end}")
+        expected = self.committed_voters.voters_at(end - 1)
+        held = core.voter_history.voters_at(end - 1)
+        static = self.committed_voters.latest_offset is None or self.committed_voters.kraft_version_at(end - 1) == 0
+        # A static set (kraft.version 0) is controller.quorum.voters: its ids, whatever endpoints a config names.
+        if (held.ids != expected.ids) if static else (held != expected):
+            self.fail(f"new leader {node.node_id} of epoch {core.epoch} has voters {held} at {end - 1}, "
+                      f"committed: {expected}")
+
+    def check_voter_changes(self, node: SimNode) -> None:
+        """Each VotersRecord a leader appended in its epoch: one voter at a time (overlapping
+        majorities), the set before it committed (at most one uncommitted change)."""
+        core = node.core
+        assert core is not None
+        history = core.voter_history
+        latest = history.latest_offset
+        if latest is None or latest <= self._checked_change.get(node.node_id, -2):
+            return
+        self._checked_change[node.node_id] = latest
+        batch = node.log.batch_containing(latest)
+        leader_state = core._leader
+        if batch is None or batch.epoch != core.epoch or leader_state is None:
+            return  # not appended by this leader (a follower's, or a snapshot's)
+        new, before = history.voters_at(latest), history.voters_at(latest - 1)
+        self.voter_records += 1
+        if not before.overlaps(new):
+            self.fail(f"leader {node.node_id} changed the voters {before} -> {new} at {latest}: disjoint majorities")
+        if {k.id for k in before.keys()} == {k.id for k in new.keys()} and \
+                batch.base_offset == leader_state.tracker.epoch_start_offset:
+            return  # a new leader refreshing its own record in its first batch: same voters
+        before_offset = max((o for o, _ in history._voters if o < latest), default=-1)
+        committed = max(self.committed_end, core.high_watermark)
+        if before_offset >= committed:
+            self.fail(f"leader {node.node_id} appended voters {new} at {latest} while the change at "
+                      f"{before_offset} was not committed (committed to {committed})")
+
+    def check_no_disjoint_majorities(self) -> None:
+        """The voter sets of every replica that could win an election now (it may stand and its log
+        holds the committed history) have pairwise overlapping majorities: no two of them could elect
+        two leaders, or commit two histories, with disjoint majorities."""
+        live = [node for node in self.cluster.nodes.values() if node.core is not None]
+        if len({node.core.voters for node in live}) < 2:  # type: ignore[union-attr]
+            return  # the common case: one set everywhere
+        end = self.committed_end
+        sets: set[VoterSet] = set()
+        for node in live:
+            core = node.core
+            assert core is not None
+            if core._quorum.may_stand and (end == 0 or self._holds_in_memory(node, end)):
+                sets.add(core.voters)
+        found = list(sets)
+        for i, a in enumerate(found):
+            for b in found[i + 1:]:
+                if not a.overlaps(b):
+                    self.fail(f"voter sets {a} and {b} are both in use and have disjoint majorities")
+
+    def check_durable_membership(self) -> None:
+        """The committed end is durable on replicas that meet every majority of the committed set."""
+        end = self.committed_end
+        if end == 0:
+            return
+        voters = self.committed_voters.voters_at(end - 1)
+        nodes = self.cluster.nodes.values()
+        key = (end, voters, tuple((n.incarnation, n.log.flushed_offset, n.log.start_offset) for n in nodes))
+        if key == self._durable_membership_checked:
+            return
+        self._durable_membership_checked = key
+        replicas = {ReplicaKey(n.node_id, n.config.directory_id): n for n in nodes}
+        # Replicas whose disk was replaced are gone for good: no majority can count them any more.
+        existing = [key for key in voters.keys() if any(key.matches(r) for r in replicas)]
+        held = sum(1 for key in existing for r, n in replicas.items()
+                   if key.matches(r) and self._holds_committed_end(n, end))
+        if len(existing) >= voters.majority and held < len(existing) - voters.majority + 1:
+            self.fail(f"committed end {end} durable on {held} replicas of {voters}: a majority could miss it")
 
     def check_all(self) -> None:
         cluster = self.cluster
@@ -289,11 +434,23 @@ class Checker:
             log = node.log
             if hwm > log.flushed_offset and hwm > log.start_offset:
                 self.fail(f"node {nid} high watermark {hwm} past flushed {log.flushed_offset}")
-            if not node.is_voter and isinstance(core.state, Leader | Candidate | Prospective):
+            if cluster.membership:
+                if not core._quorum.may_stand and isinstance(core.state, Candidate | Prospective):
+                    self.fail(f"node {nid}, not a voter of {core.voters}, is {core.state}")
+                if core.is_leader and not node.was_leader:
+                    self.on_new_leader(node)
+                node.was_leader = core.is_leader
+                if core.is_leader:
+                    self.check_voter_changes(node)
+            elif not node.is_voter and isinstance(core.state, Leader | Candidate | Prospective):
                 self.fail(f"observer {nid} is {core.state}")
             leader = core.leader_id
             if leader is not None:
                 self.on_leader(epoch, leader, nid)
+        if cluster.membership:
+            self.check_durable_membership()
+            self.check_no_disjoint_majorities()
+            return
         end = self.committed_end
         if end > 0:
             durable = 0
@@ -324,7 +481,10 @@ class Checker:
 
 
 class SimCluster:
-    """Voters 1..n and observers n+1.., all driven from `seed`."""
+    """Voters 1..n and observers n+1.., all driven from `seed`. With ``membership`` the quorum is
+    dynamic (see the module doc): the voters 1..n start from a bootstrap snapshot (or, with
+    ``upgrade``, from a static voter set upgraded to kraft.version 1 later), and ``spares``
+    controllers n+1..n+spares start as observers that know no voter; brokers (``observers``) follow."""
 
     def __init__(
         self,
@@ -341,11 +501,15 @@ class SimCluster:
         segment_bytes: int = 4096,
         trace_len: int = 60,
         hostile_interval: float | None = None,
+        membership: bool = False,
+        spares: int = 0,
+        upgrade: bool = False,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.now = 0.0
         self.voters = frozenset(range(1, voters + 1))
+        self.membership = membership
         #: Where the file logs live (None: memory logs); removed by `close`.
         self.directory = sim_directory() if file_logs else None
         self.log_config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=256)
@@ -354,19 +518,41 @@ class SimCluster:
         self.guard = FileWriteGuard()
         if file_logs:
             self.guard.install()
+        self._config_args = dict(
+            cluster_id=CLUSTER_ID,
+            election_timeout_ms=election_timeout_ms,
+            fetch_timeout_ms=fetch_timeout_ms,
+            fetch_max_bytes=fetch_max_bytes,
+            snapshot_chunk_bytes=snapshot_chunk_bytes,
+            append_linger_ms=append_linger_ms,
+            voter_change_timeout_ms=10_000,
+        )
+        #: Nodes of an upgraded cluster restarted with controller.quorum.bootstrap.servers instead of
+        #: controller.quorum.voters (what the operator does once kraft.version is 1).
+        self.converted: set[int] = set()
+        #: Each node's directory id (a new one when its disk is replaced) and controller port.
+        self.directory_ids: dict[int, Uuid] = {}
+        self.ports: dict[int, int] = {}
+        #: The controllers (voters and spares) a membership cluster may add; brokers never are.
+        self.controllers = frozenset(range(1, voters + spares + 1))
+        self.static_voter_set: VoterSet | None = None
+        self.initial_voter_set: VoterSet | None = None
         self.nodes: dict[int, SimNode] = {}
-        for nid in range(1, voters + observers + 1):
-            config = RaftConfig(
-                node_id=nid,
-                voters=self.voters,
-                cluster_id=CLUSTER_ID,
-                election_timeout_ms=election_timeout_ms,
-                fetch_timeout_ms=fetch_timeout_ms,
-                fetch_max_bytes=fetch_max_bytes,
-                snapshot_chunk_bytes=snapshot_chunk_bytes,
-                append_linger_ms=append_linger_ms,
-            )
-            self.nodes[nid] = SimNode(nid, config, self._open_log(nid))
+        for nid in range(1, voters + spares + observers + 1):
+            self.directory_ids[nid] = Uuid.random(self.rng) if membership else None  # type: ignore[assignment]
+            self.ports[nid] = 9000 + nid
+        if membership:
+            if upgrade:
+                self.static_voter_set = VoterSet.of_ids(self.voters, {v: [self._endpoint(v)] for v in self.voters})
+            else:
+                self.initial_voter_set = VoterSet(tuple(
+                    VoterNode(ReplicaKey(nid, self.directory_ids[nid]), (self._endpoint(nid),)) for nid in self.voters))
+        else:
+            self.static_voter_set = VoterSet.of_ids(self.voters)
+        for nid in range(1, voters + spares + observers + 1):
+            self.nodes[nid] = SimNode(nid, self._node_config(nid), self._open_log(nid))
+            if self.initial_voter_set is not None and nid in self.voters:
+                self._write_bootstrap_snapshot(self.nodes[nid])
         self.queue: list[_InFlight] = []
         self._seq = itertools.count()
         #: Directed links that drop everything: (src, dst).
@@ -384,6 +570,13 @@ class SimCluster:
         self.events = 0
         #: Each node's last request of each type: (dest, correlation id, message).
         self.last_requests: dict[int, dict[type, tuple[int, int, Message]]] = {}
+        #: Requests sent to a bootstrap server: (sender, correlation id) -> the id the sender used.
+        self._aliases: dict[tuple[int, int], int] = {}
+        #: Voter changes asked of leaders: operation -> what, and how each one ended.
+        self._operations = itertools.count(1)
+        self.operations: dict[int, str] = {}
+        self.outcomes: dict[int, tuple[int, str | None]] = {}
+        self.moves = 0
         #: Byzantine-input mode: hostile messages, one every `hostile_interval` seconds on average.
         self.hostile_interval = hostile_interval
         self.hostile = HostileInput(self, random.Random(seed ^ 0xB7_2A71))
@@ -392,6 +585,32 @@ class SimCluster:
         self.hostile_sent = 0
         for node in self.nodes.values():
             self.start_node(node)
+
+    def _endpoint(self, nid: int) -> Endpoint:
+        return Endpoint("CONTROLLER", f"node-{nid}", self.ports[nid])
+
+    def _node_config(self, nid: int) -> RaftConfig:
+        if not self.membership:
+            return RaftConfig(node_id=nid, voters=self.voters, **self._config_args)
+        is_controller = nid in self.controllers
+        static = self.static_voter_set is not None and nid not in self.converted
+        return RaftConfig(
+            node_id=nid,
+            voters=self.static_voter_set.ids if static and self.static_voter_set is not None else frozenset(),
+            directory_id=self.directory_ids[nid],
+            endpoints=(self._endpoint(nid),) if is_controller else (),
+            voter_endpoints=[(v, self.static_voter_set.node(v).endpoints[0]) for v in sorted(self.voters)]  # type: ignore[union-attr]
+            if static else (),
+            bootstrap_servers=[("node", v) for v in sorted(self.controllers)],
+            **self._config_args,
+        )
+
+    def _write_bootstrap_snapshot(self, node: SimNode) -> None:
+        """What `kraftpy storage format --initial-controllers` leaves: the voters, at offset 0."""
+        assert self.initial_voter_set is not None
+        node.log.create_snapshot(BOOTSTRAP_SNAPSHOT_ID,
+                                 control_batch(KRAFT_VERSION_DYNAMIC, self.initial_voter_set, BOOTSTRAP_SNAPSHOT_ID))
+        node.log.flush(0)
 
     # -- nodes -----------------------------------------------------------------------------------
 
@@ -480,6 +699,80 @@ class SimCluster:
         if node.core is None:
             self.start_node(node)
 
+    def replace_disk(self, node: SimNode) -> None:
+        """The node's disk is replaced: it crashes, and comes back formatted with
+        --no-initial-controllers, a new replica (a new directory id) with an empty log and no
+        quorum state, an observer until it is added."""
+        self.crash(node)
+        self.trace.append(f"{self.now:.3f} replace disk of {node.node_id}")
+        if isinstance(node.log, FileRaftLog):
+            node.log.abandon()
+            shutil.rmtree(node.log.directory, ignore_errors=True)
+        self.directory_ids[node.node_id] = Uuid.random(self.rng)
+        node.config = self._node_config(node.node_id)
+        node.log = self._open_log(node.node_id)
+        node.persisted = None
+        self.start_node(node)
+
+    def convert_to_bootstrap_config(self, node: SimNode) -> None:
+        """Restart the node configured with controller.quorum.bootstrap.servers instead of
+        controller.quorum.voters, as an operator does once the cluster runs kraft.version 1."""
+        self.crash(node)
+        self.converted.add(node.node_id)
+        node.config = self._node_config(node.node_id)
+        self.trace.append(f"{self.now:.3f} node {node.node_id} restarts with bootstrap servers")
+        self.start_node(node)
+
+    def move_endpoint(self, node: SimNode) -> None:
+        """The node restarts listening on another port: as a voter it tells the leader (UpdateVoter)."""
+        self.crash(node)
+        self.ports[node.node_id] += 100
+        self.moves += 1
+        node.config = self._node_config(node.node_id)
+        self.trace.append(f"{self.now:.3f} node {node.node_id} moves to port {self.ports[node.node_id]}")
+        self.start_node(node)
+
+    # -- voter changes (KIP-853) -------------------------------------------------------------------
+
+    def _operation(self, what: str) -> int:
+        operation = next(self._operations)
+        self.operations[operation] = what
+        self.trace.append(f"{self.now:.3f} operation {operation}: {what}")
+        return operation
+
+    def add_voter(self, node: SimNode, leader: SimNode | None = None) -> int | None:
+        """Ask the leader to add `node` (a running controller) as a voter; the operation's id."""
+        leader = leader or self.leader()
+        if leader is None or leader.core is None or node.core is None:
+            return None
+        operation = self._operation(f"add {node.config.key} on {leader.node_id}")
+        self.apply(leader, self.call(leader, leader.core.add_voter, operation, node.config.local_node,
+                                     self.local_time(leader)))
+        return operation
+
+    def remove_voter(self, key: ReplicaKey, leader: SimNode | None = None) -> int | None:
+        leader = leader or self.leader()
+        if leader is None or leader.core is None:
+            return None
+        operation = self._operation(f"remove {key} on {leader.node_id}")
+        self.apply(leader, self.call(leader, leader.core.remove_voter, operation, key, self.local_time(leader)))
+        return operation
+
+    def upgrade_kraft_version(self, leader: SimNode | None = None) -> int | None:
+        leader = leader or self.leader()
+        if leader is None or leader.core is None:
+            return None
+        operation = self._operation(f"kraft.version 1 on {leader.node_id}")
+        self.apply(leader, self.call(leader, leader.core.upgrade_kraft_version, operation, KRAFT_VERSION_DYNAMIC,
+                                     self.local_time(leader)))
+        return operation
+
+    def succeeded(self, operation: int | None) -> bool:
+        return operation is not None and self.outcomes.get(operation, (-1, None))[0] == ErrorCode.NONE
+
+    def replica_key(self, node: SimNode) -> ReplicaKey:
+        return ReplicaKey(node.node_id, node.config.directory_id)
+
     def alive_nodes(self) -> list[SimNode]:
         return [n for n in self.nodes.values() if n.core is not None]
 
@@ -526,16 +819,37 @@ class SimCluster:
                         self.checker.on_leader(epoch, leader_id, node.node_id)
                 case SnapshotLoaded(snapshot_id=snapshot_id):
                     size = node.log.snapshot_size(snapshot_id)
-                    data = node.log.read_snapshot(snapshot_id, 0, size or 0)
+                    control, data = split_snapshot(node.log.read_snapshot(snapshot_id, 0, size or 0))
+                    if control is not None:
+                        self.checker.on_snapshot_control(node, snapshot_id.end_offset, control.kraft_version,
+                                                         control.voters)
                     self.checker.on_snapshot_loaded(node, snapshot_id.end_offset, data)
                     node.applied_end = snapshot_id.end_offset
                     node.digest = data
+                case VoterChangeDone(operation=operation, error_code=code, message=why):
+                    self.outcomes[operation] = (code, why)
+                    self.trace.append(f"{self.now:.3f} operation {operation} done: {ErrorCode(code).name} {why or ''}")
                 case _:
                     raise TypeError(effect)
 
     # -- network ---------------------------------------------------------------------------------
 
     def send(self, src: int, dst: int, cid: int, message: Message) -> None:
+        if dst < 0 and message.is_request:
+            # A bootstrap server: the node behind it, whose answer comes back as from `dst`.
+            servers = self.nodes[src].config.bootstrap_servers
+            index = -2 - dst
+            if not 0 <= index < len(servers):
+                return
+            self._aliases[(src, cid)] = dst
+            dst = servers[index][1]
+        elif not message.is_request and (dst, cid) in self._aliases:
+            alias = self._aliases.pop((dst, cid))
+            self._send(src, dst, cid, message, as_source=alias)
+            return
+        self._send(src, dst, cid, message)
+
+    def _send(self, src: int, dst: int, cid: int, message: Message, as_source: int | None = None) -> None:
         if dst not in self.nodes:
             return
         copies = 1
@@ -547,7 +861,8 @@ class SimCluster:
             delay = self.rng.uniform(*self.delay)
             if self.rng.random() < self.spike_rate:
                 delay += self.rng.uniform(0.1, 1.5)
-            item = _InFlight(self.now + delay, next(self._seq), src, dst, Received(src, cid, message))
+            source = src if as_source is None else as_source
+            item = _InFlight(self.now + delay, next(self._seq), src, dst, Received(source, cid, message))
             heapq.heappush(self.queue, item)
 
     def deliver(self, item: _InFlight) -> None:
@@ -559,7 +874,8 @@ class SimCluster:
                     and self.rng.random() < 0.5):
                 # Half the time the transport says so at once (connection refused / reset).
                 self.trace.append(f"{self.now:.3f} {item.src}->{item.dst} unreachable")
-                effects = self.call(sender, sender.core.unreachable, item.dst, item.received.correlation_id,
+                dest = self._aliases.pop((item.src, item.received.correlation_id), item.dst)
+                effects = self.call(sender, sender.core.unreachable, dest, item.received.correlation_id,
                                     self.local_time(sender))
                 self.apply(sender, effects)
             return
@@ -863,4 +1179,257 @@ def _run_scenario(cluster: SimCluster, rng: random.Random, fault_seconds: float,
         epochs=len(cluster.checker.leader_of_epoch),
         recovery_time=recovery,
         hostile=cluster.hostile_sent,
+    )
+
+
+# -- membership (KIP-853) ----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class MembershipResult:
+    seed: int
+    voters: int
+    spares: int
+    observers: int
+    upgrade: bool
+    file_logs: bool
+    events: int
+    committed_end: int
+    epochs: int
+    #: Voter changes committed (adds, removes, upgrades), and VotersRecords leaders appended.
+    changes: int
+    voter_records: int
+    replaced: int
+    final_voters: str
+    #: Voter changes asked of leaders, by kind ("add", "remove", "remove-leader", "kraft.version",
+    #: "refused", "given up"), as (kind, count) pairs.
+    change_counts: tuple[tuple[str, int], ...] = ()
+    #: Endpoint moves (a voter restarted on another port).
+    moved: int = 0
+
+
+def run_membership_seed(seed: int, fault_seconds: float = 30.0, recovery_bound: float = 40.0) -> MembershipResult:
+    """One randomized membership scenario: a dynamic quorum of 1-3 voters and 1-2 spare controllers
+    (sometimes a static quorum upgraded to kraft.version 1 first), faults as in `run_seed` with voters
+    added, removed (the leader too), replaced (a new disk) and moved (a new endpoint) among them;
+    then everything heals, pending replacements are finished, and a leader must commit on every node
+    within `recovery_bound` simulated seconds."""
+    rng = random.Random(seed ^ 0x3E3B)
+    voters = rng.choice([1, 1, 2, 3, 3])
+    spares = rng.choice([1, 2, 2])
+    observers = rng.choice([0, 0, 1])
+    upgrade = rng.random() < 0.2
+    file_logs = rng.random() < 0.15
+    cluster = SimCluster(seed, voters=voters, spares=spares, observers=observers, membership=True, upgrade=upgrade,
+                         file_logs=file_logs, append_linger_ms=rng.choice([0, 0, 5]))
+    try:
+        return _run_membership(cluster, rng, fault_seconds, recovery_bound, upgrade)
+    finally:
+        cluster.close()
+
+
+def _run_membership(cluster: SimCluster, rng: random.Random, fault_seconds: float, recovery_bound: float,
+                    upgrade: bool) -> MembershipResult:
+    cluster.crash_mid_apply_rate = rng.choice([0.0, 0.002, 0.01]) if cluster.directory is not None else \
+        rng.choice([0.0, 0.0, 0.002])
+    node_ids = sorted(cluster.nodes)
+    controllers = sorted(cluster.controllers)
+    #: Nodes whose disk was replaced: the replica key they had, until it is out of the voter set and
+    #: the new replica is in.
+    replaced: dict[int, ReplicaKey] = {}
+    replacements = 0
+
+    def leader_voters() -> VoterSet | None:
+        leader = cluster.leader()
+        return leader.core.voters if leader is not None and leader.core is not None else None
+
+    def existing(voters: VoterSet) -> int:
+        """Voters whose replica still exists (not on a replaced disk)."""
+        return sum(1 for k in voters.keys() if cluster.replica_key(cluster.nodes[k.id]) == k)
+
+    def add() -> None:
+        voters = leader_voters()
+        if voters is None or len(voters) >= 5:
+            return
+        candidates = [cluster.nodes[n] for n in controllers
+                      if n not in voters and cluster.nodes[n].core is not None and n not in replaced]
+        if candidates:
+            node = rng.choice(candidates)
+            grown = voters.add(VoterNode(cluster.replica_key(node)))
+            # As an operator would: never a change after which the replicas left cannot form a majority.
+            if grown is not None and existing(grown) >= grown.majority:
+                cluster.add_voter(node)
+
+    def remove() -> None:
+        voters = leader_voters()
+        if voters is None or len(voters) <= 1:
+            return
+        key = rng.choice(voters.keys())
+        shrunk = voters.remove(key)
+        if shrunk is not None and existing(shrunk) >= shrunk.majority:
+            cluster.remove_voter(key)
+
+    def replace() -> None:
+        voters = leader_voters()
+        leader = cluster.leader()
+        if voters is None or leader is None or leader.core is None or replaced:
+            return
+        keys = [k for k in voters.keys() if cluster.replica_key(cluster.nodes[k.id]) == k]
+        # Only while the others can still form a majority: losing one is what replacing a disk survives.
+        # That must hold for every voter set that may yet be in force: the leader's committed one (its
+        # newer set may be truncated away) and the last of every controller's log (an uncommitted set
+        # there is in force if that controller wins an election). A crashed controller's log is not
+        # looked into: no replacement then.
+        if len(keys) - 1 < voters.majority:
+            return
+        node = cluster.nodes[rng.choice(keys).id]
+        possible = [leader.core.voter_history.voters_at(leader.core.high_watermark - 1)]
+        for nid in controllers:
+            core = cluster.nodes[nid].core
+            if core is None:
+                return
+            possible.append(core.voters)
+        if any(existing(s) - (cluster.replica_key(node) in s.keys()) < s.majority for s in possible):
+            return
+        replaced[node.node_id] = cluster.replica_key(node)
+        cluster.replace_disk(node)
+
+    def finish_replacements() -> None:
+        voters = leader_voters()
+        if voters is None:
+            return
+        for nid, old in list(replaced.items()):
+            if voters.is_voter(old) and voters.key_of(nid) == old:
+                cluster.remove_voter(old)
+            elif nid not in voters:
+                if cluster.nodes[nid].core is not None:
+                    cluster.add_voter(cluster.nodes[nid])
+            else:
+                del replaced[nid]
+            return
+
+    upgraded = [not upgrade]
+
+    def convert() -> None:
+        """Once kraft.version 1 is committed, the operator moves each node to bootstrap servers (a
+        replica configured with static voters follows only their leaders); voters change after that."""
+        if not upgraded[0]:
+            upgraded[0] = any(cluster.succeeded(op) for op, what in cluster.operations.items() if "kraft" in what)
+            if not upgraded[0]:
+                cluster.upgrade_kraft_version()
+                return
+        left = [n for n in node_ids if n not in cluster.converted]
+        if left:
+            cluster.convert_to_bootstrap_config(cluster.nodes[rng.choice(left)])
+
+    def fault() -> None:
+        nonlocal replacements
+        static = upgrade and len(cluster.converted) < len(node_ids)
+        kind = rng.choices(
+            ["crash", "restart", "partition", "heal_links", "lossy", "snapshot", "resign",
+             "add", "remove", "replace", "finish", "move", "convert"],
+            weights=[3, 4, 1, 3, 1, 3, 1, 0 if static else 5, 0 if static else 4, 0 if static else 1,
+                     0 if static else 4, 1, 6 if static else 0],
+        )[0]
+        if kind == "crash":
+            cluster.crash(cluster.nodes[rng.choice(node_ids)])
+        elif kind == "restart":
+            for node in cluster.nodes.values():
+                if node.core is None and rng.random() < 0.7:
+                    cluster.restart(node)
+        elif kind == "partition":
+            shuffled = node_ids[:]
+            rng.shuffle(shuffled)
+            cut = rng.randrange(1, len(shuffled))
+            cluster.partition([set(shuffled[:cut]), set(shuffled[cut:])])
+        elif kind == "heal_links":
+            cluster.blocked.clear()
+        elif kind == "lossy":
+            cluster.drop_rate = rng.choice([0.0, 0.05, 0.2])
+            cluster.dup_rate = rng.choice([0.0, 0.05])
+            cluster.spike_rate = rng.choice([0.0, 0.02])
+        elif kind == "snapshot":
+            cluster.take_snapshot(cluster.nodes[rng.choice(node_ids)], delete_prefix=rng.random() < 0.8)
+        elif kind == "resign":
+            cluster.resign()
+        elif kind == "add":
+            add()
+        elif kind == "remove":
+            remove()
+        elif kind == "replace":
+            before = len(replaced)
+            replace()
+            replacements += len(replaced) - before
+        elif kind == "finish":
+            finish_replacements()
+        elif kind == "move":
+            node = cluster.nodes[rng.choice(controllers)]
+            if node.core is not None:
+                cluster.move_endpoint(node)
+        elif kind == "convert":
+            convert()
+
+    actions: deque[tuple[float, object]] = deque()
+    t = 0.0
+    while True:
+        t += rng.expovariate(1 / 0.4)
+        if t >= fault_seconds:
+            break
+        actions.append((t, fault if rng.random() < 0.55 else cluster.propose))
+
+    try:
+        cluster.run_until(fault_seconds, actions)
+        cluster.heal()
+        for node in cluster.nodes.values():
+            cluster.restart(node)
+        healed_at = cluster.now
+        deadline = healed_at + recovery_bound
+        target: int | None = None
+        while cluster.now < deadline:
+            cluster.run_for(0.1)
+            if replaced:
+                finish_replacements()
+                continue
+            if upgrade and len(cluster.converted) < len(node_ids) and upgraded[0]:
+                convert()
+            if target is not None and cluster.all_caught_up(target):
+                break
+            if target is None or cluster.checker.committed_end <= target:
+                proposed = cluster.propose(tag="heal")
+                if proposed is not None and target is None:
+                    target = proposed[1]
+        if target is None or not cluster.all_caught_up(target):
+            cluster.checker.fail(
+                f"no leader committed on every node within {recovery_bound}s after healing (target {target}, "
+                f"replacements pending {replaced})"
+            )
+    except InvariantViolation as exc:
+        raise InvariantViolation(f"{exc}\n{cluster.failure_report()}") from exc
+    except Exception as exc:
+        raise InvariantViolation(f"{type(exc).__name__}: {exc}\n{cluster.failure_report()}") from exc
+    leader = cluster.leader()
+    counts: dict[str, int] = {}
+    for operation, what in cluster.operations.items():
+        code = cluster.outcomes.get(operation, (None, None))[0]
+        verb, key, *_, on = what.split()
+        kind = "given up" if code is None or code == ErrorCode.NOT_LEADER_OR_FOLLOWER else (
+            "refused" if code != ErrorCode.NONE else
+            "remove-leader" if verb == "remove" and key.split(":")[0] == on else verb)
+        counts[kind] = counts.get(kind, 0) + 1
+    return MembershipResult(
+        seed=cluster.seed,
+        voters=len(cluster.voters),
+        spares=len(cluster.controllers) - len(cluster.voters),
+        observers=len(cluster.nodes) - len(cluster.controllers),
+        upgrade=upgrade,
+        file_logs=cluster.directory is not None,
+        events=cluster.events,
+        committed_end=cluster.checker.committed_end,
+        epochs=len(cluster.checker.leader_of_epoch),
+        changes=sum(1 for code, _ in cluster.outcomes.values() if code == ErrorCode.NONE),
+        voter_records=cluster.checker.voter_records,
+        replaced=replacements,
+        final_voters=str(leader.core.voters) if leader is not None and leader.core is not None else "",
+        change_counts=tuple(sorted(counts.items())),
+        moved=cluster.moves,
     )

@@ -27,6 +27,11 @@ partitions in order):
   counted as `unauthorized_writes_read`. `details.security` counts the security faults of the
   history (certificates rotated and reloads seen, ACL and credential flaps).
 
+`details.membership` (a dynamic quorum's campaign, `membership_faults`) counts the membership nemesis's
+changes: voters removed (the leader among them) and added back, disks replaced, changes skipped or
+refused; the runner adds the voters the quorum ended with. A membership change loses nothing either:
+the checks above hold across it.
+
 Availability is the share of `ok` among completed client operations (sends, polls, and the group
 workload's consumes and commits; the final read runs after healing and is left out). Latencies are
 completion time minus invocation time.
@@ -349,3 +354,26 @@ def security_faults(history: Iterable[Op]) -> dict[str, int]:
             facts["credential_flaps"] += 1
             facts["old_password_refused"] += bool(fault.get("old_password_refused"))
     return facts if seen else {}
+
+
+def membership_faults(history: Iterable[Op]) -> dict[str, Any]:
+    """What the membership nemesis did, from its records: voters removed (of them, leaders that removed
+    themselves, and disks replaced), voters added back, changes skipped (no other voter) and faults
+    that failed (a change the leader refused or that timed out, with their errors)."""
+    facts: dict[str, Any] = {"removed": 0, "leaders_removed": 0, "disks_replaced": 0, "added": 0, "skipped": 0,
+                             "errors": []}
+    for op in history:
+        fault = op.fault or {}
+        if op.f != NEMESIS or fault.get("kind") != "membership":
+            continue
+        if "error" in fault:
+            facts["errors"].append(f"{fault.get('phase')} {fault.get('variant')}: {fault['error']}")
+        elif fault.get("phase") == "start" and "skipped" in fault:
+            facts["skipped"] += 1
+        elif fault.get("phase") == "start":
+            facts["removed"] += 1
+            facts["leaders_removed"] += fault.get("variant") == "leader"
+            facts["disks_replaced"] += "replaced" in fault
+        elif fault.get("phase") == "stop":
+            facts["added"] += len(fault.get("added") or ())
+    return facts

@@ -22,6 +22,14 @@ Fault kinds and their variants:
   in the metadata with every partition fully replicated again, a controller caught up with the
   quorum's leader). The fault's start runs the whole roll and records how long each node took; its
   stop has nothing left to heal. Nothing acknowledged may be lost across it.
+- `membership` (a dynamic controller quorum, KIP-853: the runner formats the controllers with
+  `--initial-controllers` when it is asked for): `remove` a scheduled controller, or the `leader`
+  (the active controller removes itself and hands over), from the voters with `kraftpy quorum
+  remove-controller`, and add it back at the heal once it caught up as an observer; `replace` a
+  controller's disk: kill it, wipe its directory, format it again with `--no-initial-controllers` (a
+  new directory id), start it, and remove the old replica from the voters; the heal adds the new one.
+  No change is made that would leave the voters unable to form a majority of running replicas (a
+  removal needs another voter); a refused change is recorded as the fault's error.
 - `cert-rotate`, `acl-flap`, `credential-flap` (a cluster with `--security sasl_ssl` only; `all`
   includes them there, `security` names the three): a node's key store rewritten with a fresh
   certificate, the workload user's WRITE ACL removed, its SCRAM password changed; each undone (or, for
@@ -70,7 +78,7 @@ import attrs
 from kraftpy.testing import faults
 from kraftpy.testing.faults import process_state as _proc_state  # noqa: F401 (the tests read states with it)
 
-KINDS = ("kill", "pause", "partition", "link", "roll")
+KINDS = ("kill", "pause", "partition", "link", "roll", "membership")
 #: faults of a cluster with --security sasl_ssl (`tests.jepsen.security`); `all` includes them there
 SECURITY_KINDS = ("cert-rotate", "acl-flap", "credential-flap")
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -79,6 +87,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "partition": ("one", "majority", "bridge", "ring"),
     "link": ("slow", "lossy"),
     "roll": ("all",),
+    "membership": ("remove", "leader", "replace"),
     "cert-rotate": ("one",),
     "acl-flap": ("write",),
     "credential-flap": ("password",),
@@ -236,6 +245,8 @@ def _make_fault(fid: int, kind: str, variant: str, start: float, stop: float, rn
         return Fault(cut=partition_cut(variant, nodes, rnd), **common)
     if kind == "roll":
         return Fault(nodes=tuple(brokers) + tuple(controllers), **common)
+    if kind == "membership":
+        return Fault(nodes=(rnd.choice(list(controllers or nodes)),), **common)
     if kind == "cert-rotate":
         return Fault(nodes=(rnd.choice(list(nodes)),), **common)
     if kind in ("acl-flap", "credential-flap"):
@@ -277,6 +288,28 @@ class Cluster(Protocol):
         ...
 
 
+class Membership(Protocol):
+    """What the `membership` nemesis needs of a cluster with a dynamic quorum (the runner's)."""
+
+    def voters(self) -> dict[str, str]:
+        """The voters as the quorum's leader describes them: node name -> directory id."""
+        ...
+
+    def remove_voter(self, name: str, directory_id: str | None = None) -> None:
+        """`kraftpy quorum remove-controller` of the controller's replica (its current disk's, or
+        `directory_id`'s); raises with the leader's refusal."""
+        ...
+
+    def add_voter(self, name: str) -> None:
+        """`kraftpy quorum add-controller` of the running controller, once it caught up as an observer."""
+        ...
+
+    def replace_disk(self, name: str) -> str:
+        """Kill the controller, wipe its directory, format it with --no-initial-controllers, start it;
+        the directory id it had."""
+        ...
+
+
 class Network(Protocol):
     def partition(self, cut: Iterable[Pair]) -> None: ...
 
@@ -311,6 +344,8 @@ class Nemesis:
         self._active: dict[int, tuple[Fault, tuple[str, ...]]] = {}
         #: Every roll done: {"fault", "total_s", "nodes": [{"node", "stopped_s", "back_s"}]}.
         self.rolls: list[dict[str, Any]] = []
+        #: Every voter removed by a membership fault: {"fault", "variant", "node"}.
+        self.membership_changes: list[dict[str, Any]] = []
 
     def _node(self, name: str) -> Node:
         for node in self.cluster.nodes():
@@ -350,6 +385,8 @@ class Nemesis:
             targets = fault.nodes
             self._active[fault.id] = (fault, targets)
             return {**fault.to_json(), "targets": list(targets), "roll": self._roll(fault)}
+        elif fault.kind == "membership":
+            return self._change_membership(fault)
         elif fault.kind in SECURITY_KINDS:
             done = self._require_security().start(fault)
             self._active[fault.id] = (fault, tuple(done.get("targets", ())))
@@ -392,6 +429,13 @@ class Nemesis:
         elif fault.kind == "roll":
             done = [r for r in self.rolls if r["fault"] == fault.id]
             return {**fault.to_json(), "targets": list(targets), "roll": done[-1] if done else None}
+        elif fault.kind == "membership":
+            membership = self._require_membership()
+            for name in targets:
+                if name not in membership.voters():
+                    membership.add_voter(name)
+            return {**fault.to_json(), "targets": list(targets), "added": list(targets),
+                    "voters": sorted(membership.voters())}
         elif fault.kind in SECURITY_KINDS:
             return {**fault.to_json(), "targets": list(targets), **self._require_security().stop(fault)}
         return {**fault.to_json(), "targets": list(targets)}
@@ -408,6 +452,34 @@ class Nemesis:
                     os.kill(proc.pid, signal.SIGCONT)
         if self.network is not None:
             self.network.heal()
+
+    def _change_membership(self, fault: Fault) -> dict[str, Any]:
+        """Remove a voter (the scheduled controller, or the leader), or replace a controller's disk
+        and remove its old replica; the heal adds the controller back (`stop`)."""
+        membership = self._require_membership()
+        voters = membership.voters()
+        (name,) = fault.nodes
+        if fault.variant == "leader":
+            name = _quietly(self.cluster.active_controller) or name
+        record: dict[str, Any] = {**fault.to_json(), "targets": [name], "voters_before": sorted(voters)}
+        if len(voters) < 2 or name not in voters:
+            # A removal would leave no voter, or the target is not one (a change still pending): skip it.
+            self._active[fault.id] = (fault, ())
+            return {**record, "targets": [], "skipped": f"{name} is not one of several voters {sorted(voters)}"}
+        self._active[fault.id] = (fault, (name,))
+        if fault.variant == "replace":
+            old = membership.replace_disk(name)
+            membership.remove_voter(name, old)
+            record["replaced"] = old
+        else:
+            membership.remove_voter(name)
+        self.membership_changes.append({"fault": fault.id, "variant": fault.variant, "node": name})
+        return {**record, "removed": name, "voters": sorted(membership.voters())}
+
+    def _require_membership(self) -> Membership:
+        if not all(hasattr(self.cluster, op) for op in ("voters", "remove_voter", "add_voter", "replace_disk")):
+            raise RuntimeError("a membership fault needs a cluster with a dynamic quorum")
+        return self.cluster  # type: ignore[return-value]
 
     def _require_security(self) -> SecurityFaults:
         if self.security is None:

@@ -108,6 +108,13 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
     for roll in results.get("details", {}).get("rolls") or ():
         lines.append(f"roll (fault {roll['fault']}): {roll['total_s']:.1f}s for {len(roll['nodes'])} nodes: "
                      + ", ".join(f"{n['node']} {n['back_s']:.1f}s" for n in roll["nodes"]))
+    membership = results.get("details", {}).get("membership")
+    if membership:
+        voters = membership.get("voters_at_end")
+        lines.append(f"membership: removed={membership['removed']} (leaders {membership['leaders_removed']}, "
+                     f"disks replaced {membership['disks_replaced']}) added={membership['added']} "
+                     f"skipped={membership['skipped']} errors={len(membership['errors'])} voters at the end: "
+                     + (", ".join(sorted(voters)) if isinstance(voters, dict) else str(voters)))
     lines.append(f"faults: {len(windows)}")
     for w in windows:
         lines.append(f"  {w['start'] / 1e9:8.2f}s - {w['stop'] / 1e9:8.2f}s  {w['label']}")

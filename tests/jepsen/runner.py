@@ -31,6 +31,13 @@ TLS with client certificates between the nodes, a SASL_SSL (SCRAM-SHA-512) clien
 broker, the StandardAuthorizer on; the workload clients log in as a user holding only the ACLs they
 need, and the `cert-rotate`, `acl-flap` and `credential-flap` nemeses become available.
 
+`--nemesis membership` (also in `all`) runs a dynamic controller quorum (KIP-853): every node is configured
+with controller.quorum.bootstrap.servers instead of controller.quorum.voters, and the controllers are
+formatted with `--initial-controllers` (directory ids derived from the cluster id). The nemesis then
+removes controllers (the active one too) from the voters and adds them back, and replaces a controller's
+disk (`tests.jepsen.nemesis`); the results' ``details.membership`` says what it did and which voters the
+quorum ended with.
+
 `--dry-run` writes the configurations and the schedule and stops there.
 """
 
@@ -44,6 +51,7 @@ import logging
 import os
 import random
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,7 +68,7 @@ from kraftpy.config.properties import format_properties
 from kraftpy.ids import uuid_to_str
 from tests.jepsen import nemesis as nm
 from tests.jepsen import security as sec
-from tests.jepsen.checker import check, security_faults
+from tests.jepsen.checker import check, membership_faults, security_faults
 from tests.jepsen.group import ASSIGNORS, GroupWorkload, offsets_partition_for
 from tests.jepsen.history import FINAL_READ, POLL, SEND, Recorder
 from tests.jepsen.proxy import Route, SocketOwners, ThreadedProxy
@@ -118,6 +126,9 @@ class Plan:
     offsets_partitions: int = 50
     txn_partitions: int = 50
     security: str = "none"  # none | sasl_ssl (tests.jepsen.security)
+    #: A dynamic quorum (the membership nemesis): controller.quorum.bootstrap.servers, and the
+    #: controllers formatted with --initial-controllers.
+    dynamic: bool = False
 
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
@@ -126,6 +137,18 @@ class Plan:
     @property
     def voters(self) -> str:
         return ",".join(f"{c.node_id}@{c.advertised}" for c in self.controllers)
+
+    @property
+    def bootstrap_controllers(self) -> str:
+        return ",".join(c.advertised for c in self.controllers)
+
+    @property
+    def initial_controllers(self) -> str:
+        """`storage format --initial-controllers`: every controller, with a directory id from the cluster id."""
+        return ",".join(f"{c.node_id}@{c.advertised}:{self.directory_id(c)}" for c in self.controllers)
+
+    def directory_id(self, node: NodeSpec) -> str:
+        return uuid_to_str(random.Random(f"{self.cluster_id}-{node.name}").randbytes(16))
 
     @property
     def bootstrap(self) -> str:
@@ -151,7 +174,7 @@ def cluster_id_for(seed: int) -> str:
 def plan_cluster(out: Path, *, seed: int, controllers: int = 3, brokers: int = 3, network: str = "netns",
                  base_port: int = 19000, partitions: int = 3, replication_factor: int = 3,
                  min_insync: int = 2, offsets_partitions: int = 50, txn_partitions: int = 50,
-                 security: str = "none") -> Plan:
+                 security: str = "none", dynamic: bool = False) -> Plan:
     """Names, ids, addresses and files of every node. Controllers are c1..cN with node ids 1..N,
     brokers b1..bM with node ids 101..100+M.
 
@@ -190,7 +213,8 @@ def plan_cluster(out: Path, *, seed: int, controllers: int = 3, brokers: int = 3
                 controllers=tuple(s for s in specs if s.role == "controller"),
                 brokers=tuple(s for s in specs if s.role == "broker"),
                 partitions=partitions, replication_factor=replication_factor, min_insync=min_insync,
-                offsets_partitions=offsets_partitions, txn_partitions=txn_partitions, security=security)
+                offsets_partitions=offsets_partitions, txn_partitions=txn_partitions, security=security,
+                dynamic=dynamic)
 
 
 def render_config(node: NodeSpec, plan: Plan) -> str:
@@ -198,7 +222,8 @@ def render_config(node: NodeSpec, plan: Plan) -> str:
     props: list[tuple[str, str]] = [
         ("process.roles", node.role),
         ("node.id", str(node.node_id)),
-        ("controller.quorum.voters", plan.voters),
+        ("controller.quorum.bootstrap.servers", plan.bootstrap_controllers) if plan.dynamic
+        else ("controller.quorum.voters", plan.voters),
         ("controller.listener.names", "CONTROLLER"),
         *sec.node_properties(node, plan),
         ("log.dirs", str(node.data_dir)),
@@ -282,10 +307,15 @@ def check_kraftpy(cmd: Sequence[str]) -> None:
             f"`kraftpy broker` processes; it cannot run before both commands exist.")
 
 
+def quorum_format_args(node: NodeSpec, plan: Plan) -> list[str]:
+    """A dynamic quorum's controllers are formatted with every controller as an initial voter."""
+    return ["--initial-controllers", plan.initial_controllers] if plan.dynamic and node.role == "controller" else []
+
+
 def format_storage(plan: Plan, cmd: Sequence[str]) -> None:
     """`kraftpy storage format` on every node, all at once."""
     procs = {node.name: subprocess.Popen([*cmd, "storage", "format", "-c", str(node.config), "-t", plan.cluster_id,
-                                          *sec.format_args(node, plan)],
+                                          *sec.format_args(node, plan), *quorum_format_args(node, plan)],
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for node in plan.nodes}
     failures = []
@@ -472,8 +502,9 @@ class ProcessCluster:
             status = trio.run(fetch_status, addresses, 2.0, sec.control_tls(self.plan), sec.control_sasl(self.plan))
             if status.get("leader_id") == spec.node_id:
                 return True
+            # A voter, or (a dynamic quorum's controller that a membership fault left out) an observer.
             return any(v["id"] == spec.node_id and v["lag"] == 0 and v["last_fetch_ms_ago"] is not None
-                       and v["last_fetch_ms_ago"] < 2000 for v in status["voters"])
+                       and v["last_fetch_ms_ago"] < 2000 for v in [*status["voters"], *status["observers"]])
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient(client_config(self.plan, **{"socket.timeout.ms": 3000}))
@@ -489,6 +520,114 @@ class ProcessCluster:
             if spec.node_id == node_id:
                 return spec.name
         return None
+
+    # what the membership nemesis asks (a dynamic quorum)
+
+    def _ask_leader(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
+        import trio
+
+        from kraftpy.cli.quorum import ask_leader
+
+        addresses = [(c.advertised_host, c.advertised_port) for c in self.plan.controllers]
+        return trio.run(ask_leader, addresses, api, body, 10.0, sec.control_tls(self.plan), sec.control_sasl(self.plan))
+
+    def quorum_status(self, timeout: float = 15.0) -> dict[str, Any]:
+        """The quorum's leader's status; asked again while there is none (a leader that just removed
+        itself has handed over, and the voters have not elected the next one yet)."""
+        from kraftpy.metadata.rpc import QUORUM_STATUS_API
+        from kraftpy.rpc.control import RpcError
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self._ask_leader(QUORUM_STATUS_API, {})
+            except RpcError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+
+    def directory_id(self, name: str) -> str:
+        """The directory id in the controller's meta.properties (its current disk)."""
+        text = (self.node(name).spec.data_dir / "meta.properties").read_text()
+        return next(line.split("=", 1)[1].strip() for line in text.splitlines() if line.startswith("directory.id="))
+
+    def voters(self) -> dict[str, str]:
+        """The voters as the quorum's leader describes them: node name -> directory id."""
+        names = {c.node_id: c.name for c in self.plan.controllers}
+        return {names[v["id"]]: v["directory_id"] for v in self.quorum_status()["voters"] if v["id"] in names}
+
+    def remove_voter(self, name: str, directory_id: str | None = None) -> None:
+        from kraftpy.ids import Uuid
+        from kraftpy.metadata import quorum_membership as membership
+        from kraftpy.raft.voters import ReplicaKey
+
+        key = ReplicaKey(self.node(name).spec.node_id, Uuid.from_base64(directory_id or self.directory_id(name)))
+        self._retry(lambda: self._ask_leader(membership.REMOVE_RAFT_VOTER_API, membership.remove_request(key)))
+
+    def add_voter(self, name: str, timeout: float = 60.0) -> None:
+        """Add the controller back once the leader sees it caught up as an observer (its current disk)."""
+        from kraftpy.ids import Uuid
+        from kraftpy.metadata import quorum_membership as membership
+        from kraftpy.raft.voters import Endpoint, ReplicaKey
+
+        spec = self.node(name).spec
+        directory = self.directory_id(name)
+        deadline = time.monotonic() + timeout
+
+        def caught_up() -> bool:
+            status = _quietly(self.quorum_status)
+            return isinstance(status, dict) and any(
+                o["id"] == spec.node_id and o.get("directory_id") == directory and o["lag"] == 0
+                for o in status["observers"])
+
+        while not caught_up():
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{name} did not catch up as an observer within {timeout:.0f}s")
+            time.sleep(0.2)
+        key = ReplicaKey(spec.node_id, Uuid.from_base64(directory))
+        body = membership.add_request(key, (Endpoint("CONTROLLER", spec.advertised_host, spec.advertised_port),))
+        self._retry(lambda: self._ask_leader(membership.ADD_RAFT_VOTER_API, body), deadline=deadline)
+
+    def _retry(self, call: Callable[[], Any], deadline: float | None = None) -> None:
+        """A change the leader answers REQUEST_TIMED_OUT (the previous change not committed yet, a new
+        leader's epoch not committed yet) or that finds no leader is asked again until `deadline`."""
+        from kraftpy.rpc.control import RpcError
+
+        deadline = deadline if deadline is not None else time.monotonic() + 30.0
+        while True:
+            try:
+                call()
+                return
+            except RpcError as exc:
+                if exc.code not in ("REQUEST_TIMED_OUT", "UNAVAILABLE", "NETWORK_EXCEPTION",
+                                    "NOT_LEADER_OR_FOLLOWER") or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
+
+    def replace_disk(self, name: str) -> str:
+        """Kill the controller, wipe its directory, format it with --no-initial-controllers (a new
+        directory id), start it; the directory id it had."""
+        node = self.node(name)
+        old = self.directory_id(name)
+        if node.process is not None and node.process.poll() is None:
+            node.process.kill()
+            node.process.wait(timeout=10)
+        shutil.rmtree(node.spec.data_dir)
+        node.spec.data_dir.mkdir(parents=True)
+        done = subprocess.run([*self.cmd, "storage", "format", "-c", str(node.spec.config), "-t", self.plan.cluster_id,
+                               "--no-initial-controllers", *sec.format_args(node.spec, self.plan)],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise HarnessError(f"kraftpy storage format failed for {name}: {(done.stderr or done.stdout).strip()}")
+        self.start(name)
+        return old
+
+
+def _quietly(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as exc:
+        return f"unknown: {exc}"
 
 
 def wait_for_cluster(plan: Plan, cluster: ProcessCluster, timeout: float, log: Callable[[str], Any]) -> None:
@@ -970,7 +1109,7 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_cluster(out, seed=seed, controllers=args.nodes, brokers=args.brokers, network=network,
                             base_port=args.base_port, partitions=args.partitions,
                             offsets_partitions=args.offsets_partitions, txn_partitions=args.txn_partitions,
-                            security=args.security)
+                            security=args.security, dynamic="membership" in kinds)
         write_configs(plan)
         faults = nm.schedule(seed, kinds, [c.name for c in plan.controllers], [b.name for b in plan.brokers],
                              args.time_limit, interval=args.interval, partitions=args.partitions,
@@ -1086,6 +1225,7 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
                 else:
                     workload.final_read(args.final_read_timeout)
                 history = recorder.ops
+                final_voters = _quietly(cluster.voters) if plan.dynamic else None
         finally:
             if members:
                 members.kill_all()
@@ -1101,6 +1241,8 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
         + (txns.errors if txns else [])
     if nemesis.rolls:
         results["details"]["rolls"] = nemesis.rolls
+    if plan.dynamic:
+        results["details"]["membership"] = {**membership_faults(history), "voters_at_end": final_voters}
     if security:
         results["details"]["security"] = {**security_faults(history), "mode": plan.security,
                                           "workload_user": sec.WORKLOAD_USER}

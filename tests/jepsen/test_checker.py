@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.jepsen.checker import check, pair_ops, quantile
+from tests.jepsen.checker import check, membership_faults, pair_ops, quantile
 from tests.jepsen.history import FINAL_READ, INVOKE, POLL, SEND, Op, Recorder, read_history, write_history
 from tests.jepsen.synthetic import Builder, synthetic_run
 
@@ -483,3 +483,23 @@ def test_sends_of_different_producer_instances_may_interleave_in_any_order():
     renamed = [attrs.evolve(op, producer="w0.1") if op.f == SEND and op.value == 1 else op for op in ops]
     results = check(renamed)
     assert results["reordered"] == 0 and results["valid"] is True
+
+
+def test_membership_faults_are_counted_from_the_nemesis_records():
+    def nemesis(index: int, **fault: Any) -> Op:
+        return Op(index=index, type="info", f="nemesis", process="nemesis", time=index, fault=fault)
+
+    history = [
+        nemesis(0, kind="membership", variant="leader", phase="start", removed="c2"),
+        nemesis(1, kind="membership", variant="leader", phase="stop", added=["c2"]),
+        nemesis(2, kind="membership", variant="replace", phase="start", removed="c3", replaced="old-disk"),
+        nemesis(3, kind="membership", variant="replace", phase="stop", added=["c3"]),
+        nemesis(4, kind="membership", variant="remove", phase="start", skipped="c1 is not one of several voters"),
+        nemesis(5, kind="membership", variant="remove", phase="start", error="RpcError('REQUEST_TIMED_OUT')"),
+        nemesis(6, kind="kill", variant="one", phase="start"),
+    ]
+    assert membership_faults(history) == {
+        "removed": 2, "leaders_removed": 1, "disks_replaced": 1, "added": 2, "skipped": 1,
+        "errors": ["start remove: RpcError('REQUEST_TIMED_OUT')"]}
+    assert membership_faults(history[6:]) == {"removed": 0, "leaders_removed": 0, "disks_replaced": 0, "added": 0,
+                                              "skipped": 0, "errors": []}

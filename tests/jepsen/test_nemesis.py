@@ -39,7 +39,7 @@ def test_parse_kinds():
     assert nm.parse_kinds("kill,pause") == ("kill", "pause")
     assert nm.parse_kinds("all") == nm.KINDS
     assert nm.parse_kinds("none") == ()
-    assert nm.parse_kinds("partition,all") == ("partition", "kill", "pause", "link", "roll")
+    assert nm.parse_kinds("partition,all") == ("partition", "kill", "pause", "link", "roll", "membership")
     assert nm.parse_kinds("roll") == ("roll",)
     with pytest.raises(ValueError, match="unknown nemesis 'bogus'"):
         nm.parse_kinds("kill,bogus")
@@ -95,6 +95,12 @@ def test_group_schedules_add_the_coordinator_and_leave_others_as_they_were():
     coordinators = [f for f in group if f.variant == "coordinator"]
     assert coordinators and {f.kind for f in coordinators} == {"kill", "pause"}
     assert all(f.nodes[0] in BROKERS for f in coordinators)  # the fallback target is a broker
+
+
+def test_membership_faults_target_controllers():
+    faults = nm.schedule(4, ("membership",), CONTROLLERS, BROKERS, 400)
+    assert {f.variant for f in faults} == set(nm.VARIANTS["membership"])
+    assert all(len(f.nodes) == 1 and f.nodes[0] in CONTROLLERS for f in faults)
 
 
 def test_a_roll_restarts_brokers_then_controllers():
@@ -695,3 +701,83 @@ def test_schedule_runner_records_a_roll_as_it_begins_and_its_timings_as_it_ends(
     assert (start, stop) == ("start", "stop")
     assert events_at_start == [] and "roll" not in started  # recorded before the first node stopped
     assert [n["node"] for n in stopped["roll"]["nodes"]] == ["b1", "c1"]
+
+
+# --- membership faults ---------------------------------------------------------------------------
+
+
+class MembershipCluster(FakeCluster):
+    """A FakeCluster with a dynamic quorum's voters: removing a voter takes it out, adding puts the
+    controller's current replica (its directory) in, replacing a disk gives it a new directory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.directories = {c: f"{c}-disk-1" for c in CONTROLLERS}
+        self.voter_set = dict(self.directories)
+        self.calls: list[tuple[str, ...]] = []
+
+    def voters(self):
+        return dict(self.voter_set)
+
+    def remove_voter(self, name, directory_id=None):
+        directory = directory_id or self.directories[name]
+        self.calls.append(("remove", name, directory))
+        if self.voter_set.get(name) != directory:
+            raise RuntimeError(f"VOTER_NOT_FOUND: {name} {directory}")
+        del self.voter_set[name]
+
+    def add_voter(self, name):
+        self.calls.append(("add", name, self.directories[name]))
+        self.voter_set[name] = self.directories[name]
+
+    def replace_disk(self, name):
+        old = self.directories[name]
+        self.calls.append(("replace", name, old))
+        self.restart(name)
+        self.directories[name] = f"{name}-disk-{int(old.rsplit('-', 1)[1]) + 1}"
+        return old
+
+
+@pytest.fixture
+def quorum():
+    c = MembershipCluster()
+    yield c
+    c.close()
+
+
+def test_membership_removes_the_leader_and_adds_it_back(quorum):
+    nemesis = nm.Nemesis(quorum)
+    fault = nm.Fault(0, "membership", "leader", 0, 1, nodes=("c1",))
+    started = nemesis.start(fault)
+    assert started["removed"] == "c2" and started["voters"] == ["c1", "c3"]  # c2 is the active controller
+    healed = nemesis.stop(fault)
+    assert healed["added"] == ["c2"] and healed["voters"] == CONTROLLERS
+    assert quorum.calls == [("remove", "c2", "c2-disk-1"), ("add", "c2", "c2-disk-1")]
+
+
+def test_membership_replaces_a_disk_removing_the_old_replica_and_adding_the_new(quorum):
+    nemesis = nm.Nemesis(quorum)
+    fault = nm.Fault(0, "membership", "replace", 0, 1, nodes=("c3",))
+    started = nemesis.start(fault)
+    assert started["replaced"] == "c3-disk-1" and "c3" not in started["voters"] and quorum.restarted == ["c3"]
+    nemesis.stop(fault)
+    assert quorum.voters()["c3"] == "c3-disk-2"
+    assert quorum.calls == [("replace", "c3", "c3-disk-1"), ("remove", "c3", "c3-disk-1"), ("add", "c3", "c3-disk-2")]
+    assert nemesis.membership_changes == [{"fault": 0, "variant": "replace", "node": "c3"}]
+
+
+def test_membership_never_removes_the_last_voter_and_heal_all_adds_back(quorum):
+    nemesis = nm.Nemesis(quorum)
+    quorum.voter_set = {"c1": "c1-disk-1"}
+    skipped = nemesis.start(nm.Fault(0, "membership", "remove", 0, 1, nodes=("c1",)))
+    assert "skipped" in skipped and quorum.voters() == {"c1": "c1-disk-1"}
+    quorum.voter_set = dict(quorum.directories)
+    nemesis.start(nm.Fault(1, "membership", "remove", 0, 1, nodes=("c3",)))
+    assert "c3" not in quorum.voters()
+    nemesis.heal_all()
+    assert quorum.voters() == quorum.directories
+
+
+def test_membership_needs_a_dynamic_quorum(cluster):
+    with pytest.raises(RuntimeError, match="dynamic quorum"):
+        nm.Nemesis(cluster).start(nm.Fault(0, "membership", "remove", 0, 1, nodes=("c1",)))

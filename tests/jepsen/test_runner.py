@@ -253,3 +253,28 @@ def test_client_configs_are_accepted_by_librdkafka(tmp_path):
         confluent_kafka.Producer({**producer_config, "no.such.property": 1})
     with pytest.raises(confluent_kafka.KafkaException, match="request.required.acks"):
         confluent_kafka.Producer({**producer_config, "acks": "most"})
+
+
+def test_a_membership_campaign_plans_a_dynamic_quorum(tmp_path):
+    """`--nemesis membership` (and `all`): every node finds the quorum through
+    controller.quorum.bootstrap.servers, and the controllers are formatted with every controller as an
+    initial voter (directory ids from the cluster id, the same for the same seed)."""
+    plan = runner.plan_cluster(tmp_path, seed=3, network="none", base_port=21000, dynamic=True)
+    runner.write_configs(plan)
+    for node in plan.nodes:
+        config = load_config(node.config)
+        assert config.voters == [] and config.is_dynamic_quorum
+        assert config.quorum_bootstrap_servers == [("127.0.0.1", p) for p in (21000, 21001, 21002)]
+    (c1, c2, c3), brokers = plan.controllers, plan.brokers
+    args = runner.quorum_format_args(c2, plan)
+    assert args[0] == "--initial-controllers" and args[1] == ",".join(
+        f"{c.node_id}@127.0.0.1:{c.port}:{plan.directory_id(c)}" for c in (c1, c2, c3))
+    assert all(len(uuid_from_str(plan.directory_id(c))) == 16 for c in (c1, c2, c3))
+    assert runner.quorum_format_args(brokers[0], plan) == []
+    static = runner.plan_cluster(tmp_path, seed=3, network="none", base_port=21000)
+    assert runner.quorum_format_args(static.controllers[0], static) == []
+    assert runner.main(["--nemesis", "membership", "--seed", "3", "--network", "none", "--dry-run",
+                        "--out", str(tmp_path / "m")]) == 0
+    schedule = json.loads((tmp_path / "m" / "schedule.json").read_text())
+    assert {f["kind"] for f in schedule["faults"]} == {"membership"}
+    assert "controller.quorum.bootstrap.servers" in (tmp_path / "m" / "config" / "b1.properties").read_text()

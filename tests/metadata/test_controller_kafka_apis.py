@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import types
+import uuid
 
 import pytest
 import structlog
@@ -25,6 +26,7 @@ from kraftpy.metadata.records import ConfigResourceType, UserScramCredentialReco
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import (
+    AddRaftVoterRequest,
     ApiVersionsRequest,
     CreateTopicsRequest,
     DescribeClusterRequest,
@@ -32,6 +34,7 @@ from kraftpy.protocol.messages import (
     DescribeQuorumRequest,
     IncrementalAlterConfigsRequest,
     MetadataRequest,
+    RemoveRaftVoterRequest,
     UpdateFeaturesRequest,
 )
 from kraftpy.rpc.control import ControlClient, ControlServer, RpcError
@@ -69,7 +72,8 @@ def test_api_versions_lists_only_what_the_controller_listener_serves(dev):
     assert versions.error_code == ErrorCode.NONE
     assert {(k.api_key, k.min_version, k.max_version) for k in versions.api_keys} == {
         (ApiKey.API_VERSIONS, 0, 4), (ApiKey.DESCRIBE_QUORUM, 0, 2), (ApiKey.DESCRIBE_CLUSTER, 0, 1),
-        (ApiKey.DESCRIBE_CONFIGS, 1, 4), (ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1), (ApiKey.UPDATE_FEATURES, 0, 2)}
+        (ApiKey.DESCRIBE_CONFIGS, 1, 4), (ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1), (ApiKey.UPDATE_FEATURES, 0, 2),
+        (ApiKey.ADD_RAFT_VOTER, 0, 0), (ApiKey.REMOVE_RAFT_VOTER, 0, 0)}
     assert {f.name for f in versions.finalized_features} >= {"metadata.version"}
 
 
@@ -88,6 +92,21 @@ def test_describe_quorum_on_the_controller_listener(dev):
                 (1, [("CONTROLLER", *dev.controller_address)])]
     other = ask(dev, ApiKey.DESCRIBE_QUORUM, 2, quorum_request("orders", 3))
     assert other.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_raft_voter_changes_on_a_static_quorum_are_refused_with_kafkas_codes(dev):
+    """kafka-metadata-quorum.sh add-controller / remove-controller against a controller.quorum.voters
+    quorum (kraft.version 0): UNSUPPORTED_VERSION with the reason; another cluster's request
+    INCONSISTENT_CLUSTER_ID. (tests/integration/test_dynamic_quorum.py removes a voter this way.)"""
+    cluster_id = ask(dev, ApiKey.DESCRIBE_CLUSTER, 1, DescribeClusterRequest(endpoint_type=2)).cluster_id
+    directory = uuid.UUID(bytes=bytes(range(1, 17)))
+    remove = ask(dev, ApiKey.REMOVE_RAFT_VOTER, 0, RemoveRaftVoterRequest(cluster_id=cluster_id, voter_id=1,
+                                                                          voter_directory_id=directory))
+    assert remove.error_code == ErrorCode.UNSUPPORTED_VERSION and "kraft.version is 0" in remove.error_message
+    add = ask(dev, ApiKey.ADD_RAFT_VOTER, 0, AddRaftVoterRequest(
+        cluster_id="another-cluster", timeout_ms=1000, voter_id=2, voter_directory_id=directory,
+        listeners=[AddRaftVoterRequest.Listener(name="CONTROLLER", host="127.0.0.1", port=1)]))
+    assert add.error_code == ErrorCode.INCONSISTENT_CLUSTER_ID
 
 
 def test_describe_cluster_names_the_controllers(dev):
@@ -196,6 +215,9 @@ class Controller:
     async def serve_request(self, api, request):
         raise RpcError("NOT_CONTROLLER", "2")  # a follower's answer to a write
 
+    async def serve_membership(self, api, body):
+        raise RpcError("NOT_LEADER_OR_FOLLOWER", "2@127.0.0.1:9094")  # a follower's answer to a voter change
+
 
 async def serve_kafka_side(nursery, *, sasl=None, acls=None) -> int:
     apis = ControllerKafkaApis(Controller(), listener_name="CONTROLLER", sasl=sasl, acls=lambda: acls)
@@ -217,8 +239,8 @@ async def test_a_sasl_listener_authenticates_kafka_clients_and_refuses_a_wrong_p
                 versions = await conn.request(ApiKey.API_VERSIONS, 3, ApiVersionsRequest())
                 assert {k.api_key for k in versions.api_keys} == {
                     ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM, ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_CONFIGS,
-                    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.UPDATE_FEATURES, ApiKey.SASL_HANDSHAKE,
-                    ApiKey.SASL_AUTHENTICATE}
+                    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.UPDATE_FEATURES, ApiKey.ADD_RAFT_VOTER,
+                    ApiKey.REMOVE_RAFT_VOTER, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
                 cluster = await conn.request(ApiKey.DESCRIBE_CLUSTER, 1, DescribeClusterRequest(endpoint_type=2))
                 assert cluster.controller_id == 2 and [b.broker_id for b in cluster.brokers] == [1, 2]
             with pytest.raises(ConnectionClosed, match="SASL_AUTHENTICATION_FAILED"):
@@ -276,4 +298,12 @@ async def test_with_an_authorizer_describe_cluster_needs_alter_on_the_cluster():
                         assert altered.responses[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
                         assert described.results[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
                         assert features.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                    # Voter changes need ALTER on the cluster; allowed, this follower names the leader.
+                    removed = await conn.request(ApiKey.REMOVE_RAFT_VOTER, 0, RemoveRaftVoterRequest(
+                        cluster_id="kraftpy-test-cluster", voter_id=2, voter_directory_id=uuid.UUID(int=7)))
+                    if user == "admin":
+                        assert removed.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+                        assert "the leader is 2@127.0.0.1:9094" in removed.error_message
+                    else:
+                        assert removed.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
             nursery.cancel_scope.cancel()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from kraftpy.ids import Uuid
 from kraftpy.raft import codec
 from kraftpy.raft.batch import RecordBatch
 from kraftpy.raft.log import SnapshotId
@@ -21,9 +22,16 @@ from kraftpy.raft.messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     ReplicaState,
+    UpdateVoterRequest,
+    UpdateVoterResponse,
     VoteRequest,
     VoteResponse,
 )
+from kraftpy.raft.voters import Endpoint, ReplicaKey, VoterNode
+
+DIR_A = Uuid(bytes(range(16)))
+DIR_B = Uuid(bytes(range(16, 32)))
+ENDPOINTS = (Endpoint("CONTROLLER", "c1.example", 9093),)
 
 SAMPLES = [
     VoteRequest("c", voter_id=2, candidate_epoch=5, candidate_id=1, last_offset_epoch=4, last_offset=17),
@@ -78,6 +86,19 @@ SAMPLES = [
         observers=(ReplicaState(7, 3),),
     ),
     DescribeQuorumResponse(6, error_message="not the leader"),
+    # KIP-853: directory ids, leader endpoints, the voters' records, UpdateVoter.
+    VoteRequest("c", 2, 5, 1, 4, 17, candidate_directory_id=DIR_A, voter_directory_id=DIR_B),
+    VoteResponse(0, leader_id=3, leader_epoch=5, vote_granted=False, leader_endpoints=ENDPOINTS),
+    BeginQuorumEpochRequest("c", 3, 1, 5, voter_directory_id=DIR_B, leader_endpoints=ENDPOINTS),
+    FetchRequest("c", 2, 500, 5, 10, 4, replica_directory_id=DIR_A),
+    FetchResponse(0, 1, 5, high_watermark=9, leader_endpoints=ENDPOINTS),
+    DescribeQuorumResponse(
+        0, 1, 5, 20, current_voters=(ReplicaState(1, 21, replica_directory_id=DIR_A),),
+        nodes=(VoterNode(ReplicaKey(1, DIR_A), ENDPOINTS, (0, 1)),), kraft_version=1,
+    ),
+    UpdateVoterRequest("c", 5, 2, DIR_B, ENDPOINTS, (0, 1)),
+    UpdateVoterRequest(None, 5, 2, None, (), (0, 0)),
+    UpdateVoterResponse(0, 1, 5, leader_endpoints=ENDPOINTS),
 ]
 
 

@@ -17,6 +17,11 @@
   Byzantine-input mode); every failure prints that line.
 - `test_hypothesis_seeds` and `TestClusterMachine` let hypothesis pick seeds and build schedules
   step by step (and shrink them), hostile messages among the steps.
+- `test_membership_seeds` runs KRAFTPY_SIM_MEMBERSHIP_SEEDS seeds (default 300; 10,000 under ``make
+  soak``) of dynamic quorums (KIP-853): voters added, removed (the leader too), replaced (a new disk)
+  and moved (a new endpoint) among crashes, partitions and restarts, a static quorum upgraded to
+  kraft.version 1 in one seed in five, with the membership invariants checked after every event
+  (tests/helpers/raft_sim.py). `test_replay_membership_seed` replays KRAFTPY_SIM_MEMBERSHIP_SEED.
 """
 
 from __future__ import annotations
@@ -29,9 +34,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import kraftpy.raft.core
-from tests.helpers.raft_sim import InvariantViolation, SimCluster, run_seed
+import kraftpy.raft.leader
+from kraftpy.raft.voters import ReplicaKey
+from tests.helpers.raft_sim import InvariantViolation, SimCluster, run_membership_seed, run_seed
 
 FAULT_SECONDS = float(os.environ.get("KRAFTPY_SIM_FAULT_SECONDS", "180"))
+MEMBERSHIP_FAULT_SECONDS = float(os.environ.get("KRAFTPY_SIM_MEMBERSHIP_FAULT_SECONDS", "30"))
 SOAK = bool(os.environ.get("KRAFTPY_SOAK"))
 
 
@@ -69,6 +77,85 @@ def test_byzantine_seeds() -> None:
 @pytest.mark.skipif("KRAFTPY_SIM_SEED" not in os.environ, reason="set KRAFTPY_SIM_SEED to replay one seed")
 def test_replay_seed() -> None:
     check_seed(int(os.environ["KRAFTPY_SIM_SEED"]), byzantine=bool(os.environ.get("KRAFTPY_SIM_BYZANTINE")))
+
+
+def membership_replay_line(seed: int) -> str:
+    return f"KRAFTPY_SIM_MEMBERSHIP_SEED={seed} .venv/bin/pytest tests/raft/test_simulation.py::test_replay_membership_seed"
+
+
+def check_membership_seed(seed: int) -> None:
+    try:
+        run_membership_seed(seed, fault_seconds=MEMBERSHIP_FAULT_SECONDS)
+    except InvariantViolation as exc:
+        raise AssertionError(
+            f"membership simulation seed {seed} failed; replay with:\n  {membership_replay_line(seed)}\n{exc}"
+        ) from None
+
+
+def test_membership_seeds() -> None:
+    count = int(os.environ.get("KRAFTPY_SIM_MEMBERSHIP_SEEDS", "300"))
+    base = int(os.environ.get("KRAFTPY_SIM_BASE_SEED", "0"))
+    for seed in range(base, base + count):
+        check_membership_seed(seed)
+
+
+@pytest.mark.skipif("KRAFTPY_SIM_MEMBERSHIP_SEED" not in os.environ,
+                    reason="set KRAFTPY_SIM_MEMBERSHIP_SEED to replay one membership seed")
+def test_replay_membership_seed() -> None:
+    check_membership_seed(int(os.environ["KRAFTPY_SIM_MEMBERSHIP_SEED"]))
+
+
+def test_membership_seeds_exercise_every_kind_of_change() -> None:
+    """The default seeds add and remove voters, remove the leader itself, replace disks, move
+    endpoints and upgrade static quorums, each committed somewhere, and give up some changes too."""
+    seen: dict[str, int] = {}
+    results = [run_membership_seed(seed, fault_seconds=MEMBERSHIP_FAULT_SECONDS) for seed in range(40)]
+    for result in results:
+        for kind, count in result.change_counts:
+            seen[kind] = seen.get(kind, 0) + count
+    assert {"add", "remove", "remove-leader", "kraft.version", "refused"} <= {k for k, n in seen.items() if n}, seen
+    assert sum(r.replaced for r in results) > 0 and sum(r.moved for r in results) > 0
+    assert any(r.upgrade for r in results) and any(r.file_logs for r in results)
+
+
+def test_same_membership_seed_same_history() -> None:
+    assert run_membership_seed(12, fault_seconds=15) == run_membership_seed(12, fault_seconds=15)
+
+
+def _without_refusal(monkeypatch: pytest.MonkeyPatch, reason: str) -> None:
+    """Switch off the leader's refusal of a voter change whose message contains `reason`."""
+    refused = kraftpy.raft.leader.LeaderRole._voter_change_refused
+
+    def weakened(self, leader, minimum_kraft_version=1):  # type: ignore[no-untyped-def]
+        why = refused(self, leader, minimum_kraft_version)
+        return None if why is not None and reason in why[1] else why
+
+    monkeypatch.setattr(kraftpy.raft.leader.LeaderRole, "_voter_change_refused", weakened)
+
+
+@pytest.mark.parametrize(("reason", "seeds"), [
+    ("first record", (4, 33, 44)),  # a new leader changing voters before it committed its epoch
+    ("not committed yet", (188, 243, 336)),  # a second change while the log's last one is uncommitted
+    ("previous voter change", (1, 14, 22)),  # a second operator change while one is pending
+])
+def test_the_membership_checker_catches_a_leader_that_breaks_one_change_at_a_time(
+        reason: str, seeds: tuple[int, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    _without_refusal(monkeypatch, reason)
+    failed = 0
+    for seed in seeds:
+        with pytest.raises(InvariantViolation, match="was not committed"):
+            run_membership_seed(seed, fault_seconds=MEMBERSHIP_FAULT_SECONDS)
+        failed += 1
+    assert failed == len(seeds)
+
+
+def test_the_membership_checker_catches_a_replaced_disk_taken_for_the_old_replica(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With replicas told apart by id only, a wiped disk counts as the voter it replaced: committed
+    records end up on fewer replicas than any majority needs."""
+    monkeypatch.setattr(ReplicaKey, "matches", lambda self, other: self.id == other.id)
+    with pytest.raises(InvariantViolation, match="a majority could miss it"):
+        run_membership_seed(52, fault_seconds=MEMBERSHIP_FAULT_SECONDS)
 
 
 def test_byzantine_mode_sends_every_kind_of_hostile_message_and_each_is_refused() -> None:

@@ -174,7 +174,7 @@ class KafkaApis:
         # The feature ranges this broker declared when it registered (Kafka's SupportedFeatures).
         response.supported_features = supported_feature_keys(DEFAULT_SUPPORTED_FEATURES, header.request_api_version)
         image = self.metadata.image
-        levels = image.features.levels
+        levels = image.finalized_features
         if levels:
             response.finalized_features_epoch = max(image.provenance.last_offset, 0)
             response.finalized_features = [

@@ -56,7 +56,7 @@ class FeaturesApi:
             wanted = {u.feature: u.max_version_level for u in updates}
 
             def applied(image: MetadataImage) -> bool:
-                return all(image.features.levels.get(name, 0) == level for name, level in wanted.items())
+                return all(image.finalized_features.get(name, 0) == level for name, level in wanted.items())
 
             await await_propagation(self.metadata, applied, request.timeout_ms)
         Result = UpdateFeaturesResponse.UpdatableFeatureResult

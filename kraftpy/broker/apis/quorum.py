@@ -5,8 +5,8 @@ As Kafka's brokers do, the broker forwards the question: it asks the controllers
 plane, following a voter's pointer to the Raft leader) for what `kraftpy quorum status` prints, and
 answers in DescribeQuorum's shape — the leader, its epoch, the high watermark, and for every voter and
 observer its log end offset and (from version 1) when it last fetched and was last caught up, as wall
-clock times; from version 2 the voters' endpoints on the controller listener (directory ids are zero:
-the quorum is static until KIP-853's dynamic quorum). The request must name the one partition
+clock times; from version 2 each replica's directory id and the voters' endpoints on the controller listener
+(kraftpy.metadata.quorum_describe). The request must name the one partition
 ``__cluster_metadata-0``; any other is answered UNKNOWN_TOPIC_OR_PARTITION for each partition named. No
 quorum leader answering in time: NOT_LEADER_OR_FOLLOWER on the partition. The caller needs DESCRIBE on
 the cluster.

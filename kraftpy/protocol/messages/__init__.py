@@ -94,6 +94,12 @@ from kraftpy.protocol.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochResponse,
 )
 from kraftpy.protocol.messages.produce import ProduceRequest, ProduceResponse
+from kraftpy.protocol.messages.raft_voters import (
+    AddRaftVoterRequest,
+    AddRaftVoterResponse,
+    RemoveRaftVoterRequest,
+    RemoveRaftVoterResponse,
+)
 from kraftpy.protocol.messages.sasl_authenticate import SaslAuthenticateRequest, SaslAuthenticateResponse
 from kraftpy.protocol.messages.sasl_handshake import SaslHandshakeRequest, SaslHandshakeResponse
 from kraftpy.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
@@ -157,6 +163,8 @@ _PAIRS = [
     (SaslAuthenticateRequest, SaslAuthenticateResponse),
     (DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse),
     (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
+    (AddRaftVoterRequest, AddRaftVoterResponse),
+    (RemoveRaftVoterRequest, RemoveRaftVoterResponse),
 ]
 
 #: api key -> request class
