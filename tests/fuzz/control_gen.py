@@ -51,6 +51,7 @@ from kraftpy.raft import codec as raft_codec
 from kraftpy.raft import messages as raft_messages
 from kraftpy.raft.driver import RAFT_API
 from kraftpy.raft.log import SnapshotId
+from kraftpy.rpc.wire_schema import IntRange
 from tests.fuzz import batches
 from tests.fuzz.frames import CONTROL, Frame, Pools, random_name, topic_name
 
@@ -89,7 +90,7 @@ _SIZE = struct.Struct(">i")
 
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return typing.get_type_hints(cls, include_extras=True)
 
 
 class ValueGen:
@@ -110,6 +111,13 @@ class ValueGen:
         rng, pools = self.rng, self.pools
         origin = typing.get_origin(hint)
         args = typing.get_args(hint)
+        if origin is typing.Annotated:
+            # A declared wire range (a uint16 port, a non-negative id): a valid request keeps inside it.
+            value = self.value(args[0], name, owner, api)
+            bounds = next((a for a in args[1:] if isinstance(a, IntRange)), None)
+            if bounds is not None and type(value) is int and value not in bounds:
+                value = min(max(value, bounds.low), bounds.high)
+            return value
         if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
             options = [a for a in args if a is not type(None)]
             if type(None) in args and rng.random() < 0.3:
