@@ -37,7 +37,8 @@ def compiled_bytecode() -> None:
     prefix = tempfile.mkdtemp(prefix="kraftpy-bench-pyc-")
     atexit.register(shutil.rmtree, prefix, True)
     os.environ["PYTHONPYCACHEPREFIX"] = prefix
-    subprocess.run([sys.executable, "-c", "import kraftpy.testing._supervisor"], check=True)
+    subprocess.run([sys.executable, "-c", "import kraftpy.testing._start, kraftpy.testing._supervisor, kraftpy.testing._node"],
+                   check=True)
 
 
 def first_produce(brokers: int, topics: int = 0) -> dict[str, float]:

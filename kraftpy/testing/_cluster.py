@@ -363,7 +363,7 @@ class Cluster:
         directory = Path(tempfile.mkdtemp(prefix="kraftpy-", dir=self.parent)).resolve()
         spec = {"directory": str(directory), "brokers": self.broker_count, "overrides": self.overrides,
                 "log_level": self.log_level, "keep": self.keep, "start_timeout": self.start_timeout}
-        supervisor = _Supervisor([sys.executable, "-m", "kraftpy.testing._supervisor", json.dumps(spec)], directory)
+        supervisor = _Supervisor([sys.executable, "-m", "kraftpy.testing._start", json.dumps(spec)], directory)
         self._supervisor = supervisor
         self._finalizer = weakref.finalize(self, _reap, supervisor, directory, self.keep)
         began = time.monotonic()

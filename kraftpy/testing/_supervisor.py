@@ -11,13 +11,14 @@ Theory of operation::
                                                                      ├─ broker 1    (fork)
                                                                      └─ broker N    (fork)
 
-The test process starts ``python -m kraftpy.testing._supervisor SPEC`` in a session of its own (the
-terminal's Ctrl-C reaches the test, not the cluster), and `kraftpy.testing.Cluster` talks to it one
-request at a time: ``{"op": ..., "args": {...}}`` in, ``{"ok": result}`` or ``{"error": message, "code":
-name}`` out. The first line out is the answer to the start: the cluster is up, or why it is not.
+The test process starts ``python -m kraftpy.testing._start SPEC`` in a session of its own (the
+terminal's Ctrl-C reaches the test, not the cluster), which forks the zygote and then runs this;
+`kraftpy.testing.Cluster` talks to it one request at a time: ``{"op": ..., "args": {...}}`` in,
+``{"ok": result}`` or ``{"error": message, "code": name}`` out. The first line out is the answer to the start: the cluster is up, or why it is not.
 
-The supervisor imports the nodes' modules, forks the zygote (`kraftpy.testing._zygote`) before its own
-event loop starts, and has the zygote fork each node. A node says who it is on the lifeline, then
+The zygote (`kraftpy.testing._zygote`) is forked first, before anything heavy is imported: it imports
+the nodes' modules while the supervisor imports its own (two imports side by side on two cores), and
+the supervisor has it fork each node. A node says who it is on the lifeline, then
 ``ready`` once it serves; the supervisor then waits until every broker's Metadata lists every broker
 that should be serving, as a client sees it, before it answers.
 
@@ -63,7 +64,7 @@ from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import CreateTopicsRequest, DeleteTopicsRequest
 from kraftpy.storage.formatter import format_dirs
-from kraftpy.testing import _config, _zygote, faults
+from kraftpy.testing import _config, faults
 from kraftpy.testing.proxy import Proxy, Route, SocketOwners, socket_inode
 
 #: How many times a node is started again on new ports when one it was given is taken meanwhile.
@@ -706,13 +707,8 @@ class Supervisor:
             await self.out.send_all(json.dumps(message).encode() + b"\n")
 
 
-def main(argv: list[str]) -> int:
-    spec = json.loads(argv[1])
-    # The nodes' modules are imported here, once: every node is forked from the zygote with them.
-    from kraftpy.testing import _node  # noqa: F401
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    zygote_pid, sock = _zygote.start(None if spec["keep"] else spec["directory"])
+def run(spec: dict[str, Any], zygote_pid: int, sock: socket.socket) -> int:
+    """Serve the test until it closes the cluster (`kraftpy.testing._start` forked the zygote)."""
     try:
         trio.run(Supervisor(spec, ZygoteClient(zygote_pid, sock)).run)
     finally:
@@ -720,7 +716,3 @@ def main(argv: list[str]) -> int:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(zygote_pid, 0)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

@@ -136,7 +136,8 @@ class Zygote:
 
 def start(directory: str | None) -> tuple[int, socket.socket]:
     """Fork the zygote from the calling process (which must have no other thread); returns its pid
-    and the supervisor's end of the socket pair."""
+    and the supervisor's end of the socket pair. The zygote imports the nodes' modules itself, before
+    it serves: the caller forks it before its own heavy imports, and both import side by side."""
     ours, theirs = socket.socketpair()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -152,6 +153,12 @@ def start(directory: str | None) -> tuple[int, socket.socket]:
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         os.close(devnull)
-        Zygote(theirs, directory).serve()
+        zygote = Zygote(theirs, directory)
+        try:
+            from kraftpy.testing import _node  # noqa: F401 (every node is forked with them imported)
+        except BaseException:
+            traceback.print_exc()
+            zygote._quit()
+        zygote.serve()
     finally:
         os._exit(1)
