@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from kraftpy.cli.common import fail
 from kraftpy.config import KraftConfig
 from kraftpy.fatal import fatal_message
 from kraftpy.logs import get_logger
@@ -26,6 +25,8 @@ def cluster_id_or_exit(config: KraftConfig) -> str:
     try:
         return ensure_formatted(config.all_dirs, config.node_id)
     except FormatError as exc:
+        from kraftpy.cli.common import fail
+
         fail(str(exc))
 
 
@@ -37,6 +38,8 @@ def run_or_exit(main: Callable[[], Awaitable[None]]) -> None:
         message = fatal_message(exc)
         if message is None:
             raise
+        from kraftpy.cli.common import fail
+
         fail(message)
 
 

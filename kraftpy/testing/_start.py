@@ -8,6 +8,7 @@ standard library and the zygote's module are imported before the fork, and no th
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import sys
@@ -19,7 +20,11 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     zygote_pid, sock = _zygote.start(None if spec["keep"] else spec["directory"])
+    gc.disable()  # as the zygote does: no collector passes over what the import makes
     from kraftpy.testing import _supervisor
+
+    gc.freeze()
+    gc.enable()
 
     return _supervisor.run(spec, zygote_pid, sock)
 
