@@ -128,6 +128,8 @@ API_RULES: dict[ApiKey, str] = {
     ApiKey.UNREGISTER_BROKER: "ALTER on the cluster",
     ApiKey.UPDATE_FEATURES: "ALTER on the cluster",
     ApiKey.DESCRIBE_QUORUM: "DESCRIBE on the cluster",
+    ApiKey.ADD_RAFT_VOTER: "ALTER on the cluster",
+    ApiKey.REMOVE_RAFT_VOTER: "ALTER on the cluster",
     ApiKey.DESCRIBE_CLIENT_QUOTAS: "DESCRIBE_CONFIGS on the cluster",
     ApiKey.ALTER_CLIENT_QUOTAS: "ALTER_CONFIGS on the cluster",
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: "DESCRIBE on the cluster",

@@ -152,7 +152,7 @@ class BrokerServer:
             ReassignmentsApi(self.metadata, channel),
             BrokersApi(self.metadata, channel),
             FeaturesApi(self.metadata, channel),
-            QuorumApi(channel),
+            QuorumApi(channel, cluster_id=settings.cluster_id),
             ConfigsApi(self.metadata, channel, settings),
             GroupsApi(self.coordinator, self.metadata, channel, settings),
             TxnMarkersApi(self.replicas, self.metadata, clock, on_markers_written=self._markers_written),

@@ -273,24 +273,46 @@ class ControllerClient:
     async def quorum_status(self, timeout: float = 10.0) -> dict[str, Any]:
         """The quorum as its Raft leader describes it (`QUORUM_STATUS_API`, what `kraftpy quorum status`
         prints), asking the voters in turn and following a voter's pointer to the leader."""
+        return await self._ask_quorum_leader(QUORUM_STATUS_API, {}, timeout)
+
+    async def change_voters(self, api: str, body: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        """AddRaftVoter or RemoveRaftVoter of kraftpy.metadata.quorum_membership, sent to the quorum's Raft
+        leader as `quorum_status` finds it (a broker forwards Kafka's requests of the same names). The
+        leader's refusal (DUPLICATE_VOTER, VOTER_NOT_FOUND, REQUEST_TIMED_OUT, ...) is raised as its
+        RpcError: a change is never sent twice."""
+        return await self._ask_quorum_leader(api, body, timeout, refusals_end=True)
+
+    async def _ask_quorum_leader(self, api: str, body: dict[str, Any], timeout: float, *,
+                                 refusals_end: bool = False) -> dict[str, Any]:
+        """``api`` answered by the Raft leader: each voter is asked in turn, and a voter's pointer to the
+        leader (NOT_LEADER_OR_FOLLOWER ``id@host:port``) followed. With ``refusals_end``, any other
+        refusal than that or a lost connection is raised at once."""
         last_error = "no voter tried"
+
+        def passed_on(exc: RpcError) -> bool:
+            return not refusals_end or exc.code in ("NOT_LEADER_OR_FOLLOWER", "NETWORK_EXCEPTION")
+
         with trio.move_on_after(timeout):
             while True:
                 targets = self._targets
                 order = ([self._guess] if self._guess in targets else []) + self._order
                 for target in order:
                     try:
-                        return await self._client(target).request(QUORUM_STATUS_API, {})
+                        return await self._client(target).request(api, body)
                     except RpcError as exc:
+                        if not passed_on(exc):
+                            raise
                         last_error = f"{target}: {exc}"
                         leader = exc.message.split("@", 1)[0]
                         if exc.code == "NOT_LEADER_OR_FOLLOWER" and leader.isdigit() and int(leader) in targets:
                             try:
-                                return await self._client(int(leader)).request(QUORUM_STATUS_API, {})
+                                return await self._client(int(leader)).request(api, body)
                             except RpcError as again:
+                                if not passed_on(again):
+                                    raise
                                 last_error = f"{leader}: {again}"
                 await trio.sleep(self.retry_backoff)
-        raise ControllerUnavailable(f"{QUORUM_STATUS_API}: no quorum leader answered within {timeout}s ({last_error})")
+        raise ControllerUnavailable(f"{api}: no quorum leader answered within {timeout}s ({last_error})")
 
     async def create_acls(self, request: CreateAclsRequest) -> CreateAclsResponse:
         return await self.call(request)

@@ -140,6 +140,9 @@ API_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.UNREGISTER_BROKER:         VersionRange(0, 0),
     ApiKey.UPDATE_FEATURES:           VersionRange(0, 2),
     ApiKey.DESCRIBE_QUORUM:           VersionRange(0, 2),
+    # Forwarded to the quorum's Raft leader (kraftpy.broker.apis.quorum), as Kafka's brokers do.
+    ApiKey.ADD_RAFT_VOTER:            VersionRange(0, 0),
+    ApiKey.REMOVE_RAFT_VOTER:         VersionRange(0, 0),
     ApiKey.WRITE_TXN_MARKERS:         VersionRange(0, 1),
     # Transactions. EndTxn v5 is KIP-890 part 2 (an epoch bump with every transaction), which
     # kraftpy does not run, and unstable in Kafka; AddPartitionsToTxn v5 only lets the broker answer

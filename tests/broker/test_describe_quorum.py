@@ -54,3 +54,33 @@ async def test_only_the_metadata_partition_is_described_and_no_leader_is_an_erro
             # The in-process controller runs no Raft quorum: no leader answers.
             lost = await admin.request(ApiKey.DESCRIBE_QUORUM, request(), version=2)
             assert lost.topics[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+async def test_add_and_remove_raft_voter_are_forwarded_to_the_quorum_leader(tmp_path):
+    """AddRaftVoter and RemoveRaftVoter on a broker (kafka-metadata-quorum.sh --bootstrap-server add-controller
+    and remove-controller): forwarded as the control plane's membership requests; another cluster's id is
+    refused by the broker itself; no quorum leader answering is REQUEST_TIMED_OUT."""
+    import uuid
+
+    from kraftpy.ids import Uuid
+    from kraftpy.protocol.messages import AddRaftVoterRequest, RemoveRaftVoterRequest
+
+    directory = uuid.UUID(int=7)
+    add = AddRaftVoterRequest(cluster_id=None, timeout_ms=1000, voter_id=3001, voter_directory_id=directory,
+                              listeners=[AddRaftVoterRequest.Listener(name="CONTROLLER", host="127.0.0.1", port=9093)])
+    remove = RemoveRaftVoterRequest(cluster_id=None, voter_id=3002, voter_directory_id=directory)
+    async with open_cluster(tmp_path, brokers=1) as cluster:
+        async with AdminClient(parse_addresses(cluster.bootstrap)) as admin:
+            added = await admin.request(ApiKey.ADD_RAFT_VOTER, add, version=0)
+            removed = await admin.request(ApiKey.REMOVE_RAFT_VOTER, remove, version=0)
+            remove.cluster_id = "another-cluster"
+            elsewhere = await admin.request(ApiKey.REMOVE_RAFT_VOTER, remove, version=0)
+    # The in-process controller runs no Raft quorum: what was forwarded, and the answer to no leader.
+    assert (added.error_code, removed.error_code) == (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.REQUEST_TIMED_OUT)
+    base64 = Uuid(directory.bytes).to_base64()
+    assert [body for name, body in cluster.controller.requests if name == "change_voters"] == [
+        ("AddRaftVoter", {"voter_id": 3001, "voter_directory_id": base64,
+                          "listeners": [{"name": "CONTROLLER", "host": "127.0.0.1", "port": 9093}]}),
+        ("RemoveRaftVoter", {"voter_id": 3002, "voter_directory_id": base64}),
+    ]
+    assert elsewhere.error_code == ErrorCode.INCONSISTENT_CLUSTER_ID

@@ -67,10 +67,10 @@ NOTES: dict[str, str] = {
     "ShareGroupDescribe": "not served: share groups are unstable in Kafka 3.9 and not advertised there",
     "ShareFetch": "not served: share groups are unstable in Kafka 3.9 and not advertised there",
     "ShareAcknowledge": "not served: share groups are unstable in Kafka 3.9 and not advertised there",
-    "AddRaftVoter": "served by controllers only (kafka-metadata-quorum.sh --bootstrap-controller add-controller, "
-                    "KIP-853); brokers do not forward it",
-    "RemoveRaftVoter": "served by controllers only (kafka-metadata-quorum.sh --bootstrap-controller "
-                       "remove-controller, KIP-853); brokers do not forward it",
+    "AddRaftVoter": "forwarded to the quorum's leader, as Kafka's brokers do (kafka-metadata-quorum.sh "
+                    "add-controller, KIP-853); controllers serve it on their listener too",
+    "RemoveRaftVoter": "forwarded to the quorum's leader, as Kafka's brokers do (kafka-metadata-quorum.sh "
+                       "remove-controller, KIP-853); controllers serve it on their listener too",
 }
 for _name in ("InitializeShareGroupState", "ReadShareGroupState", "WriteShareGroupState", "DeleteShareGroupState",
               "ReadShareGroupStateSummary"):

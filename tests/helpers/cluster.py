@@ -155,6 +155,11 @@ class InProcessController:
     async def quorum_status(self, timeout: float = 10.0):
         raise ControllerUnavailable("the in-process controller runs no Raft quorum")
 
+    async def change_voters(self, api, body, timeout: float = 30.0):
+        self.requests.append(("change_voters", (api, body)))
+        await trio.lowlevel.checkpoint()
+        raise ControllerUnavailable("the in-process controller runs no Raft quorum")
+
     async def update_features(self, request):
         return await self._call("update_features", request, self.controller.handle_update_features)
 

@@ -150,9 +150,9 @@ def test_tags_only_in_flexible_versions():
         walk(cls.SCHEMA, cls.SCHEMA.fields)
 
 
-#: Declared (they parse and encode) but not served by the broker: not in its ApiVersions. AddRaftVoter and
-#: RemoveRaftVoter are served by the controllers only (kraftpy.metadata.controller_kafka).
-DECLARED_NOT_SERVED: set[ApiKey] = {ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER}
+#: Declared (they parse and encode) but not served by the broker: not in its ApiVersions. None now:
+#: AddRaftVoter and RemoveRaftVoter, served by the controllers, are forwarded by the brokers too.
+DECLARED_NOT_SERVED: set[ApiKey] = set()
 #: Served APIs whose schemas take every version of Kafka's definition, even those not advertised.
 EVERY_REFERENCE_VERSION = {
     ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
