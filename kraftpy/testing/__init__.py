@@ -15,6 +15,19 @@ cluster runs in processes of its own (`kraftpy.testing._supervisor`). docs/testi
 clusters' faults (and the fault harness's nemeses) are made of.
 """
 
-from kraftpy.testing._cluster import Cluster, ClusterError, Node, PartitionInfo, TopicInfo, cluster
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kraftpy.testing._cluster import Cluster, ClusterError, Node, PartitionInfo, TopicInfo, cluster
 
 __all__ = ["Cluster", "ClusterError", "Node", "PartitionInfo", "TopicInfo", "cluster"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported when first asked for: the cluster's own processes start from modules of this package
+    # (kraftpy.testing._start) and need none of the test's side.
+    if name in __all__:
+        from kraftpy.testing import _cluster
+
+        return getattr(_cluster, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -56,6 +56,9 @@ def defaults(brokers: int) -> dict[str, str]:
         "replica.fetch.wait.max.ms": "50",
         "replica.fetch.backoff.ms": "50",
         "controller.quorum.election.timeout.ms": "300",
+        # A broker started beside its controller fetches before the controller listens: it tries again
+        # after 5 ms, not Kafka's 20.
+        "controller.quorum.retry.backoff.ms": "5",
         # Each metadata change its own append, at once: a topic a test creates is there in a few ms
         # (Kafka's 25 ms gathers the changes of a busy cluster into fewer batches).
         "controller.quorum.append.linger.ms": "0",
