@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from kraftpy.ids import Uuid
 from kraftpy.logs import get_logger
 from kraftpy.metadata import config_control
 from kraftpy.metadata import messages as m
@@ -447,11 +446,7 @@ class ControllerKafkaApis:
             return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
         if request.cluster_id is not None and request.cluster_id != self.controller.cluster_id:
             return answer(ErrorCode.INCONSISTENT_CLUSTER_ID, f"this is cluster {self.controller.cluster_id}")
-        body: dict[str, Any] = {"voter_id": request.voter_id,
-                                "voter_directory_id": Uuid(request.voter_directory_id.bytes).to_base64()}
-        if adding:
-            body["listeners"] = [{"name": li.name, "host": li.host, "port": li.port} for li in request.listeners]
-        api = membership.ADD_RAFT_VOTER_API if adding else membership.REMOVE_RAFT_VOTER_API
+        api, body = membership.from_kafka_request(request, adding)
         try:
             await self.controller.serve_membership(api, body)
         except RpcError as exc:

@@ -36,6 +36,17 @@ DESCRIBE_RAFT_REPLICA_API = "DescribeRaftReplica"
 MEMBERSHIP_APIS = (ADD_RAFT_VOTER_API, REMOVE_RAFT_VOTER_API, DESCRIBE_RAFT_REPLICA_API)
 
 
+def from_kafka_request(request: Any, adding: bool) -> tuple[str, dict[str, Any]]:
+    """The request (api, body) of Kafka's AddRaftVoter or RemoveRaftVoter v0, as a controller serving it
+    on its listener, or a broker forwarding it, sends it on."""
+    body: dict[str, Any] = {"voter_id": request.voter_id,
+                            "voter_directory_id": Uuid(request.voter_directory_id.bytes).to_base64()}
+    if not adding:
+        return REMOVE_RAFT_VOTER_API, body
+    body["listeners"] = [{"name": li.name, "host": li.host, "port": li.port} for li in request.listeners]
+    return ADD_RAFT_VOTER_API, body
+
+
 def _invalid(api: str, why: str) -> RpcError:
     return RpcError("INVALID_REQUEST", f"{api}: {why}")
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,18 +18,7 @@ from typing import Any
 import trio
 
 from kraftpy.ids import random_uuid_str
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+from kraftpy.testing._supervisor import free_ports
 
 
 def write_properties(path: Path, values: dict[str, Any]) -> Path:

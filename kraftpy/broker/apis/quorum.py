@@ -25,7 +25,6 @@ from typing import Any
 
 from kraftpy.broker.authorization import ALTER, DESCRIBE, NO_AUTHORIZATION, BrokerAuthorizer, cluster_refusal
 from kraftpy.broker.controller_channel import ControllerChannel, ControllerUnavailable
-from kraftpy.ids import Uuid
 from kraftpy.metadata import quorum_membership as membership
 from kraftpy.metadata.quorum_describe import (
     describe_quorum_response,
@@ -79,13 +78,7 @@ class QuorumApi:
             return refused
         if request.cluster_id is not None and self.cluster_id is not None and request.cluster_id != self.cluster_id:
             return answer(ErrorCode.INCONSISTENT_CLUSTER_ID, f"this is cluster {self.cluster_id}")
-        body: dict[str, Any] = {"voter_id": request.voter_id,
-                                "voter_directory_id": Uuid(request.voter_directory_id.bytes).to_base64()}
-        if adding:
-            body["listeners"] = [{"name": li.name, "host": li.host, "port": li.port} for li in request.listeners]
-            api = membership.ADD_RAFT_VOTER_API
-        else:
-            api = membership.REMOVE_RAFT_VOTER_API
+        api, body = membership.from_kafka_request(request, adding)
         timeout_ms = getattr(request, "timeout_ms", None)
         try:
             await self.channel.change_voters(api, body, timeout=(timeout_ms or 30_000) / 1000)
