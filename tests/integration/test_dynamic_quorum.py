@@ -124,6 +124,11 @@ def test_grow_replace_and_shrink_the_controller_quorum_under_a_producer(tmp_path
         # Shrink to one: remove 3 (with Kafka's RemoveRaftVoter, sent to a broker, which forwards it), then
         # the leader (it hands over once its removal is committed).
         assert kafka_voter_change(cluster, 3, cluster.directory_id(3), adding=False, through_broker=True) == (0, None)
+        # The leader's refusal comes back through the broker with its code.
+        from kraftpy.protocol.errors import ErrorCode
+
+        again = kafka_voter_change(cluster, 3, cluster.directory_id(3), adding=False, through_broker=True)
+        assert again[0] == ErrorCode.VOTER_NOT_FOUND, again
         leader = cluster.status()["leader_id"]
         cluster.remove_controller(leader, cluster.directory_id(leader))
         left = ({1, 2} - {leader}).pop()
