@@ -28,6 +28,7 @@ import marshal
 import os
 import re
 import sys
+import threading
 from pathlib import Path
 from types import CodeType
 from typing import Any
@@ -75,7 +76,7 @@ def cached_compile(source: Any, filename: Any, mode: str, *args: Any, **kwargs: 
     if not _writable or stats["written"] >= MAX_WRITES:
         stats["compiled"] += 1
         return code
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         temporary.write_bytes(marshal.dumps(code))
         os.replace(temporary, path)
