@@ -77,6 +77,10 @@ async def test_forged_votes_and_leaders_change_nothing_and_a_restart_works(tmp_p
 
         await serves_writes(10)
         before = await fetch_status(list(voters.values()))
+        # A write commits on a majority: the third voter may not have heard of the leader's epoch yet, and
+        # would answer the forged fetch UNKNOWN_LEADER_EPOCH. Every voter knows it first.
+        for proc in procs:
+            await proc.wait_for("leader changed", epoch=before["leader_epoch"], leader_id=before["leader_id"])
         states_before = quorum_states(tmp_path)
 
         answers: dict[tuple[int, str], str] = {}
