@@ -714,6 +714,22 @@ def _is_fatal(exc: BaseException) -> bool:
     return bool(getattr(error, "fatal", lambda: False)())
 
 
+def delivery_report() -> tuple[dict[str, Any], threading.Event, Callable[[Any, Any], None]]:
+    """One send's outcome (``type`` ok/fail/info, then ``offset`` and ``partition`` or ``error``), the event
+    set when its delivery report came, and the callback that fills both."""
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            outcome.update(type="ok", offset=msg.offset(), partition=msg.partition())
+        else:
+            outcome.update(type=classify_send_error(err.name()), error=err.name())
+        done.set()
+
+    return outcome, done, on_delivery
+
+
 def _poll_fatally(producer: Any, timeout: float) -> str | None:
     """`producer.poll(timeout)`; the error text when the producer raised a fatal error instead."""
     from confluent_kafka import KafkaException
@@ -821,16 +837,7 @@ class Workload:
             key = f"k{partition}"
             fields = dict(value=value, key=key, partition=partition)
             self.recorder.invoke(SEND, process, **fields)
-            outcome: dict[str, Any] = {}
-            done = threading.Event()
-
-            def on_delivery(err: Any, msg: Any, outcome: dict[str, Any] = outcome, done: threading.Event = done) -> None:
-                if err is None:
-                    outcome.update(type="ok", offset=msg.offset(), partition=msg.partition())
-                else:
-                    outcome.update(type=classify_send_error(err.name()), error=err.name())
-                done.set()
-
+            outcome, done, on_delivery = delivery_report()
             try:
                 producer.produce(self.topic, key=key.encode(), value=str(value).encode(), partition=partition,
                                  on_delivery=on_delivery)
@@ -888,17 +895,7 @@ class Workload:
                 fields = dict(value=value, key=f"k{partition}", partition=partition, producer=name)
                 process = self.next_process()
                 self.recorder.invoke(SEND, process, **fields)
-                outcome: dict[str, Any] = {}
-                done = threading.Event()
-
-                def on_delivery(err: Any, msg: Any, outcome: dict[str, Any] = outcome,
-                                done: threading.Event = done) -> None:
-                    if err is None:
-                        outcome.update(type="ok", offset=msg.offset(), partition=msg.partition())
-                    else:
-                        outcome.update(type=classify_send_error(err.name()), error=err.name())
-                    done.set()
-
+                outcome, done, on_delivery = delivery_report()
                 try:
                     producer.produce(self.topic, key=fields["key"].encode(), value=str(value).encode(),
                                      partition=partition, on_delivery=on_delivery)
