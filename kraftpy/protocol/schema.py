@@ -21,7 +21,7 @@ A field has a snake_case name, a type (a primitive, ``[]primitive``, ``[]StructN
 null, and for tagged fields the tag and the tagged versions. Version ranges use Kafka's notation:
 ``"3+"``, ``"0-4"``, ``"none"``.
 
-``message`` returns a generated attrs class (slotted, mutable, every field with a default); one
+``message`` returns a generated class (a `Struct`: slotted, mutable, every field with a default); one
 decoder and one encoder per (struct, version) are compiled as Python source the first time that
 version of the message is decoded or encoded (a process uses few of the versions of few of the
 messages, and compiling them all took a third of a second of every start): runs of fixed-width
@@ -29,11 +29,13 @@ fields become a single ``struct.Struct`` call, one-byte varints are read inline,
 are calls to their own flat functions. Identical functions (a struct unchanged between versions)
 are compiled once.
 
-Why attrs classes and not dicts: a slotted class costs about what a dict costs to build, reads
+Why classes and not dicts: a slotted class costs about what a dict costs to build, reads
 faster (attribute access, no hashing), rejects a misspelt field name at once instead of silently
 carrying it, and gives every field its default, so a handler builds a response naming only what it
 sets. The same object encodes at every version: fields absent from a version are left out, like
-Kafka's generated ``MessageData`` classes.
+Kafka's generated ``MessageData`` classes. They are built here rather than by attrs (as kraftpy's
+hand-written classes are): attrs' general machinery was more than half of what declaring the three
+hundred of them cost every process at import.
 
 Decoding: ``decode(version, buf, pos) -> (obj, pos)``. ``buf`` should be a ``memoryview`` of the
 frame: strings and bytes are copied out, but ``records`` fields stay ``memoryview`` slices of it.
@@ -61,6 +63,7 @@ from typing import Any
 
 import attrs
 
+from kraftpy import _codecache
 from kraftpy.protocol.types import (
     ZERO_UUID,
     FileRegion,
@@ -726,8 +729,43 @@ def _attr_name(name: str) -> str:
     return name + "_" if keyword.iskeyword(name) else name
 
 
+class Struct:
+    """The base of every generated message class: equality and ``repr`` by the class's ``FIELDS``.
+
+    The classes are built here rather than by attrs (as the hand-written ones are): a process makes
+    three hundred of them at import, and attrs' general machinery cost more than half of the time
+    `message` takes. Each class has ``__slots__`` of its fields, an ``__init__`` taking them by position
+    or keyword (generated, one compilation per message, through kraftpy's code cache), values compared
+    by ``==`` field by field, and no hash (a message is mutable), as attrs' ``eq=True`` classes.
+    """
+
+    __slots__ = ()
+    #: The field names, in declaration order (the ``__init__`` order).
+    FIELDS: tuple[str, ...] = ()
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(a is b or a == b for a, b in zip(self._values(), other._values()))  # type: ignore[attr-defined]
+
+    def _values(self) -> list[Any]:
+        return [getattr(self, name) for name in self.FIELDS]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS)
+        return f"{self.__class__.__qualname__}({inner})"
+
+
+#: An argument left out of a generated ``__init__``: the field's factory makes its value.
+_MISSING = object()
+
+
 def _make_classes(schema: MessageSchema, builder: _Builder) -> None:
     declared: dict[str, tuple[Field, ...]] = {}
+    made: list[tuple[type, list[str], list[str]]] = []  # (class, signature, body) per class
+    defaults: list[Any] = []
+    classes: list[type] = []
 
     def make(struct_name: str, fields: tuple[Field, ...]) -> type:
         if struct_name in schema.classes:
@@ -736,30 +774,54 @@ def _make_classes(schema: MessageSchema, builder: _Builder) -> None:
                 return schema.classes[struct_name]
             raise TypeError(f"{schema.name}: struct {struct_name} declared twice")
         declared[struct_name] = fields
-        attributes = {}
+        signature: list[str] = []
+        body: list[str] = []
         for f in fields:
+            name = f.name
+            factory = None
             if f.is_struct:
                 child = make(f.element_type, f.fields)
                 if f.is_array:
-                    attributes[f.name] = attrs.field(factory=list)
-                elif f.default is None:
-                    attributes[f.name] = attrs.field(default=None)
-                else:
-                    attributes[f.name] = attrs.field(factory=child)
-            elif f.is_array:
-                if f.default is None:
-                    attributes[f.name] = attrs.field(default=None)
-                else:
-                    attributes[f.name] = attrs.field(factory=list)
+                    factory = "[]"
+                elif f.default is not None:
+                    classes.append(child)
+                    factory = f"k{len(classes) - 1}()"
+            elif f.is_array and f.default is not None:
+                factory = "[]"
+            if factory is not None:
+                signature.append(f"{name}=_M")
+                body.append(f"    self.{name} = {factory} if {name} is _M else {name}")
+                continue
+            if f.is_struct or f.is_array:
+                value: Any = None
             else:
-                attributes[f.name] = attrs.field(default=default_value(f))
-        cls = attrs.make_class(struct_name, attributes, slots=True, repr=True, eq=True)
-        cls.__module__ = "kraftpy.protocol.messages"
+                value = default_value(f)
+            defaults.append(value)
+            signature.append(f"{name}=d{len(defaults) - 1}")
+            body.append(f"    self.{name} = {name}")
+        names = tuple(f.name for f in fields)
+        cls = type(struct_name, (Struct,), {"__slots__": names, "FIELDS": names, "__match_args__": names,
+                                            "__module__": "kraftpy.protocol.messages", "__qualname__": struct_name})
+        made.append((cls, signature, body))
         schema.classes[struct_name] = cls
         builder.class_refs[struct_name] = _const(cls, "K")
         return cls
 
     schema.cls = make(schema.name, schema.fields)
+    lines = ["def _inits(D, K, _M):"]
+    lines += [f"    d{i} = D[{i}]" for i in range(len(defaults))]
+    lines += [f"    k{i} = K[{i}]" for i in range(len(classes))]
+    for index, (_cls, signature, body) in enumerate(made):
+        lines.append(f"    def __init__(self, {', '.join(signature)}):" if signature else "    def __init__(self):")
+        lines += ["    " + line for line in body] or ["        pass"]
+        lines.append(f"    i{index} = __init__")
+    lines.append(f"    return ({''.join(f'i{index}, ' for index in range(len(made)))})")
+    namespace: dict[str, Any] = {}
+    exec(_codecache.cached_compile("\n".join(lines) + "\n", f"<kraftpy.protocol classes {schema.name}>", "exec"),
+         namespace)
+    for (cls, _signature, _body), init in zip(made, namespace["_inits"](tuple(defaults), tuple(classes), _MISSING)):
+        init.__qualname__ = f"{cls.__qualname__}.__init__"
+        cls.__init__ = init
     for struct_name, cls in schema.classes.items():
         if cls is not schema.cls:
             setattr(schema.cls, struct_name, cls)
@@ -803,7 +865,8 @@ class _Codecs(dict):
             make = builder.decoder if self._kind == "decoder" else builder.encoder
             name = make(schema.name, schema.fields, version)
             if builder.sources:
-                code = compile("\n".join(builder.sources), f"<kraftpy.protocol schema {schema.name}>", "exec")
+                code = _codecache.cached_compile("\n".join(builder.sources), f"<kraftpy.protocol schema {schema.name}>",
+                                                 "exec")
                 exec(code, _NS)
             function = _NS[name]
             self[version] = function

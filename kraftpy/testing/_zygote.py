@@ -160,6 +160,9 @@ def start(directory: str | None) -> tuple[int, socket.socket]:
         # frozen out of its reach, in the zygote and in every node forked from it (nor are their pages
         # written by its passes, so the nodes keep sharing them).
         gc.disable()
+        # structlog imports rich, when it is installed, for the tracebacks of its console renderer: a
+        # node logs JSON lines (kraftpy.testing._node), and rich was a tenth of the import.
+        sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
         try:
             from kraftpy.testing import _node  # noqa: F401 (every node is forked with them imported)
         except BaseException:

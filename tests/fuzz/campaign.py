@@ -38,6 +38,7 @@ from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import InvalidRequestError, InvalidResponseError, UnsupportedVersionError
 from kraftpy.protocol.frames import FrameReader, decode_response, parse_request
 from kraftpy.protocol.messages import ApiVersionsRequest, CreateTopicsRequest, MetadataRequest
+from kraftpy.protocol.schema import Struct
 from kraftpy.rpc.control import ControlClient, RpcError
 from tests.fuzz import control_gen, kafka_gen
 from tests.fuzz.frames import CONTROLLER_KAFKA, KAFKA, KAFKA_PORTS, Frame, Pools, frame_rng
@@ -173,12 +174,12 @@ def _wait_ms(value: Any, names: Iterable[str]) -> int:
                     stack.append(v)
         elif isinstance(node, list | tuple):
             stack.extend(node[:100])
-        elif hasattr(node, "__attrs_attrs__"):
-            for a in node.__attrs_attrs__:
-                v = getattr(node, a.name)
-                if a.name in names and type(v) is int:
+        elif (fields := _field_names(node)) is not None:
+            for name in fields:
+                v = getattr(node, name)
+                if name in names and type(v) is int:
                     best = max(best, v)
-                elif isinstance(v, list | tuple) or hasattr(v, "__attrs_attrs__"):
+                elif isinstance(v, list | tuple) or _field_names(v) is not None:
                     stack.append(v)
     return best
 
@@ -197,20 +198,28 @@ def server_view(frame: Frame) -> tuple[Any, Any] | None:
         return None
 
 
+def _field_names(obj: Any) -> tuple[str, ...] | None:
+    """The fields of a protocol message (a generated `Struct`) or of an attrs object; None for others."""
+    if isinstance(obj, Struct):
+        return obj.FIELDS
+    attributes = getattr(obj, "__attrs_attrs__", None)
+    return None if attributes is None else tuple(a.name for a in attributes)
+
+
 def _error_codes(obj: Any, found: list[int], depth: int = 0) -> None:
     if depth > 8 or obj is None:
         return
-    attributes = getattr(obj, "__attrs_attrs__", None)
-    if attributes is None:
+    fields = _field_names(obj)
+    if fields is None:
         if isinstance(obj, list):
             for item in obj[:10_000]:
                 _error_codes(item, found, depth + 1)
         return
-    for a in attributes:
-        value = getattr(obj, a.name)
-        if a.name == "error_code" and value == -1:
+    for name in fields:
+        value = getattr(obj, name)
+        if name == "error_code" and value == -1:
             found.append(value)
-        elif isinstance(value, list) or hasattr(value, "__attrs_attrs__"):
+        elif isinstance(value, list) or _field_names(value) is not None:
             _error_codes(value, found, depth + 1)
 
 

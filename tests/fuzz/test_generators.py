@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 
+import attrs
 import msgpack
 import pytest
 
@@ -255,3 +256,26 @@ def test_a_share_of_kafka_frames_goes_to_the_controller_listener_with_the_apis_i
     for n, frame in enumerate(frames):
         if frame.port == KAFKA:
             assert frame.data == make_frame(6, n, p, 0.2).data
+
+
+def test_the_campaigns_walks_reach_into_protocol_messages_and_attrs_objects():
+    """The campaign reads a request's longest wait and an answer's UNKNOWN_SERVER_ERROR codes by walking
+    the decoded objects: generated protocol messages (`Struct`) as well as attrs classes."""
+    from kraftpy.protocol.messages import FetchRequest, ProduceResponse
+    from tests.fuzz.campaign import _error_codes, _wait_ms
+
+    assert _wait_ms(FetchRequest(max_wait_ms=750), ["max_wait_ms"]) == 750
+    answer = ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
+        name="t", partition_responses=[ProduceResponse.PartitionProduceResponse(index=0, error_code=-1)])])
+    found: list[int] = []
+    _error_codes(answer, found)
+    assert found == [-1]
+
+    @attrs.define
+    class Answer:
+        error_code: int
+        inner: list
+
+    found.clear()
+    _error_codes(Answer(0, [Answer(-1, [])]), found)
+    assert found == [-1]

@@ -227,3 +227,36 @@ def test_threads_compiling_one_version_at_once_get_the_same_codec():
     for t in threads:
         t.join()
     assert got == [cls(a=0)] * 8 and len(dict(cls.SCHEMA.decoders)) == 1
+
+
+def test_generated_classes_behave_as_value_objects():
+    """The classes `message` builds (without attrs): fields by position or keyword, declared defaults,
+    a fresh list or struct per instance, equality field by field, a repr naming them, no hash, and no
+    attribute outside the declaration."""
+    Probe = message("Probe", kind="data", versions="0", flexible="none", fields=[
+        F("count", "int32"),
+        F("name", "string", nullable="0+", default=None),
+        F("weight", "int16", default=7),
+        F("items", "[]Item", fields=[F("key", "string")]),
+        F("inner", "Inner", fields=[F("flag", "bool")]),
+        F("maybe", "[]int32", nullable="0+", default=None),
+    ])
+    a = Probe(1, "x")
+    assert (a.count, a.name, a.weight, a.items, a.inner, a.maybe) == (1, "x", 7, [], Probe.Inner(flag=False), None)
+    b = Probe(count=1, name="x")
+    assert a == b and not a != b
+    b.items.append(Probe.Item(key="k"))
+    assert a.items == [] and a != b  # each instance has its own list
+    assert a.inner is not b.inner
+    assert a != Probe.Inner() and Probe.Inner() == Probe.Inner()
+    assert repr(b) == ("Probe(count=1, name='x', weight=7, items=[Item(key='k')], inner=Inner(flag=False), "
+                       "maybe=None)")
+    assert Probe.FIELDS == ("count", "name", "weight", "items", "inner", "maybe")
+    with pytest.raises(TypeError):
+        hash(a)
+    with pytest.raises(AttributeError):
+        a.typo = 1
+    with pytest.raises(TypeError):
+        Probe(nope=1)
+    decoded, _ = Probe.SCHEMA.decode(0, memoryview(Probe.SCHEMA.to_bytes(0, b)))
+    assert decoded == b
