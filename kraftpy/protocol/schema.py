@@ -747,7 +747,7 @@ class Struct:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return all(a is b or a == b for a, b in zip(self._values(), other._values()))  # type: ignore[attr-defined]
+        return all(a is b or a == b for a, b in zip(self._values(), other._values(), strict=True))  # type: ignore[attr-defined]
 
     def _values(self) -> list[Any]:
         return [getattr(self, name) for name in self.FIELDS]
@@ -819,7 +819,7 @@ def _make_classes(schema: MessageSchema, builder: _Builder) -> None:
     namespace: dict[str, Any] = {}
     exec(_codecache.cached_compile("\n".join(lines) + "\n", f"<kraftpy.protocol classes {schema.name}>", "exec"),
          namespace)
-    for (cls, _signature, _body), init in zip(made, namespace["_inits"](tuple(defaults), tuple(classes), _MISSING)):
+    for (cls, _signature, _body), init in zip(made, namespace["_inits"](tuple(defaults), tuple(classes), _MISSING), strict=True):
         init.__qualname__ = f"{cls.__qualname__}.__init__"
         cls.__init__ = init
     for struct_name, cls in schema.classes.items():
