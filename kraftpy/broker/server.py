@@ -174,7 +174,8 @@ class BrokerServer:
         self.kafka_server = KafkaServer(self.apis.handle, max_frame_bytes=settings.socket_request_max_bytes,
                                         listener=settings.listener_name, log=self._log,
                                         queued_max_request_bytes=settings.queued_max_request_bytes,
-                                        connections_max_idle_ms=settings.connections_max_idle_ms)
+                                        connections_max_idle_ms=settings.connections_max_idle_ms,
+                                        sasl_max_receive_bytes=settings.sasl_server_max_receive_size)
         if settings.connection_limits is not None:
             settings.connection_limits.log = self._log
             self.kafka_server.acceptor.limits = settings.connection_limits

@@ -69,6 +69,8 @@ class BrokerSettings:
     #: queued.max.request.bytes (-1: no bound) and connections.max.idle.ms (-1: never)
     queued_max_request_bytes: int = -1
     connections_max_idle_ms: int = -1
+    #: sasl.server.max.receive.size: the largest frame before a SASL connection has authenticated.
+    sasl_server_max_receive_size: int = 524288
     #: quota.window.num and quota.window.size.seconds: the samples of client quota rates.
     quota_window_num: int = 11
     quota_window_size_seconds: int = 1
@@ -183,6 +185,7 @@ class BrokerSettings:
             max_request_partition_size_limit=config["max.request.partition.size.limit"],
             queued_max_request_bytes=config["queued.max.request.bytes"],
             connections_max_idle_ms=config["connections.max.idle.ms"],
+            sasl_server_max_receive_size=config["sasl.server.max.receive.size"],
             quota_window_num=config["quota.window.num"],
             quota_window_size_seconds=config["quota.window.size.seconds"],
             connection_limits=ConnectionLimits.from_config(config),

@@ -179,6 +179,12 @@ KEYS: list[ConfigKey] = [
               "The SASL mechanisms a SASL_PLAINTEXT or SASL_SSL listener offers; a client asking for another "
               "is refused with UNSUPPORTED_SASL_MECHANISM. Kafka's default is GSSAPI, which kraftpy does not "
               "have.", one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"), roles=BC),
+    ConfigKey("sasl.server.max.receive.size", "int", 524288,
+              "The largest request a SASL_PLAINTEXT or SASL_SSL connection may send before it has "
+              "authenticated (and while it does): a larger size prefix closes the connection before any of "
+              "the frame is read, so an unauthenticated client cannot make the server hold "
+              "socket.request.max.bytes. Authenticated, socket.request.max.bytes applies.", at_least(1),
+              roles=BC),
     ConfigKey("sasl.jaas.config", "string", None,
               "JAAS login module config, Kafka's syntax. On a broker, set per listener and mechanism as "
               "listener.name.<listener>.plain.sasl.jaas.config: PlainLoginModule's user_<name>=\"<password>\" "

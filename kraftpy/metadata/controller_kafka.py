@@ -162,8 +162,11 @@ class ControllerKafkaApis:
             payload = await framed.receive_frame()
             if payload is None:
                 return
+            authenticated = session.authenticated
             try:
                 answer = await self._answer(payload, session, peer)
+                if session.authenticated and not authenticated:
+                    framed.restore_max_frame_bytes()  # sasl.server.max.receive.size no longer applies
             except _Close as close:
                 if close.answer is not None:
                     await _send(framed, close.answer)

@@ -163,7 +163,8 @@ class ControllerServer:
                                    name="controller",
                                    queued_max_request_bytes=self.config["queued.max.request.bytes"],
                                    connections_max_idle_ms=self.config["connections.max.idle.ms"],
-                                   tls=listener_tls(self.config, listener.name), sasl=sasl, kafka=kafka.serve)
+                                   tls=listener_tls(self.config, listener.name), sasl=sasl, kafka=kafka.serve,
+                                   sasl_max_receive_bytes=self.config["sasl.server.max.receive.size"])
             if server.tls is not None:
                 await nursery.start(server.tls.watch, self.config["ssl.reload.check.interval.ms"] / 1000,
                                     self.log.bind(listener=listener.name))

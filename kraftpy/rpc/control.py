@@ -117,14 +117,17 @@ class ControlServer:
     def __init__(self, handler: Handler, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  name: str = "control", queued_max_request_bytes: int = -1,
                  connections_max_idle_ms: int = -1, tls: Any = None, sasl: ControlSasl | None = None,
-                 kafka: KafkaHandler | None = None) -> None:
+                 kafka: KafkaHandler | None = None, sasl_max_receive_bytes: int | None = None) -> None:
         """``queued_max_request_bytes`` (-1: no bound) and ``connections_max_idle_ms`` (-1: never)
         are Kafka's ``queued.max.request.bytes`` and ``connections.max.idle.ms``. ``kafka`` serves the
         connections whose first frame is a Kafka request (its api key's high byte, 0, where a control
         frame starts with a msgpack map) after the TLS handshake, with the peer and its TLS principal;
         such a connection does its own SASL exchange, in the Kafka protocol
-        (kraftpy.metadata.controller_kafka)."""
+        (kraftpy.metadata.controller_kafka). ``sasl_max_receive_bytes`` is Kafka's
+        ``sasl.server.max.receive.size``: with ``sasl``, the largest frame a connection may send until it
+        has authenticated (then ``max_frame_bytes``)."""
         self.handler = handler
+        self.sasl_max_receive_bytes = sasl_max_receive_bytes
         self.kafka = kafka
         self.max_frame_bytes = max_frame_bytes
         #: The listener's `ServerTls` when it runs over TLS.
@@ -156,11 +159,17 @@ class ControlServer:
             stream = ssl_stream
             principal = peer_principal(ssl_stream)
         framed = FramedStream(stream, self.max_frame_bytes, budget=self.budget, idle_timeout=self.idle_timeout)
+        if self.sasl is not None and self.sasl_max_receive_bytes is not None:
+            # Lifted once the connection has authenticated (here, or by the Kafka handler).
+            framed.set_max_frame_bytes(min(self.max_frame_bytes, self.sasl_max_receive_bytes),
+                                       "sasl.server.max.receive.size")
         try:
             if self.kafka is not None and await self._served_as_kafka(framed, peer, principal):
                 return
-            if self.sasl is not None and await self._authenticate(framed, peer) is None:
-                return
+            if self.sasl is not None:
+                if await self._authenticate(framed, peer) is None:
+                    return
+                framed.restore_max_frame_bytes()
             async with trio.open_nursery() as nursery:
                 try:
                     await self._read_requests(framed, nursery)

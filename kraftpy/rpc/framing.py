@@ -157,6 +157,9 @@ class FramedStream:
         self.budget = budget
         self.idle_timeout = idle_timeout
         self._reader = FrameReader(max_frame_bytes)
+        self._configured_max_frame_bytes = max_frame_bytes
+        #: The setting a refused frame's message names.
+        self.limit_setting = "socket.request.max.bytes"
         self._frames: deque[memoryview] = deque()
         self._send_lock = trio.Lock()
         #: Budget bytes this connection holds beyond its frames: its partial frame, or the whole
@@ -165,6 +168,16 @@ class FramedStream:
         #: The partial frame is large and its whole size is reserved.
         self._admitted = False
         self._closed = False
+
+    def set_max_frame_bytes(self, max_frame_bytes: int, setting: str = "socket.request.max.bytes") -> None:
+        """The largest frame from the next size prefix read on (``setting`` names it when a frame is
+        refused): a SASL connection reads under sasl.server.max.receive.size until it has authenticated."""
+        self.max_frame_bytes = self._reader.max_frame_size = max_frame_bytes
+        self.limit_setting = setting
+
+    def restore_max_frame_bytes(self) -> None:
+        """Back to the limit the stream was made with (a SASL connection that has authenticated)."""
+        self.set_max_frame_bytes(self._configured_max_frame_bytes)
 
     async def receive_frame(self, *, idle: bool = True) -> memoryview | None:
         """The next frame's payload, or None when the peer closed the connection between frames.
@@ -204,6 +217,9 @@ class FramedStream:
             try:
                 frames = reader.feed(data)
             except FrameTooLargeError as exc:
+                if exc.size >= 0 and self.limit_setting != "socket.request.max.bytes":
+                    raise FrameError(f"frame of {exc.size} bytes exceeds {self.limit_setting}={self.max_frame_bytes}"
+                                     ) from None
                 raise FrameError(f"{exc} (limit {self.max_frame_bytes})") from None
             if budget is not None and frames:
                 # The frames take their bytes with them; an admitted frame is the first to complete.

@@ -88,6 +88,8 @@ class Connection:
         self.listener = listener
         self.security_protocol = security_protocol
         self.principal = ANONYMOUS
+        #: Called once when the connection has authenticated (SASL): it may send large frames from then on.
+        self.on_authenticated: Callable[[], None] | None = None
         try:
             host, port = stream.socket.getpeername()[:2]
             self.peer = f"{host}:{port}"
@@ -268,11 +270,16 @@ async def _mute(conn: Connection) -> None:
 
 class KafkaServer:
     def __init__(self, handler: Handler, *, max_frame_bytes: int, listener: str = "PLAINTEXT",
-                 log: Any = None, queued_max_request_bytes: int = -1, connections_max_idle_ms: int = -1) -> None:
-        """``queued_max_request_bytes`` (-1: no bound) and ``connections_max_idle_ms`` (-1: never)
-        are Kafka's ``queued.max.request.bytes`` and ``connections.max.idle.ms``."""
+                 log: Any = None, queued_max_request_bytes: int = -1, connections_max_idle_ms: int = -1,
+                 sasl_max_receive_bytes: int | None = None) -> None:
+        """``queued_max_request_bytes`` (-1: no bound), ``connections_max_idle_ms`` (-1: never) and
+        ``sasl_max_receive_bytes`` (None: no bound of its own) are Kafka's ``queued.max.request.bytes``,
+        ``connections.max.idle.ms`` and ``sasl.server.max.receive.size``: the largest frame a
+        SASL_PLAINTEXT or SASL_SSL connection may send before it has authenticated (then
+        ``max_frame_bytes``, socket.request.max.bytes)."""
         self.handler = handler
         self.max_frame_bytes = max_frame_bytes
+        self.sasl_max_receive_bytes = sasl_max_receive_bytes
         self.listener = listener
         self.log = log or get_logger("kafka-server")
         self.port: int | None = None
@@ -335,6 +342,12 @@ class KafkaServer:
             conn.stream = ssl_stream
             conn.principal = peer_principal(ssl_stream)
         framed = FramedStream(conn.stream, self.max_frame_bytes, budget=self.budget, idle_timeout=self.idle_timeout)
+        if security_protocol.startswith("SASL_") and self.sasl_max_receive_bytes is not None:
+            # Until it has authenticated, a client may not make the broker read (and hold) a frame of up
+            # to socket.request.max.bytes: Kafka's sasl.server.max.receive.size.
+            framed.set_max_frame_bytes(min(self.max_frame_bytes, self.sasl_max_receive_bytes),
+                                       "sasl.server.max.receive.size")
+            conn.on_authenticated = framed.restore_max_frame_bytes
         self.connections += 1
         CONNECTIONS.inc()
         pipeline = _Pipeline()

@@ -557,3 +557,24 @@ def test_a_sasl_ssl_cluster_serves_and_a_controller_with_a_wrong_password_cannot
         assert not any("wrong-password" in json.dumps(line) for line in rogue.lines)
         producer.produce("secured", b"after")
         assert producer.flush(30) == 0
+
+
+async def test_a_frame_over_sasl_server_max_receive_size_before_authentication_closes_the_connection():
+    """sasl.server.max.receive.size on the controller listener: until the connection has authenticated a
+    larger size prefix closes it before any of the frame is read; authenticated, socket.request.max.bytes
+    applies."""
+    with trio.fail_after(30), structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            handler = Recorder()
+            server = ControlServer(handler, sasl=settings(), max_frame_bytes=8 << 20, sasl_max_receive_bytes=64 * 1024)
+            port = await nursery.start(server.serve, "127.0.0.1", 0)
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            await stream.send_all(struct.pack(">I", 100 << 20) + b"\x83")
+            assert await stream.receive_some(10) == b""
+            c = client(nursery, port, SaslLogin("PLAIN", "broker", "broker-secret"))
+            body = {"blob": b"x" * (1 << 20)}
+            assert await c.request("raft", body) == {"echo": body}
+            assert handler.served == ["raft"]
+            nursery.cancel_scope.cancel()
+    [closed] = closing_lines(logs)
+    assert "sasl.server.max.receive.size=65536" in closed["reason"]

@@ -209,3 +209,80 @@ async def test_describe_user_scram_credentials_from_the_image():
         Req.UserName(name="bob"), Req.UserName(name="alice"), Req.UserName(name="alice")]), None)
     assert [(r.user, r.error_code) for r in named.results] == [
         ("bob", ErrorCode.RESOURCE_NOT_FOUND), ("alice", ErrorCode.DUPLICATE_RESOURCE)]
+
+
+# -- sasl.server.max.receive.size: the frame limit before authentication --------------------------------------
+
+
+class _Listener:
+    def __init__(self, name: str) -> None:
+        self.name, self.host, self.port, self.security_protocol, self.tls = name, "127.0.0.1", 0, name, None
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict]] = []
+
+    def _add(self, event: str, **fields) -> None:
+        self.lines.append((event, fields))
+
+    warning = info = error = debug = _add
+
+    def bind(self, **_fields) -> _Log:
+        return self
+
+
+async def _exchange(stream: trio.SocketStream, api_key: int, version: int, correlation: int, request):
+    await stream.send_all(bytes(join_frame(encode_request(api_key, version, correlation, "test", request))))
+    data = b""
+    while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+        chunk = await stream.receive_some()
+        assert chunk, "the connection was closed"
+        data += chunk
+    return decode_response(api_key, version, data[4:])[1]
+
+
+async def _closed(stream: trio.SocketStream) -> bool:
+    try:
+        return await stream.receive_some() == b""
+    except trio.BrokenResourceError:
+        return True
+
+
+async def test_an_unauthenticated_connection_may_not_send_a_frame_over_sasl_server_max_receive_size():
+    """Kafka's sasl.server.max.receive.size: before a SASL connection has authenticated, a size prefix
+    over it closes the connection before any of the frame is read; once authenticated, frames up to
+    socket.request.max.bytes are read. A PLAINTEXT listener is not bounded by it."""
+    from kraftpy.rpc.kafka_server import KafkaServer
+
+    h = Harness()
+    log = _Log()
+    server = KafkaServer(h.apis.handle, max_frame_bytes=8 << 20, log=log, sasl_max_receive_bytes=64 * 1024)
+    big = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="t" * 200) for _ in range(1000)])
+    async with trio.open_nursery() as nursery:
+        ports = await nursery.start(server.serve_listeners, [_Listener("SASL_PLAINTEXT"), _Listener("PLAINTEXT")])
+        # Unauthenticated: a 100 MiB prefix is refused at once, nothing of it is awaited.
+        stream = await trio.open_tcp_stream("127.0.0.1", ports["SASL_PLAINTEXT"])
+        await stream.send_all((100 << 20).to_bytes(4, "big") + b"\x00\x24\x00\x01")
+        with trio.fail_after(5):
+            assert await _closed(stream)
+        assert any("sasl.server.max.receive.size=65536" in fields.get("reason", "") for _, fields in log.lines)
+        # A frame over the bound, but within socket.request.max.bytes, is refused too before authentication.
+        stream = await trio.open_tcp_stream("127.0.0.1", ports["SASL_PLAINTEXT"])
+        try:
+            await stream.send_all(bytes(join_frame(encode_request(ApiKey.METADATA, 12, 1, "test", big))))
+        except trio.BrokenResourceError:
+            pass  # closed while the rest was still being sent
+        with trio.fail_after(5):
+            assert await _closed(stream)
+        # Authenticated, the same frame is served.
+        stream = await trio.open_tcp_stream("127.0.0.1", ports["SASL_PLAINTEXT"])
+        await _exchange(stream, ApiKey.SASL_HANDSHAKE, 1, 1, SaslHandshakeRequest(mechanism="PLAIN"))
+        answer = await _exchange(stream, ApiKey.SASL_AUTHENTICATE, 1, 2, SaslAuthenticateRequest(
+            auth_bytes=plain_message("bob", "bob-secret")))
+        assert answer.error_code == ErrorCode.NONE
+        assert (await _exchange(stream, ApiKey.METADATA, 12, 3, big)).brokers == []
+        # A PLAINTEXT listener reads it without authentication (no SASL there).
+        stream = await trio.open_tcp_stream("127.0.0.1", ports["PLAINTEXT"])
+        assert (await _exchange(stream, ApiKey.METADATA, 12, 1, big)).brokers == []
+        nursery.cancel_scope.cancel()

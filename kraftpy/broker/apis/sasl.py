@@ -348,6 +348,10 @@ class SaslApi:
         token_expires_at = getattr(session.server, "expires_at", None)
         session.state = _State.AUTHENTICATED
         session.principal = conn.principal = principal
+        authenticated = getattr(conn, "on_authenticated", None)
+        if authenticated is not None:
+            conn.on_authenticated = None
+            authenticated()  # frames of up to socket.request.max.bytes from now on
         session.reauthenticating = False
         session.server = None
         lifetime_ms = listener.max_reauth_ms
