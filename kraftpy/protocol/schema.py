@@ -730,27 +730,19 @@ def _attr_name(name: str) -> str:
 
 
 class Struct:
-    """The base of every generated message class: equality and ``repr`` by the class's ``FIELDS``.
+    """The base of every generated message class: its ``repr`` by the class's ``FIELDS``.
 
     The classes are built here rather than by attrs (as the hand-written ones are): a process makes
     three hundred of them at import, and attrs' general machinery cost more than half of the time
     `message` takes. Each class has ``__slots__`` of its fields, an ``__init__`` taking them by position
-    or keyword (generated, one compilation per message, through kraftpy's code cache), values compared
-    by ``==`` field by field, and no hash (a message is mutable), as attrs' ``eq=True`` classes.
+    or keyword and an ``__eq__`` comparing them in order (both generated, one compilation per message,
+    through kraftpy's code cache), and no hash (a message is mutable), as attrs' ``eq=True`` classes.
     """
 
     __slots__ = ()
     #: The field names, in declaration order (the ``__init__`` order).
     FIELDS: tuple[str, ...] = ()
     __hash__ = None  # type: ignore[assignment]
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return all(a is b or a == b for a, b in zip(self._values(), other._values(), strict=True))  # type: ignore[attr-defined]
-
-    def _values(self) -> list[Any]:
-        return [getattr(self, name) for name in self.FIELDS]
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS)
@@ -811,17 +803,27 @@ def _make_classes(schema: MessageSchema, builder: _Builder) -> None:
     lines = ["def _inits(D, K, _M):"]
     lines += [f"    d{i} = D[{i}]" for i in range(len(defaults))]
     lines += [f"    k{i} = K[{i}]" for i in range(len(classes))]
-    for index, (_cls, signature, body) in enumerate(made):
+    for index, (cls, signature, body) in enumerate(made):
         lines.append(f"    def __init__(self, {', '.join(signature)}):" if signature else "    def __init__(self):")
         lines += ["    " + line for line in body] or ["        pass"]
-        lines.append(f"    i{index} = __init__")
+        # Equality is generated too: encoders compare a tagged struct with its default on every write.
+        mine = "".join(f"self.{name}, " for name in cls.FIELDS)
+        theirs = "".join(f"other.{name}, " for name in cls.FIELDS)
+        lines += ["    def __eq__(self, other):",
+                  "        if other.__class__ is not self.__class__:",
+                  "            return NotImplemented",
+                  f"        return ({mine}) == ({theirs})",
+                  f"    i{index} = (__init__, __eq__)"]
     lines.append(f"    return ({''.join(f'i{index}, ' for index in range(len(made)))})")
     namespace: dict[str, Any] = {}
     exec(_codecache.cached_compile("\n".join(lines) + "\n", f"<kraftpy.protocol classes {schema.name}>", "exec"),
          namespace)
-    for (cls, _signature, _body), init in zip(made, namespace["_inits"](tuple(defaults), tuple(classes), _MISSING), strict=True):
+    methods = namespace["_inits"](tuple(defaults), tuple(classes), _MISSING)
+    for (cls, _signature, _body), (init, eq) in zip(made, methods, strict=True):
         init.__qualname__ = f"{cls.__qualname__}.__init__"
+        eq.__qualname__ = f"{cls.__qualname__}.__eq__"
         cls.__init__ = init
+        cls.__eq__ = eq
     for struct_name, cls in schema.classes.items():
         if cls is not schema.cls:
             setattr(schema.cls, struct_name, cls)

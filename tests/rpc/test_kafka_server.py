@@ -232,3 +232,43 @@ async def test_a_failing_request_under_way_closes_the_connection_and_only_it():
             assert await read_frame(other) == b"fine"
             assert server.connections == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_small_file_regions_go_out_in_the_write_of_the_bytes_around_them(tmp_path, monkeypatch):
+    """A tail fetch's small regions are read and written with the answer's bytes in one write; large
+    ones, and small ones past the answer's share, still go by sendfile; the bytes are the same."""
+    from kraftpy.rpc import kafka_server
+
+    data = bytes(range(256)) * 4096
+    path = tmp_path / "segment.log"
+    path.write_bytes(data)
+    sendfiles: list[int] = []
+    real_sendfile = kafka_server._sendfile
+
+    async def counting_sendfile(stream, fd, offset, length):
+        sendfiles.append(length)
+        await real_sendfile(stream, fd, offset, length)
+
+    monkeypatch.setattr(kafka_server, "_sendfile", counting_sendfile)
+    monkeypatch.setattr(kafka_server, "COALESCED_ANSWER_BYTES", 3000)
+    with open(path, "rb") as fd:
+        regions = [FileRegion(fd.fileno(), 10, 1000), FileRegion(fd.fileno(), 5000, 100_000),
+                   FileRegion(fd.fileno(), 7, 1500), FileRegion(fd.fileno(), 99, 900)]
+
+        async def handler(payload, conn):
+            parts = [b"head", regions[0], b"mid", regions[1], regions[2], b"and", regions[3], b"tail"]
+            size = sum(part.length if isinstance(part, FileRegion) else len(part) for part in parts)
+            return [struct.pack(">i", size), *parts]
+
+        expected = (b"head" + data[10:1010] + b"mid" + data[5000:105_000] + data[7:1507] + b"and" + data[99:999]
+                    + b"tail")
+        async with trio.open_nursery() as nursery:
+            server = KafkaServer(handler, max_frame_bytes=1024)
+            port = await nursery.start(server.serve, "127.0.0.1", 0)
+            with trio.fail_after(30):  # bounds a failure only
+                client = await trio.open_tcp_stream("127.0.0.1", port)
+                await client.send_all(frame(b"fetch"))
+                assert await read_frame(client) == expected
+            nursery.cancel_scope.cancel()
+    # The 100 KB region by sendfile, and the last small one: the first two small ones used the answer's share.
+    assert sendfiles == [100_000, 900]
