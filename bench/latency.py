@@ -100,6 +100,34 @@ def paced_run(binary: Path, bootstrap: str, topic: str, rate: float, seconds: fl
     return Run(produced, followed, stats)
 
 
+def known_everywhere(cluster: ProcessCluster, topic: str) -> None:
+    """Wait until every broker's metadata has ``topic`` with a leader for each partition: CreateTopics is
+    answered once the controller committed it, and a consumer started at once may ask a broker that has
+    not applied it yet (its ListOffsets answered UNKNOWN_TOPIC_OR_PARTITION, a failed run)."""
+    import trio
+
+    from kraftpy.broker.client import KafkaConnection
+    from kraftpy.protocol.api_keys import ApiKey
+    from kraftpy.protocol.messages import MetadataRequest
+
+    async def everywhere() -> bool:
+        for port in cluster.broker_ports.values():
+            async with await KafkaConnection.connect("127.0.0.1", port) as conn:
+                answer = await conn.request(ApiKey.METADATA, 12, MetadataRequest(
+                    topics=[MetadataRequest.MetadataRequestTopic(name=topic)]))
+            [found] = answer.topics
+            if found.error_code or len(found.partitions) != PARTITIONS or any(
+                    p.leader_id < 0 for p in found.partitions):
+                return False
+        return True
+
+    for _ in range(600):
+        if trio.run(everywhere):
+            return
+        time.sleep(0.05)
+    raise SystemExit(f"topic {topic} not known to every broker 30 s after its creation")
+
+
 def retire(bootstrap: str, topic: str) -> None:
     """Delete ``topic`` once its phase is over: the next phase starts on a cluster with no replication of
     it left to catch up (a phase run flat out leaves the followers behind for a while)."""
@@ -127,6 +155,7 @@ def highest_rate_within_goal(binary: Path, cluster: ProcessCluster, ceiling: flo
         topic = f"latency-bound-{linger_ms}-{trial}"
         create_topics(cluster.bootstrap, [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3,
                                                    config={"min.insync.replicas": "2"})])
+        known_everywhere(cluster, topic)
         run = paced_run(binary, cluster.bootstrap, topic, rate, args.trial_seconds, args.warmup, args.record_size,
                         linger_ms, work)
         retire(cluster.bootstrap, topic)
@@ -154,6 +183,8 @@ def main(argv: list[str]) -> int:
         binary = build_cperf(work)
         create_topics(cluster.bootstrap, [NewTopic(t, num_partitions=PARTITIONS, replication_factor=3, config=config)
                                           for t in ("latency-peak", "latency")])
+        for topic in ("latency-peak", "latency"):
+            known_everywhere(cluster, topic)
         peak_args = ("paced", cluster.bootstrap, "latency-peak", str(args.peak_records), str(args.record_size), "all",
                      "0")
         peak_line = cperf_fields(subprocess.run([str(binary), *peak_args], capture_output=True, text=True,
