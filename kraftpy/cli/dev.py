@@ -135,7 +135,7 @@ def dev(
     async def main() -> None:
         from kraftpy.node import KraftNode
 
-        node = KraftNode(config, cluster_id)
+        node = KraftNode(config, cluster_id, freeze_gc_when_ready=True)
 
         async def serve(task_status=trio.TASK_STATUS_IGNORED) -> None:
             async with trio.open_nursery() as nursery:

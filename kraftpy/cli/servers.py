@@ -27,7 +27,7 @@ def run_node(config, override, log_level: str, log_format: str, roles: set[str] 
     cluster_id = cluster_id_or_exit(cfg)
 
     async def main() -> None:
-        node = KraftNode(cfg, cluster_id)
+        node = KraftNode(cfg, cluster_id, freeze_gc_when_ready=True)
         await serve_until_signal(node.run, node.stop_gracefully)
 
     run_or_exit(main)

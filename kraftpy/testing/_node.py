@@ -77,7 +77,7 @@ def run(spec: dict[str, Any]) -> int:
 async def _main(config, cluster_id: str, spec: dict[str, Any]) -> None:
     lifeline = await trio.open_tcp_stream("127.0.0.1", spec["lifeline"])
     await lifeline.send_all(json.dumps({"token": spec["token"], "pid": os.getpid()}).encode() + b"\n")
-    node = KraftNode(config, cluster_id)
+    node = KraftNode(config, cluster_id, freeze_gc_when_ready=True)
 
     async def serve(task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:

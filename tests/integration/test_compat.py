@@ -205,3 +205,12 @@ def test_auto_create_from_metadata_and_offsets_by_timestamp(deployment):
     assert [tp.offset for tp in found] == [5, 0, 9]
     assert beyond.offset == -1
     assert watermarks == (0, 10)
+
+
+def test_every_node_process_freezes_what_it_made_at_start_once_ready(deployment):
+    """`kraftpy dev`, `kraftpy controller` and `kraftpy broker` move what they made at start out of the
+    garbage collector's reach once ready: no full collection walks it again (a pause of 50-80 ms under
+    load every few seconds, the largest part of the produce latency's p99.9)."""
+    for proc in deployment.procs:
+        line = proc.wait_for("objects made at start frozen out of the garbage collector's reach")
+        assert line["frozen"] > 10_000, proc.name

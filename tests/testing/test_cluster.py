@@ -4,6 +4,7 @@ its topics and admin helper, its processes apart from the test's, bad input refu
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 
@@ -73,6 +74,12 @@ def test_a_cluster_serves_clients_and_leaves_nothing_behind(tmp_path):
         with pytest.raises(ClusterError) as missing:
             c.describe_topic("payments")
         assert missing.value.code == "UNKNOWN_TOPIC_OR_PARTITION"
+        # Each node, once ready, froze what it had made out of the garbage collector's reach (no full
+        # collection walks it again: pauses of tens of milliseconds under load).
+        for node in (c.controller, *c.brokers):
+            frozen = [json.loads(line) for line in node.log_path.read_text().splitlines()
+                      if "frozen out of the garbage collector" in line]
+            assert len(frozen) == 1 and frozen[0]["frozen"] > 10_000, node.name
         directory, port = c.data_dir, c.brokers[0].port
     assert not directory.exists()
     assert all(gone(pid) for pid in processes.values()), processes
