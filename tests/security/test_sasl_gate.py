@@ -24,6 +24,7 @@ from kraftpy.protocol.messages import (
 from kraftpy.rpc.kafka_server import ANONYMOUS, BadRequest, Connection
 from kraftpy.security.plain import plain_message
 from kraftpy.security.scram import ScramClient, ScramCredential
+from tests.security.test_tls_config import Recorder
 
 SECRET = "alice-secret"
 _CRED = ScramCredential.from_password("SCRAM-SHA-512", SECRET, salt=b"fixed-salt")
@@ -219,19 +220,6 @@ class _Listener:
         self.name, self.host, self.port, self.security_protocol, self.tls = name, "127.0.0.1", 0, name, None
 
 
-class _Log:
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, dict]] = []
-
-    def _add(self, event: str, **fields) -> None:
-        self.lines.append((event, fields))
-
-    warning = info = error = debug = _add
-
-    def bind(self, **_fields) -> _Log:
-        return self
-
-
 async def _exchange(stream: trio.SocketStream, api_key: int, version: int, correlation: int, request):
     await stream.send_all(bytes(join_frame(encode_request(api_key, version, correlation, "test", request))))
     data = b""
@@ -256,7 +244,7 @@ async def test_an_unauthenticated_connection_may_not_send_a_frame_over_sasl_serv
     from kraftpy.rpc.kafka_server import KafkaServer
 
     h = Harness()
-    log = _Log()
+    log = Recorder()
     server = KafkaServer(h.apis.handle, max_frame_bytes=8 << 20, log=log, sasl_max_receive_bytes=64 * 1024)
     big = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="t" * 200) for _ in range(1000)])
     async with trio.open_nursery() as nursery:
