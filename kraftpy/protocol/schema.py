@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import hashlib
 import keyword
+import re
 import struct
 import threading
 import uuid
@@ -829,10 +830,14 @@ def _make_classes(schema: MessageSchema, builder: _Builder) -> None:
             setattr(schema.cls, struct_name, cls)
 
 
+#: Names the generated ``__init__`` and ``__eq__`` use for themselves (see `_make_classes`).
+_GENERATED_NAMES = re.compile(r"self|other|D|K|_M|[dki][0-9]+")
+
+
 def _check_fields(fields: Sequence[Field], where: str) -> None:
     seen = set()
     for f in fields:
-        if f.name != _attr_name(f.name) or not f.name.isidentifier():
+        if f.name != _attr_name(f.name) or not f.name.isidentifier() or _GENERATED_NAMES.fullmatch(f.name):
             raise TypeError(f"{where}: field name {f.name!r} is not a usable identifier")
         if f.name in seen:
             raise TypeError(f"{where}: field {f.name} declared twice")

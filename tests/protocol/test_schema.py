@@ -158,6 +158,9 @@ def test_dsl_rejects_bad_declarations():
         F("x", "int32", "0+", [F("y", "int8")])
     with pytest.raises(TypeError):
         message("Dup", kind="request", versions="0", flexible="none", fields=[F("a", "int8"), F("a", "int8")])
+    for name in ("self", "other", "d0", "k12"):  # names the generated methods use for themselves
+        with pytest.raises(TypeError, match="usable identifier"):
+            message("Clash", kind="data", versions="0", flexible="none", fields=[F(name, "int8")])
 
 
 def test_nullable_struct_is_a_marker_byte_then_the_struct():
