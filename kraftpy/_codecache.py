@@ -5,7 +5,8 @@ compiles it when the class is created: for kraftpy's seven hundred classes that 
 the time a process takes to import a node's modules (a test cluster's start, a CLI command, a broker's
 restart), every time. The compiled code objects depend only on the source, its file name and the
 interpreter, so they are kept: `install` (run by ``kraftpy/__init__`` before any kraftpy class exists)
-puts a ``compile`` into attrs' module that looks the code up first.
+puts a ``compile`` into attrs' module that looks the code up first. kraftpy.protocol.schema compiles
+the protocol's message classes and their codecs through it too (`cached_compile`).
 
 Where: ``__pycache__/attrs-<interpreter's magic>/`` beside this file, or under ``sys.pycache_prefix``
 (``PYTHONPYCACHEPREFIX``) when it is set, one marshal file per class named by a digest of the source;

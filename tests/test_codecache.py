@@ -16,6 +16,12 @@ import json
 import kraftpy.metadata.records, kraftpy.raft.messages  # hundreds of attrs classes, hashable ones among them
 import attrs
 from kraftpy import _codecache
+# The protocol's message classes (built by kraftpy.protocol.schema) and a codec compiled on first use.
+before = dict(_codecache.stats)
+from kraftpy.protocol.messages import ProduceRequest
+request = ProduceRequest(acks=-1, timeout_ms=5)
+assert ProduceRequest.SCHEMA.decode(9, memoryview(ProduceRequest.SCHEMA.to_bytes(9, request)))[0] == request
+protocol = {key: _codecache.stats[key] - before[key] for key in before}
 
 @attrs.frozen
 class Point:
@@ -23,7 +29,7 @@ class Point:
     label: str
 
 a, b = Point(1, "p"), Point(1, "p")
-print(json.dumps({"stats": _codecache.stats, "eq": a == b, "hash": hash(a) == hash(b), "set": len({a, b}),
+print(json.dumps({"stats": _codecache.stats, "protocol": protocol, "eq": a == b, "hash": hash(a) == hash(b), "set": len({a, b}),
                   "repr": repr(a), "other": a == Point(2, "p")}))
 """
 
@@ -58,6 +64,9 @@ def test_a_second_process_compiles_nothing_whatever_its_hash_seed(tmp_path):
     behaves(first)
     behaves(second)
     assert len(entries(tmp_path)) == first["stats"]["written"]
+    # The protocol's classes and codecs are kept too (one compilation per message and per codec).
+    assert first["protocol"]["written"] > 50
+    assert second["protocol"] == {"hits": first["protocol"]["written"], "written": 0, "compiled": 0}
 
 
 def test_nothing_is_written_without_bytecode_writes_or_when_turned_off(tmp_path):
