@@ -27,7 +27,10 @@
  *   cperf.partition=N   the partition "consume" reads (default 0);
  *   cperf.warmup=S      "paced": the records of the first S seconds are sent, and marked (the byte
  *                       after the time is 1), but not measured, by "paced" or by "follow";
- *   cperf.stats=FILE    librdkafka's statistics, every second, appended to FILE (one JSON a line).
+ *   cperf.stats=FILE    librdkafka's statistics, every second, appended to FILE (one JSON a line);
+ *   cperf.timeline=FILE "paced" and "follow": for each 100 ms after the first measured record, the
+ *                       records measured and their largest latency, written to FILE at the end
+ *                       ("MS COUNT MAX_MS" a line): whether a tail is a few stalls or a backlog.
  *
  * bench/peers.py builds it against the librdkafka that the confluent-kafka wheel bundles, which ships
  * without headers: the declarations below are those of librdkafka's public rdkafka.h (a stable ABI)
@@ -100,6 +103,7 @@ static double last_delivery;
 static int32_t opt_partition;
 static double opt_warmup;
 static const char *opt_stats;
+static const char *opt_timeline;
 
 static double now(void) {
     struct timespec ts;
@@ -147,6 +151,8 @@ static void extra(rd_kafka_conf_t *conf, int argc, char **argv, int first) {
             opt_warmup = atof(eq + 1);
         else if (strcmp(argv[i], "cperf.stats") == 0)
             opt_stats = eq + 1;
+        else if (strcmp(argv[i], "cperf.timeline") == 0)
+            opt_timeline = eq + 1;
         else
             set(conf, argv[i], eq + 1);
     }
@@ -262,6 +268,43 @@ static int consume(int argc, char **argv) {
 static double *latencies;
 static long measured;
 
+/* cperf.timeline: per 100 ms window (of the time a measured record was received or delivered), from
+ * the first measured record, the records measured and their largest latency */
+#define WINDOWS 20000
+static long window_count[WINDOWS];
+static double window_max[WINDOWS];
+static uint64_t windows_from;
+static int windows_used;
+
+static void measure(uint64_t at_ns, double ms) {
+    latencies[measured++] = ms;
+    if (opt_timeline == NULL)
+        return;
+    if (windows_from == 0)
+        windows_from = at_ns;
+    long w = (long)((at_ns - windows_from) / 100000000u);
+    if (w >= WINDOWS)
+        w = WINDOWS - 1;
+    window_count[w]++;
+    if (ms > window_max[w])
+        window_max[w] = ms;
+    if (w >= windows_used)
+        windows_used = (int)w + 1;
+}
+
+static void write_timeline(void) {
+    if (opt_timeline == NULL)
+        return;
+    FILE *out = fopen(opt_timeline, "w");
+    if (out == NULL) {
+        perror(opt_timeline);
+        return;
+    }
+    for (int w = 0; w < windows_used; w++)
+        fprintf(out, "%d %ld %.3f\n", w * 100, window_count[w], window_max[w]);
+    fclose(out);
+}
+
 static int by_value(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -295,8 +338,10 @@ static void on_paced_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, voi
     }
     /* the opaque is the time it was handed over, with the lowest bit set for a warm-up record */
     uint64_t handed = (uint64_t)(uintptr_t)msg->_private;
-    if (msg->err == 0 && !(handed & 1))
-        latencies[measured++] = (double)(now_ns() - handed) / 1e6;
+    if (msg->err == 0 && !(handed & 1)) {
+        uint64_t at = now_ns();
+        measure(at, (double)(at - handed) / 1e6);
+    }
 }
 
 static int paced(int argc, char **argv) {
@@ -356,6 +401,7 @@ static int paced(int argc, char **argv) {
     for (int p = 0; p < partitions_seen; p++)
         printf(p ? ",%ld" : "%ld", delivered_to[p]);
     print_percentiles();
+    write_timeline();
     free(payload);
     rd_kafka_topic_destroy(rkt);
     rd_kafka_destroy(rk);
@@ -408,7 +454,7 @@ static int follow(int argc, char **argv) {
                 if (got++ == 0)
                     first = now();
                 if (!value[8])
-                    latencies[measured++] = (double)(received - handed) / 1e6;
+                    measure(received, (double)(received - handed) / 1e6);
             } else if (batch[i]->err != 0 && errors++ == 0) {
                 fprintf(stderr, "cperf: consume: %s\n", rd_kafka_err2str(batch[i]->err));
             }
@@ -420,6 +466,7 @@ static int follow(int argc, char **argv) {
     printf("records=%ld errors=%ld seconds=%.6f startup=%.6f measured=%ld", got, errors, now() - first,
            first - started, measured);
     print_percentiles();
+    write_timeline();
     for (int p = 0; p < partitions; p++)
         rd_kafka_consume_stop(rkt, p);
     rd_kafka_queue_destroy(queue);

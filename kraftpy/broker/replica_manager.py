@@ -100,6 +100,7 @@ from kraftpy.storage.fsutil import read_small_file
 from kraftpy.storage.log import Log, LogClosedError
 from kraftpy.storage.log_config import LogConfig
 from kraftpy.storage.log_manager import LogManager, partition_dir_name
+from kraftpy.storage.writeback import Writeback
 
 PARTITION_METADATA_FILE = "partition.metadata"
 DELETE_SUFFIX = "-delete"
@@ -237,7 +238,9 @@ class ReplicaManager:
         self.channel = channel
         self.clock = clock
         self._log = _logger.bind(node_id=self.node_id)
-        self.log_manager = LogManager(settings.log_dirs, clock=clock)
+        #: Steady write-back of appended data (log.writeback.interval.bytes), run in `run`.
+        self.writeback = Writeback(settings.log_writeback_interval_bytes)
+        self.log_manager = LogManager(settings.log_dirs, clock=clock, writeback=self.writeback)
         #: Held around every worker-thread call into the log manager, which is not thread-safe.
         self._log_manager_lock = trio.Lock()
         #: No log opened yet since the start (the first opening is where a clean stop is trusted).
@@ -312,6 +315,7 @@ class ReplicaManager:
                 nursery.start_soon(self._run_deletions)
                 nursery.start_soon(self._run_dir_assignments)
                 nursery.start_soon(self._run_descriptor_trim)
+                await nursery.start(self.writeback.run)
                 await nursery.start(self.log_cleaner.run)
                 task_status.started()
         finally:

@@ -106,6 +106,9 @@ class BrokerSettings:
     recovery_threads_per_data_dir: int = 1
     #: log.open.segments.max: the most segment files held open at once (0: half the open-file limit).
     log_open_segments_max: int = 0
+    #: log.writeback.interval.bytes: appended bytes of a segment after which the kernel is asked to
+    #: start writing them to disk (0: its own write-back alone; kraftpy.storage.writeback).
+    log_writeback_interval_bytes: int = 1048576
     #: The group coordinator and __consumer_offsets (Kafka's key names: offsets.topic.num.partitions, ...).
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
@@ -204,6 +207,7 @@ class BrokerSettings:
             producer_id_expiration_ms=config["producer.id.expiration.ms"],
             recovery_threads_per_data_dir=config["num.recovery.threads.per.data.dir"],
             log_open_segments_max=config["log.open.segments.max"],
+            log_writeback_interval_bytes=config["log.writeback.interval.bytes"],
             offsets_topic_num_partitions=config["offsets.topic.num.partitions"],
             offsets_topic_replication_factor=config["offsets.topic.replication.factor"],
             offsets_topic_segment_bytes=config["offsets.topic.segment.bytes"],

@@ -289,6 +289,15 @@ KEYS: list[ConfigKey] = [
               "number of partitions within its open-file limit. 0: half of the open-file limit (the "
               "broker first raises its soft limit, ulimit -n, to the hard one); the other half is left "
               "for connections and index files.", at_least(0), roles=B),
+    ConfigKey("log.writeback.interval.bytes", "int", 1048576,
+              "Bytes appended to a log segment after which the broker asks the kernel to start writing "
+              "them to disk (Linux's sync_file_range, from a worker thread). Nothing waits for those "
+              "writes and durability is unchanged (log.flush.interval.messages and .ms decide the "
+              "fsyncs); the page cache's dirty data stays small and the disk is written as the log "
+              "grows, instead of in the bursts of the kernel's own write-back (at vm.dirty_background_ratio "
+              "of memory, or 30 s), which take the CPU and the disk from the broker for a second and show "
+              "as latency spikes. 0: the kernel's write-back alone, as Kafka leaves it. Not Linux: no "
+              "effect.", at_least(0), roles=B),
     ConfigKey("log.cleaner.threads", "int", 1,
               "How many logs are cleaned at the same time, each with its share of the dedupe buffer; 0 "
               "cleans none.", at_least(0), roles=B),

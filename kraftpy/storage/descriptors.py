@@ -114,6 +114,12 @@ class DescriptorCache:
         finally:
             self.unpin(holder)
 
+    def duplicate_if_open(self, holder: _Holder) -> int | None:
+        """A duplicate of ``holder``'s descriptor, the caller's to close, or None if it is not open
+        (nothing is opened for it). The duplicate stays valid whatever happens to the segment meanwhile."""
+        with self._lock:
+            return os.dup(holder._fd) if holder._fd >= 0 else None
+
     def release(self, holder: _Holder) -> None:
         """Close ``holder``'s descriptor now if more than the capacity are open: for a segment no
         other thread can reach yet (a log being opened), so nothing may hold its descriptor."""

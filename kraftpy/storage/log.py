@@ -88,6 +88,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 import structlog
@@ -121,6 +122,9 @@ from kraftpy.storage.segment import (
     segment_file_name,
 )
 from kraftpy.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionReplay
+
+if TYPE_CHECKING:
+    from kraftpy.storage.writeback import Writeback
 
 #: The header bytes a leader stamps: base_offset (0-7), batch_length, partition_leader_epoch (12-15).
 _STAMPED_PREFIX = MAGIC_OFFSET
@@ -210,6 +214,9 @@ class Log:
         self.config = config
         self.clock = clock
         self._log = _logger.bind(log_dir=directory.name)
+        #: Asks the kernel to write appended data steadily (set by the broker's LogManager; None: the
+        #: kernel's own write-back alone).
+        self.writeback: Writeback | None = None
         #: Sorted by base offset; never empty while open; the last one is the active segment.
         #: Replaced, never edited in place (readers on another thread may hold the old list).
         self._segments: list[LogSegment] = []
@@ -593,7 +600,10 @@ class Log:
                 max_timestamp, offset_of_max = info.max_timestamp, info.last_offset
         if self.needs_roll(size, infos[0].base_offset, infos[-1].last_offset, max_timestamp):
             self.roll(max(infos[0].base_offset, self.log_end_offset))
-        self._segments[-1].append(parts, infos, now)
+        segment = self._segments[-1]
+        segment.append(parts, infos, now)
+        if self.writeback is not None:
+            self.writeback.appended(segment)
         for info in infos:
             self._maybe_assign_epoch(info.leader_epoch, info.base_offset)
         records = sum(info.record_count for info in infos)

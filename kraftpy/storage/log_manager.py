@@ -58,6 +58,7 @@ from kraftpy.storage.fsutil import fsync_dir, sync_filesystem, write_atomic
 from kraftpy.storage.log import Log, wall_clock_ms
 from kraftpy.storage.log_config import LogConfig
 from kraftpy.storage.meta_properties import MetaPropertiesError, read_meta_properties
+from kraftpy.storage.writeback import Writeback
 
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 REPLICATION_CHECKPOINT_FILE = "replication-offset-checkpoint"
@@ -98,9 +99,12 @@ class LogDirectory:
 
 
 class LogManager:
-    def __init__(self, log_dirs: Sequence[Path], *, clock: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(self, log_dirs: Sequence[Path], *, clock: Callable[[], int] = wall_clock_ms,
+                 writeback: Writeback | None = None) -> None:
         self.clock = clock
         self.dirs = {Path(d): LogDirectory(Path(d)) for d in log_dirs}
+        #: Given to every log opened (log.writeback.interval.bytes); None: the kernel's write-back alone.
+        self.writeback = writeback
         self._log = _logger
         #: Parsed partition directory names and checkpoint line prefixes, made once per partition.
         self._locations: dict[str, tuple[str, TopicPartitionKey] | None] = {}
@@ -215,6 +219,7 @@ class LogManager:
             clean = (directory / _LEGACY_MARKER).exists() and offsets is not None
             log_dir.legacy.add(key)
         log = Log.open(directory, config, clock=self.clock, offsets=offsets, clean_shutdown=clean)
+        log.writeback = self.writeback
         if offsets is None:
             # A new log (or one never checkpointed): record where it starts from now on.
             log_dir.recorded[key] = log.offsets
@@ -228,6 +233,7 @@ class LogManager:
         if log_dir is None or key is None:
             raise ValueError(f"{directory} is not a partition directory of this broker")
         log = Log.open(directory, config, clock=self.clock, offsets=offsets, clean_shutdown=True)
+        log.writeback = self.writeback
         log_dir.recorded[key] = log.offsets
         log_dir.legacy.discard(key)
         return log

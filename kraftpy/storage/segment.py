@@ -152,6 +152,8 @@ class LogSegment:
         self.last_modified_ms = now_ms
         self._bytes_since_last_index_entry = 0
         self._unsynced = False
+        #: Where the bytes not yet handed to the write-back end (kraftpy.storage.writeback).
+        self.writeback_from = 0
         self._deferred = False
         if fd >= 0:
             DESCRIPTORS.opened(self)
@@ -613,6 +615,7 @@ class LogSegment:
         removed = self.size - position
         os.ftruncate(self._fd, position)
         self.size = position
+        self.writeback_from = min(self.writeback_from, position)
         self._unsynced = True
         self.index.truncate_to_position(position)
         self._rebuild_indexes_from(len(self.index))

@@ -1,0 +1,193 @@
+"""log.writeback.interval.bytes: appended data handed to the kernel's write-back as the log grows."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import threading
+
+import pytest
+import trio
+
+from kraftpy.storage.descriptors import DESCRIPTORS
+from kraftpy.storage.log_config import LogConfig
+from kraftpy.storage.log_manager import LogManager
+from kraftpy.storage.writeback import Writeback, kernel_start_write
+
+from ._support import ManualClock, batch
+
+INTERVAL = 4096
+
+
+class Recorder:
+    """A ``start_write`` that notes each call (thread, file, range) and, like the kernel's, starts
+    nothing; ``covered`` is set once the ranges reach ``until`` bytes of the file."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, int, int]] = []
+        self.covered = threading.Event()
+        self.until = 0
+
+    def __call__(self, fd: int, offset: int, length: int) -> None:
+        self.calls.append((threading.get_ident(), os.fstat(fd).st_ino, offset, length))
+        if offset + length >= self.until:
+            self.covered.set()
+
+
+async def covered(recorder: Recorder) -> None:
+    """Wait until ``recorder`` saw its range; a test that fails here fails, it does not hang."""
+    with trio.fail_after(30):
+        await trio.to_thread.run_sync(recorder.covered.wait, abandon_on_cancel=True)
+
+
+def open_log(tmp_path, writeback: Writeback, segment_bytes: int = 1 << 30):
+    manager = LogManager([tmp_path], clock=ManualClock(), writeback=writeback)
+    manager.load()
+    return manager.open_log(tmp_path / "orders-0", LogConfig(segment_bytes=segment_bytes))
+
+
+async def test_appended_ranges_are_handed_over_in_order_from_a_worker_thread(tmp_path):
+    recorder = Recorder()
+    writeback = Writeback(INTERVAL, start_write=recorder)
+    log = open_log(tmp_path, writeback)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writeback.run)
+        record = batch(10, value_size=100)
+        while log.active_segment.size < 10 * INTERVAL:
+            log.append_as_leader(record, leader_epoch=1)
+            await trio.lowlevel.checkpoint()
+        segment = log.active_segment
+        recorder.until = segment.writeback_from  # the end of the last range queued
+        await covered(recorder)
+        nursery.cancel_scope.cancel()
+    assert threading.get_ident() not in {thread for thread, *_ in recorder.calls}
+    assert {inode for _, inode, *_ in recorder.calls} == {os.stat(segment.path).st_ino}
+    # Contiguous from the start of the file, each range at least the interval, none past the data.
+    position = 0
+    for _, _, offset, length in recorder.calls:
+        assert offset == position and length >= INTERVAL
+        position += length
+    assert segment.writeback_from == position <= segment.size < position + INTERVAL + len(record)
+    assert writeback.requested_bytes == position and writeback.errors == 0
+
+
+async def test_each_segment_is_written_back_on_its_own(tmp_path):
+    recorder = Recorder()
+    writeback = Writeback(INTERVAL, start_write=recorder)
+    log = open_log(tmp_path, writeback, segment_bytes=3 * INTERVAL)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writeback.run)
+        record = batch(10, value_size=100)
+        while len(log.segments) < 4:
+            log.append_as_leader(record, leader_epoch=1)
+            await trio.lowlevel.checkpoint()
+        last_full = log.segments[-2]
+        recorder.until = last_full.writeback_from
+        await covered(recorder)
+        nursery.cancel_scope.cancel()
+    inodes = {os.stat(s.path).st_ino: s for s in log.segments}
+    for full in log.segments[:-1]:
+        ranges = [(offset, length) for _, inode, offset, length in recorder.calls
+                  if inodes.get(inode) is full]
+        assert ranges and ranges[0][0] == 0 and sum(length for _, length in ranges) == full.writeback_from
+
+
+async def test_off_when_zero_and_quiet_without_the_runner(tmp_path):
+    recorder = Recorder()
+    off = Writeback(0, start_write=recorder)
+    assert not off.enabled
+    with trio.fail_after(1):
+        await off.run()  # returns at once: nothing to run
+    log = open_log(tmp_path, off)
+    log.append_as_leader(batch(100, value_size=100), leader_epoch=1)
+    # On, but its runner not started (a log opened by a tool, or before the broker runs): nothing queued.
+    idle = Writeback(INTERVAL, start_write=recorder)
+    other = open_log(tmp_path / "other", idle)
+    other.append_as_leader(batch(100, value_size=100), leader_epoch=1)
+    assert recorder.calls == [] and other.active_segment.writeback_from == 0
+    assert Writeback(INTERVAL, start_write=None).enabled is (kernel_start_write() is not None)
+
+
+async def test_truncation_moves_the_mark_back(tmp_path):
+    recorder = Recorder()
+    writeback = Writeback(INTERVAL, start_write=recorder)
+    log = open_log(tmp_path, writeback)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writeback.run)
+        for _ in range(10):
+            log.append_as_leader(batch(10, value_size=100), leader_epoch=1)
+        assert log.active_segment.writeback_from > 0
+        log.truncate_to(1)
+        assert log.active_segment.writeback_from == log.active_segment.size
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_segment_whose_descriptor_was_closed_is_skipped(tmp_path):
+    recorder = Recorder()
+    writeback = Writeback(INTERVAL, start_write=recorder)
+    log = open_log(tmp_path, writeback)
+    segment = log.active_segment
+    DESCRIPTORS.closed(segment)  # as the descriptor cache does beyond log.open.segments.max
+    writeback._write_out({segment: (0, INTERVAL)})
+    assert recorder.calls == [] and writeback.requested_bytes == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
+def test_the_kernel_call(tmp_path):
+    start_write = kernel_start_write()
+    assert start_write is not None
+    path = tmp_path / "data"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(fd, b"x" * 65536)
+        start_write(fd, 0, 65536)  # starts the write; nothing to wait for
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError) as refused:
+        start_write(fd, 0, 65536)
+    assert refused.value.errno == errno.EBADF
+
+
+async def test_a_failed_call_is_counted_and_the_next_range_still_goes(tmp_path):
+    calls = []
+
+    def failing(fd: int, offset: int, length: int) -> None:
+        calls.append(offset)
+        if len(calls) == 1:
+            raise OSError(errno.EIO, "I/O error")
+
+    writeback = Writeback(INTERVAL, start_write=failing)
+    log = open_log(tmp_path, writeback)
+    segment = log.active_segment
+    log.append_as_leader(batch(100, value_size=100), leader_epoch=1)
+    writeback._write_out({segment: (0, INTERVAL)})
+    writeback._write_out({segment: (INTERVAL, 2 * INTERVAL)})
+    assert calls == [0, INTERVAL]
+    assert writeback.errors == 1 and writeback.requested_bytes == INTERVAL
+
+
+async def test_a_brokers_leader_and_follower_logs_are_written_back(tmp_path):
+    """Two brokers of the in-memory harness, log.writeback.interval.bytes=4096: acks=all produces to
+    a partition of replication factor 2 reach the kernel's write-back on both, leader and follower."""
+    from kraftpy.broker.client import KafkaConnection
+    from tests.helpers.cluster import open_cluster
+    from tests.helpers.protocol import produce
+
+    async with open_cluster(tmp_path, brokers=2, log_writeback_interval_bytes=INTERVAL) as cluster:
+        await cluster.create_topic("orders", partitions=1, replication_factor=2)
+        recorders = {}
+        for broker_id, broker in cluster.brokers.items():
+            writeback = broker.replicas.writeback
+            assert writeback.interval_bytes == INTERVAL and writeback.enabled
+            recorders[broker_id] = recorder = Recorder()
+            recorder.until = 4 * INTERVAL
+            writeback._start_write = recorder
+        leader = cluster.image.topics.get_by_name("orders").partitions[0].leader
+        async with await KafkaConnection.connect("127.0.0.1", cluster.ports[leader]) as conn:
+            for i in range(16):
+                answer = await produce(conn, "orders", 0, batch(10, value_size=100, tag=i))
+                assert answer.error_code == 0
+        for recorder in recorders.values():
+            await covered(recorder)
+            assert recorder.calls[0][2] == 0
