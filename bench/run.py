@@ -114,7 +114,15 @@ def report(changes: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    names = argv or [n for n in ORDER if (ROOT / "bench" / f"{n}.py").exists()]
+    known = [n for n in ORDER if (ROOT / "bench" / f"{n}.py").exists()]
+    unknown = [n for n in argv if n not in known]
+    if unknown:
+        # Before anything runs: a mistyped name (or an option) would otherwise become a failed
+        # section of the page.
+        print(f"usage: python bench/run.py [SECTION ...]; not a section: {' '.join(unknown)}\n"
+              f"sections: {' '.join(known)}", file=sys.stderr)
+        return 2
+    names = argv or known
     sections = []
     failed = []
     for name in names:

@@ -54,3 +54,13 @@ def test_bench_run_lists_the_tracked_ratios_that_moved_against_the_previous_page
     again = run.with_comparison(page, [], run.page_date(new))
     assert again.count(f"## {run.COMPARED}") == 1 and "None moved." in again
     assert run.ratio_changes(new, new) == []
+
+
+def test_bench_run_refuses_a_name_that_is_no_section_before_running_anything():
+    page = ROOT / "docs" / "benchmarks.md"
+    before = page.read_bytes()
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--help"], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert run.returncode == 2
+    assert "not a section: --help" in run.stderr and "latency" in run.stderr
+    assert page.read_bytes() == before  # no "## --help" section of a failed benchmark
