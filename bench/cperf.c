@@ -7,7 +7,9 @@
  *
  * It prints one line: "records=N errors=E seconds=S" (S from the first record handed to librdkafka
  * until the last delivery report; for the consumer, from the first record received until the last,
- * as rdkafka_performance counts, with "startup=" the time before the first record).
+ * as rdkafka_performance counts, with "startup=" the time before the first record; the consumer adds
+ * "first_at=" and "last_at=", the CLOCK_MONOTONIC times of its first and last record, which
+ * Python's time.monotonic() reads on Linux).
  *
  * Two more modes measure latency, each meant to run in a process of its own:
  *
@@ -244,7 +246,11 @@ static int consume(int argc, char **argv) {
     long got = 0, errors = 0;
     double first = 0, deadline = started + 600;
     while (got < count && now() < deadline) {
-        ssize_t n = rd_kafka_consume_batch(rkt, opt_partition, 1000, batch, 10000);
+        /* at most what is left: a batch call waits (until its timeout, or the partition's EOF after
+         * the broker held an empty fetch for fetch.wait.max.ms) for as many as it asked for, and the
+         * wait would count as reading time */
+        size_t want = count - got < 10000 ? (size_t)(count - got) : 10000;
+        ssize_t n = rd_kafka_consume_batch(rkt, opt_partition, 1000, batch, want);
         for (ssize_t i = 0; i < n; i++) {
             if (batch[i]->err == 0) {
                 if (got++ == 0)
@@ -257,7 +263,8 @@ static int consume(int argc, char **argv) {
             rd_kafka_poll(rk, 0); /* serves the statistics callback */
     }
     double last = now();
-    printf("records=%ld errors=%ld seconds=%.6f startup=%.6f\n", got, errors, last - first, first - started);
+    printf("records=%ld errors=%ld seconds=%.6f startup=%.6f first_at=%.6f last_at=%.6f\n", got, errors,
+           last - first, first - started, first, last);
     rd_kafka_consume_stop(rkt, opt_partition);
     rd_kafka_topic_destroy(rkt);
     rd_kafka_destroy(rk);

@@ -1,24 +1,27 @@
 """Produce and end-to-end latency on a 3 + 3 cluster, acks=all, replication factor 3, at half of peak.
 
-Three `kraftpy controller` and three `kraftpy broker` processes on this machine; a topic of 6
-partitions with replication factor 3 and min.insync.replicas 2; 100-byte records. The clients are
-bench/cperf.c (librdkafka 2.x, as the confluent-kafka wheel bundles it), each in a process of its
-own, so that neither waits on the other or on the benchmark's interpreter. First the peak: one
-producer (acks=all, librdkafka's defaults: linger.ms=5, its sticky partitioner) sends as fast as it
-can. Then the same producer sends at half that rate, paced, while one consumer reads every partition
-as it is written: produce latency is from the record handed to librdkafka until its delivery report
-(what Kafka's producer-perf-test reports), end-to-end latency from the same moment until the consumer
-has the record (the producer writes the time into the value; one clock for the whole machine). The
-first seconds (the warm-up: connections, metadata, the consumer catching up) are sent but not
-measured. librdkafka's own statistics split the produce latency: the time a record waits in the
-producer's queue for its batch to be sent (linger.ms), and the produce request's round trip to the
-leader (the broker's append, the followers' fetches, the answer). Last, the highest rate whose
-end-to-end p99 stays within the goal, found by bisection in shorter runs, with linger.ms=5 and with
-linger.ms=1 (the setting the OpenMessaging Benchmark uses for Kafka's latency runs). Each phase has a
-topic of its own, deleted when the phase ends, so that none starts while the followers still catch up
-with the one before. Every process
-shares the two cores with every other: the cluster's six and the two clients. The goal is an
-end-to-end p99 of 10 ms or less.
+Three `kraftpy controller` and three `kraftpy broker` processes on this machine; a topic of 6 partitions
+with replication factor 3 and min.insync.replicas 2; 100-byte records. The clients are bench/cperf.c
+(librdkafka 2.x, as the confluent-kafka wheel bundles it), each in a process of its own, so that neither
+waits on the other or on the benchmark's interpreter. First the peak: one producer (acks=all,
+librdkafka's defaults: linger.ms=5, its sticky partitioner) sends as fast as it can while one consumer
+reads every partition as it is written, long enough for the cluster to reach its steady state (the page
+cache's write-back running, the consumer following the head); the peak is the records delivered per
+second over the second half of that run (the first seconds of a fresh cluster go faster, and a short
+burst, also shown, overstates what it sustains: at half of a burst's rate the cluster is past its
+capacity and the latency measured is a queue's). Then the same producer sends at half the peak, paced,
+while the consumer reads every partition as it is written: produce latency is from the record handed to
+librdkafka until its delivery report (what Kafka's producer-perf-test reports), end-to-end latency from
+the same moment until the consumer has the record (the producer writes the time into the value; one
+clock for the whole machine). The first seconds (the warm-up: connections, metadata, the consumer
+catching up) are sent but not measured. librdkafka's own statistics split the produce latency: the time
+a record waits in the producer's queue for its batch to be sent (linger.ms), and the produce request's
+round trip to the leader (the broker's append, the followers' fetches, the answer). Last, the highest
+rate whose end-to-end p99 stays within the goal, found by bisection in shorter runs, with linger.ms=5
+and with linger.ms=1 (the setting the OpenMessaging Benchmark uses for Kafka's latency runs). Each phase
+has a topic of its own, deleted when the phase ends, so that none starts while the followers still catch
+up with the one before, or while the disk still writes its data. Every process shares the two cores with
+every other: the cluster's six and the two clients. The goal is an end-to-end p99 of 10 ms or less.
 """
 
 from __future__ import annotations
@@ -50,10 +53,30 @@ GOAL_P99_MS = 10.0
 class Run:
     """One paced run: a consumer of every partition, then a producer at ``rate`` records/s."""
 
-    def __init__(self, produced: dict[str, str], followed: dict[str, str], stats: Path) -> None:
+    def __init__(self, produced: dict[str, str], followed: dict[str, str], stats: Path, timelines: Path) -> None:
         self.produced = produced
         self.followed = followed
         self.split = self._split(stats)
+        #: cperf.timeline of the producer (deliveries) and of the consumer (receipts): per 100 ms,
+        #: (records, largest latency in ms).
+        self.delivered = self._timeline(timelines.with_suffix(".paced"))
+        self.received = self._timeline(timelines.with_suffix(".follow"))
+
+    @staticmethod
+    def _timeline(path: Path) -> list[tuple[int, float]]:
+        rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
+        return [(int(count), float(largest)) for _, count, largest in rows]
+
+    def steady_rate(self) -> float:
+        """Records delivered per second over the second half of the producer's run (its last
+        window, cut short by the end, left out)."""
+        windows = self.delivered[len(self.delivered) // 2:-1]
+        return sum(count for count, _ in windows) / (len(windows) / 10) if windows else 0.0
+
+    def worst_each_second(self) -> list[float]:
+        """The largest end-to-end latency of each whole second of the measured part (ms)."""
+        seconds = [self.received[i:i + 10] for i in range(0, len(self.received) - 9, 10)]
+        return [max(largest for _, largest in second) for second in seconds]
 
     def produce_ms(self, q: str) -> float:
         return float(self.produced[q])
@@ -81,14 +104,19 @@ class Run:
 
 def paced_run(binary: Path, bootstrap: str, topic: str, rate: float, seconds: float, warmup: float,
               record_size: int, linger_ms: int, work: Path) -> Run:
-    count = int(rate * (warmup + seconds))
+    """``rate`` records/s for ``warmup`` + ``seconds``; ``rate`` 0: as fast as it goes, ``seconds`` then
+    being the number of records."""
+    count = int(rate * (warmup + seconds)) if rate else int(seconds)
     stats = work / f"{topic}.stats.json"
-    follow_args = ("follow", bootstrap, topic, str(PARTITIONS), str(count))
+    timelines = work / f"{topic}.timeline"
+    follow_args = ("follow", bootstrap, topic, str(PARTITIONS), str(count),
+                   f"cperf.timeline={timelines.with_suffix('.follow')}")
     follower = subprocess.Popen([str(binary), *follow_args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
     try:
         paced_args = ("paced", bootstrap, topic, str(count), str(record_size), "all", f"{rate:.0f}",
-                      f"linger.ms={linger_ms}", f"cperf.warmup={warmup}", f"cperf.stats={stats}")
+                      f"linger.ms={linger_ms}", f"cperf.warmup={warmup}", f"cperf.stats={stats}",
+                      f"cperf.timeline={timelines.with_suffix('.paced')}")
         produced = cperf_fields(subprocess.run([str(binary), *paced_args], capture_output=True, text=True,
                                                timeout=900), paced_args)
         stdout, stderr = follower.communicate(timeout=300)
@@ -97,7 +125,7 @@ def paced_run(binary: Path, bootstrap: str, topic: str, rate: float, seconds: fl
             follower.kill()
             follower.wait()
     followed = cperf_fields((follower.returncode, stdout, stderr), follow_args)
-    return Run(produced, followed, stats)
+    return Run(produced, followed, stats, timelines)
 
 
 def known_everywhere(cluster: ProcessCluster, topic: str) -> None:
@@ -130,7 +158,8 @@ def known_everywhere(cluster: ProcessCluster, topic: str) -> None:
 
 def retire(bootstrap: str, topic: str) -> None:
     """Delete ``topic`` once its phase is over: the next phase starts on a cluster with no replication of
-    it left to catch up (a phase run flat out leaves the followers behind for a while)."""
+    it left to catch up (a phase run flat out leaves the followers behind for a while) and no write-back
+    of its data left to the disk."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -138,9 +167,13 @@ def retire(bootstrap: str, topic: str) -> None:
         future.result(timeout=60)
     for _ in range(600):
         if topic not in admin.list_topics(timeout=10).topics:
-            return
+            break
         time.sleep(0.05)
-    raise SystemExit(f"topic {topic} still listed after its deletion")
+    else:
+        raise SystemExit(f"topic {topic} still listed after its deletion")
+    # And the disk done with it: what the phase wrote and the kernel still writes back would take
+    # the next phase's CPU (a phase flat out writes gigabytes).
+    os.sync()
 
 
 def highest_rate_within_goal(binary: Path, cluster: ProcessCluster, ceiling: float, linger_ms: int,
@@ -169,7 +202,10 @@ def highest_rate_within_goal(binary: Path, cluster: ProcessCluster, ceiling: flo
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--peak-records", type=int, default=4_000_000)
+    parser.add_argument("--burst-records", type=int, default=4_000_000,
+                        help="records of the burst: one producer alone, flat out, on a fresh cluster")
+    parser.add_argument("--peak-records", type=int, default=16_000_000,
+                        help="records of the flat-out run with the consumer whose second half is the peak")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long the half-rate phase is measured")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds sent before measuring")
     parser.add_argument("--record-size", type=int, default=100)
@@ -182,14 +218,18 @@ def main(argv: list[str]) -> int:
         work = Path(tmp)
         binary = build_cperf(work)
         create_topics(cluster.bootstrap, [NewTopic(t, num_partitions=PARTITIONS, replication_factor=3, config=config)
-                                          for t in ("latency-peak", "latency")])
-        for topic in ("latency-peak", "latency"):
+                                          for t in ("latency-burst", "latency-peak", "latency")])
+        for topic in ("latency-burst", "latency-peak", "latency"):
             known_everywhere(cluster, topic)
-        peak_args = ("paced", cluster.bootstrap, "latency-peak", str(args.peak_records), str(args.record_size), "all",
-                     "0")
-        peak_line = cperf_fields(subprocess.run([str(binary), *peak_args], capture_output=True, text=True,
-                                                timeout=900), peak_args)
-        peak = int(peak_line["records"]) / float(peak_line["seconds"])
+        burst_args = ("paced", cluster.bootstrap, "latency-burst", str(args.burst_records), str(args.record_size),
+                      "all", "0")
+        burst_line = cperf_fields(subprocess.run([str(binary), *burst_args], capture_output=True, text=True,
+                                                 timeout=900), burst_args)
+        burst = int(burst_line["records"]) / float(burst_line["seconds"])
+        retire(cluster.bootstrap, "latency-burst")
+        flat_out = paced_run(binary, cluster.bootstrap, "latency-peak", 0, args.peak_records, 0, args.record_size, 5,
+                             work)
+        peak = flat_out.steady_rate()
         retire(cluster.bootstrap, "latency-peak")
         half = paced_run(binary, cluster.bootstrap, "latency", peak / 2, args.seconds, args.warmup, args.record_size,
                          5, work)
@@ -203,7 +243,10 @@ def main(argv: list[str]) -> int:
     print(__doc__.split("\n\n", 1)[1].replace("\n", " ").strip() + "\n")
     print("| acks=all, replication factor 3, C clients | value |")
     print("|---|---:|")
-    print(f"| peak: records/s ({args.record_size} B, one producer flat out) | {peak:,.0f} |")
+    print(f"| burst: records/s ({args.burst_records:,} records of {args.record_size} B, one producer flat out, "
+          f"alone) | {burst:,.0f} |")
+    print(f"| peak: records/s delivered over the second half of {float(flat_out.produced['seconds']):.0f} s flat out "
+          f"({args.peak_records:,} records), the consumer following | {peak:,.0f} |")
     print(f"| half of peak: records/s sent ({args.seconds:g} s measured after {args.warmup:g} s of warm-up) | "
           f"{peak / 2:,.0f} |")
 
@@ -215,6 +258,10 @@ def main(argv: list[str]) -> int:
 
     row("produce latency p50 / p99 / p99.9 / max", four(half.produce_ms))
     row("end-to-end latency p50 / p99 / p99.9 / max", four(half.e2e_ms))
+    worst = half.worst_each_second()
+    if worst:
+        row(f"end-to-end, the largest of each second ({len(worst)} s): median / largest",
+            f"{statistics.median(worst):.1f} / {max(worst):.1f} ms")
     if "int_latency" in split:
         row("of a record's produce latency: in the producer's queue (linger.ms=5), p50 / p99",
             "{:.1f} / {:.1f} ms".format(*split["int_latency"]))

@@ -164,14 +164,14 @@ def parallel_consume(binary: Path, bootstrap: str, pid: int, records: int) -> Ro
         started = []
         for partition, count in enumerate(counts):
             args = ("consume", bootstrap, topic, str(count), f"cperf.partition={partition}")
-            started.append((time.perf_counter(), args, subprocess.Popen(
+            started.append((args, subprocess.Popen(
                 [str(binary), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
         spans = []
-        for launched, args, proc in started:
+        for args, proc in started:
             stdout, stderr = proc.communicate(timeout=900)
             fields = cperf_fields((proc.returncode, stdout, stderr), args)
-            first = launched + float(fields["startup"])
-            spans.append((first, first + float(fields["seconds"])))
+            # Each process's first and last record on the machine's one monotonic clock.
+            spans.append((float(fields["first_at"]), float(fields["last_at"])))
     return meter_row(sum(counts), max(end for _, end in spans) - min(start for start, _ in spans), meter)
 
 
