@@ -114,6 +114,8 @@ async def test_a_running_combined_node_is_ready_and_reports_both_roles(tmp_path:
         assert value(samples, "kraftpy_log_open_segment_files_max", node_id="1") >= 64
         assert value(samples, "kraftpy_log_open_segment_files", node_id="1") <= value(
             samples, "kraftpy_log_open_segment_files_max", node_id="1")
+        assert value(samples, "kraftpy_log_writeback_bytes", node_id="1") >= 0
+        assert value(samples, "kraftpy_log_writeback_errors", node_id="1") == 0
         api_versions_served = value(samples, "kraftpy_request_duration_seconds_count", request="ApiVersions")
         assert api_versions_served >= 1
         await node.stop_gracefully()  # the broker's controlled shutdown, the controller's resignation

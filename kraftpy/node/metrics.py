@@ -113,6 +113,10 @@ class NodeCollector(Collector):
             ("kraftpy_log_open_segment_files_max", "log.open.segments.max as this process applies it.", node),
             ("kraftpy_log_segment_file_reopens", "Segment files opened again since the process started, their "
              "descriptors having been closed to stay within log.open.segments.max (monotonic).", node),
+            ("kraftpy_log_writeback_bytes", "Bytes of appended log data this broker asked the kernel to start "
+             "writing to disk since it started (log.writeback.interval.bytes; monotonic).", node),
+            ("kraftpy_log_writeback_errors", "Requests to start the write-back of log data that the kernel refused "
+             "(monotonic; the data stays in the page cache for the kernel's own write-back).", node),
             ("kraftpy_log_size_bytes", "Bytes of a partition replica's log on disk.", partition),
             ("kraftpy_log_end_offset", "A partition replica's log end offset.", partition),
             ("kraftpy_log_start_offset", "A partition replica's log start offset.", partition),
@@ -178,6 +182,8 @@ class NodeCollector(Collector):
         out["kraftpy_log_open_segment_files"].add_metric([node], len(DESCRIPTORS))
         out["kraftpy_log_open_segment_files_max"].add_metric([node], DESCRIPTORS.capacity)
         out["kraftpy_log_segment_file_reopens"].add_metric([node], DESCRIPTORS.reopens)
+        out["kraftpy_log_writeback_bytes"].add_metric([node], replicas.writeback.requested_bytes)
+        out["kraftpy_log_writeback_errors"].add_metric([node], replicas.writeback.errors)
         out["kraftpy_broker_state"].add_metric([node], KAFKA_BROKER_STATE[broker.lifecycle.state])
         states: dict[str, int] = {}
         for shard in broker.server.coordinator.runtime.active_shards():

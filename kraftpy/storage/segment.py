@@ -152,7 +152,8 @@ class LogSegment:
         self.last_modified_ms = now_ms
         self._bytes_since_last_index_entry = 0
         self._unsynced = False
-        #: Where the bytes not yet handed to the write-back end (kraftpy.storage.writeback).
+        #: The bytes before this position were handed to the write-back (kraftpy.storage.writeback),
+        #: those after it not yet.
         self.writeback_from = 0
         self._deferred = False
         if fd >= 0:
