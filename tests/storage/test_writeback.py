@@ -6,6 +6,7 @@ import errno
 import os
 import sys
 import threading
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -47,12 +48,20 @@ def open_log(tmp_path, writeback: Writeback, segment_bytes: int = 1 << 30):
     return manager.open_log(tmp_path / "orders-0", LogConfig(segment_bytes=segment_bytes))
 
 
-async def test_appended_ranges_are_handed_over_in_order_from_a_worker_thread(tmp_path):
+@asynccontextmanager
+async def running(tmp_path, segment_bytes: int = 1 << 30):
+    """A log whose write-back runs (its runner stopped on exit), with a `Recorder` for the kernel call."""
     recorder = Recorder()
     writeback = Writeback(INTERVAL, start_write=recorder)
-    log = open_log(tmp_path, writeback)
+    log = open_log(tmp_path, writeback, segment_bytes)
     async with trio.open_nursery() as nursery:
         await nursery.start(writeback.run)
+        yield recorder, writeback, log
+        nursery.cancel_scope.cancel()
+
+
+async def test_appended_ranges_are_handed_over_in_order_from_a_worker_thread(tmp_path):
+    async with running(tmp_path) as (recorder, writeback, log):
         record = batch(10, value_size=100)
         while log.active_segment.size < 10 * INTERVAL:
             log.append_as_leader(record, leader_epoch=1)
@@ -60,7 +69,6 @@ async def test_appended_ranges_are_handed_over_in_order_from_a_worker_thread(tmp
         segment = log.active_segment
         recorder.until = segment.writeback_from  # the end of the last range queued
         await covered(recorder)
-        nursery.cancel_scope.cancel()
     assert threading.get_ident() not in {thread for thread, *_ in recorder.calls}
     assert {inode for _, inode, *_ in recorder.calls} == {os.stat(segment.path).st_ino}
     # Contiguous from the start of the file, each range at least the interval, none past the data.
@@ -73,11 +81,7 @@ async def test_appended_ranges_are_handed_over_in_order_from_a_worker_thread(tmp
 
 
 async def test_each_segment_is_written_back_on_its_own(tmp_path):
-    recorder = Recorder()
-    writeback = Writeback(INTERVAL, start_write=recorder)
-    log = open_log(tmp_path, writeback, segment_bytes=3 * INTERVAL)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(writeback.run)
+    async with running(tmp_path, segment_bytes=3 * INTERVAL) as (recorder, _, log):
         record = batch(10, value_size=100)
         while len(log.segments) < 4:
             log.append_as_leader(record, leader_epoch=1)
@@ -85,7 +89,6 @@ async def test_each_segment_is_written_back_on_its_own(tmp_path):
         last_full = log.segments[-2]
         recorder.until = last_full.writeback_from
         await covered(recorder)
-        nursery.cancel_scope.cancel()
     inodes = {os.stat(s.path).st_ino: s for s in log.segments}
     for full in log.segments[:-1]:
         ranges = [(offset, length) for _, inode, offset, length in recorder.calls
@@ -110,17 +113,12 @@ async def test_off_when_zero_and_quiet_without_the_runner(tmp_path):
 
 
 async def test_truncation_moves_the_mark_back(tmp_path):
-    recorder = Recorder()
-    writeback = Writeback(INTERVAL, start_write=recorder)
-    log = open_log(tmp_path, writeback)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(writeback.run)
+    async with running(tmp_path) as (_, _, log):
         for _ in range(10):
             log.append_as_leader(batch(10, value_size=100), leader_epoch=1)
         assert log.active_segment.writeback_from > 0
         log.truncate_to(1)
         assert log.active_segment.writeback_from == log.active_segment.size
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_segment_whose_descriptor_was_closed_is_skipped(tmp_path):
