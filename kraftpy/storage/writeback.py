@@ -140,14 +140,17 @@ class Writeback:
         """In a worker thread: start the write of each range."""
         assert self._start_write is not None
         for segment, (start, end) in batch.items():
-            fd = DESCRIPTORS.duplicate_if_open(segment)
-            if fd is None:
-                continue
             try:
-                self._start_write(fd, start, end - start)
+                # A duplicate can fail too (EMFILE: the process at its open-file limit).
+                fd = DESCRIPTORS.duplicate_if_open(segment)
+                if fd is None:
+                    continue
+                try:
+                    self._start_write(fd, start, end - start)
+                finally:
+                    os.close(fd)
                 self.requested_bytes += end - start
             except OSError as exc:
+                # Advisory: the kernel's own write-back still takes the data; nothing is lost.
                 self.errors += 1
                 _logger.debug("write-back of a log range not started", path=str(segment.path), error=str(exc))
-            finally:
-                os.close(fd)

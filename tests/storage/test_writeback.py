@@ -189,3 +189,22 @@ async def test_a_brokers_leader_and_follower_logs_are_written_back(tmp_path):
         for recorder in recorders.values():
             await covered(recorder)
             assert recorder.calls[0][2] == 0
+
+
+async def test_a_descriptor_that_cannot_be_duplicated_is_counted_not_raised(tmp_path):
+    """os.dup fails with EMFILE at the open-file limit (EBADF here): the range is skipped and counted,
+    the runner goes on (an exception would end the broker's nursery)."""
+    recorder = Recorder()
+    writeback = Writeback(INTERVAL, start_write=recorder)
+    log = open_log(tmp_path, writeback)
+    log.append_as_leader(batch(100, value_size=100), leader_epoch=1)
+    fd = os.open(tmp_path / "gone", os.O_RDWR | os.O_CREAT)
+    os.close(fd)
+
+    class Closed:
+        """A holder whose descriptor number no longer names an open file."""
+        _fd, _pins, path = fd, 0, tmp_path / "gone"
+
+    writeback._write_out({Closed(): (0, INTERVAL), log.active_segment: (0, INTERVAL)})
+    assert writeback.errors == 1 and writeback.requested_bytes == INTERVAL
+    assert [(offset, length) for _, _, offset, length in recorder.calls] == [(0, INTERVAL)]
