@@ -27,6 +27,7 @@ was written long enough ago for the kernel's own write-back to take it. On syste
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import sys
 import threading
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
 
 #: sync_file_range's flag that starts the write-out of the range's dirty pages without waiting.
 SYNC_FILE_RANGE_WRITE = 2
+
+#: What sync_file_range answers on a file it cannot write back (a pipe, some FUSE or network file
+#: systems): not an error of the disk.
+_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.ESPIPE, errno.EOPNOTSUPP})
 
 #: ``start_write(fd, offset, length)``: start writing a file's range to disk; raises OSError.
 StartWrite = Callable[[int, int, int], None]
@@ -63,8 +68,8 @@ def kernel_start_write() -> StartWrite | None:
 
     def start_write(fd: int, offset: int, length: int) -> None:
         if function(fd, offset, length, SYNC_FILE_RANGE_WRITE) != 0:
-            errno = ctypes.get_errno()
-            raise OSError(errno, os.strerror(errno))
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
 
     return start_write
 
@@ -87,6 +92,7 @@ class Writeback:
         #: For the metrics: bytes asked to be written, and calls that failed (monotonic).
         self.requested_bytes = 0
         self.errors = 0
+        self._told_unsupported = False
 
     @property
     def enabled(self) -> bool:
@@ -152,5 +158,11 @@ class Writeback:
                 self.requested_bytes += end - start
             except OSError as exc:
                 # Advisory: the kernel's own write-back still takes the data; nothing is lost.
+                if exc.errno in _UNSUPPORTED:
+                    if not self._told_unsupported:
+                        self._told_unsupported = True
+                        _logger.info("the file system of a log does not take write-back requests; the kernel "
+                                     "writes its data back on its own", path=str(segment.path), error=str(exc))
+                    continue
                 self.errors += 1
                 _logger.debug("write-back of a log range not started", path=str(segment.path), error=str(exc))

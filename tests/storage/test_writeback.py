@@ -9,6 +9,7 @@ import threading
 from contextlib import asynccontextmanager
 
 import pytest
+import structlog
 import trio
 
 from kraftpy.storage.descriptors import DESCRIPTORS
@@ -208,3 +209,18 @@ async def test_a_descriptor_that_cannot_be_duplicated_is_counted_not_raised(tmp_
     writeback._write_out({Closed(): (0, INTERVAL), log.active_segment: (0, INTERVAL)})
     assert writeback.errors == 1 and writeback.requested_bytes == INTERVAL
     assert [(offset, length) for _, _, offset, length in recorder.calls] == [(0, INTERVAL)]
+
+
+async def test_a_file_system_that_takes_no_write_back_is_told_once_not_counted(tmp_path):
+    def unsupported(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    writeback = Writeback(INTERVAL, start_write=unsupported)
+    log = open_log(tmp_path, writeback)
+    log.append_as_leader(batch(100, value_size=100), leader_epoch=1)
+    with structlog.testing.capture_logs() as logs:
+        writeback._write_out({log.active_segment: (0, INTERVAL)})
+        writeback._write_out({log.active_segment: (INTERVAL, 2 * INTERVAL)})
+    assert writeback.errors == 0 and writeback.requested_bytes == 0
+    told = [line for line in logs if "does not take write-back requests" in line["event"]]
+    assert len(told) == 1 and told[0]["log_level"] == "info"
