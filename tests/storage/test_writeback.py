@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 import structlog
@@ -24,17 +25,36 @@ INTERVAL = 4096
 
 class Recorder:
     """A ``start_write`` that notes each call (thread, file, range) and, like the kernel's, starts
-    nothing; ``covered`` is set once the ranges reach ``until`` bytes of the file."""
+    nothing; ``covered`` is set once the ranges of the file `expect` names reach the bytes it says."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, int, int, int]] = []
         self.covered = threading.Event()
-        self.until = 0
+        self._lock = threading.Lock()
+        #: The furthest byte the ranges reached, by inode.
+        self._reached: dict[int, int] = {}
+        self._expected: tuple[int | None, int] | None = None
 
     def __call__(self, fd: int, offset: int, length: int) -> None:
-        self.calls.append((threading.get_ident(), os.fstat(fd).st_ino, offset, length))
-        if offset + length >= self.until:
-            self.covered.set()
+        inode = os.fstat(fd).st_ino
+        with self._lock:
+            self.calls.append((threading.get_ident(), inode, offset, length))
+            self._reached[inode] = max(self._reached.get(inode, 0), offset + length)
+            self._check()
+
+    def expect(self, path: Path | None, until: int) -> None:
+        """Set ``covered`` once the ranges of the file at ``path`` (None: of any file) reach ``until``,
+        or at once if they did already."""
+        with self._lock:
+            self._expected = (None if path is None else os.stat(path).st_ino, until)
+            self._check()
+
+    def _check(self) -> None:
+        if self._expected is not None:
+            inode, until = self._expected
+            reached = max(self._reached.values(), default=0) if inode is None else self._reached.get(inode, 0)
+            if reached >= until:
+                self.covered.set()
 
 
 async def covered(recorder: Recorder) -> None:
@@ -68,7 +88,7 @@ async def test_appended_ranges_are_handed_over_in_order_from_a_worker_thread(tmp
             log.append_as_leader(record, leader_epoch=1)
             await trio.lowlevel.checkpoint()
         segment = log.active_segment
-        recorder.until = segment.writeback_from  # the end of the last range queued
+        recorder.expect(segment.path, segment.writeback_from)  # the end of the last range queued
         await covered(recorder)
     assert threading.get_ident() not in {thread for thread, *_ in recorder.calls}
     assert {inode for _, inode, *_ in recorder.calls} == {os.stat(segment.path).st_ino}
@@ -88,7 +108,7 @@ async def test_each_segment_is_written_back_on_its_own(tmp_path):
             log.append_as_leader(record, leader_epoch=1)
             await trio.lowlevel.checkpoint()
         last_full = log.segments[-2]
-        recorder.until = last_full.writeback_from
+        recorder.expect(last_full.path, last_full.writeback_from)
         await covered(recorder)
     inodes = {os.stat(s.path).st_ino: s for s in log.segments}
     for full in log.segments[:-1]:
@@ -180,7 +200,7 @@ async def test_a_brokers_leader_and_follower_logs_are_written_back(tmp_path):
             writeback = broker.replicas.writeback
             assert writeback.interval_bytes == INTERVAL and writeback.enabled
             recorders[broker_id] = recorder = Recorder()
-            recorder.until = 2 * INTERVAL  # well within what 16 batches leave handed over, however replicated
+            recorder.expect(None, 2 * INTERVAL)  # well within what 16 batches leave handed over, however replicated
             writeback._start_write = recorder
         leader = cluster.image.topics.get_by_name("orders").partitions[0].leader
         async with await KafkaConnection.connect("127.0.0.1", cluster.ports[leader]) as conn:
