@@ -42,6 +42,8 @@ def settings(tmp_path, **overrides) -> BrokerSettings:
 
 @pytest.fixture
 async def broker(tmp_path, autojump_clock, nursery):
+    # pytest-trio runs a test on a clock only when the test itself names it: a test that waits out
+    # timers asks for autojump_clock too; the others run on the real clock.
     metadata = Metadata(brokers=range(1, 7))
     clock = WallClock()
     replicas = ReplicaManager(settings(tmp_path), metadata, clock)
@@ -105,9 +107,13 @@ async def test_logs_open_and_close_off_the_event_loop_in_one_hop_per_delta(broke
         part = replicas.get("orders", 0)
         assert part is not None and part.topic_id != topic_id and part.log_end_offset == 0
         await replicas.checkpoint_now()
-    await trio.sleep(1)  # let the background deletion run (virtual time)
-    names = sorted(p.name for d in ("a", "b") for p in (replicas.settings.log_dirs[0].parent / d).iterdir())
-    assert not [n for n in names if n.endswith("-delete")]
+
+    def leftovers() -> list[str]:
+        return [p.name for d in ("a", "b") for p in (replicas.settings.log_dirs[0].parent / d).iterdir()
+                if p.name.endswith("-delete")]
+
+    while leftovers():  # the background deletion, in a worker thread: each directory removed sets `deleted`
+        await replicas.deleted.wait()
 
 
 async def test_set_running_takes_and_gives_back_leaderships(broker):
@@ -165,7 +171,7 @@ async def test_a_lagging_follower_is_proposed_out_of_the_isr_by_the_wall_clock(b
     clock.now += 10_001
     part.update_follower_fetch(followers[0], 1)
     await replicas.maybe_shrink_isrs()
-    await trio.sleep(1)  # the ISR-change task sends the proposals (virtual time)
+    await trio.sleep(1)  # the ISR-change task sends the proposals (a second of the real clock)
     proposed = [tuple(b.broker_id for b in p.new_isr_with_epochs) for r in metadata.alter_partitions for t in r.topics
                 for p in t.partitions if p.partition_index == part.tp.partition]
     assert proposed and followers[1] not in proposed[-1] and followers[0] in proposed[-1]
@@ -173,7 +179,7 @@ async def test_a_lagging_follower_is_proposed_out_of_the_isr_by_the_wall_clock(b
     assert part.isr == proposed[-1] and part.pending_isr is None
 
 
-async def test_retention_and_delayed_segment_deletion_follow_the_clocks(broker):
+async def test_retention_and_delayed_segment_deletion_follow_the_clocks(broker, autojump_clock):
     metadata, replicas, clock = broker
     metadata.create("logs", 1, only_here=True, **{"retention.ms": "60000", "segment.bytes": "200",
                                          "file.delete.delay.ms": "30000"})
@@ -192,6 +198,7 @@ async def test_retention_and_delayed_segment_deletion_follow_the_clocks(broker):
     await trio.sleep(29)
     assert all(p.exists() for p in deleted)  # readers may still hold regions of them
     await trio.sleep(2)
+    await part.wait_idle()  # the removal, due at 30 s, runs in a worker thread
     assert not any(p.exists() for p in deleted)
     await replicas.checkpoint_now()
     log_dir = part.log.directory.parent
