@@ -104,7 +104,8 @@ class Writeback:
         ``interval_bytes`` or more. Cheap when it is not (one comparison on the append path)."""
         start = segment.writeback_from
         end = segment.size
-        if end - start < self.interval_bytes or self._token is None:
+        token = self._token  # read once: the runner may stop meanwhile (an append on another thread)
+        if end - start < self.interval_bytes or token is None:
             return
         segment.writeback_from = end
         with self._lock:
@@ -116,7 +117,10 @@ class Writeback:
         if threading.get_ident() == self._thread:
             self._wake.set()
         else:
-            self._token.run_sync_soon(self._wake.set)
+            try:
+                token.run_sync_soon(self._wake.set)
+            except trio.RunFinishedError:  # the broker stopped: nothing left to write back for
+                pass
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Have the queued ranges written, until cancelled; returns at once if write-back is off."""

@@ -244,3 +244,16 @@ async def test_a_file_system_that_takes_no_write_back_is_told_once_not_counted(t
     assert writeback.errors == 0 and writeback.requested_bytes == 0
     told = [line for line in logs if "does not take write-back requests" in line["event"]]
     assert len(told) == 1 and told[0]["log_level"] == "info"
+
+
+async def test_an_append_on_a_worker_thread_wakes_the_runner(tmp_path):
+    async with running(tmp_path) as (recorder, _, log):
+        def append_elsewhere() -> None:
+            for i in range(10):
+                log.append_as_leader(batch(10, value_size=100, tag=i), leader_epoch=1)
+
+        await trio.to_thread.run_sync(append_elsewhere)
+        segment = log.active_segment
+        assert segment.writeback_from > 0
+        recorder.expect(segment.path, segment.writeback_from)
+        await covered(recorder)
