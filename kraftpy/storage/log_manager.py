@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 import structlog
@@ -58,7 +59,9 @@ from kraftpy.storage.fsutil import fsync_dir, sync_filesystem, write_atomic
 from kraftpy.storage.log import Log, wall_clock_ms
 from kraftpy.storage.log_config import LogConfig
 from kraftpy.storage.meta_properties import MetaPropertiesError, read_meta_properties
-from kraftpy.storage.writeback import Writeback
+
+if TYPE_CHECKING:  # the write-back's runner is a trio task; the rest of storage blocks and imports no trio
+    from kraftpy.storage.writeback import Writeback
 
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 REPLICATION_CHECKPOINT_FILE = "replication-offset-checkpoint"

@@ -257,3 +257,12 @@ async def test_an_append_on_a_worker_thread_wakes_the_runner(tmp_path):
         assert segment.writeback_from > 0
         recorder.expect(segment.path, segment.writeback_from)
         await covered(recorder)
+
+
+def test_the_logs_import_no_trio():
+    """Only the write-back's runner is a trio task: the logs and their manager stay blocking code."""
+    import subprocess
+
+    probe = "import sys, kraftpy.storage.log_manager, kraftpy.storage.log; print('trio' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
