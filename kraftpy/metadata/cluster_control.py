@@ -73,11 +73,13 @@ class BrokerHeartbeatManager:
 
     def has_valid_session(self, broker_id: int, now: float) -> bool:
         last = self._last_contact.get(broker_id)
-        return last is not None and now - last <= self.session_timeout
+        return last is not None and now < last + self.session_timeout
 
     def expired(self, now: float) -> list[int]:
-        """Brokers whose session has run out, in id order."""
-        return sorted(b for b, last in self._last_contact.items() if now - last > self.session_timeout)
+        """Brokers whose session has run out, in id order: at ``next_expiry`` itself, computed the same
+        way, so that a timer woken at that deadline finds the session expired (were it still valid at
+        its own deadline, the timer would wake again at once, and spin until the clock moved on)."""
+        return sorted(b for b, last in self._last_contact.items() if now >= last + self.session_timeout)
 
     def next_expiry(self) -> float | None:
         """The earliest time at which some session runs out, or None with no sessions."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from kraftpy.broker.partition import Role
 from kraftpy.broker.replica_manager import ReplicaManager
@@ -171,7 +172,7 @@ async def test_a_lagging_follower_is_proposed_out_of_the_isr_by_the_wall_clock(b
     clock.now += 10_001
     part.update_follower_fetch(followers[0], 1)
     await replicas.maybe_shrink_isrs()
-    await trio.sleep(1)  # the ISR-change task sends the proposals (a second of the real clock)
+    await trio.testing.wait_all_tasks_blocked()  # the ISR-change task has sent the proposals
     proposed = [tuple(b.broker_id for b in p.new_isr_with_epochs) for r in metadata.alter_partitions for t in r.topics
                 for p in t.partitions if p.partition_index == part.tp.partition]
     assert proposed and followers[1] not in proposed[-1] and followers[0] in proposed[-1]

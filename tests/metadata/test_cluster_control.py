@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kraftpy.metadata.cluster_control import BrokerHeartbeatManager
 from kraftpy.metadata.controller_config import LATEST_METADATA_VERSION, ControllerConfig
 from kraftpy.metadata.errors import Errors
 from kraftpy.metadata.messages import BrokerHeartbeatRequest, UnregisterBrokerRequest
@@ -221,6 +222,27 @@ def test_heartbeats_keep_the_session_alive(cluster3):
         c.keep_alive(1, 2, 3)
         assert c.commit(c.controller.tick(c.now)) == ()
     assert all(c.image.cluster.is_active(b) for b in (1, 2, 3))
+
+
+def test_a_session_has_run_out_at_the_deadline_the_timer_is_given():
+    """The controller's timer sleeps until ``next_expiry`` and then ticks: at that very time the session
+    must count as expired, or the timer finds nothing to do, wakes again at once, and spins (for ever
+    on a virtual clock) until the clock moves past it."""
+    sessions = BrokerHeartbeatManager(session_timeout=9.0)
+    sessions.touch(1, 100.1)
+    sessions.touch(2, 100.2)
+    deadline = sessions.next_expiry()
+    assert deadline == 100.1 + 9.0
+    assert sessions.has_valid_session(1, deadline - 1e-9) and sessions.expired(deadline - 1e-9) == []
+    assert not sessions.has_valid_session(1, deadline) and sessions.expired(deadline) == [1]
+    assert sessions.has_valid_session(2, deadline)
+
+
+def test_the_controller_fences_at_its_own_next_deadline(cluster3):
+    c = cluster3
+    c.keep_alive(1, 2, 3)
+    c.now = c.controller.next_deadline()
+    assert set(c.commit(c.controller.tick(c.now))) == {1, 2, 3}
 
 
 def test_session_timeout_comes_from_config(make_cluster):
