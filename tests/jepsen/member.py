@@ -30,6 +30,7 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -43,6 +44,24 @@ DEFINITE_COMMIT_FAILURES = {
     "INVALID_COMMIT_OFFSET_SIZE", "GROUP_AUTHORIZATION_FAILED", "TOPIC_AUTHORIZATION_FAILED",
     "UNKNOWN_TOPIC_OR_PART", "INVALID_GROUP_ID",
 }
+
+
+#: librdkafka's debug contexts a member logs by default: "cgrp" (the group's joins, assignments and the
+#: committed offsets fetched for them) and "topic" (each OffsetFetch answer, each offset reset), so that
+#: a checker's finding can be traced to what the coordinator answered (`evidence`).
+DEBUG_CONTEXTS = "cgrp,topic"
+
+#: The lines of librdkafka's debug log that say where a member's position came from.
+EVIDENCE = ("OffsetFetchResponse:", "offset reset", "truncation", "Failed to fetch committed", "Start consuming")
+
+
+def evidence(log_text: str, members: Iterable[str] | None = None, limit: int = 200) -> list[str]:
+    """The lines of a members.log (each line starts with its time and the member's name) that say where a
+    member's positions came from, of ``members`` (None: every member), the last ``limit`` of them."""
+    wanted = None if members is None else set(members)
+    lines = [line for line in log_text.splitlines() if any(e in line for e in EVIDENCE)
+             and (wanted is None or (len(line.split(maxsplit=3)) > 2 and line.split(maxsplit=3)[2] in wanted))]
+    return lines[-limit:]
 
 
 def classify_commit_error(name: str) -> str:
@@ -226,6 +245,8 @@ def member_config(args: argparse.Namespace, logger: logging.Logger) -> dict[str,
     }
     if args.instance_id:
         config["group.instance.id"] = args.instance_id
+    if args.debug:
+        config["debug"] = args.debug
     config.update(read_client_properties(args.client_config))
     return config
 
@@ -241,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--session-timeout-ms", type=int, default=6000)
     ap.add_argument("--batch", type=int, default=200, help="records per consume operation at most")
     ap.add_argument("--batch-ms", type=int, default=500, help="milliseconds per consume operation at most")
+    ap.add_argument("--debug", default=DEBUG_CONTEXTS,
+                    help="librdkafka's debug contexts, logged to stderr ('' for none): by default what shows where a "
+                         "member's position in a partition came from (the committed offset it fetched, a reset)")
     ap.add_argument("--client-config", default=None,
                     help="a .properties file of more librdkafka settings (a secured cluster's SASL_SSL login)")
     return ap
@@ -252,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"%(asctime)s {args.member} %(message)s"))
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG if args.debug else logging.INFO)
     logger.propagate = False
     member = Member(member_config(args, logger), args.topic, batch=args.batch, batch_ms=args.batch_ms)
 

@@ -59,6 +59,29 @@ def test_member_config_is_accepted_by_librdkafka():
     assert held["partition.assignment.strategy"] == "cooperative-sticky"
     assert held["enable.auto.commit"] == "false" and held["auto.offset.reset"] == "smallest"  # librdkafka's name for earliest
     assert held["session.timeout.ms"] == "6000" and held["heartbeat.interval.ms"] == "1000"
+    # librdkafka logs where each position came from (the helper above reads the settings back through a
+    # debug context of its own, so the member's contexts are tried on a consumer of their own); "--debug ''"
+    # turns that off.
+    assert config["debug"] == mem.DEBUG_CONTEXTS
+    close(confluent_kafka.Consumer(config))
+    quiet = mem.build_parser().parse_args(["--bootstrap", "127.0.0.1:1", "--topic", "t", "--group", "g",
+                                           "--member", "m1", "--debug", ""])
+    assert "debug" not in mem.member_config(quiet, logging.getLogger("tests.jepsen.member-test"))
+
+
+def test_the_evidence_of_a_members_positions_is_picked_from_its_log():
+    log = "\n".join([
+        "2026-11-29 04:38:03,700 m6 HEARTBEAT [jepsen-m6#consumer-1] [thrd:main]: Heartbeat for group",
+        "2026-11-29 04:38:03,701 m6 OFFSETFETCH [jepsen-m6#consumer-1] [thrd:main]: GroupCoordinator/103: "
+        "OffsetFetchResponse: jepsen [2] offset -1, leader epoch -1, metadata 0 byte(s): NO_ERROR",
+        "2026-11-29 04:38:03,701 m6 OFFSET [jepsen-m6#consumer-1] [thrd:main]: jepsen [2]: offset reset (at offset "
+        "INVALID (leader epoch -1), broker -1) to offset BEGINNING (leader epoch -1)",
+        "2026-11-29 04:38:03,702 m7 OFFSET [jepsen-m7#consumer-1] [thrd:main]: jepsen [1]: offset reset (at offset "
+        "INVALID (leader epoch -1), broker -1) to offset BEGINNING (leader epoch -1)",
+    ])
+    assert [line.split()[3] for line in mem.evidence(log)] == ["OFFSETFETCH", "OFFSET", "OFFSET"]
+    assert [line.split()[2] for line in mem.evidence(log, members=["m6"])] == ["m6", "m6"]
+    assert mem.evidence(log, limit=1) == log.splitlines()[-1:]
 
 
 class FakeTopicPartition:

@@ -10,6 +10,7 @@ import pytest
 
 from tests.jepsen import runner
 from tests.jepsen.history import ASSIGN, COMMIT, CONSUME, read_history
+from tests.jepsen.member import evidence
 from tests.jepsen.report import HISTORY, RESULTS, SUMMARY
 
 pytestmark = pytest.mark.slow
@@ -28,6 +29,10 @@ def test_group_kill_smoke_campaign_is_valid(tmp_path):
     assert code != 2, f"the harness failed:\n{log}"
     results = json.loads((out / RESULTS).read_text())
     summary = (out / SUMMARY).read_text()
+    members_log = out / "logs" / "members.log"
+    if members_log.exists():  # a finding comes with what the members were told (a CI run keeps only its output)
+        summary += "\n\nwhere the members' positions came from (librdkafka):\n" + "\n".join(
+            evidence(members_log.read_text(errors="replace")))
     assert results["workload"] == "group" and results["nemesis"] == ["kill"]
     assert results["acked"] > 0, summary
     assert (results["group_lost"], results["committed_regressions"], results["redelivered_after_commit"]) == (0, 0, 0), \
