@@ -212,3 +212,19 @@ async def test_a_follower_behind_the_leaders_start_restarts_its_log_there(autoju
                                      answer(part, high_watermark=60)(request))[1]
     await fetcher.fetch_once(leader)
     assert sent_next == [50]
+
+
+async def test_a_follower_ahead_of_a_new_leader_keeps_what_its_high_watermark_covers(autojump_clock, follower):
+    """OFFSET_OUT_OF_RANGE past the leader's end: the follower truncates to the leader's high watermark,
+    but never below its own (the partition's truncation clamps it): a new leader's may still lag behind,
+    and what the follower's covers is committed."""
+    _, _, part, fetcher = follower
+    leader = Leader()
+    await part.append_as_follower(memoryview(batches(0, 10, 0)))
+    part.update_follower_high_watermark(8)
+    leader.answer = answer(part, error_code=ErrorCode.OFFSET_OUT_OF_RANGE, log_start_offset=0, high_watermark=3)
+    await fetcher.fetch_once(leader)
+    assert (part.log_end_offset, part.high_watermark) == (8, 8)
+    leader.answer = answer(part, error_code=ErrorCode.OFFSET_OUT_OF_RANGE, log_start_offset=0, high_watermark=9)
+    await fetcher.fetch_once(leader)
+    assert part.log_end_offset == 8  # nothing past its end to cut
