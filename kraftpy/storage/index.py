@@ -57,6 +57,9 @@ class _SparseIndex:
         self._persisted = 0
         # The file is longer than the entries it should hold (after a truncation) or not fsynced.
         self._file_stale = True
+        # The file is known not to exist (deleted, or not found when loaded): with no entries, a save
+        # leaves it so, as a missing index is read as an empty one (most segments of idle logs).
+        self._absent = False
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -81,7 +84,11 @@ class _SparseIndex:
         """Bring the file in line with memory: write the missing tail, cut what is extra."""
         if self._persisted == len(self._keys) and not self._file_stale:
             return
+        if self._absent and not self._keys:
+            self._persisted, self._file_stale = 0, False
+            return
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        self._absent = False
         try:
             tail = b"".join(self._pack(i) for i in range(self._persisted, len(self._keys)))
             if tail:
@@ -95,13 +102,18 @@ class _SparseIndex:
         self._file_stale = not fsync
 
     def _read_file(self) -> bytes:
-        data = self.path.read_bytes()
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            self._absent = True
+            raise
         if len(data) % self.entry.size:
             raise CorruptIndexError(f"{self.path.name}: size {len(data)} is not a multiple of {self.entry.size}")
         return data
 
     def delete_file(self) -> None:
         self.path.unlink(missing_ok=True)
+        self._absent = True
 
     def rename(self, path: Path) -> None:
         if self.path.exists():

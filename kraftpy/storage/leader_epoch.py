@@ -199,9 +199,14 @@ class LeaderEpochCache:
     def flush(self, *, sync: bool = True) -> None:
         """Write the checkpoint file atomically if the entries changed (no-op for an unpersisted cache);
         ``sync=False`` leaves the fsyncs to the caller (see kraftpy.storage.fsutil)."""
-        # Entries changed and changed back (the one at an empty log's end, dropped when it is opened and
-        # assigned again when it leads) leave the file as it is.
-        if self.path is not None and self._dirty and tuple(self._entries) != self._on_disk:
-            write_atomic(self.path, encode_checkpoint((e.epoch, e.start_offset) for e in self._entries), sync=sync)
-            self._on_disk = tuple(self._entries)
+        # Only the epochs that hold records go to the file: one that begins at the log's end (a leader's new
+        # epoch, before its first append) would be dropped when the log is opened again, so an empty log
+        # (most of 100,000 idle ones) writes no file at all. Entries changed and changed back leave the
+        # file as it is.
+        if self.path is not None and self._dirty:
+            end = self._log_end_offset()
+            entries = tuple(e for e in self._entries if e.start_offset < end)
+            if entries != self._on_disk:
+                write_atomic(self.path, encode_checkpoint((e.epoch, e.start_offset) for e in entries), sync=sync)
+                self._on_disk = entries
         self._dirty = False

@@ -66,3 +66,28 @@ def test_time_index_keeps_only_growing_timestamps(tmp_path):
     assert index.path.read_bytes() == TIME_ENTRY.pack(1000, 3) + TIME_ENTRY.pack(1500, 9)
     index.truncate_to_offset(9)
     assert index.last_entry == (1000, 3)
+
+
+def test_an_index_known_absent_stays_absent_while_it_has_no_entries(tmp_path):
+    """A segment's index files are deleted when it is created; with no entry (a segment of an idle log,
+    or one smaller than index.interval.bytes) a save does not create them, as a missing file is read as
+    an empty index. The first entry creates the file; one not found when loading counts as absent too."""
+    index = OffsetIndex(tmp_path / "00000000000000000000.index", 0)
+    index.path.write_bytes(OFFSET_ENTRY.pack(3, 400))
+    index.delete_file()
+    index.save(fsync=True)
+    assert not index.path.exists()
+    index.append(3, 400)
+    index.save()
+    assert index.path.read_bytes() == OFFSET_ENTRY.pack(3, 400)
+    index.truncate_to_offset(0)
+    index.save()
+    assert index.path.read_bytes() == b""  # a file that exists is cut, not removed
+    again = TimeIndex(tmp_path / "00000000000000000000.timeindex", 0)
+    with pytest.raises(FileNotFoundError):
+        again.load(2**31)
+    again.save()
+    assert not again.path.exists()
+    unknown = TimeIndex(tmp_path / "00000000000000000100.timeindex", 100)  # never looked at: written
+    unknown.save()
+    assert unknown.path.read_bytes() == b""

@@ -335,33 +335,46 @@ def test_a_new_log_fsyncs_its_directory_at_its_first_flush_not_at_creation(tmp_p
     log.close()
 
 
-def test_opening_a_log_does_not_rewrite_its_leader_epoch_file_for_an_entry_past_its_end(tmp_path, monkeypatch):
+def test_the_leader_epoch_file_holds_the_epochs_that_hold_records(tmp_path, monkeypatch):
+    """An epoch begun at the log's end (a new leader's, before its first append) is not written: opening
+    the log would drop it. So neither an empty log nor a leader that appended nothing rewrites the file."""
     import kraftpy.storage.leader_epoch as epochs
 
+    path = tmp_path / "topic-0" / "leader-epoch-checkpoint"
+    empty = open_log(tmp_path)
+    empty.leader_epoch_cache.assign(1, 0)  # led, never written to
+    empty.close()
+    assert not path.exists()
     log = open_log(tmp_path)
     log.append_as_leader(batch(2), leader_epoch=3)
     log.leader_epoch_cache.assign(4, log.log_end_offset)  # a new leader's epoch, no record yet
     log.leader_epoch_cache.flush()
+    assert b"3 0" in path.read_bytes() and b"4 " not in path.read_bytes()
     offsets = log.offsets
     log.close()
-    path = tmp_path / "topic-0" / "leader-epoch-checkpoint"
     before = path.read_bytes()
     writes = []
-    monkeypatch.setattr(epochs, "write_atomic", lambda *args, **kwargs: writes.append(args[0]))
+    real_write = epochs.write_atomic
+    monkeypatch.setattr(epochs, "write_atomic", lambda *args, **kwargs: (writes.append(args[0]),
+                                                                          real_write(*args, **kwargs)))
     again = Log.open(tmp_path / "topic-0", LogConfig(), clock=ManualClock(), offsets=offsets, clean_shutdown=True)
-    # The entry at the log end is dropped in memory; the file is left for the next flush to rewrite.
     assert [(e.epoch, e.start_offset) for e in again.leader_epoch_cache.entries] == [(3, 0)]
     assert writes == [] and path.read_bytes() == before
-    # Led again in the same epoch: the entry is back, the file already holds it: no write at close.
+    # Led again, in a new epoch, with no append: nothing to write at close.
     again.leader_epoch_cache.assign(4, again.log_end_offset)
     again.close()
     assert writes == []
-    # A new epoch is written.
+    # Its first record is: the epoch is written, and read back.
     third = Log.open(tmp_path / "topic-0", LogConfig(), clock=ManualClock(), offsets=again.offsets,
                      clean_shutdown=True)
     third.leader_epoch_cache.assign(5, third.log_end_offset)
+    third.append_as_leader(batch(1), leader_epoch=5)
+    offsets = third.offsets
     third.close()
     assert writes == [path]
+    fourth = Log.open(tmp_path / "topic-0", LogConfig(), clock=ManualClock(), offsets=offsets, clean_shutdown=True)
+    assert [(e.epoch, e.start_offset) for e in fourth.leader_epoch_cache.entries] == [(3, 0), (5, 2)]
+    fourth.close()
 
 
 def test_flush_policies(tmp_path, monkeypatch):
