@@ -38,6 +38,14 @@ T = TypeVar("T")
 GRACE_S = 15.0
 
 
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` has something to read within ``timeout`` seconds. poll, not select: a test process may
+    hold more than FD_SETSIZE (1024) descriptors, and select() refuses any numbered beyond that."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(timeout, 0) * 1000))
+
+
 class ClusterError(Exception):
     """What the cluster could not do. ``code`` is the Kafka error's name (``TOPIC_ALREADY_EXISTS``...)
     when a broker answered with one, else None."""
@@ -250,8 +258,7 @@ class _Supervisor:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise self._gone(what)
-            readable, _, _ = select.select([fd], [], [], left)
-            if not readable:
+            if not _readable(fd, left):
                 continue
             chunk = os.read(fd, 65536)
             if not chunk:

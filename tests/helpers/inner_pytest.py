@@ -89,8 +89,9 @@ class InnerSuite:
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
-            readable, _, _ = select.select([self._report_r], [], [], max(left, 0))
-            if not readable:
+            poller = select.poll()  # not select(): this process may hold more than 1024 descriptors
+            poller.register(self._report_r, select.POLLIN)
+            if not poller.poll(max(left, 0) * 1000):
                 raise AssertionError(f"no report from the inner suite within {timeout}s:\n{self.output()}")
             chunk = os.read(self._report_r, 65536)
             if not chunk:

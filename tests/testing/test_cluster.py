@@ -164,3 +164,26 @@ def test_async_with_under_asyncio_serves_aiokafka(tmp_path):
 
     assert asyncio.run(main()) == [b"click-%d" % i for i in range(5)]
     assert not list(tmp_path.iterdir())
+
+
+def test_a_test_process_holding_more_than_1024_descriptors_drives_a_cluster(tmp_path):
+    """A test process may hold descriptors numbered past FD_SETSIZE (a suite's leftovers, a pool of
+    connections): the cluster's handle waits on its supervisor with poll(), which takes any number."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1400
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"the open-file limit ({hard}) is below {wanted}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    null = os.open(os.devnull, os.O_RDONLY)
+    held = [os.dup(null) for _ in range(1100)]
+    try:
+        with cluster(brokers=1, directory=tmp_path) as c:
+            assert max(held) > 1024
+            assert [p.partition for p in c.create_topic("wide").partitions] == [0]
+    finally:
+        for fd in [null, *held]:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
