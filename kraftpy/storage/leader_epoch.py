@@ -203,10 +203,13 @@ class LeaderEpochCache:
         # epoch, before its first append) would be dropped when the log is opened again, so an empty log
         # (most of 100,000 idle ones) writes no file at all. Entries changed and changed back leave the
         # file as it is.
-        if self.path is not None and self._dirty:
-            end = self._log_end_offset()
-            entries = tuple(e for e in self._entries if e.start_offset < end)
-            if entries != self._on_disk:
-                write_atomic(self.path, encode_checkpoint((e.epoch, e.start_offset) for e in entries), sync=sync)
-                self._on_disk = entries
-        self._dirty = False
+        if self.path is None or not self._dirty:
+            self._dirty = False
+            return
+        end = self._log_end_offset()
+        entries = tuple(e for e in self._entries if e.start_offset < end)
+        if entries != self._on_disk:
+            write_atomic(self.path, encode_checkpoint((e.epoch, e.start_offset) for e in entries), sync=sync)
+            self._on_disk = entries
+        # An epoch left out for want of records stays to write: its first append changes no entry.
+        self._dirty = len(entries) < len(self._entries)

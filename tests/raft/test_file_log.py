@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kraftpy.protocol.batch_header import iter_batches
@@ -227,6 +227,9 @@ ops = st.lists(
 
 @settings(max_examples=40, deadline=None)
 @given(ops)
+# A snapshot at the log end moves the epoch's start up to it, where no record is yet; the record appended
+# after a flush must still have its epoch written, or the reopened log starts the epoch a record late.
+@example([("lead", 0, 1), ("snapshot", 0, 0), ("flush", 0, 0), ("lead", 0, 1), ("reopen", 0, 0), ("lead", 0, 1)])
 def test_matches_memory_log(script: list[tuple[str, int, int]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         file_log, memory = open_log(Path(tmp)), MemoryRaftLog()

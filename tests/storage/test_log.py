@@ -368,6 +368,8 @@ def test_the_leader_epoch_file_holds_the_epochs_that_hold_records(tmp_path, monk
     third = Log.open(tmp_path / "topic-0", LogConfig(), clock=ManualClock(), offsets=again.offsets,
                      clean_shutdown=True)
     third.leader_epoch_cache.assign(5, third.log_end_offset)
+    third.flush()  # before its first record: the epoch is not written yet, and not forgotten either
+    assert writes == []
     third.append_as_leader(batch(1), leader_epoch=5)
     offsets = third.offsets
     third.close()
