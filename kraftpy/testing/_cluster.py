@@ -40,7 +40,10 @@ GRACE_S = 15.0
 
 def _readable(fd: int, timeout: float) -> bool:
     """Whether ``fd`` has something to read within ``timeout`` seconds. poll, not select: a test process may
-    hold more than FD_SETSIZE (1024) descriptors, and select() refuses any numbered beyond that."""
+    hold more than FD_SETSIZE (1024) descriptors, and select() refuses any numbered beyond that (select()
+    only where the platform has no poll)."""
+    if not hasattr(select, "poll"):
+        return bool(select.select([fd], [], [], max(timeout, 0))[0])
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return bool(poller.poll(max(timeout, 0) * 1000))
