@@ -187,3 +187,21 @@ def test_a_test_process_holding_more_than_1024_descriptors_drives_a_cluster(tmp_
         for fd in [null, *held]:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("with_poll", [True, False], ids=["poll", "select where there is no poll"])
+def test_the_handle_waits_for_its_supervisors_answer_with_a_deadline(monkeypatch, with_poll):
+    import select
+
+    from kraftpy.testing._cluster import _readable
+
+    if not with_poll:
+        monkeypatch.delattr(select, "poll", raising=False)
+    r, w = os.pipe()
+    try:
+        assert not _readable(r, 0.01)
+        os.write(w, b"{}\n")
+        assert _readable(r, 0.01)
+    finally:
+        os.close(r)
+        os.close(w)
