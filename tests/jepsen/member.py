@@ -62,8 +62,14 @@ def evidence(log_text: str, members: Iterable[str] | None = None, limit: int = 2
     member's positions came from, of ``members`` (None: every member), the last ``limit`` of them."""
     wanted = None if members is None else set(members)
     lines = [line for line in log_text.splitlines() if any(e in line for e in EVIDENCE)
-             and (wanted is None or (len(line.split(maxsplit=3)) > 2 and line.split(maxsplit=3)[2] in wanted))]
+             and (wanted is None or _member_of(line) in wanted)]
     return lines[-limit:]
+
+
+def _member_of(line: str) -> str | None:
+    """The member's name in a members.log line: the field after the date and the time."""
+    fields = line.split(maxsplit=3)
+    return fields[2] if len(fields) > 2 else None
 
 
 def classify_commit_error(name: str) -> str:

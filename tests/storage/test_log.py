@@ -442,3 +442,19 @@ def test_crc_is_checked_unless_the_caller_already_did(tmp_path):
         assert (info.first_offset, log.log_end_offset) == (0, 1)
         with pytest.raises(CorruptRecordError, match="truncated"):
             log.append_as_leader(bytes(data[:-1]), 0, crc_verified=True)
+
+
+def test_the_leftover_logs_fixture_closes_what_a_test_left_open(tmp_path):
+    """tests.helpers.leftovers (autouse here): a log the test opened and did not close is closed when the
+    test ends; one it closed is left as it is."""
+    from tests.helpers.leftovers import close_leftover_logs
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        fixture = close_leftover_logs(monkeypatch)
+        next(fixture)
+        left = open_log(tmp_path)
+        closed = Log.open(tmp_path / "topic-1", LogConfig(), clock=ManualClock())
+        closed.close()
+        with pytest.raises(StopIteration):
+            next(fixture)
+    assert left.closed and closed.closed
