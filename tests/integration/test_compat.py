@@ -107,16 +107,20 @@ def test_kcat_produces_and_confluent_reads(deployment):
     assert [(m.value(), m.offset()) for m in got] == [(b"one", 0), (b"two", 1)]
 
 
-def _every_broker_sees(deployment, topic: str, partitions: int) -> None:
-    """Wait until each broker's metadata has ``topic`` with ``partitions`` partitions: a committed
-    change reaches the brokers one by one (Kafka's admin client says the same of its results)."""
+def _every_broker_sees(deployment, topic: str, partitions: int | None) -> None:
+    """Wait until each broker's metadata has ``topic`` with ``partitions`` partitions (none: no such
+    topic): a committed change reaches the brokers one by one (Kafka's admin client says the same of its
+    results), and a broker logs a deleted topic's logs before its Metadata answers leave the topic out."""
     admins = [AdminClient({"bootstrap.servers": address, **QUIET}) for address in deployment.bootstrap.split(",")]
 
     def sees(admin) -> bool:
-        found = admin.list_topics(topic, timeout=30).topics.get(topic)
+        found = admin.list_topics(timeout=30).topics.get(topic)
+        if partitions is None:
+            return found is None
         return found is not None and found.error is None and len(found.partitions) == partitions
 
-    deployment.wait_until(lambda: all(sees(admin) for admin in admins), f"every broker sees {topic}")
+    what = f"every broker sees {topic}" if partitions is not None else f"no broker sees {topic}"
+    deployment.wait_until(lambda: all(sees(admin) for admin in admins), what)
 
 
 def test_admin_create_describe_alter_grow_and_delete_topics(deployment):
@@ -181,6 +185,7 @@ def test_admin_create_describe_alter_grow_and_delete_topics(deployment):
     for pid, rs in replicas.items():
         for b in rs:
             deployment.brokers[b].wait_for("deleting log", since=marks[b], partition=f"admin-a-{pid}")
+    _every_broker_sees(deployment, "admin-a", None)
     assert "admin-a" not in admin.list_topics(timeout=30).topics
     assert not any(d.exists() for d in directories)
 
