@@ -45,7 +45,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from confluent_kafka.admin import NewTopic  # noqa: E402
 from peers import build_cperf, cperf_fields  # noqa: E402
 
+from kraftpy.rpc.kafka_server import PHASES  # noqa: E402
 from tests.helpers.deployments import ProcessCluster, create_topics  # noqa: E402
+from tests.helpers.scrape import scrape  # noqa: E402
 
 PARTITIONS = 6
 GOAL_P99_MS = 10.0
@@ -62,6 +64,8 @@ class Run:
         #: (records, largest latency in ms).
         self.delivered = self._timeline(timelines.with_suffix(".paced"))
         self.received = self._timeline(timelines.with_suffix(".follow"))
+        #: The brokers' request phase histograms before and after the run (`phase_buckets`), when scraped.
+        self.phases: tuple[Buckets, Buckets] | None = None
 
     @staticmethod
     def _timeline(path: Path) -> list[tuple[int, float]]:
@@ -103,8 +107,44 @@ class Run:
                 for name, found in parts.items() if found}
 
 
+#: (request, phase) -> [(bucket bound, observations up to it)], summed over brokers (see `phase_buckets`).
+Buckets = dict[tuple[str, str], list[tuple[float, float]]]
+
+
+def phase_buckets(ports: list[int]) -> Buckets:
+    """The brokers' kraftpy_request_phase_seconds histograms, their buckets summed over the brokers."""
+    out: dict[tuple[str, str], dict[float, float]] = {}
+    for port in ports:
+        for (name, labels), count in scrape(port).items():
+            if name != "kraftpy_request_phase_seconds_bucket":
+                continue
+            found = dict(labels)
+            buckets = out.setdefault((found["request"], found["phase"]), {})
+            bound = float(found["le"])
+            buckets[bound] = buckets.get(bound, 0.0) + count
+    return {key: sorted(buckets.items()) for key, buckets in out.items()}
+
+
+def phase_quantile(before: Buckets, after: Buckets, key: tuple[str, str], q: float) -> float | None:
+    """The ``q`` quantile (ms) of what the histogram ``key`` observed between the two scrapes, interpolated
+    within its bucket as Prometheus's histogram_quantile does; None when it observed nothing."""
+    was = dict(before.get(key, []))
+    grown = [(bound, count - was.get(bound, 0.0)) for bound, count in after.get(key, [])]
+    if not grown or grown[-1][1] <= 0:
+        return None
+    rank = q * grown[-1][1]
+    lower, below = 0.0, 0.0
+    for bound, count in grown:
+        if count >= rank:
+            if bound == float("inf"):
+                return lower * 1000
+            return (lower + (bound - lower) * (rank - below) / max(count - below, 1e-12)) * 1000
+        lower, below = bound, count
+    return None
+
+
 def paced_run(binary: Path, bootstrap: str, topic: str, rate: float, seconds: float, warmup: float,
-              record_size: int, linger_ms: int, work: Path) -> Run:
+              record_size: int, linger_ms: int, work: Path, metrics_ports: list[int] | None = None) -> Run:
     """``rate`` records/s for ``warmup`` + ``seconds``; ``rate`` 0: as fast as it goes, ``seconds`` then
     being the number of records."""
     count = int(rate * (warmup + seconds)) if rate else int(seconds)
@@ -114,6 +154,7 @@ def paced_run(binary: Path, bootstrap: str, topic: str, rate: float, seconds: fl
                    f"cperf.timeline={timelines.with_suffix('.follow')}")
     follower = subprocess.Popen([str(binary), *follow_args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
+    before = phase_buckets(metrics_ports) if metrics_ports else {}
     try:
         paced_args = ("paced", bootstrap, topic, str(count), str(record_size), "all", f"{rate:.0f}",
                       f"linger.ms={linger_ms}", f"cperf.warmup={warmup}", f"cperf.stats={stats}",
@@ -126,7 +167,10 @@ def paced_run(binary: Path, bootstrap: str, topic: str, rate: float, seconds: fl
             follower.kill()
             follower.wait()
     followed = cperf_fields((follower.returncode, stdout, stderr), follow_args)
-    return Run(produced, followed, stats, timelines)
+    run = Run(produced, followed, stats, timelines)
+    if metrics_ports:
+        run.phases = (before, phase_buckets(metrics_ports))
+    return run
 
 
 def known_everywhere(cluster: ProcessCluster, topic: str) -> None:
@@ -217,7 +261,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     config = {"min.insync.replicas": "2"}
     with tempfile.TemporaryDirectory(prefix="kraftpy-bench-latency-", ignore_cleanup_errors=True) as tmp, \
-            ProcessCluster(Path(tmp), log_level="info") as cluster:
+            ProcessCluster(Path(tmp), log_level="info", metrics=True) as cluster:
         work = Path(tmp)
         binary = build_cperf(work)
         create_topics(cluster.bootstrap, [NewTopic(t, num_partitions=PARTITIONS, replication_factor=3, config=config)
@@ -241,7 +285,7 @@ def main(argv: list[str]) -> int:
                                                        config=config)])
             known_everywhere(cluster, topic)
             halves.append(paced_run(binary, cluster.bootstrap, topic, peak / 2, args.seconds, args.warmup,
-                                    args.record_size, 5, work))
+                                    args.record_size, 5, work, list(cluster.broker_metrics_ports.values())))
             retire(cluster.bootstrap, topic)
         # The median run by end-to-end p99 (on two shared cores one run can land far from the next).
         half = sorted(halves, key=lambda run: run.e2e_ms("p99"))[len(halves) // 2]
@@ -280,6 +324,20 @@ def main(argv: list[str]) -> int:
             "{:.1f} / {:.1f} ms".format(*split["int_latency"]))
     if "rtt" in split:
         row("of it: the produce request's round trip, p50 / p99", "{:.1f} / {:.1f} ms".format(*split["rtt"]))
+    if half.phases is not None:
+        before, after = half.phases
+
+        def phases(request: str) -> str:
+            def one(phase: str) -> str:
+                p50, p99 = (phase_quantile(before, after, (request, phase), q) for q in (0.5, 0.99))
+                return f"{phase.replace('_', ' ')} {p50:.2f} / {p99:.2f}" if p50 is not None else f"{phase} -"
+            return "; ".join(one(phase) for phase in PHASES) + " ms"
+
+        row("of a produce request's time at its leader, p50 / p99 of each phase (the brokers' "
+            "kraftpy_request_phase_seconds over the run, warm-up included; remote: waiting for the followers' "
+            "fetches)", phases("Produce"))
+        row("of a follower's fetch at the leader, p50 / p99 of each phase (remote: its long poll, waiting for "
+            "records)", phases("FetchFollower"))
     for linger, (rate, run) in bounds.items():
         within = (f"{rate:,.0f} (end-to-end p50 / p99 {run.e2e_ms('p50'):.1f} / {run.e2e_ms('p99'):.1f} ms)"
                   if run is not None else "none of the rates tried")

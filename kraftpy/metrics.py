@@ -17,6 +17,7 @@ Kafka's JMX names is in docs/operations.md.
 
 from __future__ import annotations
 
+import contextvars
 import errno
 from collections.abc import Callable
 
@@ -69,9 +70,23 @@ METADATA_APPLY_LATENCY = Histogram(
 
 REQUEST_TIME = Histogram(
     "kraftpy_request_duration_seconds", "Time from a Kafka-protocol request's last byte read to its answer's "
-    "last byte written, by request (Kafka's RequestMetrics TotalTimeMs; the count is RequestsPerSec).",
+    "last byte written, by request (Kafka's RequestMetrics TotalTimeMs; the count is RequestsPerSec; Fetch is "
+    "FetchConsumer or FetchFollower). kraftpy_request_phase_seconds says where it went.",
     ["request"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+    registry=REGISTRY)
+
+REQUEST_PHASE_TIME = Histogram(
+    "kraftpy_request_phase_seconds", "Where a Kafka-protocol request's time went, by request and phase (Kafka's "
+    "RequestMetrics): request_queue, from its last byte read until handled (behind the connection's earlier "
+    "requests, or a quota's mute: RequestQueueTimeMs); local, handled on this broker (LocalTimeMs); remote, parked "
+    "until the other replicas or the data came (an acks=all Produce waiting for the followers, a Fetch's long "
+    "poll, a write to an internal topic waiting for its replication: RemoteTimeMs); response_queue, answered and "
+    "waiting for the connection's earlier answers to go first (ResponseQueueTimeMs); response_send, written to "
+    "the socket (ResponseSendTimeMs). Fetch is FetchConsumer or FetchFollower, as Kafka names them.",
+    ["request", "phase"],
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5,
+             1.0, 2.5, 5.0, 10.0, 30.0),
     registry=REGISTRY)
 
 TOPIC_BYTES_IN = Counter("kraftpy_topic_bytes_in", "Record bytes produced to a topic's partitions this broker "
@@ -111,6 +126,48 @@ FETCH_SESSION_PARTITIONS = Gauge(
 FETCH_SESSION_EVICTIONS = Counter(
     "kraftpy_fetch_session_evictions", "Incremental fetch sessions evicted to make room for new ones "
     "(Kafka's IncrementalFetchSessionEvictionsPerSec).", ["node_id"], registry=REGISTRY)
+
+
+# -- where a request's time goes (REQUEST_PHASE_TIME) ----------------------------------------------------
+
+
+class RequestTimes:
+    """Of the Kafka-protocol request being handled in this task (kraftpy.rpc.kafka_server sets one for each):
+    how long its handler waited remotely, and the request's name, which its handler may change where the
+    api key does not give it (Kafka's FetchConsumer and FetchFollower)."""
+
+    __slots__ = ("name", "remote")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.remote = 0.0
+
+
+request_times: contextvars.ContextVar[RequestTimes | None] = contextvars.ContextVar(
+    "kraftpy_request_times", default=None)
+
+
+def name_request(name: str) -> None:
+    """Name the request handled in this task for its metrics (``FetchConsumer``, ``FetchFollower``)."""
+    times = request_times.get()
+    if times is not None:
+        times.name = name
+
+
+class waiting_remotely:  # noqa: N801 - used as a context manager, like trio's
+    """``with waiting_remotely(): await ...``: the time inside counts as the request's remote time (Kafka's
+    RemoteTimeMs), not its local time: parked for the followers, for data to fetch, or for a coordinator's
+    answer. Outside a request's task it counts nothing."""
+
+    __slots__ = ("_start", "_times")
+
+    def __enter__(self) -> None:
+        self._times = request_times.get()
+        self._start = trio.current_time()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._times is not None:
+            self._times.remote += trio.current_time() - self._start
 
 
 def count_produced(node_id: int, topic: str, size: int, records: int) -> None:

@@ -19,6 +19,7 @@ from kraftpy.config import load_config
 from kraftpy.config.properties import format_properties
 from kraftpy.metrics import EVENT_LOOP_LAG, REGISTRY, watch_event_loop_lag
 from kraftpy.node import KraftNode
+from kraftpy.rpc.kafka_server import PHASES
 from kraftpy.storage.formatter import format_dirs
 from tests.helpers.deployments import ProcessCluster, create_topics, retry_coordinator
 from tests.helpers.processes import free_ports
@@ -282,6 +283,22 @@ def test_group_lag_is_what_was_produced_minus_what_was_committed(cluster):
     assert all(value(s, "kraftpy_log_start_offset", topic="lagged", partition="0") == 0 for s in every)
     produces_served = sum(value(s, "kraftpy_request_duration_seconds_count", request="Produce") or 0 for s in every)
     assert produces_served >= 1
+    # Where the requests' time went (Kafka's RequestMetrics phases): the acks=all produces waited for the
+    # followers (remote), the followers' fetches are FetchFollower and the consumer's FetchConsumer, and
+    # each request's phases add up to its total.
+    def phase(samples, request, name, what="sum"):
+        return value(samples, f"kraftpy_request_phase_seconds_{what}", request=request, phase=name) or 0
+
+    assert sum(phase(s, "Produce", "remote") for s in every) > 0
+    assert sum(phase(s, "Produce", "remote", "count") for s in every) == produces_served
+    assert sum(phase(s, "FetchFollower", "remote", "count") for s in every) > 0
+    assert sum(phase(s, "FetchConsumer", "local", "count") for s in every) > 0
+    assert not any(value(s, "kraftpy_request_duration_seconds_count", request="Fetch") for s in every)
+    for samples in every:
+        for request in ("Produce", "FetchFollower", "FetchConsumer", "Metadata"):
+            total = value(samples, "kraftpy_request_duration_seconds_sum", request=request) or 0
+            phases = sum(phase(samples, request, name) for name in PHASES)
+            assert phases == pytest.approx(total, rel=1e-6, abs=1e-6), (request, phases, total)
     leaders = [s for s in every if value(s, "kraftpy_log_end_offset", topic="lagged", partition="0") == 100]
     assert leaders  # the leader's; a follower may be a fetch behind
     # A controller's image follows the metadata log: on a loaded machine a standby may be a moment behind.

@@ -55,6 +55,7 @@ import attrs
 import structlog
 import trio
 
+from kraftpy.metrics import waiting_remotely
 from kraftpy.protocol.errors import ErrorCode
 
 _logger = structlog.get_logger(__name__)
@@ -165,7 +166,8 @@ class Waiter(Generic[T]):
         return self._value
 
     async def wait(self) -> T:
-        await self._event.wait()
+        with waiting_remotely():  # a request waiting for a coordinator's answer: its remote time
+            await self._event.wait()
         return self._value
 
 

@@ -45,7 +45,6 @@ import contextvars
 import errno
 import functools
 import os
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -54,7 +53,15 @@ import trio
 
 from kraftpy.fatal import binding
 from kraftpy.logs import get_logger
-from kraftpy.metrics import BYTES_IN, CONNECTIONS, REQUEST_TIME, REQUESTS
+from kraftpy.metrics import (
+    BYTES_IN,
+    CONNECTIONS,
+    REQUEST_PHASE_TIME,
+    REQUEST_TIME,
+    REQUESTS,
+    RequestTimes,
+    request_times,
+)
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.types import FileRegion
 from kraftpy.rpc.framing import FramedStream, FrameError, IdleConnection, RequestBudget
@@ -192,9 +199,23 @@ def _request_name(key: ApiKey) -> str:
     return "".join(word.capitalize() for word in key.name.split("_"))
 
 
-#: The latency histogram of each request, by api key; made-up keys share one.
-_REQUEST_TIMERS = {int(key): REQUEST_TIME.labels(_request_name(key)) for key in ApiKey}
-_UNKNOWN_TIMER = REQUEST_TIME.labels("unknown")
+#: Kafka's request name of each api key; made-up keys share one.
+_REQUEST_NAMES = {int(key): _request_name(key) for key in ApiKey}
+_UNKNOWN_NAME = "unknown"
+#: The phases of `REQUEST_PHASE_TIME`, in the order a request goes through them.
+PHASES = ("request_queue", "local", "remote", "response_queue", "response_send")
+#: A request name's latency histogram and its phases' (see `_timers`).
+_TIMERS: dict[str, tuple[Any, ...]] = {}
+
+
+def _timers(name: str) -> tuple[Any, ...]:
+    """The total and phase histograms of the request ``name``, labelled on its first request (a broker
+    answers a few of Kafka's requests; every name's would make /metrics long for nothing)."""
+    timers = _TIMERS.get(name)
+    if timers is None:
+        timers = _TIMERS[name] = (REQUEST_TIME.labels(name),
+                                  *(REQUEST_PHASE_TIME.labels(name, phase) for phase in PHASES))
+    return timers
 
 
 #: The request counter of each api key, labelled by its number, looked up once rather than per request.
@@ -203,13 +224,24 @@ _REQUEST_COUNTERS = {key: REQUESTS.labels(str(key)) for key in _KNOWN_API_KEYS}
 _UNKNOWN_COUNTER = REQUESTS.labels("unknown")
 
 
-def _request_metrics(frame: Any) -> tuple[Any, Any]:
-    """The request counter and latency histogram of a frame's api key."""
+def _request_metrics(frame: Any) -> tuple[Any, str]:
+    """The request counter and Kafka's request name of a frame's api key."""
     if len(frame) < 2:
-        return _UNKNOWN_COUNTER, _UNKNOWN_TIMER
+        return _UNKNOWN_COUNTER, _UNKNOWN_NAME
     key = int.from_bytes(frame[:2], "big", signed=True)
-    return _REQUEST_COUNTERS.get(key, _UNKNOWN_COUNTER), _REQUEST_TIMERS.get(key, _UNKNOWN_TIMER)
+    return _REQUEST_COUNTERS.get(key, _UNKNOWN_COUNTER), _REQUEST_NAMES.get(key, _UNKNOWN_NAME)
 
+
+def _observe(times: RequestTimes, read_at: float, started: float, handled: float, queued: float,
+             sent: float) -> None:
+    """One answered request's total time and phases (see `REQUEST_PHASE_TIME`)."""
+    total, request_queue, local, remote, response_queue, response_send = _timers(times.name)
+    total.observe(sent - read_at)
+    request_queue.observe(started - read_at)
+    local.observe(max(handled - started - times.remote, 0.0))
+    remote.observe(times.remote)
+    response_queue.observe(queued - handled)
+    response_send.observe(sent - queued)
 
 
 #: Produce requests of one connection under way at once: appended in order, answered in order, the
@@ -222,11 +254,13 @@ PIPELINED_PRODUCE_BYTES = 1024 * 1024
 class _Request:
     """One request of a connection, from its frame read until its answer is sent."""
 
-    __slots__ = ("frame", "previous", "produce", "released", "sent", "size")
+    __slots__ = ("frame", "previous", "produce", "read_at", "released", "sent", "size")
 
-    def __init__(self, frame: Any, previous: _Request | None, produce: bool) -> None:
+    def __init__(self, frame: Any, previous: _Request | None, produce: bool, read_at: float) -> None:
         self.frame = frame
         self.size = len(frame)
+        #: trio.current_time() when its frame was read.
+        self.read_at = read_at
         #: The request read before it, whose answer goes out first.
         self.previous = previous
         self.produce = produce
@@ -403,12 +437,13 @@ class KafkaServer:
             frame = await framed.receive_frame(idle=not pipeline.answering)
             if frame is None:
                 return  # the nursery still waits for the answers under way
+            read_at = trio.current_time()
             BYTES_IN.inc(len(frame) + 4)
             produce = len(frame) >= 2 and frame[0] == 0 and frame[1] == 0  # api key 0
             while pipeline.answering and not (produce and pipeline.admits(len(frame))):
                 await pipeline.answering[0].sent.wait()
             await _mute(conn)
-            request = _Request(frame, pipeline.answering[-1] if pipeline.answering else None, produce)
+            request = _Request(frame, pipeline.answering[-1] if pipeline.answering else None, produce, read_at)
             pipeline.add(request)
             if produce:
                 nursery.start_soon(self._answer, conn, framed, pipeline, request, nursery)
@@ -421,19 +456,23 @@ class KafkaServer:
                       nursery: trio.Nursery) -> None:
         """Handle one request and send its answer after the answer of the request before it."""
         frame = request.frame
-        started = time.perf_counter()
-        counter, timer = _request_metrics(frame)
+        started = trio.current_time()
+        counter, name = _request_metrics(frame)
         counter.inc()
+        times = RequestTimes(name)
+        request_times.set(times)
         _current_request.set(request if request.produce else None)
         try:
             parts = await self.handler(frame, conn)
+            handled = trio.current_time()
             if request.produce:
                 request.released.set()
             if request.previous is not None:
                 await request.previous.sent.wait()
+            queued = trio.current_time()
             if parts:
                 await send_parts(conn.stream, parts)
-            timer.observe(time.perf_counter() - started)
+            _observe(times, request.read_at, started, handled, queued, trio.current_time())
         except Exception as exc:
             pipeline.fail(exc, nursery)
         finally:

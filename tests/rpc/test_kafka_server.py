@@ -272,3 +272,66 @@ async def test_small_file_regions_go_out_in_the_write_of_the_bytes_around_them(t
             nursery.cancel_scope.cancel()
     # The 100 KB region by sendfile, and the last small one: the first two small ones used the answer's share.
     assert sendfiles == [100_000, 900]
+
+
+def phase_sums(request: str) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each phase of ``request``'s time, and of its total, as the registry has them now."""
+    from kraftpy.metrics import REGISTRY
+    from kraftpy.rpc.kafka_server import PHASES
+
+    def read(name: str, labels: dict[str, str]) -> tuple[float, float]:
+        return (REGISTRY.get_sample_value(f"{name}_sum", labels) or 0.0,
+                REGISTRY.get_sample_value(f"{name}_count", labels) or 0.0)
+
+    found = {phase: read("kraftpy_request_phase_seconds", {"request": request, "phase": phase}) for phase in PHASES}
+    found["total"] = read("kraftpy_request_duration_seconds", {"request": request})
+    return found
+
+
+def grown(before: dict, after: dict) -> dict[str, tuple[float, float]]:
+    return {key: (round(after[key][0] - before[key][0], 6), after[key][1] - before[key][1]) for key in after}
+
+
+async def test_a_requests_time_is_split_into_kafkas_phases(autojump_clock):
+    """Each answered request's time goes to Kafka's RequestMetrics phases, on trio's clock: local (its
+    handler), remote (inside `waiting_remotely`), response_queue (behind the connection's earlier answer),
+    response_send; they add up to its total. A handler may rename its request (FetchConsumer)."""
+    from kraftpy.metrics import name_request, waiting_remotely
+    from kraftpy.rpc.kafka_server import allow_next_request
+
+    async def handler(payload, conn):
+        name = bytes(payload[2:])
+        if name == b"replicated":  # an acks=all produce: appended, then parked for the followers
+            await trio.sleep(0.25)
+            allow_next_request()
+            with waiting_remotely():
+                await trio.sleep(2)
+        elif name == b"next":  # appended meanwhile, answered after the one before it
+            await trio.sleep(0.5)
+        elif name == b"long-poll":
+            name_request("FetchConsumer")
+            with waiting_remotely():
+                await trio.sleep(0.75)
+        return [struct.pack(">i", len(name)), name]
+
+    waiting_remotely().__enter__()  # outside a request's task it counts nothing (and needs no exit)
+    before = {name: phase_sums(name) for name in ("Produce", "FetchConsumer")}
+    server = KafkaServer(handler, max_frame_bytes=1024)
+    client, server_side = trio.testing.memory_stream_pair()  # a real socket would not do on a virtual clock
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server._serve_connection, server_side)
+        await client.send_all(produce_frame(b"replicated") + produce_frame(b"next"))
+        assert [await read_frame(client) for _ in range(2)] == [b"replicated", b"next"]
+        await client.send_all(frame(struct.pack(">h", 1) + b"long-poll"))  # Fetch's api key
+        assert await read_frame(client) == b"long-poll"
+        nursery.cancel_scope.cancel()
+    produce = grown(before["Produce"], phase_sums("Produce"))
+    assert produce["local"] == (0.75, 2)  # 0.25 and 0.5
+    assert produce["remote"] == (2.0, 2)
+    # The second was read once the first allowed it (at 0.25), answered at 0.75 and sent after the
+    # first, at 2.25: 1.5 s in the response queue.
+    assert produce["response_queue"] == (1.5, 2)
+    assert produce["request_queue"] == (0.0, 2) and produce["response_send"] == (0.0, 2)
+    assert produce["total"] == (2.25 + 2.0, 2)
+    fetch = grown(before["FetchConsumer"], phase_sums("FetchConsumer"))
+    assert fetch["remote"] == (0.75, 1) and fetch["local"] == (0.0, 1) and fetch["total"] == (0.75, 1)

@@ -45,7 +45,14 @@ from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.partition import Partition
 from kraftpy.broker.purgatory import wait_for_change
 from kraftpy.broker.replica_manager import ReplicaManager
-from kraftpy.metrics import FETCH_SESSION_EVICTIONS, FETCH_SESSION_PARTITIONS, FETCH_SESSIONS, count_fetched
+from kraftpy.metrics import (
+    FETCH_SESSION_EVICTIONS,
+    FETCH_SESSION_PARTITIONS,
+    FETCH_SESSIONS,
+    count_fetched,
+    name_request,
+    waiting_remotely,
+)
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import FetchResponse
@@ -97,6 +104,7 @@ class FetchApi:
         else:
             replica_id, replica_epoch = request.replica_id, -1
         is_replica = replica_id >= 0
+        name_request("FetchFollower" if is_replica else "FetchConsumer")
         image = self.metadata.image
         #: Each partition once, however often it is named (Kafka keys a fetch's partitions): the last
         #: mention's offsets stand, in the first mention's place.
@@ -185,7 +193,8 @@ class FetchApi:
             if not parts:
                 break
             watchers = [p.append_watchers if is_replica else p.hw_watchers for p in parts]
-            await wait_for_change(watchers, deadline)
+            with waiting_remotely():
+                await wait_for_change(watchers, deadline)
         if held:
             throttles.leader.held_back += 1
             self._log.debug("replication throttled: partitions held back", replica=replica_id,

@@ -41,7 +41,7 @@ from kraftpy.broker.partition import Partition
 from kraftpy.broker.purgatory import wait_for_change
 from kraftpy.broker.replica_manager import ReplicaManager
 from kraftpy.metadata.topic_names import is_internal_topic
-from kraftpy.metrics import count_produced
+from kraftpy.metrics import count_produced, waiting_remotely
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import ProduceResponse
@@ -198,7 +198,8 @@ class ProduceApi:
         if waiting:
             # The connection's next Produce may be appended while these wait (answered after them).
             allow_next_request()
-            await self._await_replication(waiting, results, request.timeout_ms / 1000)
+            with waiting_remotely():
+                await self._await_replication(waiting, results, request.timeout_ms / 1000)
         node_endpoints = self._current_leaders(order, conn.listener) if version >= 10 else []
         if acks == 0:
             if any(r.error_code != ErrorCode.NONE for r in results):

@@ -32,6 +32,7 @@ from kraftpy.broker.metadata_cache import MetadataCache
 from kraftpy.broker.partition import Partition, TopicPartition
 from kraftpy.broker.purgatory import wait_for_change
 from kraftpy.broker.replica_manager import ReplicaManager
+from kraftpy.metrics import waiting_remotely
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import WriteTxnMarkersResponse
@@ -131,4 +132,5 @@ class TxnMarkersApi:
                 for out, _, _, _ in pending:
                     out.error_code = ErrorCode.REQUEST_TIMED_OUT
                 return
-            await wait_for_change([part.hw_watchers for _, part, _, _ in pending], deadline)
+            with waiting_remotely():
+                await wait_for_change([part.hw_watchers for _, part, _, _ in pending], deadline)
