@@ -101,6 +101,13 @@ def with_comparison(page: str, changes: list[str], previous_date: str | None) ->
     return head + body
 
 
+def compared_lines(page: str, exclude: list[str]) -> list[str]:
+    """The lines of the page's COMPARED section, but those of the sections in ``exclude``."""
+    section = page.split(f"\n## {COMPARED}\n", 1)[1] if f"\n## {COMPARED}\n" in page else ""
+    lines = [line[2:] for line in section.splitlines() if line.startswith("- ")]
+    return [line for line in lines if line.split(":", 1)[0] not in exclude]
+
+
 def page_date(page: str) -> str | None:
     found = re.search(r"^Run on (\d{4}-\d{2}-\d{2})", page, re.MULTILINE)
     return found.group(1) if found else None
@@ -156,7 +163,8 @@ def main(argv: list[str]) -> int:
         kept = [(name, body) for name, body in kept if name != COMPARED]
         updated = head.rstrip("\n") + "\n" + "\n".join(body.rstrip("\n") + "\n" for _, body in kept)
         changes = ratio_changes(text, updated, names)
-        page.write_text(with_comparison(updated, changes, page_date(text)))
+        # The comparison's lines of the sections not run this time stay as they were.
+        page.write_text(with_comparison(updated, compared_lines(text, exclude=names) + changes, page_date(text)))
         print("updated docs/benchmarks.md: " + ", ".join(names), file=sys.stderr)
         report(changes)
         return 1 if failed else 0

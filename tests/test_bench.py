@@ -56,6 +56,23 @@ def test_bench_run_lists_the_tracked_ratios_that_moved_against_the_previous_page
     assert run.ratio_changes(new, new) == []
 
 
+def test_a_partial_bench_run_keeps_the_comparison_lines_of_the_sections_it_did_not_run():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import run
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    page = run.with_comparison(_page("2026-11-02", "1.60x", "met"), [
+        "peers: produce / cperf (C) / 100 B / 1, kraftpy / best peer: 1.25x → 1.60x",
+        "latency: goal (end-to-end p99 ≤ 10 ms): met → not met",
+    ], "2026-11-01")
+    # A run of the latency section alone rewrites its own lines and leaves the peers' as they were.
+    assert run.compared_lines(page, exclude=["latency"]) == [
+        "peers: produce / cperf (C) / 100 B / 1, kraftpy / best peer: 1.25x → 1.60x"]
+    assert run.compared_lines(page, exclude=["peers", "latency"]) == []
+    assert run.compared_lines("# Benchmarks\n", exclude=[]) == []
+
+
 def test_bench_run_refuses_a_name_that_is_no_section_before_running_anything():
     page = ROOT / "docs" / "benchmarks.md"
     before = page.read_bytes()
