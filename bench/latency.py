@@ -17,8 +17,10 @@ until the consumer has the record (the producer writes the time into the value; 
 machine). The first seconds (the warm-up: connections, metadata, the consumer catching up) are sent but
 not measured. librdkafka's own statistics split the produce latency: the time a record waits in the
 producer's queue for its batch to be sent (linger.ms), and the produce request's round trip to the
-leader (the broker's append, the followers' fetches, the answer). Last, the highest rate whose end-to-
-end p99 stays within the goal, found by bisection in shorter runs, with linger.ms=5 and with linger.ms=1
+leader (the broker's append, the followers' fetches, the answer); the brokers' own
+kraftpy_request_phase_seconds, read before and after each half-rate run, split a produce's time at its
+leader into Kafka's RequestMetrics phases (remote: waiting for the followers). Last, the highest rate
+whose end-to-end p99 stays within the goal, found by bisection in shorter runs, with linger.ms=5 and with linger.ms=1
 (the setting the OpenMessaging Benchmark uses for Kafka's latency runs). Each phase has a topic of its
 own, deleted when the phase ends, so that none starts while the followers still catch up with the one
 before, or while the disk still writes its data. Every process shares the two cores with every other:
