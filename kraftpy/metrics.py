@@ -231,6 +231,11 @@ async def serve_metrics(port: int, host: str = "127.0.0.1", *, ready: Callable[[
     ``host`` "::" listens on every interface, IPv4 and IPv6 (one dual-stack socket); any other address
     only there."""
     log = get_logger("metrics")
+    # The exposition is built in a worker thread, one scrape at a time: with the per-partition series of
+    # 100,000 partitions it takes seconds of Python, which on the event loop would stall every request
+    # (and the broker's heartbeats) for that long at each scrape. The collectors only read, taking
+    # snapshots of the collections they walk.
+    scraping = trio.CapacityLimiter(1)
     listeners = await _every_interface(port) if host == "::" else await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
     log.info("serving metrics", host=host, port=bound)
@@ -248,7 +253,8 @@ async def serve_metrics(port: int, host: str = "127.0.0.1", *, ready: Callable[[
             path = line[1].split(b"?")[0] if len(line) >= 2 and line[0] == b"GET" else None
             content_type = b"text/plain; charset=utf-8"
             if path == b"/metrics":
-                body, status = generate_latest(REGISTRY), b"200 OK"
+                body = await trio.to_thread.run_sync(generate_latest, REGISTRY, limiter=scraping)
+                status = b"200 OK"
                 content_type = CONTENT_TYPE_LATEST.encode()
             elif path == b"/ready":
                 is_ready, reason = ready()

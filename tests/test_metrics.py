@@ -55,6 +55,36 @@ async def test_a_blocked_event_loop_shows_as_lag():
         nursery.cancel_scope.cancel()
 
 
+async def test_a_scrape_is_built_off_the_event_loop_which_keeps_answering_meanwhile():
+    """The exposition (seconds of Python with the per-partition series of 100,000 partitions) is built in
+    a worker thread: a collector that asks the event loop to run something while it collects gets an
+    answer. Built on the event loop, the collector would be on the trio thread, where that call is refused."""
+    from kraftpy.metrics import serve_metrics
+
+    answered: list[object] = []
+
+    class AsksTheLoop:
+        def collect(self):
+            try:
+                answered.append(trio.from_thread.run_sync(trio.current_time))
+            except RuntimeError as exc:  # on the trio thread itself, or no trio thread at all
+                answered.append(exc)
+            return iter(())
+
+    collector = AsksTheLoop()
+    REGISTRY.register(collector)  # which collects once, to describe it
+    answered.clear()
+    try:
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(serve_metrics, 0)
+            status, body = await http_get(port, "/metrics")
+            nursery.cancel_scope.cancel()
+    finally:
+        REGISTRY.unregister(collector)
+    assert status == "HTTP/1.1 200 OK" and "kraftpy_event_loop_lag_seconds" in body
+    assert len(answered) == 1 and isinstance(answered[0], float), answered
+
+
 def test_the_lag_histogram_is_exported():
     EVENT_LOOP_LAG.observe(0.004)
     names = {sample.name for metric in REGISTRY.collect() for sample in metric.samples}

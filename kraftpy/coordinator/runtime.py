@@ -525,7 +525,8 @@ class CoordinatorRuntime:
         return {p for p, s in self.shards.items() if s.status is not ShardStatus.CLOSED}
 
     def active_shards(self) -> list[CoordinatorShard]:
-        return [s for s in self.shards.values() if s.active]
+        # A snapshot first: the metrics collector calls this from a worker thread.
+        return [s for s in list(self.shards.values()) if s.active]
 
     def is_loading(self) -> bool:
         return any(s.status is ShardStatus.LOADING for s in self.shards.values())
