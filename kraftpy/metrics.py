@@ -80,8 +80,9 @@ REQUEST_PHASE_TIME = Histogram(
     "kraftpy_request_phase_seconds", "Where a Kafka-protocol request's time went, by request and phase (Kafka's "
     "RequestMetrics): request_queue, from its last byte read until handled (behind the connection's earlier "
     "requests, or a quota's mute: RequestQueueTimeMs); local, handled on this broker (LocalTimeMs); remote, parked "
-    "until the other replicas or the data came (an acks=all Produce waiting for the followers, a Fetch's long "
-    "poll, a write to an internal topic waiting for its replication: RemoteTimeMs); response_queue, answered and "
+    "until the other replicas, the data or a coordinator answered (an acks=all Produce waiting for the followers, "
+    "a Fetch's long poll, a group or transaction request waiting for its coordinator, WriteTxnMarkers for its "
+    "markers' replication: RemoteTimeMs); response_queue, answered and "
     "waiting for the connection's earlier answers to go first (ResponseQueueTimeMs); response_send, written to "
     "the socket (ResponseSendTimeMs). Fetch is FetchConsumer or FetchFollower, as Kafka names them.",
     ["request", "phase"],
