@@ -244,3 +244,28 @@ async def test_an_election_before_run_starts_is_loaded_once_it_runs(autojump_clo
     await nursery.start(runtime.run)
     await runtime.shards[0].loaded.wait()
     assert runtime.shards[0].active
+
+
+async def test_a_request_waiting_for_a_coordinators_answer_counts_it_as_remote_time(autojump_clock):
+    """A handler waiting on a `Waiter` (a coordinator's answer: a rebalance, a write's replication) spends
+    remote time (Kafka's RemoteTimeMs), not local time; outside a request it counts nothing."""
+    from kraftpy.coordinator.runtime import Waiter
+    from kraftpy.metrics import RequestTimes, request_times
+
+    async def answer_later(waiter: Waiter, after: float) -> None:
+        await trio.sleep(after)
+        waiter.set("answered")
+
+    times = RequestTimes("JoinGroup")
+    async with trio.open_nursery() as nursery:
+        waiter: Waiter[str] = Waiter()
+        nursery.start_soon(answer_later, waiter, 3.0)
+        token = request_times.set(times)
+        try:
+            assert await waiter.wait() == "answered"
+        finally:
+            request_times.reset(token)
+        other: Waiter[str] = Waiter()
+        nursery.start_soon(answer_later, other, 2.0)
+        assert await other.wait() == "answered"  # no request's times in this context: none grows
+    assert times.remote == 3.0
