@@ -23,7 +23,10 @@ descriptor was closed to stay within ``log.open.segments.max``. The segment know
 are appended: every ``index_interval_bytes`` of data, the batch then appended gets an offset
 index entry and, if the running max timestamp grew, a time index entry. Reads turn an offset
 into a file position with the offset index and a short walk over batch headers, and hand back a
-:class:`FileRegion` for ``os.sendfile``. Each index entry used is checked against the header it
+:class:`FileRegion` for ``os.sendfile``. The segment remembers the last batch a walk reached, and a
+read at or after it walks on from there: a consumer or a follower at the end of the log, whose next
+read starts where its last one ended, reads the header of each new batch once instead of every
+header since the index entry before it (up to ``index.interval.bytes`` of them, dozens of small batches). Each index entry used is checked against the header it
 points at; a mismatch rebuilds both indexes from the log. :meth:`LogSegment.recover` re-reads
 every batch with its CRC and cuts the file at the first one that fails; given a
 :class:`TransactionReplay` holding the transactions open at its start, it rebuilds the ``.txnindex``.
@@ -151,6 +154,9 @@ class LogSegment:
         self.created_ms = now_ms
         self.last_modified_ms = now_ms
         self._bytes_since_last_index_entry = 0
+        #: ``(position, header)`` of the last batch a walk reached: a walk to a later offset starts
+        #: there (forgotten when the file is cut).
+        self._walked: tuple[int, BatchHeader] | None = None
         self._unsynced = False
         #: The bytes before this position were handed to the write-back (kraftpy.storage.writeback),
         #: those after it not yet.
@@ -451,6 +457,7 @@ class LogSegment:
         cut = self.size - valid
         os.ftruncate(self._fd, valid)
         self.size = valid
+        self._walked = None
         self._unsynced = True
         return cut
 
@@ -487,6 +494,7 @@ class LogSegment:
     def _walk_to(self, position: int, offset: int) -> tuple[int, BatchHeader] | None:
         while position < self.size:
             header = self._header_at(position)
+            self._walked = (position, header)
             if header.last_offset >= offset:
                 return position, header
             position += header.size
@@ -509,6 +517,14 @@ class LogSegment:
         """Position and header of the first batch whose last offset is >= ``offset``, or None."""
         for attempt in range(2):
             entry, entry_offset, position = self.index.lookup(offset)
+            walked = self._walked
+            if walked is not None and walked[0] >= position and walked[1].base_offset <= offset:
+                # Every batch before the one last walked to ends before its base offset, so before
+                # ``offset``: the answer is that batch or one after it, and nearer than the entry's.
+                walked_at, header = walked
+                if header.last_offset >= offset:
+                    return walked
+                return self._walk_to(walked_at + header.size, offset)
             if entry < 0:
                 return self._walk_to(position, offset)
             try:
@@ -518,6 +534,7 @@ class LogSegment:
             if header is not None and header.last_offset == entry_offset:
                 # The entry's batch ends at entry_offset <= offset: it is the answer when equal.
                 if entry_offset == offset:
+                    self._walked = (position, header)
                     return position, header
                 return self._walk_to(position + header.size, offset)
             if attempt == 0:
@@ -616,6 +633,7 @@ class LogSegment:
         removed = self.size - position
         os.ftruncate(self._fd, position)
         self.size = position
+        self._walked = None
         self.writeback_from = min(self.writeback_from, position)
         self._unsynced = True
         self.index.truncate_to_position(position)

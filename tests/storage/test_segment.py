@@ -118,3 +118,43 @@ def test_recover_cuts_at_a_bad_crc(tmp_path):
     assert again.size == position and again.next_offset == 59
     assert seen == [50, 53, 56]
     again.close()
+
+
+def counting_preads(monkeypatch) -> list[int]:
+    """Every ``os.pread`` from now on, by size."""
+    sizes, real = [], os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, size, position: sizes.append(size) or real(fd, size, position))
+    return sizes
+
+
+def test_a_read_at_the_end_reads_only_the_new_batches_headers(tmp_path, monkeypatch):
+    # One index entry per 4 KiB: some 60 small batches between two entries, all walked before.
+    segment = LogSegment.create(tmp_path, 0, 4096, 0)
+    for offset in range(40):
+        append(segment, batch(1, base_offset=offset, tag=offset))
+    assert segment.translate_offset(39)[1].base_offset == 39
+    preads = counting_preads(monkeypatch)
+    for offset in range(40, 60):
+        # A follower, or a consumer at the end: the next read starts after the batch the last one ended on.
+        append(segment, batch(1, base_offset=offset, tag=offset))
+        position, header = segment.translate_offset(offset)
+        assert header.base_offset == offset and position == segment.size - header.size
+        assert segment.translate_offset(offset + 1) is None
+    assert len(preads) == 20  # one header a new batch (walking from the index entry: about 50 a read)
+    # An offset before the batch last walked to is found from the index, as before.
+    assert segment.translate_offset(7)[1].base_offset == 7
+    assert segment.translate_offset(45)[1].base_offset == 45
+    segment.close()
+
+
+def test_a_cut_forgets_the_batch_last_walked_to(tmp_path):
+    segment = filled(tmp_path)
+    assert segment.translate_offset(109)[1].base_offset == 107
+    segment.truncate_to(104)  # 104..106 and 107..109 go
+    assert segment.translate_offset(104) is None
+    # Batches of other sizes at the same offsets: positions and headers come from the new file.
+    append(segment, batch(1, base_offset=104, value_size=200, tag=1) + batch(5, base_offset=105, tag=2))
+    position, header = segment.translate_offset(107)
+    assert (header.base_offset, header.record_count) == (105, 5)
+    assert read_header(os.pread(segment.fd, 61, position)) == header
+    segment.close()
