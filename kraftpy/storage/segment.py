@@ -26,9 +26,10 @@ into a file position with the offset index and a short walk over batch headers, 
 :class:`FileRegion` for ``os.sendfile``. The segment remembers the last batch a walk reached, and a
 read at or after it walks on from there: a consumer or a follower at the end of the log, whose next
 read starts where its last one ended, reads the header of each new batch once instead of every
-header since the index entry before it (up to ``index.interval.bytes`` of them, dozens of small batches). Each index entry used is checked against the header it
-points at; a mismatch rebuilds both indexes from the log. :meth:`LogSegment.recover` re-reads
-every batch with its CRC and cuts the file at the first one that fails; given a
+header since the index entry before it (``index.interval.bytes`` of them: dozens of small batches).
+Each index entry used is checked against the header it points at; a mismatch rebuilds both
+indexes from the log. :meth:`LogSegment.recover` re-reads every batch with its CRC and cuts the
+file at the first one that fails; given a
 :class:`TransactionReplay` holding the transactions open at its start, it rebuilds the ``.txnindex``.
 A segment a log opens below its recovery point may be *deferred* (:meth:`LogSegment.defer_load`): its
 index files are read, and its end offset and timestamps learned, on the first access to any of them.
