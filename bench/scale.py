@@ -129,6 +129,19 @@ class Server:
         status = Path(f"/proc/{self.process.pid}/status").read_text()
         return next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
 
+    def cpu_seconds(self) -> float:
+        assert self.process is not None
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def timed_scrape(self) -> tuple[float, int, float]:
+        """One ``GET /metrics``: seconds until the whole answer was read, its bytes, and the CPU seconds
+        the broker process spent meanwhile (the scrape, and whatever else it was doing)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        cpu, started = self.cpu_seconds(), time.perf_counter()
+        size = len(urllib.request.urlopen(url, timeout=60).read())
+        return time.perf_counter() - started, size, self.cpu_seconds() - cpu
+
     def lag_buckets(self) -> dict[float, float]:
         """Cumulative bucket counts of the event-loop lag histogram, by upper bound (seconds)."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
@@ -283,6 +296,7 @@ def main(argv: list[str]) -> int:
         lag2 = server.lag_buckets()
         sent = steady_load(server, topics, args.partitions, args.load_seconds, args.rate)
         lag3 = server.lag_buckets()
+        scrape_s, scrape_bytes, scrape_cpu = server.timed_scrape()
         files = server.open_files()
         rss = server.rss_bytes()
         stop_s = server.stop()
@@ -316,6 +330,8 @@ def main(argv: list[str]) -> int:
     print(f"| idle produce (acks=all, one record) median / max | {idle[len(idle) // 2] * 1000:.1f} ms / "
           f"{idle[-1] * 1000:.1f} ms |")
     print(f"| steady load: records sent in {args.load_seconds:g} s | {sent:,} |")
+    print(f"| a scrape of /metrics after the load: answered in / its size / the broker's CPU meanwhile | "
+          f"{scrape_s:.2f} s / {scrape_bytes / 1e6:.1f} MB / {scrape_cpu:.2f} s |")
     print(f"| open files of the broker process after the load / after the restart | {files:,} / "
           f"{restarted_files:,} |")
     print(f"| resident memory of the process after the load (per partition) | {rss / 2**20:,.0f} MiB "

@@ -13,6 +13,11 @@ reports both sets under the same names, told apart by their labels. This module 
 counted as things happen (one increment per request or per partition of a request, never per
 record); what is read off existing state at scrape time is in kraftpy.node.metrics. The mapping to
 Kafka's JMX names is in docs/operations.md.
+
+A scrape is `exposition()`: prometheus_client's text of `REGISTRY`, then the text of each section
+added with `add_text_section`. A section writes its families' lines itself: the per-partition series
+of a broker with 100,000 partitions are 400,000 samples, which through prometheus_client's sample
+objects and formatting took about 3.5 s of Python a scrape, and written directly take a tenth of it.
 """
 
 from __future__ import annotations
@@ -183,6 +188,35 @@ def count_fetched(node_id: int, topic: str, size: int) -> None:
     TOPIC_BYTES_OUT.labels(str(node_id), topic).inc(size)
 
 
+#: Functions that return exposition text of their own families (`add_text_section`).
+_TEXT_SECTIONS: list[Callable[[], str]] = []
+
+
+def add_text_section(section: Callable[[], str]) -> None:
+    """Have every scrape end with ``section()``: whole families in the Prometheus text format (each
+    with its ``# HELP`` and ``# TYPE`` lines), named apart from every family of `REGISTRY`. Called in
+    the scrape's worker thread: it must only read, from snapshots."""
+    _TEXT_SECTIONS.append(section)
+
+
+def exposition() -> bytes:
+    """The body of ``GET /metrics``: `REGISTRY` in the Prometheus text format, then the text sections."""
+    return generate_latest(REGISTRY) + "".join(section() for section in _TEXT_SECTIONS).encode()
+
+
+def help_line(name: str, kind: str, doc: str) -> str:
+    """The ``# HELP`` and ``# TYPE`` lines of a family, escaped as the text format asks."""
+    doc = doc.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {name} {doc}\n# TYPE {name} {kind}\n"
+
+
+def label_value(value: str) -> str:
+    """A label value escaped for the text format (backslash, double quote, newline)."""
+    if "\\" in value or '"' in value or "\n" in value:
+        value = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return value
+
+
 #: How often the event-loop lag is sampled.
 LAG_SAMPLE_INTERVAL = 0.05
 
@@ -254,7 +288,7 @@ async def serve_metrics(port: int, host: str = "127.0.0.1", *, ready: Callable[[
             path = line[1].split(b"?")[0] if len(line) >= 2 and line[0] == b"GET" else None
             content_type = b"text/plain; charset=utf-8"
             if path == b"/metrics":
-                body = await trio.to_thread.run_sync(generate_latest, REGISTRY, limiter=scraping)
+                body = await trio.to_thread.run_sync(exposition, limiter=scraping)
                 status = b"200 OK"
                 content_type = CONTENT_TYPE_LATEST.encode()
             elif path == b"/ready":

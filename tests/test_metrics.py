@@ -13,16 +13,19 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from prometheus_client.parser import text_string_to_metric_families
 
+from kraftpy.broker.client import KafkaConnection
 from kraftpy.cli.dev import dev_properties
 from kraftpy.config import load_config
 from kraftpy.config.properties import format_properties
-from kraftpy.metrics import EVENT_LOOP_LAG, REGISTRY, watch_event_loop_lag
+from kraftpy.metrics import EVENT_LOOP_LAG, REGISTRY, exposition, help_line, label_value, watch_event_loop_lag
 from kraftpy.node import KraftNode
 from kraftpy.rpc.kafka_server import PHASES
 from kraftpy.storage.formatter import format_dirs
 from tests.helpers.deployments import ProcessCluster, create_topics, retry_coordinator
 from tests.helpers.processes import free_ports
+from tests.helpers.protocol import batch, metadata, produce
 from tests.helpers.scrape import ready, scrape, value
 from tests.node.test_kraft_node import api_versions, http_get
 
@@ -112,6 +115,16 @@ def test_made_up_api_keys_share_one_requests_label():
     assert len(REQUESTS._metrics) <= len(_KNOWN_API_KEYS) + 1
 
 
+def test_label_values_and_help_written_as_text_read_back_as_they_were():
+    tricky = 'a "quoted" \\ back\nslash'
+    text = (help_line("kraftpy_t", "gauge", "Help with a \\ and a\nnewline.")
+            + f'kraftpy_t{{topic="{label_value(tricky)}",partition="0"}} 7\n')
+    [family] = text_string_to_metric_families(text)
+    assert (family.name, family.type, family.documentation) == ("kraftpy_t", "gauge", "Help with a \\ and a\nnewline.")
+    assert [(s.labels, s.value) for s in family.samples] == [({"topic": tricky, "partition": "0"}, 7.0)]
+    assert label_value("plain-topic_1.x") == "plain-topic_1.x"
+
+
 # -- readiness and scrape-time metrics of in-process nodes -----------------------------------------
 
 async def _start_node(tmp_path: Path, values: dict[str, str], nursery: trio.Nursery) -> KraftNode:
@@ -121,6 +134,42 @@ async def _start_node(tmp_path: Path, values: dict[str, str], nursery: trio.Nurs
     node = KraftNode(config, "Z3oy_rMHTPiWbnpDv0jArQ")
     await nursery.start(node.run)
     return node
+
+
+async def test_a_scrape_writes_every_partitions_series_once_among_the_registrys_families(tmp_path: Path) -> None:
+    port, controller_port, metrics_port = free_ports(3)
+    values = {**dev_properties(tmp_path, port, controller_port), "metrics.port": str(metrics_port),
+              "num.partitions": "3"}
+    async with trio.open_nursery() as nursery:
+        node = await _start_node(tmp_path, values, nursery)
+        with trio.fail_after(60):  # bounds a failure only
+            await node.ready.wait()
+            async with await KafkaConnection.connect("127.0.0.1", port) as conn:
+                while not (await metadata(conn, ["scraped"])).topics[0].partitions:  # auto-created
+                    await trio.sleep(0.01)
+                for _ in range(2):
+                    while (await produce(conn, "scraped", 1, batch(b"a", b"b", b"c"))).error_code:
+                        await trio.sleep(0.01)  # until the new partition's leader is applied
+        status, text = await http_get(metrics_port, "/metrics")
+        assert status == "HTTP/1.1 200 OK"
+        families = list(text_string_to_metric_families(text))
+        names = [family.name for family in families]
+        assert len(names) == len(set(names)), "a family written twice"
+        by_name = {family.name: family for family in families}
+        for name in ("kraftpy_log_size_bytes", "kraftpy_log_end_offset", "kraftpy_log_start_offset",
+                     "kraftpy_log_high_watermark"):
+            family = by_name[name]
+            assert family.type == "gauge" and family.documentation
+            series = {s.labels["partition"]: s.value for s in family.samples if s.labels["topic"] == "scraped"}
+            assert set(series) == {"0", "1", "2"}, name
+            assert all(s.labels["node_id"] == "1" for s in family.samples)
+        ends = {s.labels["partition"]: s.value for s in by_name["kraftpy_log_end_offset"].samples
+                if s.labels["topic"] == "scraped"}
+        assert ends == {"0": 0, "1": 6, "2": 0}
+        sizes = {s.labels["partition"]: s.value for s in by_name["kraftpy_log_size_bytes"].samples
+                 if s.labels["topic"] == "scraped"}
+        assert sizes["0"] == 0 and sizes["1"] > 0
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_running_combined_node_is_ready_and_reports_both_roles(tmp_path: Path) -> None:
@@ -436,7 +485,9 @@ def exported_sample_names() -> set[str]:
 
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",),
                 "summary": ("_sum", "_count", "")}
-    return {family.name + suffix for family in REGISTRY.collect() for suffix in suffixes[family.type]}
+    # A scrape's families: the registry's and those the text sections write (the per-partition series).
+    families = text_string_to_metric_families(exposition().decode())
+    return {family.name + suffix for family in families for suffix in suffixes[family.type]}
 
 
 def dashboard_exprs() -> list[str]:

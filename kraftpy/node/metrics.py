@@ -4,7 +4,10 @@ Theory of operation. Most of what an operator watches is state that already exis
 replicas (`ReplicaManager.partitions`), the committed metadata image, the group coordinator's
 loaded shards. Nothing here is counted on the data path: one collector (`NodeCollector`,
 registered once in the process's `kraftpy.metrics.REGISTRY`) walks the nodes this process runs
-each time Prometheus scrapes ``/metrics`` and reports what it finds, labelled ``node_id``. The few
+each time Prometheus scrapes ``/metrics`` and reports what it finds, labelled ``node_id``. The
+per-partition series (`PARTITION_SERIES`, four a replica) are written as exposition text directly
+(`NodeCollector.partition_text`, a `kraftpy.metrics.add_text_section`): at 100,000 partitions they
+are most of a scrape, and prometheus_client's sample objects cost ten times as much. The few
 counters that must be counted as things happen (requests and their latency, bytes and messages
 per topic, ISR shrinks and expands) live in `kraftpy.metrics`.
 
@@ -29,12 +32,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kraftpy.broker.lifecycle import BrokerLifecycle, BrokerState
+from kraftpy.broker.partition import TopicPartition
 from kraftpy.broker.server import BrokerServer
 from kraftpy.metadata.controller_server import ControllerServer
 from kraftpy.metadata.delta import MetadataDelta
 from kraftpy.metadata.image import MetadataImage
 from kraftpy.metadata.loader import MetadataLoader
-from kraftpy.metrics import ISR_EXPANDS, ISR_SHRINKS, REGISTRY
+from kraftpy.metrics import ISR_EXPANDS, ISR_SHRINKS, REGISTRY, add_text_section, help_line, label_value
 from kraftpy.storage.descriptors import DESCRIPTORS
 
 #: Kafka's BrokerState values (kafka.server:type=KafkaServer,name=BrokerState).
@@ -44,6 +48,16 @@ KAFKA_BROKER_STATE = {
     BrokerState.RUNNING: 3,  # RUNNING
     BrokerState.STOPPING: 6,  # PENDING_CONTROLLED_SHUTDOWN
 }
+
+
+#: The series of each partition replica a broker holds: name, help, and the log's attribute reported.
+PARTITION_SERIES: tuple[tuple[str, str, str], ...] = (
+    ("kraftpy_log_size_bytes", "Bytes of a partition replica's log on disk.", "size_in_bytes"),
+    ("kraftpy_log_end_offset", "A partition replica's log end offset.", "log_end_offset"),
+    ("kraftpy_log_start_offset", "A partition replica's log start offset.", "log_start_offset"),
+    ("kraftpy_log_high_watermark", "A partition replica's high watermark (what consumers may read).",
+     "high_watermark"),
+)
 
 
 @attrs.define(eq=False)
@@ -77,7 +91,7 @@ class NodeCollector(Collector):
         by_name = {f.name: f for f in families}
         for broker in list(self.brokers.values()):
             self._collect_broker(broker, by_name)
-        loaders: dict[int, MetadataLoader] = {b.node_id: b.loader for b in self.brokers.values()}
+        loaders: dict[int, MetadataLoader] = {b.node_id: b.loader for b in list(self.brokers.values())}
         for controller in list(self.controllers.values()):
             self._collect_controller(controller, by_name)
             loaders.setdefault(controller.node_id, controller.server.loader)
@@ -86,10 +100,29 @@ class NodeCollector(Collector):
             self._collect_loader(str(node_id), loader, now, by_name)
         return iter(families)
 
+    def partition_text(self) -> str:
+        """The `PARTITION_SERIES` of every replica of every broker, as exposition text."""
+        brokers = list(self.brokers.values())
+        lines: list[list[str]] = [[help_line(name, "gauge", doc)] for name, doc, _ in PARTITION_SERIES]
+        size, end, start, high = lines
+        for broker in brokers:
+            node = label_value(str(broker.node_id))
+            topics: dict[str, str] = {}
+            for tp, part in list(broker.server.replicas.partitions.items()):
+                prefix = topics.get(tp.topic)
+                if prefix is None:
+                    prefix = topics[tp.topic] = f'{{node_id="{node}",topic="{label_value(tp.topic)}",partition="'
+                labels = f'{prefix}{tp.partition}"}} '
+                log = part.log
+                size.append(f"kraftpy_log_size_bytes{labels}{log.size_in_bytes}\n")
+                end.append(f"kraftpy_log_end_offset{labels}{log.log_end_offset}\n")
+                start.append(f"kraftpy_log_start_offset{labels}{log.log_start_offset}\n")
+                high.append(f"kraftpy_log_high_watermark{labels}{log.high_watermark}\n")
+        return "".join("".join(family) for family in lines)
+
     @staticmethod
     def _families() -> list[GaugeMetricFamily]:
         node = ["node_id"]
-        partition = ["node_id", "topic", "partition"]
         group = ["node_id", "group", "topic", "partition"]
         specs: list[tuple[str, str, list[str]]] = [
             # broker: replicas
@@ -117,11 +150,6 @@ class NodeCollector(Collector):
              "writing to disk since it started (log.writeback.interval.bytes; monotonic).", node),
             ("kraftpy_log_writeback_errors", "Requests to start the write-back of log data that the kernel refused "
              "(monotonic; the data stays in the page cache for the kernel's own write-back).", node),
-            ("kraftpy_log_size_bytes", "Bytes of a partition replica's log on disk.", partition),
-            ("kraftpy_log_end_offset", "A partition replica's log end offset.", partition),
-            ("kraftpy_log_start_offset", "A partition replica's log start offset.", partition),
-            ("kraftpy_log_high_watermark", "A partition replica's high watermark (what consumers may read).",
-             partition),
             # broker: groups
             ("kraftpy_consumer_group_committed_offset",
              "A group's committed offset of a partition, reported by the group's coordinator.", group),
@@ -157,15 +185,8 @@ class NodeCollector(Collector):
         node = str(broker.node_id)
         replicas = broker.server.replicas
         under = under_min = at_min = leaders = 0
-        hw_by_partition: dict[tuple[str, int], int] = {}
-        for tp, part in list(replicas.partitions.items()):
-            labels = [node, tp.topic, str(tp.partition)]
-            log = part.log
-            out["kraftpy_log_size_bytes"].add_metric(labels, log.size_in_bytes)
-            out["kraftpy_log_end_offset"].add_metric(labels, log.log_end_offset)
-            out["kraftpy_log_start_offset"].add_metric(labels, log.log_start_offset)
-            out["kraftpy_log_high_watermark"].add_metric(labels, log.high_watermark)
-            hw_by_partition[(tp.topic, tp.partition)] = log.high_watermark
+        partitions = dict(replicas.partitions)
+        for part in partitions.values():
             if part.is_leader:
                 leaders += 1
                 isr = len(part.isr)
@@ -176,7 +197,7 @@ class NodeCollector(Collector):
         out["kraftpy_under_min_isr_partitions"].add_metric([node], under_min)
         out["kraftpy_at_min_isr_partitions"].add_metric([node], at_min)
         out["kraftpy_leader_count"].add_metric([node], leaders)
-        out["kraftpy_partition_count"].add_metric([node], len(replicas.partitions))
+        out["kraftpy_partition_count"].add_metric([node], len(partitions))
         out["kraftpy_offline_replicas"].add_metric([node], len(replicas.offline))
         out["kraftpy_offline_log_dirs"].add_metric([node], len(replicas.log_manager.offline_dirs))
         out["kraftpy_log_open_segment_files"].add_metric([node], len(DESCRIPTORS))
@@ -196,9 +217,10 @@ class NodeCollector(Collector):
                     labels = [node, group_id, topic, str(partition)]
                     offset = committed.value.offset
                     out["kraftpy_consumer_group_committed_offset"].add_metric(labels, offset)
-                    hw = hw_by_partition.get((topic, partition))
-                    if hw is not None:
-                        out["kraftpy_consumer_group_lag"].add_metric(labels, max(hw - offset, 0))
+                    replica = partitions.get(TopicPartition(topic, partition))
+                    if replica is not None:
+                        lag = replica.log.high_watermark - offset
+                        out["kraftpy_consumer_group_lag"].add_metric(labels, max(lag, 0))
         for state, count in sorted(states.items()):
             out["kraftpy_consumer_groups"].add_metric([node, state], count)
 
@@ -236,6 +258,7 @@ class NodeCollector(Collector):
 #: The collector of this process's nodes, registered once.
 NODES = NodeCollector()
 REGISTRY.register(NODES)
+add_text_section(NODES.partition_text)
 
 
 def track_broker(node_id: int, server: BrokerServer, lifecycle: BrokerLifecycle,
