@@ -53,6 +53,9 @@ from kraftpy.storage.offset_map import SLOT_SIZE
 
 _logger = structlog.get_logger(__name__)
 
+#: Replicas looked at between two checkpoints of the event loop when choosing the next log to clean.
+_CHUNK = 1000
+
 
 class LogCleaner:
     def __init__(self, settings: BrokerSettings, partitions: Callable[[], Iterable[Partition]],
@@ -115,7 +118,7 @@ class LogCleaner:
     async def _run_one(self, cleaner: Cleaner) -> None:
         backoff = self.settings.log_cleaner_backoff_ms / 1000
         while True:
-            picked = self.grab_filthiest_log()
+            picked = await self.grab_filthiest_log()
             if picked is None:
                 await trio.sleep(backoff)
                 continue
@@ -131,11 +134,15 @@ class LogCleaner:
     def _checkpointed(self, part: Partition) -> int | None:
         return self.checkpoints.get(part.log.directory.parent, {}).get((part.tp.topic, part.tp.partition))
 
-    def grab_filthiest_log(self) -> tuple[Partition, LogToClean] | None:
-        """The compacted replica most in need of a pass, now marked in progress (or None: none is due)."""
+    async def grab_filthiest_log(self) -> tuple[Partition, LogToClean] | None:
+        """The compacted replica most in need of a pass, now marked in progress (or None: none is due).
+        The replicas are looked at in chunks, with a checkpoint between two: at 100,000 of them one pass
+        held the event loop for 40-90 ms."""
         now = self.clock()
         best: tuple[float, Partition, LogToClean] | None = None
-        for part in self.partitions():
+        for i, part in enumerate(self.partitions()):
+            if i and not i % _CHUNK:
+                await trio.lowlevel.checkpoint()
             log = part.log
             if (not log.config.compact or log.closed or part.tp in self.in_progress
                     or part.tp in self.uncleanable or part.cleaning):
@@ -148,8 +155,11 @@ class LogCleaner:
                 best = (to_clean.cleanable_ratio, part, to_clean)
         if best is None:
             return None
-        self.in_progress.add(best[1].tp)
-        return best[1], best[2]
+        part = best[1]
+        if part.tp in self.in_progress or part.cleaning or part.log.closed:
+            return None  # taken by another cleaner task, or gone, while the others were looked at
+        self.in_progress.add(part.tp)
+        return part, best[2]
 
     # -- one pass ---------------------------------------------------------------------------------
 

@@ -899,9 +899,13 @@ class ReplicaManager:
 
     async def maybe_shrink_isrs(self) -> None:
         lag = self.settings.replica_lag_time_max_ms
-        for i, part in enumerate([p for p in self.partitions.values() if p.is_leader]):
+        # A copy of the replicas (one C-level pass), walked in chunks: at 100,000 replicas, picking the
+        # leaders out in one go held the event loop for tens of milliseconds.
+        for i, part in enumerate(list(self.partitions.values())):
             if i and not i % _CHUNK:
                 await trio.lowlevel.checkpoint()
+            if not part.is_leader:
+                continue
             new_isr = part.isr_to_shrink(lag)
             if new_isr is not None:
                 part.propose_isr(new_isr)
@@ -1024,8 +1028,8 @@ class ReplicaManager:
         """Write the log directories' offset checkpoints (one worker-thread hop for all of them); a
         directory whose files cannot be written (not for a full disk) goes offline."""
         async with self._log_manager_lock:
-            logs = [part.log for part in self.partitions.values()]  # taken under the lock: none forgotten since
-            failed = await trio.to_thread.run_sync(self.log_manager.checkpoint, logs)
+            parts = list(self.partitions.values())  # taken under the lock: none forgotten since
+            failed = await trio.to_thread.run_sync(lambda: self.log_manager.checkpoint(p.log for p in parts))
         for path, exc in failed.items():
             where = exc.filename or path
             if exc.errno in NO_SPACE_ERRNOS:

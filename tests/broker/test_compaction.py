@@ -388,11 +388,34 @@ async def test_a_damaged_batch_stops_the_cleaner_on_that_log_only(tmp_path):
         byte = f.read(1)
         f.seek(first.size - 3)
         f.write(bytes([byte[0] ^ 0xFF]))
-    picked = cleaner.grab_filthiest_log()
+    picked = await cleaner.grab_filthiest_log()
     assert picked is not None and picked[0] is part
     assert await cleaner.clean(Cleaner(cleaner.config), *picked) is None
     assert "CRC" in cleaner.uncleanable[part.tp]
     assert not [n for n in os.listdir(part.log.directory) if n.endswith(".cleaned")]
     cleaner.in_progress.clear()
-    assert cleaner.grab_filthiest_log() is None  # not tried again until a restart
+    assert await cleaner.grab_filthiest_log() is None  # not tried again until a restart
     await append_keyed(part, 4)  # the partition goes on
+
+
+async def test_two_cleaner_tasks_choosing_at_once_never_take_the_same_log(tmp_path, monkeypatch):
+    from kraftpy.broker import log_cleaner
+    from kraftpy.broker.log_cleaner import LogCleaner
+    from kraftpy.broker.settings import BrokerSettings
+
+    # A checkpoint after every replica looked at: the other task chooses while this one is half-way.
+    monkeypatch.setattr(log_cleaner, "_CHUNK", 1)
+    part = compacted_leader(tmp_path)
+    await append_keyed(part, 40)
+    settings = BrokerSettings(node_id=1, cluster_id="c", log_dirs=(tmp_path,))
+    cleaner = LogCleaner(settings, lambda: [part, part, part], part.clock)
+    picks = []
+
+    async def choose():
+        picks.append(await cleaner.grab_filthiest_log())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(choose)
+        nursery.start_soon(choose)
+    assert sorted(p is None for p in picks) == [False, True]  # one took it, the other found it taken
+    assert cleaner.in_progress == {part.tp}

@@ -92,7 +92,7 @@ def records(part) -> list[tuple[int, bytes, bytes]]:
 
 
 async def run_pass(cleaner: LogCleaner, part):
-    picked = cleaner.grab_filthiest_log()
+    picked = await cleaner.grab_filthiest_log()
     assert picked is not None
     _, to_clean = picked
     try:

@@ -75,6 +75,38 @@ def test_a_checkpoint_file_that_did_not_change_is_not_written_again(tmp_path):
     assert (a / REPLICATION_CHECKPOINT_FILE).read_text() == f"0\n1\norders 0 {log.log_end_offset}\n"
 
 
+def test_partitions_that_come_and_go_between_checkpoints_are_written_in_order(tmp_path):
+    m = manager(tmp_path)
+    logs = {name: fill(m, tmp_path / name, 2) for name in ("b-0", "d-0")}
+    m.checkpoint(logs.values())
+    logs["c-0"] = fill(m, tmp_path / "c-0", 2)  # sorts between the two already written
+    m.checkpoint(logs.values())
+    assert (tmp_path / REPLICATION_CHECKPOINT_FILE).read_text() == "0\n3\nb 0 0\nc 0 0\nd 0 0\n"
+    logs.pop("b-0").close()
+    m.forget(tmp_path / "b-0")
+    logs["a-0"] = fill(m, tmp_path / "a-0", 2)  # as many partitions as before, not the same ones
+    m.checkpoint(logs.values())
+    assert (tmp_path / REPLICATION_CHECKPOINT_FILE).read_text() == "0\n3\na 0 0\nc 0 0\nd 0 0\n"
+    for log in logs.values():
+        log.close()
+
+
+def test_a_checkpoint_keeps_no_new_object_for_a_partition_whose_offsets_did_not_change(tmp_path):
+    # Objects kept from one checkpoint to the next live long enough to reach the oldest generation of
+    # the garbage collector: one per partition at every checkpoint brought full collections.
+    m = manager(tmp_path)
+    logs = [fill(m, tmp_path / f"t-{p}", 2) for p in range(4)]
+    m.checkpoint(logs)
+    recorded = m.dirs[tmp_path].recorded
+    before = {key: id(offsets) for key, offsets in recorded.items()}
+    logs[2].update_high_watermark(logs[2].log_end_offset)
+    m.checkpoint(logs)
+    assert {key for key, offsets in recorded.items() if id(offsets) != before[key]} == {("t", 2)}
+    assert recorded[("t", 2)] == logs[2].offsets
+    for log in logs:
+        log.close()
+
+
 def test_clean_shutdown_is_trusted_once(tmp_path, monkeypatch):
     m = manager(tmp_path)
     logs = [fill(m, tmp_path / f"t-{p}") for p in range(3)]
