@@ -95,7 +95,7 @@ from kraftpy.metadata.messages import (
 from kraftpy.metadata.records import DIRECTORY_UNASSIGNED, NO_LEADER, ConfigResourceType
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.record_validation import ProduceRules
-from kraftpy.storage.descriptors import DESCRIPTORS, configure_descriptors
+from kraftpy.storage.descriptors import DESCRIPTORS, close_descriptors, configure_descriptors
 from kraftpy.storage.fsutil import read_small_file
 from kraftpy.storage.log import Log, LogClosedError
 from kraftpy.storage.log_config import LogConfig
@@ -1013,11 +1013,13 @@ class ReplicaManager:
 
     @staticmethod
     async def _run_descriptor_trim() -> None:
-        """Close the segment descriptors opened again beyond log.open.segments.max (only this thread
-        closes them: see kraftpy.storage.descriptors)."""
+        """Close the segment descriptors opened again beyond log.open.segments.max: taken from their
+        segments on this thread (see kraftpy.storage.descriptors), closed in a worker thread."""
         while True:
             await trio.sleep(_TRIM_INTERVAL)
-            DESCRIPTORS.trim()
+            detached = DESCRIPTORS.evict()
+            if detached:
+                await trio.to_thread.run_sync(close_descriptors, detached)
 
     async def _run_housekeeping(self) -> None:
         while True:

@@ -11,8 +11,11 @@ Theory of operation. A descriptor is only used while its segment is *pinned*: ev
 duration of the call (pins nest), so a worker thread reading or appending never sees its descriptor
 closed under it. Opening never closes another descriptor: :meth:`DescriptorCache.trim` does, and it
 runs only on the event loop's thread, between tasks (the broker calls it after each batch of logs it
-opened and on a timer). That keeps the one unpinned use of a descriptor safe: a read on the event
-loop hands back a :class:`~kraftpy.protocol.types.FileRegion` borrowing the segment's descriptor, and
+opened, and on a timer as :meth:`DescriptorCache.evict`, which takes the descriptors from their
+segments on the event loop and leaves their ``close`` to a worker thread: a thousand closes a second
+on the loop's thread each let go of the interpreter lock and waited to take it back from whatever
+thread held it). That keeps the one unpinned use of a descriptor safe: a read on the event loop
+hands back a :class:`~kraftpy.protocol.types.FileRegion` borrowing the segment's descriptor, and
 the handler detaches (duplicates) it before its next ``await``, before any trim can run. Work that
 uses a descriptor from a worker thread pins it (:meth:`LogSegment.pread`, ``Log.read_bytes``).
 
@@ -141,22 +144,35 @@ class DescriptorCache:
     def trim(self, keep: int | None = None) -> int:
         """Close unpinned descriptors, least recently used first, until at most ``keep`` (default the
         capacity) are open. Only on the event loop's thread (see the module doc). Returns how many closed."""
+        detached = self.evict(keep)
+        close_descriptors(detached)
+        return len(detached)
+
+    def evict(self, keep: int | None = None) -> list[int]:
+        """:meth:`trim`, except that the descriptors taken from their segments are returned, still
+        open, for the caller to close (`close_descriptors`, from any thread): no segment uses them
+        any more, and one that needs its file again opens it anew."""
         limit = self.capacity if keep is None else keep
-        closed = 0
+        detached: list[int] = []
         with self._lock:
             if len(self._open) <= limit:
-                return 0
+                return detached
             for holder in list(self._open):
                 if len(self._open) <= limit:
                     break
                 if holder._pins:
                     continue
                 del self._open[holder]
-                fd, holder._fd = holder._fd, -1
-                os.close(fd)
-                closed += 1
-            self.evictions += closed
-        return closed
+                detached.append(holder._fd)
+                holder._fd = -1
+            self.evictions += len(detached)
+        return detached
+
+
+def close_descriptors(fds: list[int]) -> None:
+    """Close descriptors `DescriptorCache.evict` detached."""
+    for fd in fds:
+        os.close(fd)
 
 
 #: The process's cache: descriptors are a per-process resource, whatever number of logs share them.

@@ -86,3 +86,39 @@ async def test_a_clean_stop_writes_producer_snapshots_only_where_the_log_end_mov
         assert {k: v for k, v in second.items() if k in first} == first
         assert sorted(set(second) - set(first)) == ["1/00000000000000000001.snapshot"]
         await cluster.restart_broker(1)
+
+
+async def test_the_timer_closes_the_descriptors_beyond_the_bound_in_a_worker_thread(
+        tmp_path, restore_capacity, autojump_clock, monkeypatch):
+    import threading
+
+    import trio
+
+    from kraftpy.broker import replica_manager
+    from kraftpy.storage.descriptors import close_descriptors
+    from kraftpy.storage.log import Log
+    from kraftpy.storage.log_config import LogConfig
+
+    DESCRIPTORS.capacity = 4
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=200))
+    for i in range(30):
+        log.append_as_leader(batch(b"v%d" % i), leader_epoch=0)
+    assert sum(1 for s in log.segments if s._fd >= 0) > 4
+    closers = []
+
+    def closing(fds):
+        closers.append(threading.current_thread())
+        close_descriptors(fds)
+
+    monkeypatch.setattr(replica_manager, "close_descriptors", closing)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(replica_manager.ReplicaManager._run_descriptor_trim)
+        for _ in range(50):  # five virtual seconds: the trim runs every second
+            if closers:
+                break
+            await trio.sleep(0.1)
+        nursery.cancel_scope.cancel()
+    assert closers, "no descriptor closed through close_descriptors"
+    assert sum(1 for s in log.segments if s._fd >= 0) <= 4
+    assert threading.main_thread() not in closers
+    log.close()

@@ -11,7 +11,13 @@ import threading
 import pytest
 
 from kraftpy.storage.checkpoint import LogOffsets
-from kraftpy.storage.descriptors import DESCRIPTORS, DescriptorCache, configure_descriptors, default_capacity
+from kraftpy.storage.descriptors import (
+    DESCRIPTORS,
+    DescriptorCache,
+    close_descriptors,
+    configure_descriptors,
+    default_capacity,
+)
 from kraftpy.storage.log import Log
 from kraftpy.storage.log_config import LogConfig
 
@@ -200,3 +206,23 @@ def test_a_cache_counts_what_it_closed_and_opened_again(tmp_path):
     cache.closed(a)
     cache.closed(b)
     assert len(cache) == 0
+
+
+def test_evicted_descriptors_stay_open_for_their_closer_and_their_segments_open_their_files_again(
+        tmp_path, capacity):
+    capacity(3)
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=200), clock=ManualClock())
+    for i in range(30):
+        log.append_as_leader(batch(1, tag=i), leader_epoch=0)
+    held = segment_fds(log)
+    assert len(held) > 3
+    detached = DESCRIPTORS.evict()
+    assert len(detached) == len(held) - 3 and set(detached) <= held
+    assert set(detached) <= open_fds()  # still open: the caller closes them
+    assert len(segment_fds(log)) == 3 and not set(detached) & segment_fds(log)
+    close_descriptors(detached)
+    for fd in detached:
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed (nothing opened since could have taken its number)
+    assert [base for base, *_ in read_all(log)] == list(range(30))  # every segment opens its file again
+    log.close()
