@@ -44,6 +44,12 @@ from kraftpy.node.raft_node import RaftNode, voter_addresses
 
 #: The interpreter's thread switch interval in a server process (Python's default is 5 ms).
 SWITCH_INTERVAL_S = 0.001
+#: The garbage collector's thresholds in a process that is a node alone (Python's default is 700, 10,
+#: 10): a young collection after 10,000 container objects made and not freed instead of 700. Each
+#: young collection also walks every container the young objects hold, however old what they hold:
+#: at 100,000 partitions one took 5-10 ms of CPU for 700 objects, 16 of them over 5 ms in 20 s of
+#: steady load, and with this threshold 2 (bench/scale.py; docs/benchmarks.md).
+GC_THRESHOLDS = (10_000, 10, 10)
 
 
 class KraftNode:
@@ -53,7 +59,8 @@ class KraftNode:
         collector's reach (`gc.freeze`), for a process that is this node alone (`kraftpy broker`,
         `kraftpy controller`, `kraftpy dev`, a test cluster's node): a full collection walked them all,
         a pause of 50-80 ms on the event loop every few seconds under load, the largest part of the
-        produce latency's p99.9. Not for a process embedding nodes among other work (a test run)."""
+        produce latency's p99.9. Such a process also collects its young objects less often
+        (`GC_THRESHOLDS`). Not for a process embedding nodes among other work (a test run)."""
         self.config = config
         self._freeze_gc_when_ready = freeze_gc_when_ready
         self.cluster_id = cluster_id
@@ -74,6 +81,8 @@ class KraftNode:
         # A worker thread doing Python work (opening logs, checkpoints) holds the GIL for up to the
         # switch interval at a time: 1 ms instead of 5 keeps the event loop's lag low beside it.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        if self._freeze_gc_when_ready:
+            gc.set_threshold(*GC_THRESHOLDS)
         try:
             async with trio.open_nursery() as nursery:
                 if self._freeze_gc_when_ready:
@@ -119,7 +128,7 @@ class KraftNode:
         gc.collect()  # what is garbage now is not frozen with the rest
         gc.freeze()
         self.log.info("objects made at start frozen out of the garbage collector's reach",
-                      frozen=gc.get_freeze_count())
+                      frozen=gc.get_freeze_count(), gc_thresholds=list(gc.get_threshold()))
 
     def _listeners_setting(self) -> str:
         return "listeners=" + ",".join(str(listener) for listener in self.config.listeners)
