@@ -50,13 +50,13 @@ KAFKA_BROKER_STATE = {
 }
 
 
-#: The series of each partition replica a broker holds: name, help, and the log's attribute reported.
-PARTITION_SERIES: tuple[tuple[str, str, str], ...] = (
-    ("kraftpy_log_size_bytes", "Bytes of a partition replica's log on disk.", "size_in_bytes"),
-    ("kraftpy_log_end_offset", "A partition replica's log end offset.", "log_end_offset"),
-    ("kraftpy_log_start_offset", "A partition replica's log start offset.", "log_start_offset"),
-    ("kraftpy_log_high_watermark", "A partition replica's high watermark (what consumers may read).",
-     "high_watermark"),
+#: The series of each partition replica a broker holds, name and help, in the order
+#: `NodeCollector.partition_text` writes them.
+PARTITION_SERIES: tuple[tuple[str, str], ...] = (
+    ("kraftpy_log_size_bytes", "Bytes of a partition replica's log on disk."),
+    ("kraftpy_log_end_offset", "A partition replica's log end offset."),
+    ("kraftpy_log_start_offset", "A partition replica's log start offset."),
+    ("kraftpy_log_high_watermark", "A partition replica's high watermark (what consumers may read)."),
 )
 
 
@@ -103,7 +103,7 @@ class NodeCollector(Collector):
     def partition_text(self) -> str:
         """The `PARTITION_SERIES` of every replica of every broker, as exposition text."""
         brokers = list(self.brokers.values())
-        lines: list[list[str]] = [[help_line(name, "gauge", doc)] for name, doc, _ in PARTITION_SERIES]
+        lines: list[list[str]] = [[help_line(name, "gauge", doc)] for name, doc in PARTITION_SERIES]
         size, end, start, high = lines
         for broker in brokers:
             node = label_value(str(broker.node_id))
