@@ -523,7 +523,8 @@ KEYS: list[ConfigKey] = [
 
 #: Kafka keys that kraftpy accepts without using: a copied server.properties starts cleanly.
 IGNORED: dict[str, str] = {
-    "num.network.threads": "kraftpy serves connections as trio tasks",
+    "num.network.threads": "kraftpy serves connections as trio tasks (answers of 256 KiB or more of log data are "
+                           "written from worker threads, up to 40 at once)",
     "num.io.threads": "kraftpy serves requests as trio tasks",
     "socket.send.buffer.bytes": "the operating system's default buffers are used",
     "socket.receive.buffer.bytes": "the operating system's default buffers are used",

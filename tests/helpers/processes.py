@@ -125,8 +125,11 @@ class DevProcess:
     waits for a clean exit. Usable as a context manager.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, session: bool = False) -> None:
         self.directory = directory
+        #: Started in a session of its own (as a service or a terminal of its own is): on Linux with
+        #: autogroup scheduling it then shares the cores with its clients as a group, not thread by thread.
+        self.session = session
         self.port, self.controller_port = free_ports(2)
         self.process: subprocess.Popen | None = None
         self.lines: list[dict[str, Any]] = []
@@ -140,7 +143,7 @@ class DevProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kraftpy", "dev", "--dir", str(self.directory), "--port", str(self.port),
              "--controller-port", str(self.controller_port), "--log-format", "json"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=self.session)
         threading.Thread(target=self._pump, args=(self.process,), daemon=True).start()
         self.wait_for("broker running", timeout)
         return self

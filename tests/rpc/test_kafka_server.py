@@ -2,6 +2,7 @@
 
 import struct
 
+import pytest
 import trio
 import trio.testing
 
@@ -272,6 +273,111 @@ async def test_small_file_regions_go_out_in_the_write_of_the_bytes_around_them(t
             nursery.cancel_scope.cancel()
     # The 100 KB region by sendfile, and the last small one: the first two small ones used the answer's share.
     assert sendfiles == [100_000, 900]
+
+
+async def test_large_answers_are_written_from_the_servers_worker_threads(tmp_path, monkeypatch):
+    """An answer with THREADED_WRITE_BYTES or more of file regions is written off the event loop, by at
+    most write_threads at once; the bytes are those of the parts, in order (an empty
+    region and empty bytes included), and smaller answers are still written by the event loop."""
+    import threading
+
+    from kraftpy.rpc import kafka_server
+
+    data = bytes(range(256)) * 8192  # 2 MiB
+    path = tmp_path / "segment.log"
+    path.write_bytes(data)
+    loop_thread = threading.get_ident()
+    hops: list[int] = []
+    at_once = [0, 0]  # now, most
+    real_write_some = kafka_server._write_some
+
+    def watched_write_some(out, writes, index, offset):
+        hops.append(threading.get_ident())
+        at_once[0] += 1
+        at_once[1] = max(at_once)
+        try:
+            return real_write_some(out, writes, index, offset)
+        finally:
+            at_once[0] -= 1
+
+    monkeypatch.setattr(kafka_server, "_write_some", watched_write_some)
+    with open(path, "rb") as fd:
+        def parts_for(payload: bytes) -> list:
+            if payload == b"small":
+                return [b"small", FileRegion(fd.fileno(), 0, 100_000)]
+            return [b"head", FileRegion(fd.fileno(), 10, 700_000), b"", b"mid", FileRegion(fd.fileno(), 5, 0),
+                    FileRegion(fd.fileno(), 800_000, 1_200_000), b"tail"]
+
+        async def handler(payload, conn):
+            parts = parts_for(payload)
+            size = sum(part.length if isinstance(part, FileRegion) else len(part) for part in parts)
+            return [struct.pack(">i", size), *parts]
+
+        big = b"head" + data[10:700_010] + b"mid" + data[800_000:2_000_000] + b"tail"
+        async with trio.open_nursery() as nursery:
+            server = KafkaServer(handler, max_frame_bytes=1024, write_threads=1)
+            port = await nursery.start(server.serve, "127.0.0.1", 0)
+            with trio.fail_after(60):  # bounds a failure only
+                async def read_big() -> None:
+                    client = await trio.open_tcp_stream("127.0.0.1", port)
+                    await client.send_all(frame(b"big"))
+                    assert await read_frame(client) == big
+
+                async with trio.open_nursery() as readers:
+                    for _ in range(3):
+                        readers.start_soon(read_big)
+                assert hops and loop_thread not in hops
+                assert at_once[1] == 1  # write_threads=1
+                hops.clear()
+                client = await trio.open_tcp_stream("127.0.0.1", port)
+                await client.send_all(frame(b"small"))
+                assert await read_frame(client) == b"small" + data[:100_000]
+                assert hops == []
+            nursery.cancel_scope.cancel()
+
+
+def test_a_threaded_write_stops_where_the_socket_would_block_and_goes_on_from_there(tmp_path):
+    """`_write_some` writes until the socket would block and says where it stopped; called again from
+    there it writes the rest, and the reader gets every byte once, in order."""
+    import socket
+
+    from kraftpy.rpc.kafka_server import _socket_writes, _write_some
+
+    data = bytes(range(251)) * 2000
+    path = tmp_path / "segment.log"
+    path.write_bytes(data)
+    writer, reader = socket.socketpair()
+    with writer, reader, open(path, "rb") as fd:
+        writer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        writer.setblocking(False)
+        writes = _socket_writes([b"a" * 3000, b"b", FileRegion(fd.fileno(), 7, 400_000), b"", b"end"])
+        assert [w if isinstance(w, bytes) else w.length for w in writes] == [b"a" * 3000 + b"b", 400_000, b"end"]
+        received = bytearray()
+        index, offset, stops = 0, 0, 0
+        while index < len(writes):
+            index, offset = _write_some(writer.fileno(), writes, index, offset)
+            stops += index < len(writes)
+            reader.settimeout(0)
+            try:
+                while True:
+                    received += reader.recv(1 << 16)
+            except BlockingIOError:
+                pass
+        assert stops >= 2  # it stopped where the socket would block, and went on from there
+        assert bytes(received) == b"a" * 3000 + b"b" + data[7:400_007] + b"end"
+
+
+def test_a_threaded_write_to_a_closed_peer_is_a_broken_stream(tmp_path):
+    import socket
+
+    from kraftpy.rpc.kafka_server import _write_some
+
+    path = tmp_path / "segment.log"
+    path.write_bytes(b"x" * 100_000)
+    writer, reader = socket.socketpair()
+    reader.close()
+    with writer, open(path, "rb") as fd, pytest.raises(trio.BrokenResourceError):
+        _write_some(writer.fileno(), [b"head", FileRegion(fd.fileno(), 0, 100_000)], 0, 0)
 
 
 def phase_sums(request: str) -> dict[str, tuple[float, float]]:
