@@ -1,6 +1,9 @@
 """kraftpy against its peers in the same run: Tansu and Redis Streams; print a markdown section.
 
-Three servers on this machine, one after another, each alone on the cores with its load generator:
+Three servers on this machine, one after another, each alone on the cores with its load generator,
+each started in a session of its own, as a service or a terminal of its own would start it (on Linux,
+with autogroup scheduling, the server then shares the cores with the load generator as one group
+against another, not thread against thread):
 
 * kraftpy: `kraftpy dev` (controller and broker in one process, data on the local disk, no fsync per
   write: the default flush policy);
@@ -73,8 +76,9 @@ def tansu_binary(notes: list[str]) -> str:
 
 
 class Tansu:
-    def __init__(self, binary: str) -> None:
+    def __init__(self, binary: str, *, session: bool = False) -> None:
         self.binary = binary
+        self.session = session
         (self.port,) = free_ports(1)
         self.bootstrap = f"127.0.0.1:{self.port}"
 
@@ -83,7 +87,7 @@ class Tansu:
         self.process = subprocess.Popen(
             [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/", "--silent"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=self.session)
         deadline = time.monotonic() + 30
         while not port_open(self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -237,7 +241,7 @@ def redis_phases(root: Path, sizes: dict[int, int]) -> dict:
     server = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(root), "--appendonly", "yes",
          "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--logfile", str(root / "redis.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     out: dict = {}
     try:
         while redis_cli(port, "PING") != "PONG":
@@ -286,9 +290,9 @@ def main(argv: list[str]) -> int:
         redis = redis_phases(work / "redis", sizes)
         peer_runs, kraft_runs = [], []
         for round_ in range(args.rounds):
-            with Tansu(tansu_bin) as tansu:
+            with Tansu(tansu_bin, session=True) as tansu:
                 peer_runs.append(kafka_phases(tansu.bootstrap, tansu.process.pid, sizes, binary))
-            with DevProcess(work / f"kraftpy-{round_}") as dev:
+            with DevProcess(work / f"kraftpy-{round_}", session=True) as dev:
                 kraft_runs.append(kafka_phases(dev.bootstrap, dev.process.pid, sizes, binary))
             shutil.rmtree(work / f"kraftpy-{round_}", ignore_errors=True)
         peer, kraft = median_rows(peer_runs), median_rows(kraft_runs)
