@@ -92,8 +92,8 @@ COALESCED_REGION_BYTES = 16 * 1024
 COALESCED_ANSWER_BYTES = 256 * 1024
 #: An answer with at least this many bytes of file regions is written from a worker thread (see the
 #: module's docstring): with six consumers catching up on one `kraftpy dev`, a producer's p99 on the
-#: same broker was 38 and 146 ms with these answers written on the event loop, 9-24 ms in five runs
-#: with them written from threads (bench/catchup.py).
+#: same broker was 119-628 ms with these answers written on the event loop, 11-24 ms with them written
+#: from threads (three runs each, bench/catchup.py).
 THREADED_WRITE_BYTES = 256 * 1024
 #: The worker threads a server writes large answers from at once: each hop is a few non-blocking system
 #: calls, so threads cost little, while fewer threads than readers catching up at once measured worse
