@@ -146,9 +146,9 @@ def test_move_a_partition_with_data_to_other_brokers(cluster, tmp_path):
                "the new replicas")
     assert consume(cluster, "moved", 300) == values
     # The new replica holds the leader's bytes; the old replica's files are gone.
-    cluster.wait_until(lambda: segment_bytes(cluster, 6, "moved") == segment_bytes(cluster, 5, "moved"),
+    cluster.eventually(lambda: segment_bytes(cluster, 6, "moved") == segment_bytes(cluster, 5, "moved"),
                        "broker 6 holds the leader's bytes")
-    cluster.wait_until(lambda: not any(cluster.data_dir(4).glob("moved-0*")), "broker 4's replica deleted")
+    cluster.eventually(lambda: not any(cluster.data_dir(4).glob("moved-0*")), "broker 4's replica deleted")
 
 
 def test_execute_wait_shows_a_progress_bar_on_a_terminal(cluster, tmp_path):

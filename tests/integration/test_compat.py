@@ -121,7 +121,7 @@ def _every_broker_sees(deployment, topic: str, partitions: int | None) -> None:
         return found is not None and found.error is None and len(found.partitions) == partitions
 
     what = f"every broker sees {topic}" if partitions is not None else f"no broker sees {topic}"
-    deployment.wait_until(lambda: all(sees(admin) for admin in admins), what)
+    deployment.eventually(lambda: all(sees(admin) for admin in admins), what)
 
 
 def test_admin_create_describe_alter_grow_and_delete_topics(deployment):
