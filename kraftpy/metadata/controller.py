@@ -173,21 +173,26 @@ class QuorumController:
     def maybe_balance_partition_leaders(self, now: float, image: MetadataImage | None = None) -> ControllerResult[int]:
         """When auto.leader.rebalance.enable is on and the check interval has passed, move leaderships back
         to preferred replicas; the response counts the partitions moved."""
-        if not self.config.auto_leader_rebalance_enable:
-            return ControllerResult([], 0)
-        if self._next_rebalance is None:
-            self._next_rebalance = now + self.config.leader_imbalance_check_interval_seconds
-        if now < self._next_rebalance:
+        if not self._rebalance_due(now):
             return ControllerResult([], 0)
         self._next_rebalance = now + self.config.leader_imbalance_check_interval_seconds
         changes = replication_control.preferred_leader_changes(self.image if image is None else image, self.config)
         return ControllerResult(changes, len(changes), atomic=False)
 
+    def _rebalance_due(self, now: float) -> bool:
+        if not self.config.auto_leader_rebalance_enable:
+            return False
+        if self._next_rebalance is None:
+            self._next_rebalance = now + self.config.leader_imbalance_check_interval_seconds
+        return now >= self._next_rebalance
+
     def tick(self, now: float) -> ControllerResult[tuple[int, ...]]:
         """Periodic work at ``now``: fence stale brokers, then maybe rebalance leaders (on the image as the
         fencing leaves it). The response lists the brokers fenced."""
         fenced = self.fence_stale_brokers(now)
-        after = replay_records(self.image, fenced.records) if fenced.records else self.image
+        after = self.image
+        if fenced.records and self._rebalance_due(now):  # replaying a large fencing costs: only when needed
+            after = replay_records(self.image, fenced.records)
         balanced = self.maybe_balance_partition_leaders(now, after)
         return ControllerResult(fenced.records + balanced.records, fenced.response, atomic=False)
 

@@ -23,8 +23,9 @@ goes through the controller as usual.
 
 from __future__ import annotations
 
+import functools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -41,7 +42,7 @@ from kraftpy.metadata.controller_kafka import ControllerKafkaApis
 from kraftpy.metadata.errors import Errors
 from kraftpy.metadata.loader import MetadataLoader, write_metadata_snapshots
 from kraftpy.metadata.messages import UpdatableFeatureResult, UpdateFeaturesRequest, UpdateFeaturesResponse
-from kraftpy.metadata.records import UserScramCredentialRecord, encode_record
+from kraftpy.metadata.records import MetadataRecord, UserScramCredentialRecord, encode_record
 from kraftpy.metadata.replication_control import unclean_elections
 from kraftpy.metadata.result import NON_ATOMIC_BATCH_RECORDS, ControllerResult
 from kraftpy.metadata.rpc import (
@@ -111,6 +112,19 @@ def _bootstrap_records(config: KraftConfig) -> tuple:
         raise config.fail("metadata.log.dir", str(exc)) from None
 
 
+#: Partition memberships (a broker leading or in the ISR of a partition) of the active controller's image
+#: from which a write's records are built, encoded and replayed in a worker thread, the event loop
+#: answering meanwhile (the quorum's fetches above all: a leader silent past
+#: controller.quorum.fetch.timeout.ms is replaced). At 100,000 partitions fencing a broker of 33,000, or
+#: electing leaders for them all when it returns, builds as many records, a second of work; below this
+#: a write takes milliseconds and a thread would cost more than it frees.
+OFFLOAD_MEMBERSHIPS = 20_000
+
+
+def _encode_all(records: Sequence[MetadataRecord]) -> list[bytes]:
+    return [encode_record(r) for r in records]
+
+
 class ControllerServer:
     def __init__(self, config: KraftConfig, cluster_id: str, raft: RaftRunner, *,
                  rng: random.Random | None = None) -> None:
@@ -134,6 +148,9 @@ class ControllerServer:
         self._pending: list[tuple[int, list[Any]]] = []
         self._high_watermark = 0
         self._write_lock = trio.Lock()
+        #: From how many partition memberships (a broker leading or in the ISR of a partition) of the
+        #: active controller's image on a write is computed, encoded and replayed in a worker thread.
+        self.offload_memberships = OFFLOAD_MEMBERSHIPS
         self._changed = trio.Event()
         #: SCRAM credentials of the bootstrap checkpoint by (name, mechanism code): what peers on the
         #: controller listener are verified with until this controller has replayed some of the log.
@@ -493,19 +510,31 @@ class ControllerServer:
             controller = self._leading if activating else self._active_or_raise()
             if controller is None:
                 raise not_controller(self.loader.leader_id)
-            result = operation(controller, trio.current_time(), self.driver.next_offset())
+            offload = controller.image.topics.index.memberships() >= self.offload_memberships
+            now, next_offset = trio.current_time(), self.driver.next_offset()
+            if offload:
+                result = await trio.to_thread.run_sync(operation, controller, now, next_offset)
+            else:
+                result = operation(controller, now, next_offset)
             records = result.records
             step = len(records) if result.atomic else NON_ATOMIC_BATCH_RECORDS
             for start in range(0, len(records), max(step, 1)):
                 chunk = records[start:start + step]
+                encoded = (await trio.to_thread.run_sync(_encode_all, chunk) if offload and len(chunk) > 1
+                           else _encode_all(chunk))
                 try:
-                    proposed = await self.driver.propose([encode_record(r) for r in chunk])
+                    proposed = await self.driver.propose(encoded)
                 except NotLeaderError as exc:
                     raise not_controller(exc.leader_id) from None
                 if self._leading is not controller:  # leadership went while the batch was being written
                     raise not_controller(self.loader.leader_id)
                 before = controller.image
-                controller.replay(chunk, last_offset=proposed.last_offset, epoch=proposed.epoch)
+                replay = functools.partial(controller.replay, chunk, last_offset=proposed.last_offset,
+                                           epoch=proposed.epoch)
+                if offload and len(chunk) > 1:
+                    await trio.to_thread.run_sync(replay)
+                else:
+                    replay()
                 self._report_unclean_elections(before, chunk)
             if activating:
                 self.active = controller

@@ -83,6 +83,23 @@ def _builder(image: MetadataImage, config: ControllerConfig, topic: TopicImage, 
     )
 
 
+class _Builders:
+    """`_builder` for many partitions of one image: a topic's unclean.leader.election.enable (a lookup
+    through its configs, the brokers' and the static ones) is read once, not once a partition."""
+
+    def __init__(self, image: MetadataImage, config: ControllerConfig) -> None:
+        self.image = image
+        self.config = config
+        self._unclean: dict[str, bool] = {}
+
+    def __call__(self, topic: TopicImage, pid: int) -> PartitionChangeBuilder:
+        unclean = self._unclean.get(topic.name)
+        if unclean is None:
+            unclean = self._unclean[topic.name] = unclean_election_allowed(self.image, self.config, topic.name)
+        return PartitionChangeBuilder(topic.id, pid, topic.partitions[pid], self.image.cluster,
+                                      unclean_allowed=unclean)
+
+
 # -- CreateTopics ---------------------------------------------------------------------------------
 
 
@@ -462,10 +479,11 @@ def fence_brokers_changes(
                 seen[(entry[0].id, entry[1])] = entry
         involved = sorted(seen.values(), key=lambda e: (e[0].name, e[1]))
     changes = []
+    builders = _Builders(image, config)
     for topic, pid, part in involved:
         if part.leader not in broker_ids and not broker_ids.intersection(part.isr):
             continue
-        builder = _builder(image, config, topic, pid).set_target_isr(isr_without(part.isr, broker_ids, part.leader))
+        builder = builders(topic, pid).set_target_isr(isr_without(part.isr, broker_ids, part.leader))
         change = builder.build()
         if change is not None:
             changes.append(change)
@@ -516,6 +534,7 @@ def controlled_shutdown_changes(
     """Move leaderships off ``broker_id`` (in controlled shutdown in ``image``) to another ISR member, and
     take it out of ISRs it follows in. A partition it leads with no successor stays with it."""
     changes = []
+    builders = _Builders(image, config)
     for topic, pid, part in image.topics.partitions_of_broker(broker_id):
         if broker_id not in part.isr:
             continue
@@ -524,7 +543,7 @@ def controlled_shutdown_changes(
         target = tuple(r for r in part.isr if r != broker_id)
         if not target:
             continue
-        change = _builder(image, config, topic, pid).set_target_isr(target).build()
+        change = builders(topic, pid).set_target_isr(target).build()
         if change is not None:
             changes.append(change)
     return changes
@@ -541,8 +560,9 @@ def movable_leaderships(image: MetadataImage, broker_id: int) -> int:
 def elect_leaderless_partitions(image: MetadataImage, config: ControllerConfig) -> list[PartitionChangeRecord]:
     """Give a leader to every partition without one that can have one now (after an unfencing)."""
     changes = []
+    builders = _Builders(image, config)
     for topic, pid, _ in image.topics.partitions_without_leader():
-        change = _builder(image, config, topic, pid).build()
+        change = builders(topic, pid).build()
         if change is not None:
             changes.append(change)
     return changes
@@ -553,10 +573,11 @@ def preferred_leader_changes(
 ) -> list[PartitionChangeRecord]:
     """Move leadership back to the preferred replica wherever it is an active ISR member."""
     changes: list[PartitionChangeRecord] = []
+    builders = _Builders(image, config)
     for topic, pid, part in image.topics.partitions_off_preferred():
         if limit is not None and len(changes) >= limit:
             break
-        change = _builder(image, config, topic, pid).set_election(Election.PREFERRED).build()
+        change = builders(topic, pid).set_election(Election.PREFERRED).build()
         if change is not None and change.leader == part.preferred_leader:
             changes.append(change)
     return changes

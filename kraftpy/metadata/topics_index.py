@@ -80,6 +80,11 @@ class TopicsIndex:
         """{partition: leads} for the partitions whose ISR holds ``broker_id`` or which it leads."""
         return self.by_broker.get(broker_id, _EMPTY)
 
+    def memberships(self) -> int:
+        """How many (broker, partition) pairs the index holds: the work a change of every partition of
+        the cluster's brokers would be, counted in as many steps as there are brokers."""
+        return sum(len(partitions) for partitions in self.by_broker.values())
+
     def names_like(self, name: str) -> tuple[str, ...]:
         """The existing topic names that collide with ``name`` (``name`` itself included, if it exists)."""
         return self.unified_names.get(unify_collision_chars(name), ())

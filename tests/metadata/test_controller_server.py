@@ -187,6 +187,72 @@ async def test_fencing_a_broker_of_many_partitions_is_written_as_bounded_batches
     assert controller.active.image.topics.get_by_name("many") == topic
 
 
+async def test_a_write_on_a_large_image_is_built_in_a_worker_thread_while_the_loop_runs(
+        small_batches, controller, clock, monkeypatch):
+    """On an image of `offload_memberships` partition memberships or more, a write's records are built,
+    encoded and replayed in a worker thread, the event loop running meanwhile (at 100,000 partitions a
+    fencing takes a second to build, and a Raft leader silent for controller.quorum.fetch.timeout.ms is
+    replaced); below it, on the event loop. What is written is the same either way."""
+    import threading
+
+    from kraftpy.metadata import cluster_control
+    from kraftpy.metadata.records import FenceBrokerRecord, PartitionChangeRecord, decode_record
+
+    epochs = {b: await register(controller, b) for b in (10, 11)}
+    for b, epoch in epochs.items():
+        await call(controller, BrokerHeartbeatRequest(b, epoch, current_metadata_offset=epoch))
+    assignment = tuple(CreatableReplicaAssignment(p, (10 + p % 2,)) for p in range(10))
+    response = await call(controller, CreateTopicsRequest((CreatableTopic("many", -1, -1, assignment),)))
+    assert response.result("many").error_code == Errors.NONE
+    assert controller.active.image.topics.index.memberships() == 10
+
+    built_in: list[threading.Thread] = []
+    building, loop_ran = threading.Event(), threading.Event()
+    fence_brokers = cluster_control.fence_brokers
+
+    def watched(*args):
+        built_in.append(threading.current_thread())
+        building.set()
+        if built_in[-1] is not threading.main_thread():
+            assert loop_ran.wait(30), "the event loop did not run while the records were built"
+        return fence_brokers(*args)
+
+    monkeypatch.setattr(cluster_control, "fence_brokers", watched)
+    log = controller.driver.core.log
+
+    async def fence(broker_id: int) -> list[list]:
+        before = log.end_offset
+        beat = await call(controller, BrokerHeartbeatRequest(broker_id, epochs[broker_id],
+                                                             current_metadata_offset=epochs[broker_id],
+                                                             want_fence=True))
+        assert beat.is_fenced
+        return [[decode_record(v) for v in b.records] for b in log.read(before, 1 << 30) if not b.is_control]
+
+    inline = await fence(10)  # 10 memberships, under the default
+    assert built_in == [threading.main_thread()]
+
+    controller.offload_memberships = 5  # broker 11's 5 are left
+    building.clear()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fence, 11)
+        await trio.to_thread.run_sync(building.wait)
+        loop_ran.set()  # this task ran while the fencing was being built
+    assert len(built_in) == 2 and built_in[1] is not threading.main_thread()
+
+    def shape(batches):
+        return [[type(r).__name__ for r in b] for b in batches]
+
+    offloaded = [[decode_record(v) for v in b.records] for b in log.read(0, 1 << 30) if not b.is_control][-2:]
+    assert shape(inline) == shape(offloaded) == [["PartitionChangeRecord"] * 4, ["PartitionChangeRecord",
+                                                                               "FenceBrokerRecord"]]
+    assert offloaded[-1][-1] == FenceBrokerRecord(11, epochs[11])
+    assert all(isinstance(r, PartitionChangeRecord) and r.leader == -1 for r in [*offloaded[0], offloaded[1][0]])
+    topic = controller.loader.image.topics.get_by_name("many")
+    assert all(p.leader == -1 for p in topic.partitions.values())
+    assert controller.active.image.topics.get_by_name("many") == topic  # replayed into the controller too
+    assert controller.active.image.cluster.broker(11).fenced
+
+
 async def test_quorum_status_and_unknown_apis(controller, clock):
     status = await controller.handle(QUORUM_STATUS_API, {})
     assert status["leader_id"] == 1 and [v["id"] for v in status["voters"]] == [1]
