@@ -64,10 +64,11 @@ fmt: $(STAMP)
 
 # The suite runs in TEST_WORKERS processes, a test file to each (most of its time is spent waiting on
 # real clusters of processes, so two workers on two cores halve it); TEST_WORKERS=0 runs it in one.
+# Files with tests marked slow are handed out first (tests/conftest.py), so that the workers end together.
 TEST_WORKERS ?= 2
 test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check .
-	$(PYTEST) --durations=40 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+	$(PYTEST) --durations=40 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # Regenerate the configuration reference from the schema, and the API table of docs/compatibility.md from
 # the versions kraftpy advertises and Kafka's message definitions; run every client and version of the

@@ -41,3 +41,13 @@ def autojump_clock():
 
     clock.start_clock = start_clock_without_sockets
     return clock
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files holding a test marked ``slow`` (real processes: tens of seconds each) first, in their
+    order, then the others, each file's tests in their order. `make test` hands whole files to its
+    workers in this order (``--dist loadfile --no-loadscope-reorder``): xdist's own order, files with the
+    most tests first, left the one-test campaigns of a minute for last, one worker running them while the
+    other had finished."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: each file's order is kept
