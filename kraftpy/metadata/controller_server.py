@@ -148,8 +148,8 @@ class ControllerServer:
         self._pending: list[tuple[int, list[Any]]] = []
         self._high_watermark = 0
         self._write_lock = trio.Lock()
-        #: From how many partition memberships (a broker leading or in the ISR of a partition) of the
-        #: active controller's image on a write is computed, encoded and replayed in a worker thread.
+        #: A write on an image of this many partition memberships or more (a broker leading or in the ISR
+        #: of a partition) is computed, encoded and replayed in a worker thread (`OFFLOAD_MEMBERSHIPS`).
         self.offload_memberships = OFFLOAD_MEMBERSHIPS
         self._changed = trio.Event()
         #: SCRAM credentials of the bootstrap checkpoint by (name, mechanism code): what peers on the
