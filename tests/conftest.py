@@ -2,6 +2,7 @@ import os
 import socket
 
 import pytest
+import structlog
 import trio
 from hypothesis import HealthCheck, settings
 from trio.testing import MockClock
@@ -41,6 +42,17 @@ def autojump_clock():
 
     clock.start_clock = start_clock_without_sockets
     return clock
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_found():
+    """Each test leaves structlog's configuration as it found it. It is process-wide, and a command run
+    in this process (typer's CliRunner) configures logging at its --log-level, info by default: a later
+    test's `structlog.testing.capture_logs` would then miss every debug line, or not, depending on which
+    tests its worker happened to run before it."""
+    found = structlog.get_config()
+    yield
+    structlog.configure(**found)
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
