@@ -29,6 +29,7 @@ from kraftpy.cli.common import (
 from kraftpy.cli.process import run_or_exit, serve_until_signal
 from kraftpy.config.properties import PropertiesSyntaxError, format_properties, load_properties
 from kraftpy.ids import random_uuid_str
+from kraftpy.storage.dir_lock import hold_for_process
 from kraftpy.storage.formatter import FormatError, ensure_formatted, format_dirs
 from kraftpy.storage.meta_properties import read_meta_properties
 
@@ -129,6 +130,7 @@ def dev(
         if existing is None:
             format_dirs(config.all_dirs, random_uuid_str(), config.node_id)
         cluster_id = ensure_formatted(config.all_dirs, config.node_id)
+        hold_for_process(config.all_dirs)
     except FormatError as exc:
         fail(str(exc))
 

@@ -18,12 +18,17 @@ import trio
 from kraftpy.config import KraftConfig
 from kraftpy.fatal import fatal_message
 from kraftpy.logs import get_logger
+from kraftpy.storage.dir_lock import hold_for_process
 from kraftpy.storage.formatter import FormatError, ensure_formatted
 
 
 def cluster_id_or_exit(config: KraftConfig) -> str:
+    """The cluster id of the node's formatted directories, which this process then holds (`hold_for_process`);
+    one line and exit status 1 when they are not formatted or another process holds one."""
     try:
-        return ensure_formatted(config.all_dirs, config.node_id)
+        cluster_id = ensure_formatted(config.all_dirs, config.node_id)
+        hold_for_process(config.all_dirs)
+        return cluster_id
     except FormatError as exc:
         from kraftpy.cli.common import fail
 

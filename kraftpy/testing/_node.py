@@ -26,6 +26,7 @@ from kraftpy.config import ConfigError, load_config
 from kraftpy.fatal import fatal_message
 from kraftpy.logs import bind_process, configure_logging
 from kraftpy.node import KraftNode
+from kraftpy.storage.dir_lock import hold_for_process
 from kraftpy.storage.formatter import FormatError, ensure_formatted
 
 PR_SET_PDEATHSIG = 1
@@ -59,6 +60,7 @@ def run(spec: dict[str, Any]) -> int:
         configure_logging(spec["log_level"], "json", sys.stderr)
         bind_process(config.node_id, config.role_name)
         cluster_id = ensure_formatted(config.all_dirs, config.node_id)
+        hold_for_process(config.all_dirs)
     except (ConfigError, FormatError) as exc:
         print(f"kraftpy: {exc}", file=sys.stderr, flush=True)
         return 1

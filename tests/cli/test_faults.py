@@ -266,6 +266,45 @@ async def test_kraftpy_dev_killed_registers_its_broker_at_once_when_restarted(tm
         assert await run.exit_code() == 0
 
 
+# -- a directory another process uses -----------------------------------------------------------------
+
+
+async def test_a_second_process_on_the_same_directories_is_one_line_and_the_first_goes_on(tmp_path):
+    """Two processes on the same logs would overwrite each other's batches: the second is refused, naming
+    the directory and the pid that holds it, before it opens anything; the first serves on, its records
+    all there. kill -9 of the holder leaves no lock behind."""
+    port, controller_port, port2, controller_port2 = free_ports(4)
+    directory = tmp_path / "dev"
+    run = Run(dev_args(directory, port, controller_port))
+    async with trio.open_nursery() as nursery:
+        await run.start(nursery)
+        await run.wait_running()
+        await create_t(run, port)
+        async with await connect(port) as conn:
+            assert (await produce(conn, "t", 0, batch(b"first"), acks=-1)).error_code == ErrorCode.NONE
+
+        second = await run_to_exit(dev_args(directory, port2, controller_port2))
+        data = directory / "data"
+        assert second.one_line() == (
+            f"kraftpy: {data} is in use by another process (pid {run.process.pid}) (it holds {data / '.lock'}): "
+            "one kraftpy process a directory; stop that one first, or give this one directories of its own")
+        assert not second.logs  # refused before it started anything
+
+        async with await connect(port) as conn:
+            assert (await produce(conn, "t", 0, batch(b"second"), acks=-1)).error_code == ErrorCode.NONE
+        assert await read_back(run, port) == [b"first", b"second"]
+        run.process.kill()
+        await run.process.wait()
+        nursery.cancel_scope.cancel()
+    run = Run(dev_args(directory, port, controller_port))
+    async with trio.open_nursery() as nursery:
+        await run.start(nursery)
+        await run.wait_running()
+        assert await read_back(run, port) == [b"first", b"second"]
+        run.process.send_signal(signal.SIGINT)
+        assert await run.exit_code() == 0
+
+
 # -- a partition directory that cannot be opened -------------------------------------------------------
 
 
