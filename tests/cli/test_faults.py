@@ -242,17 +242,22 @@ async def test_a_full_disk_fails_produces_stops_on_metadata_writes_and_loses_not
 # -- kill -9 -------------------------------------------------------------------------------------------
 
 
+async def serve_one_record(run: Run, nursery: trio.Nursery, port: int, value: bytes) -> None:
+    """Start ``run`` (a `kraftpy dev`) and wait until it serves; create topic t and write ``value`` to it."""
+    await run.start(nursery)
+    await run.wait_running()
+    await create_t(run, port)
+    async with await connect(port) as conn:
+        assert (await produce(conn, "t", 0, batch(value), acks=-1)).error_code == ErrorCode.NONE
+
+
 async def test_kraftpy_dev_killed_registers_its_broker_at_once_when_restarted(tmp_path):
     """The restarted controller does not give the dead process's broker a session to wait out."""
     port, controller_port = free_ports(2)
     args = dev_args(tmp_path / "dev", port, controller_port)
     run = Run(args)
     async with trio.open_nursery() as nursery:
-        await run.start(nursery)
-        await run.wait_running()
-        await create_t(run, port)
-        async with await connect(port) as conn:
-            assert (await produce(conn, "t", 0, batch(b"before"), acks=-1)).error_code == ErrorCode.NONE
+        await serve_one_record(run, nursery, port, b"before")
         run.process.kill()
         await run.process.wait()
         nursery.cancel_scope.cancel()
@@ -277,12 +282,7 @@ async def test_a_second_process_on_the_same_directories_is_one_line_and_the_firs
     directory = tmp_path / "dev"
     run = Run(dev_args(directory, port, controller_port))
     async with trio.open_nursery() as nursery:
-        await run.start(nursery)
-        await run.wait_running()
-        await create_t(run, port)
-        async with await connect(port) as conn:
-            assert (await produce(conn, "t", 0, batch(b"first"), acks=-1)).error_code == ErrorCode.NONE
-
+        await serve_one_record(run, nursery, port, b"first")
         second = await run_to_exit(dev_args(directory, port2, controller_port2))
         data = directory / "data"
         assert second.one_line() == (
