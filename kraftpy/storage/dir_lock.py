@@ -10,11 +10,13 @@ lock is ever left behind to clear by hand. The file holds the holder's pid, for 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from kraftpy.fatal import describe_os_error
 from kraftpy.storage.formatter import FormatError
 
 LOCK_FILE = ".lock"
@@ -38,12 +40,16 @@ class DirectoryLocks:
 
 def lock_dirs(dirs: Iterable[Path]) -> DirectoryLocks:
     """Lock each of ``dirs`` (existing directories) for this process; DirectoryInUse when another
-    process holds one (none is kept locked then). An OSError of the file system is raised as it is."""
+    process holds one, a FormatError naming the file and the errno when the lock file cannot be opened
+    (none is kept locked then)."""
     fds: list[int] = []
     try:
         for directory in dirs:
             path = Path(directory) / LOCK_FILE
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise FormatError(f"cannot lock {path}: {describe_os_error(exc)}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -56,8 +62,9 @@ def lock_dirs(dirs: Iterable[Path]) -> DirectoryLocks:
                 os.close(fd)
                 raise
             fds.append(fd)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            with contextlib.suppress(OSError):  # the pid is for the message only (a full disk may refuse it)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     except BaseException:
         DirectoryLocks(fds).release()
         raise

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from kraftpy.storage.dir_lock import LOCK_FILE, DirectoryInUse, lock_dirs
+from kraftpy.storage.formatter import FormatError
 
 
 def test_a_directory_held_is_refused_naming_it_and_the_holder_and_nothing_stays_locked(tmp_path):
@@ -40,3 +41,13 @@ def test_the_lock_goes_with_its_process_whatever_ends_it(tmp_path):
         holder.wait()
     assert (tmp_path / LOCK_FILE).exists()
     lock_dirs([tmp_path]).release()
+
+
+def test_a_lock_file_that_cannot_be_opened_is_one_line_naming_it(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    (b / LOCK_FILE).mkdir(parents=True)  # where the file would be, a directory
+    with pytest.raises(FormatError) as info:
+        lock_dirs([a, b])
+    assert str(info.value) == f"cannot lock {b / LOCK_FILE}: Is a directory (EISDIR)"
+    lock_dirs([a]).release()  # a was let go
