@@ -32,10 +32,11 @@ yet released.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import trio
 
@@ -147,7 +148,8 @@ class FramedStream:
 
     With a ``budget`` every frame returned by `receive_frame` holds its bytes (size prefix included)
     of the budget until the caller gives them back with `release`. With ``idle_timeout`` (seconds),
-    `receive_frame` raises `IdleConnection` when no byte arrived for that long.
+    `receive_frame` raises `IdleConnection` when no byte arrived for that long; inside
+    `expiring_when_idle` a watchdog task does the timing instead (see there).
     """
 
     def __init__(self, stream: trio.abc.Stream, max_frame_bytes: int, *, budget: RequestBudget | None = None,
@@ -168,6 +170,11 @@ class FramedStream:
         #: The partial frame is large and its whole size is reserved.
         self._admitted = False
         self._closed = False
+        #: Inside `expiring_when_idle`: when the wait for a frame's next bytes began (None: not waiting,
+        #: or waiting is not idleness: answers under way, budget), and whether the watchdog fired.
+        self._watched = False
+        self._idle_since: float | None = None
+        self._idle_expired = False
 
     def set_max_frame_bytes(self, max_frame_bytes: int, setting: str = "socket.request.max.bytes") -> None:
         """The largest frame from the next size prefix read on (``setting`` names it when a frame is
@@ -186,19 +193,67 @@ class FramedStream:
             return self._frames.popleft()
         if self.idle_timeout is None or not idle:
             return await self._receive_frame(None)
+        if self._watched:
+            try:
+                return await self._receive_frame(None, watched=True)
+            finally:
+                self._idle_since = None
         with trio.CancelScope() as idle:
             return await self._receive_frame(idle)
-        raise IdleConnection(f"no request for {self.idle_timeout * 1000:.0f} ms (connections.max.idle.ms)")
+        raise self._idle_error()
 
-    async def _receive_frame(self, idle: trio.CancelScope | None) -> memoryview | None:
+    def _idle_error(self) -> IdleConnection:
+        return IdleConnection(f"no request for {self.idle_timeout * 1000:.0f} ms (connections.max.idle.ms)")
+
+    @contextlib.asynccontextmanager
+    async def expiring_when_idle(self) -> AsyncIterator[None]:
+        """Within this block a watchdog task times the connection's idleness, rather than a cancel scope
+        per frame (entered, given a deadline and left for every request: a few percent of a small
+        request's cost): `receive_frame` only notes when its wait began, and the watchdog, which wakes
+        once per idle period at most, cancels the block once a wait has lasted ``idle_timeout``; the
+        block then raises `IdleConnection`. Nothing in the block may be under way by then (a caller
+        reads with ``idle=False`` while it answers requests). Without an idle timeout, or nested,
+        it does nothing."""
+        if self.idle_timeout is None or self._watched:
+            yield
+            return
+        self._watched = True
+        try:
+            with trio.CancelScope() as block:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._expire_idle, block, self.idle_timeout)
+                    try:
+                        yield
+                    finally:
+                        nursery.cancel_scope.cancel()
+        finally:
+            self._watched = False
+        if self._idle_expired:
+            raise self._idle_error()
+
+    async def _expire_idle(self, block: trio.CancelScope, timeout: float) -> None:
+        while True:
+            since = self._idle_since
+            now = trio.current_time()
+            if since is not None and now >= since + timeout:
+                self._idle_expired = True
+                block.cancel()
+                return
+            # The earliest a wait can have lasted ``timeout``: the one under way, or one that begins now.
+            await trio.sleep_until((since if since is not None else now) + timeout)
+
+    async def _receive_frame(self, idle: trio.CancelScope | None, *, watched: bool = False) -> memoryview | None:
         reader = self._reader
         budget = self.budget
         while not self._frames:
             size = reader.frame_size
             if budget is not None and size is not None and not self._admitted and size + 4 > SMALL_FRAME:
+                self._idle_since = None
                 await self._admit(budget, size + 4, idle)
             if idle is not None:
                 idle.deadline = trio.current_time() + self.idle_timeout
+            elif watched:
+                self._idle_since = trio.current_time()
             # Inside a large frame ask for the rest at once: fewer wake-ups.
             want = max(_READ_CHUNK, min(reader.remaining, _MAX_READ)) if size is not None else _READ_CHUNK
             data = await self.stream.receive_some(want)
@@ -212,6 +267,7 @@ class FramedStream:
                 if extra:
                     if idle is not None:
                         idle.deadline = math.inf  # waiting for budget is not the peer's idleness
+                    self._idle_since = None
                     await budget.acquire(extra, large=False)
                     self._held += extra
             try:

@@ -492,7 +492,7 @@ class KafkaServer:
         CONNECTIONS.inc()
         pipeline = _Pipeline()
         try:
-            async with trio.open_nursery() as nursery:
+            async with framed.expiring_when_idle(), trio.open_nursery() as nursery:
                 try:
                     await self._read_requests(conn, framed, pipeline, nursery)
                 except Exception as exc:  # what ends the connection, raised again below

@@ -16,7 +16,7 @@ import trio.testing
 
 from kraftpy.protocol.frames import FrameReader
 from kraftpy.rpc.control import ControlClient, ControlServer, pack
-from kraftpy.rpc.framing import SMALL_REQUEST_RESERVE, FramedStream, RequestBudget
+from kraftpy.rpc.framing import SMALL_REQUEST_RESERVE, FramedStream, IdleConnection, RequestBudget
 from kraftpy.rpc.kafka_server import KafkaServer
 
 MiB = 1024 * 1024
@@ -271,6 +271,89 @@ async def test_idle_connections_are_closed_after_connections_max_idle_ms(autojum
         assert await client.receive_some(10) == b""  # the server closed it
         assert trio.current_time() - quiet_since == pytest.approx(600, abs=1)
     assert server.connections == 0
+
+
+async def test_waiting_for_the_budget_is_not_idleness(autojump_clock):
+    """A connection whose large frame waits for request bytes longer than connections.max.idle.ms is
+    served once another gives them back, not closed as idle."""
+    release = trio.Event()
+
+    async def handler(payload, conn):
+        if payload == b"hold":
+            await release.wait()  # holds its bytes of the budget until released
+        return [struct.pack(">i", 8), bytes(payload[:8]).ljust(8)]
+
+    limit = 2 * MiB
+    server = KafkaServer(handler, max_frame_bytes=8 * MiB, queued_max_request_bytes=limit,
+                         connections_max_idle_ms=60_000)
+    holder, holder_side = trio.testing.memory_stream_pair()
+    waiter, waiter_side = trio.testing.memory_stream_pair()
+    large = b"L" * (limit - SMALL_REQUEST_RESERVE - 8)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server._serve_connection, holder_side)
+        nursery.start_soon(server._serve_connection, waiter_side)
+        await holder.send_all(frame(b"hold"))
+        await wait_until(lambda: server.budget.used > 0)
+        nursery.start_soon(waiter.send_all, frame(large))
+        await wait_until(lambda: server.budget.waiting == 1)
+        await trio.sleep(600)  # ten idle periods waiting for the budget
+        assert server.connections == 2
+        release.set()
+        assert await read_frame(holder) == b"hold".ljust(8)
+        assert await read_frame(waiter) == large[:8]
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_idle_watchdog_closes_at_the_timeout_to_the_tick_and_nests(autojump_clock):
+    """`FramedStream.expiring_when_idle`: a wait of exactly idle_timeout ends the block with
+    IdleConnection, however the waits before it went; a nested block adds no second watchdog."""
+    client, server_side = trio.testing.memory_stream_pair()
+    framed = FramedStream(server_side, 1024, idle_timeout=100.0)
+    got = []
+    with pytest.raises(IdleConnection):
+        async with framed.expiring_when_idle():
+            async with framed.expiring_when_idle():
+                for delay in (99.0, 1.0, 50.0):
+                    await trio.sleep(delay)
+                    await client.send_all(frame(b"x"))
+                    got.append(bytes(await framed.receive_frame()))
+                    await trio.sleep(500)  # handling it is not idleness
+                quiet_since = trio.current_time()
+                await framed.receive_frame()
+    assert got == [b"x"] * 3
+    assert trio.current_time() - quiet_since == 100.0
+
+
+async def test_a_watched_connection_enters_no_cancel_scope_per_frame(autojump_clock, monkeypatch):
+    """Inside `expiring_when_idle`, reading frames enters no cancel scope of its own (the cost it was
+    made to save); outside, each frame's idle wait is one."""
+    entered = []
+    original = trio.CancelScope.__enter__
+
+    def counting(scope):
+        entered.append(scope)
+        return original(scope)
+
+    async def read_three(framed, client):
+        for _ in range(3):
+            await client.send_all(frame(b"y"))
+            assert bytes(await framed.receive_frame()) == b"y"
+
+    client, server_side = trio.testing.memory_stream_pair()
+    framed = FramedStream(server_side, 1024, idle_timeout=100.0)
+    async with framed.expiring_when_idle():
+        await trio.testing.wait_all_tasks_blocked()  # the watchdog asleep (one scope per idle period)
+        monkeypatch.setattr(trio.CancelScope, "__enter__", counting)
+        await read_three(framed, client)
+        monkeypatch.undo()
+        assert entered == []
+        monkeypatch.setattr(trio.CancelScope, "__enter__", counting)
+    monkeypatch.undo()
+    entered.clear()
+    monkeypatch.setattr(trio.CancelScope, "__enter__", counting)
+    await read_three(framed, client)
+    monkeypatch.undo()
+    assert len(entered) == 3
 
 
 async def test_a_negative_idle_time_never_closes(autojump_clock):
