@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import contextvars
 import errno
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
 
 import trio
 from prometheus_client import (
@@ -35,6 +36,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 from kraftpy.logs import get_logger
 
@@ -73,7 +76,70 @@ METADATA_APPLY_LATENCY = Histogram(
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0),
     registry=REGISTRY)
 
-REQUEST_TIME = Histogram(
+
+class LoopHistogram:
+    """A histogram family observed several times by every request, as prometheus_client's `Histogram`
+    exposes one (the same ``_bucket``, ``_count`` and ``_sum`` series, no ``_created``), at a fraction
+    of its cost: an observation is a binary search and two additions, where prometheus_client takes a
+    lock for the sum, walks the bounds one by one and takes another for the bucket (six observations a
+    request were about 4% of a small request's time at the broker). Observations come from one thread
+    (the event loop's); a scrape reads each child's counts in one copy (under the GIL), so its buckets
+    and count always agree and its sum may miss an observation made meanwhile."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], *, buckets: Sequence[float],
+                 registry: CollectorRegistry) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.bounds = tuple(sorted(float(b) for b in buckets if b != float("inf")))
+        self._le = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
+        self._children: dict[tuple[str, ...], LoopHistogramChild] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> LoopHistogramChild:
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+        key = tuple(str(v) for v in values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = LoopHistogramChild(self.bounds)
+        return child
+
+    def describe(self) -> list[HistogramMetricFamily]:
+        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for key, child in list(self._children.items()):
+            counts = child.counts[:]
+            total = child.sum
+            running = 0
+            buckets = []
+            for le, count in zip(self._le, counts, strict=True):
+                running += count
+                buckets.append((le, running))
+            family.add_metric(list(key), buckets, total)
+        yield family
+
+
+class LoopHistogramChild:
+    """One labelled series of a `LoopHistogram`."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        #: Observations in each bucket (not cumulative); the last is beyond every bound (+Inf).
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, amount: float) -> None:
+        # The first bound at or above the amount, as Prometheus's le ("less than or equal").
+        self.counts[bisect_left(self.bounds, amount)] += 1
+        self.sum += amount
+
+
+REQUEST_TIME = LoopHistogram(
     "kraftpy_request_duration_seconds", "Time from a Kafka-protocol request's last byte read to its answer's "
     "last byte written, by request (Kafka's RequestMetrics TotalTimeMs; the count is RequestsPerSec; Fetch is "
     "FetchConsumer or FetchFollower). kraftpy_request_phase_seconds says where it went.",
@@ -81,7 +147,7 @@ REQUEST_TIME = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
     registry=REGISTRY)
 
-REQUEST_PHASE_TIME = Histogram(
+REQUEST_PHASE_TIME = LoopHistogram(
     "kraftpy_request_phase_seconds", "Where a Kafka-protocol request's time went, by request and phase (Kafka's "
     "RequestMetrics): request_queue, from its last byte read until handled (behind the connection's earlier "
     "requests, or a quota's mute: RequestQueueTimeMs); local, handled on this broker (LocalTimeMs); remote, parked "

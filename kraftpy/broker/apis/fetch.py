@@ -89,8 +89,10 @@ class FetchApi:
         #: Incremental fetch sessions (KIP-227): max.incremental.fetch.session.cache.slots of them.
         self.sessions = FetchSessionCache(replicas.settings.max_incremental_fetch_session_cache_slots,
                                           on_evict=evictions.inc)
-        self._sessions_gauge = FETCH_SESSIONS.labels(node)
-        self._session_partitions_gauge = FETCH_SESSION_PARTITIONS.labels(node)
+        # Read when scraped, not set by every fetch (two locked writes a request).
+        sessions = self.sessions
+        FETCH_SESSIONS.labels(node).set_function(lambda: len(sessions))
+        FETCH_SESSION_PARTITIONS.labels(node).set_function(lambda: sessions.total_partitions)
 
     def handlers(self) -> dict[ApiKey, Any]:
         return {ApiKey.FETCH: self.handle_fetch}
@@ -217,7 +219,6 @@ class FetchApi:
         sizes = [part_length(data.records) if data is not None and data.records is not None else 0 for data in datas]
         error, session_id, carried = context.finish(self.sessions, trio.current_time() * 1000,
                                                     list(zip(datas, sizes, strict=True)))
-        self._session_metrics()
         responses = []
         topic_response = None
         for i in carried:
@@ -256,9 +257,6 @@ class FetchApi:
         topic_image = self.metadata.image.topics.get_by_id(topic_id) if topic_id is not None else None
         return topic_image.name if topic_image is not None else None
 
-    def _session_metrics(self) -> None:
-        self._sessions_gauge.set(len(self.sessions))
-        self._session_partitions_gauge.set(self.sessions.total_partitions)
 
     @staticmethod
     def _read(items: list, max_bytes: int, is_replica: bool, diverging: dict[int, tuple[int, int]],
