@@ -26,6 +26,7 @@ import contextvars
 import errno
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import trio
 from prometheus_client import (
@@ -242,16 +243,30 @@ class waiting_remotely:  # noqa: N801 - used as a context manager, like trio's
             self._times.remote += trio.current_time() - self._start
 
 
+#: The per-topic counters' series by (node id, topic), looked up once: prometheus_client's ``labels()``
+#: turns the values into strings and takes a lock on every call. Series are never removed (a deleted
+#: topic's totals stay, as they would in prometheus_client), so a series kept here is always exported.
+_TOPIC_IN: dict[tuple[int, str], tuple[Any, Any]] = {}
+_TOPIC_OUT: dict[tuple[int, str], Any] = {}
+
+
 def count_produced(node_id: int, topic: str, size: int, records: int) -> None:
     """One appended batch set of one partition (produce path)."""
-    node = str(node_id)
-    TOPIC_BYTES_IN.labels(node, topic).inc(size)
-    TOPIC_MESSAGES_IN.labels(node, topic).inc(records)
+    series = _TOPIC_IN.get((node_id, topic))
+    if series is None:
+        node = str(node_id)
+        series = _TOPIC_IN[(node_id, topic)] = (TOPIC_BYTES_IN.labels(node, topic),
+                                                TOPIC_MESSAGES_IN.labels(node, topic))
+    series[0].inc(size)
+    series[1].inc(records)
 
 
 def count_fetched(node_id: int, topic: str, size: int) -> None:
     """Record bytes one consumer fetch returns of one partition."""
-    TOPIC_BYTES_OUT.labels(str(node_id), topic).inc(size)
+    series = _TOPIC_OUT.get((node_id, topic))
+    if series is None:
+        series = _TOPIC_OUT[(node_id, topic)] = TOPIC_BYTES_OUT.labels(str(node_id), topic)
+    series.inc(size)
 
 
 #: Functions that return exposition text of their own families (`add_text_section`).
