@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["storage", "cleaner", "protocol", "validation", "raft", "metadata", "broker", "peers", "catchup", "latency", "restart", "roll", "scale", "scale_cluster", "replication", "fetch_sessions", "groups",
+ORDER = ["storage", "cleaner", "protocol", "validation", "raft", "metadata", "broker", "peers", "requests", "catchup", "latency", "restart", "roll", "scale", "scale_cluster", "replication", "fetch_sessions", "groups",
          "txn", "spark", "testing"]
 
 

@@ -26,6 +26,15 @@ def test_the_metadata_benchmark_runs_at_small_sizes():
     assert "fence one broker" in run.stdout
 
 
+def test_the_requests_benchmark_runs_against_kraftpy():
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "requests.py"), "--requests", "50", "--warmup", "5",
+                          "--rounds", "1", "--no-peers"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "## requests" in run.stdout
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| Produce, one record")]
+    assert len(rows) == 1 and " µs / - / - |" in rows[0], run.stdout
+
+
 def _page(date: str, ratio: str, verdict: str, other: str = "2.00x") -> str:
     return (f"# Benchmarks\n\nRun on {date}: 2 cores.\n## peers\n\nText.\n\n"
             "| phase | client | record | acks | kraftpy / best peer |\n|---|---|---:|---|---:|\n"
