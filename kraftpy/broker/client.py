@@ -19,7 +19,7 @@ import trio
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.frames import DEFAULT_MAX_FRAME_SIZE, decode_response, encode_request, join_frame
-from kraftpy.rpc.framing import FramedStream, FrameError
+from kraftpy.rpc.framing import FramedStream, FrameError, send_all_fast
 from kraftpy.security.sasl import SaslLogin
 from kraftpy.security.tls import handshake_failure
 
@@ -117,7 +117,7 @@ class KafkaConnection:
     async def send_raw(self, frame: bytes) -> None:
         """Write bytes as they are (tests send malformed frames with this)."""
         try:
-            await self._stream.send_all(frame)
+            await send_all_fast(self._stream, frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise ConnectionClosed(str(exc)) from exc
 

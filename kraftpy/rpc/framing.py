@@ -33,7 +33,9 @@ yet released.
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
+import os
 import struct
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -324,3 +326,32 @@ class FramedStream:
             self._frames.clear()
             self.budget.release(held)
         await self.stream.aclose()
+
+
+async def send_all_fast(stream: trio.abc.Stream, data: bytes | bytearray | memoryview) -> None:
+    """``stream.send_all(data)``; on a plain socket without trio's scheduling point after every write that
+    did not block: a request or an answer usually goes out in one write, and that round through trio's
+    scheduler was a few percent of a small request's time. The task still yields when it reads the
+    answer or the next request; a write that would block waits for the socket as trio's would. Writers
+    of one stream must take turns (a server's answers go out in order, a client sends one request at a
+    time): there is no check that two write at once."""
+    if type(stream) is not trio.SocketStream:
+        await stream.send_all(data)
+        return
+    sock = stream.socket
+    fd = sock.fileno()
+    if fd == -1:
+        raise trio.ClosedResourceError("socket was already closed")
+    view = memoryview(data)
+    try:
+        while view:
+            try:
+                sent = os.write(fd, view)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(sock)
+                continue
+            view = view[sent:]
+    except OSError as exc:
+        if exc.errno == errno.EBADF:
+            raise trio.ClosedResourceError("socket was already closed") from None
+        raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc

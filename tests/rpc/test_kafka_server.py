@@ -441,3 +441,71 @@ async def test_a_requests_time_is_split_into_kafkas_phases(autojump_clock):
     assert produce["total"] == (2.25 + 2.0, 2)
     fetch = grown(before["FetchConsumer"], phase_sums("FetchConsumer"))
     assert fetch["remote"] == (0.75, 1) and fetch["local"] == (0.0, 1) and fetch["total"] == (0.75, 1)
+
+
+# -- send_all_fast: answers written without a scheduling point ------------------------------------------
+
+
+async def _socket_stream_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    left, right = trio.socket.socketpair()
+    return trio.SocketStream(left), trio.SocketStream(right)
+
+
+async def test_send_all_fast_writes_a_small_answer_without_letting_another_task_run():
+    from kraftpy.rpc.framing import send_all_fast
+
+    writer, reader = await _socket_stream_pair()
+    ran = []
+
+    async def other_task():
+        ran.append(True)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_task)
+        await send_all_fast(writer, b"answer")
+        assert ran == []  # no scheduling point: trio's send_all would have let it run
+        assert await reader.receive_some(100) == b"answer"
+        await trio.sleep(0)
+    assert ran == [True]
+    await writer.aclose()
+    await reader.aclose()
+
+
+async def test_send_all_fast_waits_for_a_full_socket_and_writes_everything_in_order():
+    from kraftpy.rpc.framing import send_all_fast
+
+    writer, reader = await _socket_stream_pair()
+    payload = bytes(range(256)) * (16 * 1024)  # 4 MiB: far past the socket buffers
+    got = bytearray()
+
+    async def read_all():
+        while len(got) < len(payload):
+            got.extend(await reader.receive_some(1 << 16))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_all)
+        await send_all_fast(writer, payload)
+    assert bytes(got) == payload
+    await writer.aclose()
+    await reader.aclose()
+
+
+async def test_send_all_fast_to_a_closed_peer_or_socket_raises_trios_stream_errors():
+    from kraftpy.rpc.framing import send_all_fast
+
+    writer, reader = await _socket_stream_pair()
+    await reader.aclose()
+    with pytest.raises(trio.BrokenResourceError):
+        for _ in range(100):  # the first write may still land in the buffer
+            await send_all_fast(writer, b"x" * 65536)
+    await writer.aclose()
+    with pytest.raises(trio.ClosedResourceError):
+        await send_all_fast(writer, b"late")
+
+
+async def test_send_all_fast_on_another_stream_is_its_send_all():
+    from kraftpy.rpc.framing import send_all_fast
+
+    left, right = trio.testing.memory_stream_pair()
+    await send_all_fast(left, b"through send_all")
+    assert await right.receive_some(100) == b"through send_all"
