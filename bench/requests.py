@@ -244,8 +244,8 @@ def main(argv: list[str]) -> int:
     print("## requests\n")
     for paragraph in __doc__.split("\n\n")[1:]:
         print(paragraph.replace("\n", " ").strip() + "\n")
-    print("| request | server CPU a request: kraftpy / Tansu / Redis | kraftpy / Tansu | round trip p50 / p99: "
-          "kraftpy | Tansu | Redis (mean) |")
+    print("| request | server CPU a request: kraftpy / Tansu / Redis | kraftpy's CPU / Tansu's (lower is cheaper) | "
+          "round trip p50 / p99: kraftpy | Tansu | Redis (mean) |")
     print("|---|---|---:|---|---|---:|")
     for kind in KINDS:
         cells = {name: median_round(found, kind) for name, found in runs.items()}
