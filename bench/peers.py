@@ -38,6 +38,7 @@ off the next).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import platform
@@ -48,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -235,19 +237,31 @@ def redis_row(records_per_s: float, meter: Meter) -> Row:
                meter.server / meter.wall, (meter.client + meter.children) / meter.wall)
 
 
-def redis_phases(root: Path, sizes: dict[int, int]) -> dict:
+@contextlib.contextmanager
+def redis_server(root: Path) -> Iterator[tuple[subprocess.Popen, int]]:
+    """redis-server (``appendonly yes``, ``appendfsync everysec``) on a free port in a session of its own,
+    answering PING: the process and its port; stopped at the end."""
     (port,) = free_ports(1)
     root.mkdir(parents=True, exist_ok=True)
     server = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(root), "--appendonly", "yes",
          "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--logfile", str(root / "redis.log")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    out: dict = {}
     try:
         while redis_cli(port, "PING") != "PONG":
             if server.poll() is not None:
-                raise SystemExit("redis-server exited")
+                log = root / "redis.log"
+                raise SystemExit(f"redis-server exited: {log.read_text()[-1000:] if log.exists() else ''}")
             time.sleep(0.05)
+        yield server, port
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
+
+
+def redis_phases(root: Path, sizes: dict[int, int]) -> dict:
+    out: dict = {}
+    with redis_server(root) as (server, port):
         for size, records in sizes.items():
             key = f"peers-{size}"
             with Meter(server.pid) as meter:
@@ -257,9 +271,6 @@ def redis_phases(root: Path, sizes: dict[int, int]) -> dict:
             with Meter(server.pid) as meter:
                 rps = redis_benchmark(port, calls, ["XRANGE", key, "-", "+", "COUNT", str(XRANGE_COUNT)]) * XRANGE_COUNT
             out[("consume", size)] = redis_row(rps, meter)
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(60)
     return out
 
 

@@ -34,14 +34,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from broker import cpu_seconds, ensure_redis, redis_cli, redis_version  # noqa: E402
-from peers import Tansu, create_topic, tansu_binary  # noqa: E402
+from peers import Tansu, create_topic, redis_server, tansu_binary  # noqa: E402
 
 from kraftpy.protocol.api_keys import ApiKey  # noqa: E402
 from kraftpy.protocol.errors import ErrorCode  # noqa: E402
 from kraftpy.protocol.frames import decode_response, encode_request, join_frame  # noqa: E402
 from kraftpy.protocol.messages import ApiVersionsRequest, FetchRequest, MetadataRequest, ProduceRequest  # noqa: E402
 from kraftpy.protocol.records import SimpleRecord, build_batch  # noqa: E402
-from tests.helpers.processes import DevProcess, free_ports  # noqa: E402
+from tests.helpers.processes import DevProcess  # noqa: E402
 
 TOPIC = "requests"
 RECORD = b"r" * 100
@@ -181,19 +181,9 @@ def fill(port: int) -> None:
 
 
 def redis_round(root: Path, count: int) -> dict[str, tuple[float, float, float]]:
-    (port,) = free_ports(1)
-    root.mkdir(parents=True, exist_ok=True)
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(root), "--appendonly", "yes",
-         "--appendfsync", "everysec", "--save", "", "--daemonize", "no", "--logfile", str(root / "redis.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        while redis_cli(port, "PING") != "PONG":
-            if server.poll() is not None:
-                raise SystemExit(f"redis-server exited: {(root / 'redis.log').read_text()[-1000:]}")
-            time.sleep(0.05)
+    out = {}
+    with redis_server(root) as (server, port):
         redis_cli(port, "XADD", "requests", "*", "f", "v" * 100)
-        out = {}
         for kind, command in REDIS_KINDS.items():
             cpu = cpu_seconds(server.pid)
             proc = subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-n", str(count), "-c", "1",
@@ -202,10 +192,7 @@ def redis_round(root: Path, count: int) -> dict[str, tuple[float, float, float]]
             rate = float([row for row in proc.stdout.splitlines() if row and not row.startswith('"test"')][-1]
                          .split(",")[1].strip('"'))
             out[kind] = (used / count * 1e6, 1e6 / rate, float("nan"))
-        return out
-    finally:
-        server.terminate()
-        server.wait()
+    return out
 
 
 def median_round(rounds: list[dict], kind: str) -> tuple[float, float, float] | None:
