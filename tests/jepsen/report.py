@@ -124,6 +124,11 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
         if items:
             lines.append(f"{key} (first {min(len(items), 5)} of {results[key]}):")
             lines.extend(f"  {json.dumps(item, default=str)}" for item in items[:5])
+    for item in (details.get("duplicated_provenance") or [])[:5]:
+        lines.append(f"duplicated value {item['value']}: {item['verdict']}: " + "; ".join(
+            f"p{c['partition']}@{c['offset']} producer {c.get('producer_id')} epoch {c.get('producer_epoch')} "
+            f"seq {c.get('sequence')} leader epoch {c.get('leader_epoch')} on {','.join(c['held_by']) or 'none'}"
+            for c in item["copies"]))
     group = details.get("group", {})
     for key in ("group_lost", "committed_regressions", "redelivered_after_commit"):
         items = group.get(key) or []

@@ -1,0 +1,94 @@
+"""Where a duplicated value's copies came from: the batch headers around them in the replicas' logs.
+
+A value read at two offsets is a duplicate whoever wrote it twice. What the broker promises an
+idempotent producer is narrower: within one producer session (producer id and epoch) a batch sent
+again is answered with the offsets it got before, never appended twice. The batch header carries
+that session and the record's sequence number, so the log itself tells the two cases apart:
+
+- *same session*: both copies have the same producer id, epoch and sequence: the broker appended a
+  resend it should have recognised (a broker fault);
+- *new epoch* or *new producer*: the copies were written in different sessions (the client bumped its
+  epoch, or a new producer sent the value again), which no broker can recognise.
+
+The runner attaches this to a run's results when the checker found duplicates, read from every
+broker's data directory after the cluster has stopped; the checker's verdict stays as it was.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kraftpy.protocol.batch_header import CorruptRecordError, read_header
+from kraftpy.storage.segment import parse_segment_file_name
+
+
+def _segments(partition_dir: Path) -> list[tuple[int, Path]]:
+    out = []
+    for path in partition_dir.glob("*.log"):
+        base = parse_segment_file_name(path.name)
+        if base is not None:
+            out.append((base, path))
+    return sorted(out)
+
+
+def batch_holding(partition_dir: Path, offset: int) -> dict[str, Any] | None:
+    """The header of the batch holding ``offset`` in the partition directory, or None when no
+    segment there holds it (or the segment is corrupt before it)."""
+    candidates = [(base, path) for base, path in _segments(partition_dir) if base <= offset]
+    if not candidates:
+        return None
+    path = candidates[-1][1]
+    if path.stat().st_size == 0:
+        return None
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        pos = 0
+        while pos < len(buf):
+            try:
+                header = read_header(buf, pos)
+            except CorruptRecordError:
+                return None
+            if header.base_offset <= offset <= header.last_offset:
+                sequence = -1 if header.base_sequence < 0 else header.base_sequence + offset - header.base_offset
+                return {"base_offset": header.base_offset, "last_offset": header.last_offset,
+                        "producer_id": header.producer_id, "producer_epoch": header.producer_epoch,
+                        "sequence": sequence, "leader_epoch": header.partition_leader_epoch}
+            if header.base_offset > offset:
+                return None
+            pos += header.size
+    return None
+
+
+def verdict(copies: Sequence[dict[str, Any]]) -> str:
+    """``same session``, ``new epoch``, ``new producer`` or ``unknown`` (a copy not found)."""
+    if not copies or any(c.get("producer_id") is None for c in copies):
+        return "unknown"
+    if len({c["producer_id"] for c in copies}) > 1:
+        return "new producer"
+    if len({c["producer_epoch"] for c in copies}) > 1:
+        return "new epoch"
+    return "same session"
+
+
+def explain_duplicates(duplicated: Iterable[dict[str, Any]], topic: str,
+                       data_dirs: dict[str, Path]) -> list[dict[str, Any]]:
+    """For each of the checker's duplicated items (``{"value", "at": [{"partition", "offset"}...]}``),
+    each copy's batch header as the brokers' logs hold it (the first broker that has it, and which
+    brokers do), and the verdict."""
+    out = []
+    for item in duplicated:
+        copies = []
+        for place in item.get("at", ()):
+            partition, offset = place["partition"], place["offset"]
+            found: dict[str, Any] | None = None
+            held_by = []
+            for name, data_dir in sorted(data_dirs.items()):
+                header = batch_holding(data_dir / f"{topic}-{partition}", offset)
+                if header is not None:
+                    held_by.append(name)
+                    found = found or header
+            copies.append({"partition": partition, "offset": offset, **(found or {}), "held_by": held_by})
+        out.append({"value": item.get("value"), "verdict": verdict(copies), "copies": copies})
+    return out
