@@ -8,6 +8,12 @@ PYTEST := $(VENV)/bin/pytest
 APT    := DEBIAN_FRONTEND=noninteractive apt-get
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
+# Every process the targets start (a test cluster's nodes, the CLI commands the tests run, the bench's
+# brokers) imports kraftpy's modules; with PYTHONDONTWRITEBYTECODE set in the environment nothing is
+# cached, and each start compiles them and attrs' generated methods anew (about twice the import time).
+# An empty value is unset for Python: the first process writes __pycache__ and the attrs cache.
+export PYTHONDONTWRITEBYTECODE :=
+
 .PHONY: run test lint fmt docs bench soak jepsen system-deps build-deps system-python clean
 
 $(PY):

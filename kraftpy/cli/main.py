@@ -1,54 +1,91 @@
-"""The `kraftpy` command: one typer app, with each command group in its own module."""
+"""The `kraftpy` command: one typer app, with each command group in its own module.
+
+A command imports only its own module: `kraftpy topics --list` needs the admin client, not the Raft
+log, the metadata loader and the broker, and a process that starts a node imports the node's modules
+once, not every command's first. `kraftpy --help` (or an unknown command) builds the whole app.
+`app`, the whole app, is built when first asked for (tests run it in-process).
+"""
 
 from __future__ import annotations
 
+import importlib
+import sys
+from typing import Any
+
 import typer
 
-from kraftpy.cli import config_cmd, dev, metadata_cmd, perf, quorum, servers, storage
-from kraftpy.cli.acls import app as acls_app
-from kraftpy.cli.cluster import app as cluster_app
-from kraftpy.cli.configs import app as configs_app
-from kraftpy.cli.console import app as console_app
-from kraftpy.cli.dump_log import dump_log
-from kraftpy.cli.features import app as features_app
-from kraftpy.cli.groups import app as groups_app
-from kraftpy.cli.leaders import app as leaders_app
-from kraftpy.cli.log_dirs import app as log_dirs_app
-from kraftpy.cli.reassign import app as reassign_app
-from kraftpy.cli.topics import app as topics_app
-from kraftpy.cli.transactions import app as transactions_app
+#: Command name -> (module, attribute, whether it is a group of commands (a Typer) or one command).
+ENTRIES: dict[str, tuple[str, str, bool]] = {
+    "storage": ("kraftpy.cli.storage", "app", True),
+    "config": ("kraftpy.cli.config_cmd", "app", True),
+    "quorum": ("kraftpy.cli.quorum", "app", True),
+    "metadata": ("kraftpy.cli.metadata_cmd", "app", True),
+    "perf": ("kraftpy.cli.perf", "app", True),
+    "topics": ("kraftpy.cli.topics", "app", True),
+    "configs": ("kraftpy.cli.configs", "app", True),
+    "cluster": ("kraftpy.cli.cluster", "app", True),
+    "features": ("kraftpy.cli.features", "app", True),
+    "groups": ("kraftpy.cli.groups", "app", True),
+    "console": ("kraftpy.cli.console", "app", True),
+    "reassign": ("kraftpy.cli.reassign", "app", True),
+    "leaders": ("kraftpy.cli.leaders", "app", True),
+    "transactions": ("kraftpy.cli.transactions", "app", True),
+    "acls": ("kraftpy.cli.acls", "app", True),
+    "log-dirs": ("kraftpy.cli.log_dirs", "app", True),
+    "controller": ("kraftpy.cli.servers", "controller", False),
+    "broker": ("kraftpy.cli.servers", "broker", False),
+    "server": ("kraftpy.cli.servers", "server", False),
+    "dev": ("kraftpy.cli.dev", "dev", False),
+    "dump-log": ("kraftpy.cli.dump_log", "dump_log", False),
+}
 
-app = typer.Typer(
-    name="kraftpy",
-    help="kraftpy: a Kafka-compatible, self-managed distributed commit log.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
 
-app.add_typer(storage.app, name="storage")
-app.add_typer(config_cmd.app, name="config")
-app.add_typer(quorum.app, name="quorum")
-app.add_typer(metadata_cmd.app, name="metadata")
-app.add_typer(perf.app, name="perf")
-app.add_typer(topics_app, name="topics")
-app.add_typer(configs_app, name="configs")
-app.add_typer(cluster_app, name="cluster")
-app.add_typer(features_app, name="features")
-app.add_typer(groups_app, name="groups")
-app.add_typer(console_app, name="console")
-app.add_typer(reassign_app, name="reassign")
-app.add_typer(leaders_app, name="leaders")
-app.add_typer(transactions_app, name="transactions")
-app.add_typer(acls_app, name="acls")
-app.add_typer(log_dirs_app, name="log-dirs")
-servers.register(app)
-app.command("dev")(dev.dev)
-app.command("dump-log")(dump_log)
+def _root() -> typer.Typer:
+    root = typer.Typer(
+        name="kraftpy",
+        help="kraftpy: a Kafka-compatible, self-managed distributed commit log.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+
+    @root.callback()
+    def _group() -> None:
+        # A group even when it holds one command: `kraftpy dev ...` names its command whatever else is loaded.
+        pass
+
+    return root
+
+
+def build_app(names: list[str] | None = None) -> typer.Typer:
+    """The `kraftpy` app with the commands ``names`` (all when None), each imported now."""
+    root = _root()
+    for name, (module, attribute, group) in ENTRIES.items():
+        if names is not None and name not in names:
+            continue
+        target = getattr(importlib.import_module(module), attribute)
+        if group:
+            root.add_typer(target, name=name)
+        else:
+            root.command(name)(target)
+    return root
+
+
+_app: typer.Typer | None = None
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        global _app
+        if _app is None:
+            _app = build_app()
+        return _app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
-    app()
+    command = sys.argv[1] if len(sys.argv) > 1 else None
+    (build_app([command]) if command in ENTRIES else build_app())()
 
 
 if __name__ == "__main__":
