@@ -274,7 +274,7 @@ def log_clients_to(path: Path) -> logging.Handler:
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     CLIENT_LOGGER.addHandler(handler)
-    CLIENT_LOGGER.setLevel(logging.INFO)
+    CLIENT_LOGGER.setLevel(logging.DEBUG)  # librdkafka's debug contexts, where a client asks for them
     return handler
 
 
@@ -784,6 +784,9 @@ class Workload:
             "request.timeout.ms": max(1000, int(self.op_timeout * 500)),
             "topic.metadata.refresh.interval.ms": 2000,
             "reconnect.backoff.max.ms": 1000,
+            # librdkafka's idempotence log (producer id and epoch changes, drains, sequence resets after
+            # an error or a timeout) in clients.log: a duplicate's provenance names the epoch, this says why
+            "debug": "eos",
         })
 
     def consumer_config(self, process: int) -> dict[str, Any]:
