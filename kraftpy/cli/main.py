@@ -83,9 +83,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def app_for(args: list[str]) -> typer.Typer:
+    """The app `kraftpy ARGS` runs: the named command's alone, the whole app for anything else."""
+    command = args[0] if args else None
+    if command in ENTRIES:
+        return build_app([command])
+    return __getattr__("app")
+
+
 def main() -> None:
-    command = sys.argv[1] if len(sys.argv) > 1 else None
-    (build_app([command]) if command in ENTRIES else build_app())()
+    app_for(sys.argv[1:])()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import trio
-from typer.testing import CliRunner
 
 from kraftpy.admin.client import AdminClient, parse_addresses
 from kraftpy.cli.groups import parse_datetime, parse_topic_spec
@@ -33,6 +32,7 @@ from kraftpy.protocol.consumer_protocol import (
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import OffsetCommitRequest
 from kraftpy.protocol.schema import Versions
+from tests.helpers.cli_runner import CliRunner
 from tests.helpers.deployments import DevDeployment, create_topics
 from tests.helpers.processes import free_ports
 from tests.helpers.terminal import run_on_terminal

@@ -16,10 +16,10 @@ import sys
 import uuid
 
 import pytest
-from typer.testing import CliRunner
 
 from kraftpy.cli.main import app
 from kraftpy.cli.topics import parse_replica_assignment
+from tests.helpers.cli_runner import CliRunner
 from tests.helpers.deployments import DevDeployment
 from tests.helpers.processes import free_ports
 from tests.helpers.terminal import run_on_terminal

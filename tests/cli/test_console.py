@@ -14,9 +14,9 @@ import sys
 import uuid
 
 import pytest
-from typer.testing import CliRunner
 
 from kraftpy.cli.main import app
+from tests.helpers.cli_runner import CliRunner
 from tests.helpers.deployments import DevDeployment, create_topics
 from tests.helpers.processes import free_ports
 from tests.helpers.terminal import run_on_terminal

@@ -11,8 +11,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from typer.testing import CliRunner
-
 from kraftpy.broker.client import KafkaConnection
 from kraftpy.broker.partition import Partition
 from kraftpy.cli.main import app
@@ -30,6 +28,7 @@ from kraftpy.protocol.messages import WriteTxnMarkersRequest
 from kraftpy.protocol.records import SimpleRecord, build_batch
 from kraftpy.storage.log import Log
 from kraftpy.storage.log_config import LogConfig
+from tests.helpers.cli_runner import CliRunner
 from tests.helpers.cluster import open_cluster
 
 runner = CliRunner()

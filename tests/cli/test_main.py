@@ -61,3 +61,11 @@ def test_help_and_an_unknown_command_load_every_command():
     assert {module for module, _, _ in cli_main.ENTRIES.values()} <= modules
     code, _, _ = _probe("no-such-command")
     assert code == 2
+
+
+def test_app_for_builds_what_main_runs():
+    only = typer.main.get_command(cli_main.app_for(["topics", "--list"])).commands
+    assert list(only) == ["topics"]
+    assert cli_main.app_for([]) is cli_main.app
+    assert cli_main.app_for(["--help"]) is cli_main.app
+    assert cli_main.app_for(["no-such-command"]) is cli_main.app

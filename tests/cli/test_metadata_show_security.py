@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import random
 
-from typer.testing import CliRunner
-
 from kraftpy.cli.main import app
 from kraftpy.ids import Uuid
 from kraftpy.metadata.records import (
@@ -20,6 +18,7 @@ from kraftpy.metadata.records import ClientQuotaEntityData as E
 from kraftpy.raft.file_log import FileRaftLog
 from kraftpy.security.authorizer import AclOperation, AclPermissionType, PatternType, ResourceType
 from kraftpy.security.scram import ScramCredential
+from tests.helpers.cli_runner import CliRunner
 
 SALT = b"salt-that-must-not-show"
 

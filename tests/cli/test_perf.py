@@ -10,7 +10,6 @@ import json
 import uuid
 
 import pytest
-from typer.testing import CliRunner
 
 from kraftpy.cli.main import app
 from kraftpy.cli.perf import (
@@ -27,6 +26,7 @@ from kraftpy.cli.perf import (
     run_consume,
     run_produce,
 )
+from tests.helpers.cli_runner import CliRunner
 from tests.helpers.processes import DevProcess, free_ports
 from tests.helpers.terminal import run_on_terminal
 

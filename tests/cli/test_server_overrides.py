@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from kraftpy.cli.main import app
+from tests.helpers.cli_runner import CliRunner
 
 runner = CliRunner()
 COMMANDS = ("server", "broker", "controller")

@@ -3,10 +3,10 @@
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from kraftpy.cli.main import app
 from kraftpy.ids import uuid_from_str
+from tests.helpers.cli_runner import CliRunner
 
 runner = CliRunner()
 

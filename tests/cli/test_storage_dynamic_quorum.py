@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from kraftpy.cli.main import app
 from kraftpy.ids import Uuid, random_uuid_str
@@ -16,6 +15,7 @@ from kraftpy.raft.memory_log import MemoryRaftLog
 from kraftpy.raft.snapshot_control import BOOTSTRAP_SNAPSHOT_ID, split_snapshot
 from kraftpy.raft.voter_history import VoterHistory
 from kraftpy.raft.voters import Endpoint, ReplicaKey
+from tests.helpers.cli_runner import CliRunner
 
 runner = CliRunner()
 CLUSTER = random_uuid_str()

@@ -16,7 +16,6 @@ import time
 
 import pytest
 import trio
-from typer.testing import CliRunner
 
 from kraftpy.broker.partition import Partition
 from kraftpy.cli.main import app
@@ -39,6 +38,7 @@ from kraftpy.protocol.batch_header import read_header
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.records import SimpleRecord, build_batch
 from kraftpy.storage.txn_index import AbortedTxn
+from tests.helpers.cli_runner import CliRunner
 from tests.helpers.cluster import open_cluster
 
 ck = pytest.importorskip("confluent_kafka")

@@ -469,9 +469,8 @@ def kraftpy_cli(*args: Any, expect_exit: int = 0) -> str:
     """Run a `kraftpy` command in this process (typer's runner: the command's own code, without an
     interpreter's start); its output (stdout and stderr), or AssertionError with the output when it
     exits with another code than `expect_exit`."""
-    from typer.testing import CliRunner
-
     from kraftpy.cli.main import app
+    from tests.helpers.cli_runner import CliRunner
 
     result = CliRunner().invoke(app, [str(a) for a in args])
     if result.exit_code != expect_exit:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from typer.testing import CliRunner
-
 from kraftpy.cli.main import app
 from kraftpy.metadata.image import EMPTY_IMAGE
 from kraftpy.metadata.loader import MetadataLoader, encode_snapshot_file
@@ -20,6 +18,7 @@ from kraftpy.raft.effects import Commit, SnapshotLoaded
 from kraftpy.raft.file_log import FileRaftLog
 from kraftpy.raft.log import SnapshotId
 from kraftpy.raft.snapshot import snapshot_file_name
+from tests.helpers.cli_runner import CliRunner
 
 from .conftest import Cluster
 

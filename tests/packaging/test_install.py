@@ -185,12 +185,13 @@ def dev(venv: Venv, packaging_dir: Path) -> Iterator[Dev]:
 
 
 # Lists every command path of the installed `kraftpy` tree and runs `kraftpy <path> --help` for each
-# in one interpreter (one process per command would take a second each).
+# in one interpreter (one process per command would take a second each), with the app `kraftpy <path>`
+# builds: its first command's module alone (typer converts the app it is given at every invocation).
 HELP_WALKER = """
 import json, sys, kraftpy
 import typer
 from typer.testing import CliRunner
-from kraftpy.cli.main import app
+from kraftpy.cli.main import app, build_app
 
 def walk(command, path):
     yield path
@@ -200,7 +201,7 @@ def walk(command, path):
 runner = CliRunner()
 results = []
 for path in walk(typer.main.get_command(app), []):
-    result = runner.invoke(app, [*path, "--help"], prog_name="kraftpy")
+    result = runner.invoke(build_app(path[:1]) if path else app, [*path, "--help"], prog_name="kraftpy")
     results.append({"path": path, "exit_code": result.exit_code, "output": result.output,
                     "exception": None if result.exception is None or isinstance(result.exception, SystemExit)
                     else repr(result.exception)})

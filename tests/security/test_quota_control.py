@@ -172,11 +172,10 @@ def test_describe_refuses_malformed_filters(described_image, components, code, m
 
 
 def test_metadata_show_lists_client_quotas(tmp_path):
-    from typer.testing import CliRunner
-
     from kraftpy.cli.main import app
     from kraftpy.metadata.records import encode_record
     from kraftpy.raft.file_log import FileRaftLog
+    from tests.helpers.cli_runner import CliRunner
 
     c = controller()
     records = list(c.activate(0.0).records)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typer.testing import CliRunner
-
 from kraftpy.cli.main import app
 from kraftpy.protocol.records import Compression, SimpleRecord, build_batch
 from kraftpy.storage.log import Log
 from kraftpy.storage.log_config import LogConfig
+from tests.helpers.cli_runner import CliRunner
 
 from ._support import ManualClock
 
