@@ -11,7 +11,9 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Every process the targets start (a test cluster's nodes, the CLI commands the tests run, the bench's
 # brokers) imports kraftpy's modules; with PYTHONDONTWRITEBYTECODE set in the environment nothing is
 # cached, and each start compiles them and attrs' generated methods anew (about twice the import time).
-# An empty value is unset for Python: the first process writes __pycache__ and the attrs cache.
+# An empty value is unset for Python: the first process writes __pycache__ and the attrs cache. So the
+# installs do not compile every module of every package (pyspark's take half of the install's time):
+# the first process to import a module compiles it.
 export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: run test lint fmt docs bench soak jepsen system-deps build-deps system-python clean
@@ -23,12 +25,12 @@ $(PY):
 
 # What `make run` needs: kraftpy itself.
 $(BASE): pyproject.toml setup.py kraftpy/protocol/_record_scan.c | $(PY) build-deps
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q --no-compile -e .
 	@touch $(BASE)
 
 # What the tests need besides: the clients, pytest, ruff, and pyspark for the Spark connector.
 $(STAMP): pyproject.toml setup.py kraftpy/protocol/_record_scan.c | $(PY) build-deps
-	$(PY) -m pip install -q -e '.[dev,spark]'
+	$(PY) -m pip install -q --no-compile -e '.[dev,spark]'
 	@touch $(STAMP) $(BASE)
 
 # What compiling produce validation's C record scan needs (without it the install still works,

@@ -115,9 +115,11 @@ def make_venv(root: Path, name: str, *requirements: str) -> Venv:
     _check(subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)],
                           capture_output=True, text=True, timeout=TIMEOUT))
     # The test's own pip installs into the new venv (what `venv/bin/pip install` would do, without
-    # first installing pip there).
+    # first installing pip there). Without compiling every module of every package to bytecode at
+    # install (pyspark's alone take most of a venv's install): the modules a test imports are
+    # compiled then, and every source file is still checked when a command imports it.
     _check(subprocess.run([sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install",
-                           "--quiet", "--disable-pip-version-check", *requirements],
+                           "--quiet", "--disable-pip-version-check", "--no-compile", *requirements],
                           cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT))
     return Venv(name, path, cwd)
 
