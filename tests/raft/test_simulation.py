@@ -1,6 +1,6 @@
 """Deterministic simulation of whole clusters under faults (see tests/helpers/raft_sim.py).
 
-- `test_simulation_seeds` runs KRAFTPY_SIM_SEEDS seeds (default 200) starting at
+- `test_simulation_seeds` runs KRAFTPY_SIM_SEEDS seeds (default 120) starting at
   KRAFTPY_SIM_BASE_SEED (default 0): 1, 3 or 5 voters plus 0-2 observers, on memory logs or (one
   seed in five) real file logs whose crashes may tear a flush, with a leader linger time of 0, 5 or
   50 ms; three simulated minutes of drops, duplicates, delays, partitions, crashes (also mid-way
@@ -17,7 +17,7 @@
   Byzantine-input mode); every failure prints that line.
 - `test_hypothesis_seeds` and `TestClusterMachine` let hypothesis pick seeds and build schedules
   step by step (and shrink them), hostile messages among the steps.
-- `test_membership_seeds` runs KRAFTPY_SIM_MEMBERSHIP_SEEDS seeds (default 300; 10,000 under ``make
+- `test_membership_seeds` runs KRAFTPY_SIM_MEMBERSHIP_SEEDS seeds (default 200; 10,000 under ``make
   soak``) of dynamic quorums (KIP-853): voters added, removed (the leader too), replaced (a new disk)
   and moved (a new endpoint) among crashes, partitions and restarts, a static quorum upgraded to
   kraft.version 1 in one seed in five, with the membership invariants checked after every event
@@ -58,7 +58,7 @@ def check_seed(seed: int, byzantine: bool = False) -> None:
 
 
 def seeds() -> range:
-    count = int(os.environ.get("KRAFTPY_SIM_SEEDS", "200"))
+    count = int(os.environ.get("KRAFTPY_SIM_SEEDS", "120"))
     base = int(os.environ.get("KRAFTPY_SIM_BASE_SEED", "0"))
     return range(base, base + count)
 
@@ -93,7 +93,7 @@ def check_membership_seed(seed: int) -> None:
 
 
 def test_membership_seeds() -> None:
-    count = int(os.environ.get("KRAFTPY_SIM_MEMBERSHIP_SEEDS", "300"))
+    count = int(os.environ.get("KRAFTPY_SIM_MEMBERSHIP_SEEDS", "200"))
     base = int(os.environ.get("KRAFTPY_SIM_BASE_SEED", "0"))
     for seed in range(base, base + count):
         check_membership_seed(seed)
