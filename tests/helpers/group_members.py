@@ -143,6 +143,21 @@ class Member:
         with self.cond:
             return [tuple(r) for line in self.lines if line.get("event") == "records" for r in line["records"]]
 
+    def records_not_held(self) -> list[tuple[int, int, str]]:
+        """Records it printed from a partition it did not hold at the time, by the rebalance callbacks
+        it printed before them (a member that lost its partitions to a rebalance after reading them
+        read them rightly; one that reads a partition nobody gave it does not)."""
+        held: frozenset[int] = frozenset()
+        out = []
+        with self.cond:
+            for line in self.lines:
+                event = line.get("event")
+                if event in ("assigned", "revoked"):
+                    held = frozenset(line["partitions"])
+                elif event == "records":
+                    out.extend(tuple(r) for r in line["records"] if r[0] not in held)
+        return out
+
     def committed(self) -> dict[int, int]:
         """The next offset it last committed, by partition."""
         out: dict[int, int] = {}
