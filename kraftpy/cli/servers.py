@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import typer
-
 from kraftpy.cli.common import (
     ConfigOption,
     LogFormatOption,
@@ -49,9 +47,3 @@ def server(config: ConfigOption, override: OverrideOption = None, log_level: Log
            log_format: LogFormatOption = "auto") -> None:
     """Run whatever process.roles names: broker, controller, or both in one process."""
     run_node(config, override, log_level, log_format, None, "server")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("controller")(controller)
-    app.command("broker")(broker)
-    app.command("server")(server)
