@@ -92,3 +92,11 @@ def explain_duplicates(duplicated: Iterable[dict[str, Any]], topic: str,
             copies.append({"partition": partition, "offset": offset, **(found or {}), "held_by": held_by})
         out.append({"value": item.get("value"), "verdict": verdict(copies), "copies": copies})
     return out
+
+
+def attach_provenance(results: dict[str, Any], topic: str, data_dirs: dict[str, Path]) -> None:
+    """Add ``details.duplicated_provenance`` to a queue or group run's results when the checker found
+    duplicates (the logs read after the cluster stopped); nothing when it found none."""
+    if results.get("duplicated"):
+        results["details"]["duplicated_provenance"] = explain_duplicates(
+            results["details"].get("duplicated") or (), topic, data_dirs)

@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         results = check(history, seed=seed, nemesis=nemesis)
     # what the runner knew and the history does not say
     prev_details = prev.get("details", {})
-    for key in ("network", "harness_errors", "txn_run"):
+    for key in ("network", "harness_errors", "txn_run", "duplicated_provenance"):
         if key in prev_details:
             results["details"][key] = prev_details[key]
     if "security" in prev_details:

@@ -71,7 +71,7 @@ from tests.jepsen import security as sec
 from tests.jepsen.checker import check, membership_faults, security_faults
 from tests.jepsen.group import ASSIGNORS, GroupWorkload, offsets_partition_for
 from tests.jepsen.history import FINAL_READ, POLL, SEND, Recorder
-from tests.jepsen.provenance import explain_duplicates
+from tests.jepsen.provenance import attach_provenance
 from tests.jepsen.proxy import Route, SocketOwners, ThreadedProxy
 from tests.jepsen.report import HISTORY, RUN_FACTS, write_report
 from tests.jepsen.txn import TxnWorkload, txn_topics
@@ -1238,11 +1238,9 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
     else:
         results = check(history, seed=seed, nemesis=list(kinds))
     results["details"]["network"] = plan.network
-    if not txns and results.get("duplicated"):
+    if not txns:
         # whether the broker appended a resend of one producer session, or the client wrote in two sessions
-        results["details"]["duplicated_provenance"] = explain_duplicates(
-            results["details"].get("duplicated") or (), workload.topic,
-            {b.name: b.data_dir for b in plan.brokers})
+        attach_provenance(results, workload.topic, {b.name: b.data_dir for b in plan.brokers})
     results["details"]["harness_errors"] = runner.errors + workload.errors + (members.errors if members else []) \
         + (txns.errors if txns else [])
     if nemesis.rolls:

@@ -7,7 +7,7 @@ from pathlib import Path
 from kraftpy.protocol.records import SimpleRecord, build_batch
 from kraftpy.storage.segment import segment_file_name
 from tests.jepsen import report
-from tests.jepsen.provenance import batch_holding, explain_duplicates, verdict
+from tests.jepsen.provenance import attach_provenance, batch_holding, explain_duplicates, verdict
 
 TOPIC = "jepsen"
 
@@ -68,3 +68,14 @@ def test_verdicts_tell_a_broker_fault_from_a_client_resend(tmp_path):
     text = report.summary_text(results, [])
     assert "duplicated value 10: same session: p0@0 producer 7 epoch 0 seq 4 leader epoch 1 on b1,b2" in text
     assert "duplicated value 20: new epoch:" in text and "p0@3 producer 7 epoch 1 seq 0" in text
+
+
+def test_attached_only_when_the_checker_found_duplicates(tmp_path):
+    _write(tmp_path / "b1", 0, {0: [_batch(0, [10], seq=0), _batch(1, [10], epoch=1, seq=0)]})
+    clean = {"duplicated": 0, "details": {"duplicated": []}}
+    attach_provenance(clean, TOPIC, {"b1": tmp_path / "b1"})
+    assert "duplicated_provenance" not in clean["details"]
+    found = {"duplicated": 1, "details": {"duplicated": [
+        {"value": 10, "at": [{"partition": 0, "offset": 0}, {"partition": 0, "offset": 1}]}]}}
+    attach_provenance(found, TOPIC, {"b1": tmp_path / "b1"})
+    assert [p["verdict"] for p in found["details"]["duplicated_provenance"]] == ["new epoch"]

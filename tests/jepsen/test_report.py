@@ -91,11 +91,13 @@ def test_report_main_keeps_what_the_runner_knew(tmp_path, capsys):
     write_history(tmp_path / report.HISTORY, b.ops)
     facts = dict(zip(report.RUN_FACTS, ("g", "range", False, 4, 1, 0), strict=True))
     (tmp_path / report.RESULTS).write_text(json.dumps({"seed": 3, "nemesis": ["kill"], "details": {
-        "network": "proxy", "harness_errors": ["x"], "group": {**facts, "acked_commits": 99}}}))
+        "network": "proxy", "harness_errors": ["x"], "group": {**facts, "acked_commits": 99},
+        "duplicated_provenance": [{"value": 10, "verdict": "new epoch", "copies": []}]}}))
     assert report.main([str(tmp_path)]) == 0
     saved = json.loads((tmp_path / report.RESULTS).read_text())
     assert saved["valid"] is True
     assert saved["details"]["network"] == "proxy" and saved["details"]["harness_errors"] == ["x"]
+    assert saved["details"]["duplicated_provenance"][0]["verdict"] == "new epoch"  # read from logs, kept
     group = saved["details"]["group"]
     assert {k: group[k] for k in report.RUN_FACTS} == facts
     assert group["acked_commits"] == 1  # checked again, not carried over
