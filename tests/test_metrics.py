@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from kraftpy.metrics import EVENT_LOOP_LAG, REGISTRY, exposition, help_line, lab
 from kraftpy.node import KraftNode
 from kraftpy.rpc.kafka_server import PHASES
 from kraftpy.storage.formatter import format_dirs
+from tests.helpers import forkserver
 from tests.helpers.deployments import ProcessCluster, create_topics, retry_coordinator
 from tests.helpers.processes import free_ports
 from tests.helpers.protocol import batch, metadata, produce
@@ -242,7 +242,7 @@ def test_a_bad_metrics_host_stops_the_process_with_key_value_and_line(tmp_path: 
     config.write_text("process.roles=controller\nnode.id=1\ncontroller.quorum.voters=1@127.0.0.1:9093\n"
                       "listeners=CONTROLLER://127.0.0.1:9093\ncontroller.listener.names=CONTROLLER\n"
                       f"log.dirs={tmp_path / 'data'}\nmetrics.port=9100\nmetrics.host=every interface\n")
-    result = subprocess.run([sys.executable, "-m", "kraftpy", "server", "-c", str(config)], capture_output=True,
+    result = forkserver.run(["server", "-c", str(config)], capture_output=True,
                             text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert result.returncode == 1
     assert result.stderr == (f"kraftpy: configuration error: {config}:8: metrics.host=every interface: "

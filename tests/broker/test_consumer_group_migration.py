@@ -12,8 +12,6 @@ take every partition back and go on reading.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 from collections import Counter
 from contextlib import ExitStack
@@ -22,6 +20,7 @@ import pytest
 import trio
 
 from tests.broker.test_consumer_group_protocol import SETTINGS, TOPIC, produce, read
+from tests.helpers import forkserver
 from tests.helpers.cluster import open_cluster
 from tests.helpers.group_members import Member, stable_assignment, wait_until
 
@@ -35,7 +34,7 @@ GROUP = "migrating"
 
 
 def describe(bootstrap: str) -> dict:
-    cli = subprocess.run([sys.executable, "-m", "kraftpy", "groups", "describe", "--group", GROUP, "--members",
+    cli = forkserver.run(["groups", "describe", "--group", GROUP, "--members",
                           "--json", "--bootstrap-server", bootstrap], capture_output=True, text=True, timeout=60)
     assert cli.returncode == 0, cli.stderr
     (doc,) = json.loads(cli.stdout)["groups"]

@@ -11,8 +11,6 @@ and read.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 from collections import Counter
 from contextlib import ExitStack
@@ -29,6 +27,8 @@ from tests.helpers.group_members import Member, stable_assignment, wait_until
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewPartitions  # noqa: E402
+
+from tests.helpers import forkserver  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +105,7 @@ async def test_three_consumer_protocol_members_a_killed_member_and_added_partiti
                 assert {tp.partition for m in described.members for tp in m.assignment.topic_partitions} == set(
                     range(PARTITIONS))
                 # kraftpy's own tool describes it too (ConsumerGroupDescribe when DescribeGroups knows no such group).
-                cli = subprocess.run([sys.executable, "-m", "kraftpy", "groups", "describe", "--group", "kip848",
+                cli = forkserver.run(["groups", "describe", "--group", "kip848",
                                       "--members", "--json", "--bootstrap-server", bootstrap],
                                      capture_output=True, text=True, timeout=60)
                 assert cli.returncode == 0, cli.stderr

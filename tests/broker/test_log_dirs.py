@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from kraftpy.broker.client import KafkaConnection
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import DescribeLogDirsRequest
+from tests.helpers import forkserver
 from tests.helpers.cluster import open_cluster
 from tests.helpers.protocol import batch, produce
 
@@ -108,9 +108,8 @@ async def test_the_log_dirs_command_prints_kafkas_document(tmp_path):
     async with open_cluster(tmp_path, brokers=1, log_dirs=dirs) as cluster:
         await cluster.create_topic("t", partitions=2)
         await cluster.create_topic("other", partitions=1)
-        command = [sys.executable, "-m", "kraftpy", "log-dirs", "describe", "--bootstrap-server", cluster.bootstrap]
-        done = await trio.run_process([*command, "--topic-list", "t", "--json"], capture_stdout=True,
-                                      capture_stderr=True, check=False)
+        command = ["log-dirs", "describe", "--bootstrap-server", cluster.bootstrap]
+        done = await forkserver.run_async([*command, "--topic-list", "t", "--json"])
         assert done.returncode == 0, done.stderr
         document = json.loads(done.stdout)
         assert document["version"] == 1 and [b["broker"] for b in document["brokers"]] == [1]
@@ -120,8 +119,7 @@ async def test_the_log_dirs_command_prints_kafkas_document(tmp_path):
         assert partitions == ["t-0", "t-1"]  # only the topic asked for
         assert all(d["error"] is None for d in log_dirs)
 
-        table = await trio.run_process(command, capture_stdout=True, capture_stderr=True, check=False)
+        table = await forkserver.run_async(command)
         assert table.returncode == 0 and "other-0" in table.stdout.decode()
-        wrong = await trio.run_process([*command, "--broker-list", "9"], capture_stdout=True, capture_stderr=True,
-                                       check=False)
+        wrong = await forkserver.run_async([*command, "--broker-list", "9"])
         assert wrong.returncode == 2 and "no broker 9" in wrong.stderr.decode()

@@ -4,9 +4,6 @@ each version is answered; `kraftpy features upgrade|downgrade|disable`."""
 from __future__ import annotations
 
 import json
-import sys
-
-import trio
 
 from kraftpy.admin.client import AdminClient, parse_addresses
 from kraftpy.broker.authorization import STANDARD_AUTHORIZER
@@ -14,6 +11,7 @@ from kraftpy.metadata.controller_config import LATEST_METADATA_VERSION
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import UpdateFeaturesRequest
+from tests.helpers import forkserver
 from tests.helpers.cluster import open_cluster
 
 Key = UpdateFeaturesRequest.FeatureUpdateKey
@@ -64,12 +62,11 @@ async def test_without_alter_on_the_cluster_nothing_is_forwarded(tmp_path):
 
 async def test_the_features_commands_report_as_kafka_features_does(tmp_path):
     async with open_cluster(tmp_path, brokers=1) as cluster:
-        base = [sys.executable, "-m", "kraftpy", "features"]
+        base = ["features"]
         where = ["--bootstrap-server", cluster.bootstrap]
 
         async def run(*args: str):
-            return await trio.run_process([*base, *args, *where], capture_stdout=True, capture_stderr=True,
-                                          check=False)
+            return await forkserver.run_async([*base, *args, *where])
 
         ok = await run("upgrade", "--feature", f"{MV}={LATEST_METADATA_VERSION}")
         assert ok.returncode == 0, ok.stderr

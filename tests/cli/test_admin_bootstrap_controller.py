@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 
 import pytest
 
+from tests.helpers import forkserver
 from tests.helpers.deployments import DevDeployment
 
 
@@ -22,7 +22,7 @@ def dev(tmp_path_factory):
 
 
 def run(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftpy", *(str(a) for a in args)], capture_output=True,
+    return forkserver.run([*(str(a) for a in args)], capture_output=True,
                           text=True, timeout=90, stdin=subprocess.DEVNULL)
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 from kraftpy.ids import Uuid
 from kraftpy.metadata.cluster_describe import broker_state
 from kraftpy.metadata.image import BrokerRegistration
+from tests.helpers import forkserver
 from tests.helpers.deployments import ProcessCluster
 
 
@@ -23,7 +23,7 @@ def cluster(tmp_path_factory):
 
 
 def kraftpy(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftpy", *(str(a) for a in args)], capture_output=True,
+    return forkserver.run([*(str(a) for a in args)], capture_output=True,
                           text=True, timeout=90, stdin=subprocess.DEVNULL)
 
 

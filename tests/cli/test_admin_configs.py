@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 
 import pytest
 
 from kraftpy.cli.configs import parse_add_config
+from tests.helpers import forkserver
 from tests.helpers.deployments import DevDeployment
 
 ck = pytest.importorskip("confluent_kafka")
@@ -29,7 +29,7 @@ def name(prefix: str = "t") -> str:
 
 
 def kraftpy(dev, *args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftpy", *(str(a) for a in args), "--bootstrap-server",
+    return forkserver.run([*(str(a) for a in args), "--bootstrap-server",
                            dev.bootstrap], capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
 
 

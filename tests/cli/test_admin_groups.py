@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -40,6 +39,8 @@ from tests.helpers.terminal import run_on_terminal
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import NewTopic  # noqa: E402
 
+from tests.helpers import forkserver  # noqa: E402
+
 QUIET = {"log_level": 0}
 
 
@@ -54,7 +55,7 @@ def name(prefix: str) -> str:
 
 
 def kraftpy(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftpy", *(str(a) for a in args)], capture_output=True,
+    return forkserver.run([*(str(a) for a in args)], capture_output=True,
                           text=True, timeout=90, stdin=subprocess.DEVNULL)
 
 

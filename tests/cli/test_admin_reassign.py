@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +27,8 @@ from tests.helpers.terminal import run_on_terminal
 
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import NewTopic  # noqa: E402
+
+from tests.helpers import forkserver  # noqa: E402
 
 QUIET = {"log_level": 0}
 FETCH_MAX = 65536
@@ -47,7 +48,7 @@ async def _brokers(bootstrap: str) -> dict:
 
 
 def kraftpy(cluster, *args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftpy", *(str(a) for a in args), "--bootstrap-server",
+    return forkserver.run([*(str(a) for a in args), "--bootstrap-server",
                            cluster.bootstrap], capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
 
 

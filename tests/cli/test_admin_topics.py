@@ -19,6 +19,7 @@ import pytest
 
 from kraftpy.cli.main import app
 from kraftpy.cli.topics import parse_replica_assignment
+from tests.helpers import forkserver
 from tests.helpers.cli_runner import CliRunner
 from tests.helpers.deployments import DevDeployment
 from tests.helpers.processes import free_ports
@@ -36,7 +37,7 @@ def name(prefix: str = "t") -> str:
 
 
 def kraftpy(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftpy", *(str(a) for a in args)], capture_output=True,
+    return forkserver.run([*(str(a) for a in args)], capture_output=True,
                           text=True, timeout=90, stdin=subprocess.DEVNULL)
 
 

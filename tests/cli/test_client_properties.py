@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -22,6 +21,8 @@ from tests.security.tls_support import Pki, TlsNode
 
 pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import NewTopic  # noqa: E402
+
+from tests.helpers import forkserver
 
 SCRAM = ("sasl.jaas.config", 'org.apache.kafka.common.security.scram.ScramLoginModule required username="ops" '
          'password="s3cret";')
@@ -70,7 +71,7 @@ def node(tmp_path_factory):
 
 
 def kraftpy(*args: object, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftpy", *(str(a) for a in args)], input=stdin,
+    return forkserver.run([*(str(a) for a in args)], input=stdin,
                           capture_output=True, timeout=90)
 
 

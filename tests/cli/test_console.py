@@ -24,6 +24,8 @@ from tests.helpers.terminal import run_on_terminal
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import NewTopic  # noqa: E402
 
+from tests.helpers import forkserver  # noqa: E402
+
 QUIET = {"log_level": 0}
 
 
@@ -40,7 +42,7 @@ def make_topic(dev, partitions: int = 1) -> str:
 
 
 def console(dev, *args: object, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftpy", "console", *(str(a) for a in args),
+    return forkserver.run(["console", *(str(a) for a in args),
                            "--bootstrap-server", dev.bootstrap],
                           input=stdin, capture_output=True, timeout=90)
 
@@ -194,9 +196,8 @@ def test_timeout_and_errors(dev):
         "kraftpy: topic no-such-topic: UNKNOWN_TOPIC_OR_PARTITION: the topic does not exist")
 
     port = free_ports(1)[0]
-    unreachable = subprocess.run(
-        [sys.executable, "-m", "kraftpy", "console", "produce", "--topic", topic, "--bootstrap-server",
-         f"127.0.0.1:{port}"], input=b"x\n", capture_output=True, timeout=60)
+    unreachable = forkserver.run(["console", "produce", "--topic", topic, "--bootstrap-server",
+                                  f"127.0.0.1:{port}"], input=b"x\n", capture_output=True, timeout=60)
     assert unreachable.returncode == 3
     assert unreachable.stderr.decode().startswith(f"kraftpy: no broker answered at 127.0.0.1:{port}: ")
     assert unreachable.stderr.count(b"\n") == 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -16,6 +15,7 @@ import pytest
 import trio
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.helpers import forkserver
 from tests.helpers.processes import free_ports
 
 pytestmark = pytest.mark.slow
@@ -24,10 +24,9 @@ pytestmark = pytest.mark.slow
 async def start_dev(directory: Path, port: int, controller_port: int, *args: str) -> tuple[trio.Process, list[str]]:
     """Both ports given (reserved by the test): dev's default controller port, port + 1, may be another
     test's in the meantime."""
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "kraftpy", "dev", "--dir", str(directory), "--port", str(port),
-         "--controller-port", str(controller_port), "--log-format", "json", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    process = await forkserver.open_trio_process(
+        ["dev", "--dir", str(directory), "--port", str(port), "--controller-port", str(controller_port),
+         "--log-format", "json", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     lines: list[str] = []
     buf = b""
     assert process.stdout is not None
@@ -90,7 +89,7 @@ async def test_dev_serves_stops_cleanly_and_keeps_data(tmp_path: Path) -> None:
 
 
 def test_bad_override_stops_with_one_line_naming_key_and_value(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "kraftpy", "dev", "--dir", str(tmp_path / "dev"),
+    done = forkserver.run(["dev", "--dir", str(tmp_path / "dev"),
                            "--override", "num.partitions=zero"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()

@@ -13,7 +13,6 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from kraftpy.broker.client import ConnectionClosed, KafkaConnection
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.messages import CreateTopicsRequest
+from tests.helpers import forkserver
 from tests.helpers.filesystems import fill, small_filesystem
 from tests.helpers.processes import format_all, free_ports, write_properties
 from tests.helpers.protocol import batch, fetch, metadata, produce, values_of
@@ -43,9 +43,8 @@ class Run:
         self._pumps_done = [trio.Event(), trio.Event()]
 
     async def start(self, nursery: trio.Nursery) -> Run:
-        self.process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "kraftpy", *self.args, "--log-format", "json"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.process = await forkserver.open_trio_process([*self.args, "--log-format", "json"],
+                                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         nursery.start_soon(self._pump_stderr)
         nursery.start_soon(self._pump_stdout)
         return self

@@ -2,16 +2,16 @@
 --ignore-formatted (as Kafka's format), and with it the one line saying the credentials were not added."""
 
 import subprocess
-import sys
 
 from kraftpy.metadata.bootstrap import BOOTSTRAP_FILE
+from tests.helpers import forkserver
 
 CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"
 SCRAM = "SCRAM-SHA-512=[name=admin,password=admin-secret]"
 
 
 def kraftpy(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftpy", *map(str, args)], capture_output=True, text=True,
+    return forkserver.run([*map(str, args)], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=60)
 
 

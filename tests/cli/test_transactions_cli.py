@@ -11,7 +11,6 @@ offset until the tool aborts it.
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 import pytest
@@ -38,6 +37,7 @@ from kraftpy.protocol.batch_header import read_header
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.records import SimpleRecord, build_batch
 from kraftpy.storage.txn_index import AbortedTxn
+from tests.helpers import forkserver
 from tests.helpers.cli_runner import CliRunner
 from tests.helpers.cluster import open_cluster
 
@@ -57,8 +57,7 @@ def table(stdout: str) -> list[dict[str, str]]:
 
 
 async def kraftpy(*args: object) -> trio.CompletedProcess:
-    return await trio.run_process([sys.executable, "-m", "kraftpy", *(str(a) for a in args)], capture_stdout=True,
-                                  capture_stderr=True, check=False, stdin=b"")
+    return await forkserver.run_async(args)
 
 
 async def transactions(cluster, *args: object) -> trio.CompletedProcess:

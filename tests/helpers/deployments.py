@@ -17,7 +17,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from kraftpy.config import load_config
 from kraftpy.config.properties import format_properties
 from kraftpy.ids import random_uuid_str
 from kraftpy.storage.formatter import format_dirs
+from tests.helpers import forkserver
 from tests.helpers.processes import free_ports
 
 Line = dict[str, Any]
@@ -58,8 +58,8 @@ class Proc:
         assert not self.running, f"{self.name} is already running"
         mark = self.mark()
         self._terminating = False
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "kraftpy", *self.argv, "--log-format", "json", "--log-level", self.log_level],
+        self.process = forkserver.popen(
+            [*self.argv, "--log-format", "json", "--log-level", self.log_level],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             env={**os.environ, **(self.env or {})}, start_new_session=True)
         self._reader = threading.Thread(target=self._read, args=(self.process,), name=f"{self.name}-log",

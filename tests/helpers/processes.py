@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import trio
 
 from kraftpy.ids import random_uuid_str
 from kraftpy.testing._supervisor import free_ports
+from tests.helpers import forkserver
 
 
 def write_properties(path: Path, values: dict[str, Any]) -> Path:
@@ -39,11 +39,9 @@ class KraftProcess:
 
     async def start(self, nursery: trio.Nursery) -> None:
         self.lines.clear()
-        self.process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "kraftpy", self.role, "-c", str(self.config), "--log-format", "json",
-             "--log-level", "debug"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(self.env or {})},
-        )
+        self.process = await forkserver.open_trio_process(
+            [self.role, "-c", self.config, "--log-format", "json", "--log-level", "debug"],
+            env={**os.environ, **(self.env or {})})
         nursery.start_soon(self._pump, self.process)
 
     async def _pump(self, process: trio.Process) -> None:
@@ -113,8 +111,7 @@ def controller_configs(root: Path, count: int = 3, **extra: Any) -> tuple[list[P
 def format_all(configs: list[Path], cluster_id: str | None = None) -> str:
     cluster_id = cluster_id or random_uuid_str()
     for config in configs:
-        subprocess.run([sys.executable, "-m", "kraftpy", "storage", "format", "-c", str(config), "-t", cluster_id],
-                       check=True, capture_output=True)
+        forkserver.run(["storage", "format", "-c", config, "-t", cluster_id], check=True, capture_output=True)
     return cluster_id
 
 
@@ -140,8 +137,8 @@ class DevProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60.0) -> DevProcess:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "kraftpy", "dev", "--dir", str(self.directory), "--port", str(self.port),
+        self.process = forkserver.popen(
+            ["dev", "--dir", str(self.directory), "--port", str(self.port),
              "--controller-port", str(self.controller_port), "--log-format", "json"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=self.session)
         threading.Thread(target=self._pump, args=(self.process,), daemon=True).start()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -27,11 +26,13 @@ from tests.helpers.deployments import ProcessCluster, create_topics
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import NewTopic  # noqa: E402
 
+from tests.helpers import forkserver  # noqa: E402
+
 B = 4  # the broker whose directories the test works on
 
 
 def kraftpy(cluster, *args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftpy", *(str(a) for a in args), "--bootstrap-server",
+    return forkserver.run([*(str(a) for a in args), "--bootstrap-server",
                            cluster.bootstrap], capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
 
 

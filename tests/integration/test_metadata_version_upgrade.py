@@ -6,7 +6,6 @@ level; what the new level turns on (SCRAM credentials, from 3.5-IV2) is refused 
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 
 import pytest
@@ -16,6 +15,7 @@ from kraftpy.ids import random_uuid_str
 from kraftpy.metadata.bootstrap import write_bootstrap
 from kraftpy.metadata.records import FeatureLevelRecord
 from kraftpy.storage.formatter import format_dirs
+from tests.helpers import forkserver
 from tests.helpers.deployments import ProcessCluster, create_topics
 
 pytestmark = pytest.mark.slow
@@ -42,7 +42,7 @@ class OldCluster(ProcessCluster):
 
 
 def kraftpy(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftpy", *args], capture_output=True, text=True, timeout=120)
+    return forkserver.run([*args], capture_output=True, text=True, timeout=120)
 
 
 def add_user(bootstrap: str) -> subprocess.CompletedProcess:

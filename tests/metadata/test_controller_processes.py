@@ -3,8 +3,6 @@ requests, and after kill -9 of the active one the next keeps topics, brokers and
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +26,7 @@ from kraftpy.metadata.messages import (
 )
 from kraftpy.metadata.records import BrokerEndpoint, BrokerFeature, ConfigResourceType
 from kraftpy.metadata.rpc import ControllerClient
+from tests.helpers import forkserver
 from tests.helpers.processes import KraftProcess, controller_configs, format_all
 
 pytestmark = pytest.mark.slow
@@ -35,7 +34,7 @@ SUPPORTED = tuple(BrokerFeature(name, low, high) for name, (low, high) in DEFAUL
 
 
 def metadata_show(directory: Path) -> str:
-    out = subprocess.run([sys.executable, "-m", "kraftpy", "metadata", "show", "--log", str(directory)],
+    out = forkserver.run(["metadata", "show", "--log", str(directory)],
                          check=True, capture_output=True, text=True)
     return out.stdout
 

@@ -5,7 +5,6 @@ at (the online upgrade itself: tests/integration/test_metadata_version_upgrade.p
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
@@ -22,6 +21,7 @@ from kraftpy.metadata.messages import (
 )
 from kraftpy.metadata.records import FeatureLevelRecord, UserScramCredentialRecord
 from kraftpy.metadata.scram_control import alter_user_scram_credentials
+from tests.helpers import forkserver
 
 
 @pytest.mark.parametrize(("text", "level"), [("3.9", 21), ("3.9-IV0", 21), ("3.7", 19), ("3.7-IV2", 17),
@@ -65,7 +65,7 @@ def test_scram_alterations_need_3_5_iv2():
 
 
 def kraftpy(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftpy", *map(str, args)], capture_output=True, text=True,
+    return forkserver.run([*map(str, args)], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=60)
 
 

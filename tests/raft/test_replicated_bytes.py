@@ -4,8 +4,6 @@ watermark has the same offset, CRC and bytes on every node, before and after a l
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from kraftpy.metadata.records import BrokerEndpoint, BrokerFeature
 from kraftpy.metadata.rpc import ControllerClient
 from kraftpy.protocol.batch_header import iter_batches
 from kraftpy.raft.file_log import METADATA_LOG_DIR_NAME
+from tests.helpers import forkserver
 from tests.helpers.processes import KraftProcess, controller_configs, format_all
 
 pytestmark = pytest.mark.slow
@@ -127,7 +126,7 @@ def test_every_controller_holds_the_leaders_bytes_up_to_the_high_watermark(three
 
 
 def dumped_crcs(directory: Path) -> dict[int, str]:
-    result = subprocess.run([sys.executable, "-m", "kraftpy", "dump-log", str(directory)],
+    result = forkserver.run(["dump-log", str(directory)],
                             check=True, capture_output=True, text=True)
     crcs = {}
     for line in result.stdout.splitlines():

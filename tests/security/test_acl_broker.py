@@ -9,7 +9,6 @@ cluster) are written through the in-process controller first, the way any Create
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 import trio
@@ -27,6 +26,7 @@ from kraftpy.security.authorizer import (
     PatternType,
     ResourceType,
 )
+from tests.helpers import forkserver
 from tests.helpers.cluster import open_cluster
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -49,9 +49,7 @@ async def grant(cluster, *creations: AclCreation) -> None:
 
 
 async def kraftpy_acls(cluster, *args: str) -> tuple[int, str, str]:
-    result = await trio.run_process(
-        [sys.executable, "-m", "kraftpy", "acls", *args, "--bootstrap-server", cluster.bootstrap],
-        capture_stdout=True, capture_stderr=True, check=False, stdin=b"")
+    result = await forkserver.run_async(["acls", *args, "--bootstrap-server", cluster.bootstrap])
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import random
 import struct
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -59,6 +57,7 @@ from kraftpy.security.controller_sasl import ControlSasl, controller_login, serv
 from kraftpy.security.sasl import SaslLogin
 from kraftpy.security.scram import ScramClient, ScramCredential, salted_password
 from kraftpy.storage.formatter import format_dirs
+from tests.helpers import forkserver
 from tests.helpers.deployments import ProcessCluster, create_topics
 from tests.security.tls_support import Pki, load_properties_dict
 
@@ -511,7 +510,7 @@ def test_a_sasl_ssl_cluster_serves_and_a_controller_with_a_wrong_password_cannot
             "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
             "sasl.jaas.config": scram_jaas("alice", USERS["alice"]), "ssl.truststore.location": str(cluster.pki.ca_file)}))
         controllers = ",".join(f"{h}:{p}" for h, p in cluster.voters.values())
-        quorum = subprocess.run([sys.executable, "-m", "kraftpy", "quorum", "status", "--bootstrap-controller", controllers,
+        quorum = forkserver.run(["quorum", "status", "--bootstrap-controller", controllers,
                                  "--command-config", str(command_config), "--json"], capture_output=True, text=True)
         assert quorum.returncode == 0, quorum.stderr
         status = json.loads(quorum.stdout)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
+from tests.helpers import forkserver
 from tests.helpers.deployments import DevDeployment
 
 
@@ -19,7 +19,7 @@ def dev(tmp_path_factory):
 
 
 def configs(dev, *args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraftpy", "configs", *(str(a) for a in args),
+    return forkserver.run(["configs", *(str(a) for a in args),
                            "--bootstrap-server", dev.bootstrap],
                           capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
 

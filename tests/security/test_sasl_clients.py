@@ -22,6 +22,7 @@ import pytest
 
 from kraftpy.config import load_config
 from kraftpy.storage.formatter import format_dirs
+from tests.helpers import forkserver
 from tests.helpers.client_round_trip import (
     aiokafka_round_trip,
     confluent_round_trip,
@@ -70,12 +71,11 @@ class SaslDeployment(Deployment):
         self.log_dir = root / "logs"
 
     def start(self) -> None:
-        cluster_id = subprocess.run([sys.executable, "-m", "kraftpy", "storage", "random-uuid"], check=True,
+        cluster_id = forkserver.run(["storage", "random-uuid"], check=True,
                                     capture_output=True, text=True).stdout.strip()
-        formatted = subprocess.run(
-            [sys.executable, "-m", "kraftpy", "storage", "format", "-c", str(self.controller_config), "-t",
-             cluster_id, "--add-scram", f"SCRAM-SHA-512=[name=admin,password={ADMIN_PASSWORD}]"],
-            capture_output=True, text=True)
+        formatted = forkserver.run(["storage", "format", "-c", str(self.controller_config), "-t",
+                                    cluster_id, "--add-scram", f"SCRAM-SHA-512=[name=admin,password={ADMIN_PASSWORD}]"],
+                                   capture_output=True, text=True)
         assert formatted.returncode == 0, formatted.stderr
         assert "SCRAM credentials for admin" in formatted.stdout
         broker = load_config(self.broker_config, ())

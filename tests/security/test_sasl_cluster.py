@@ -7,8 +7,6 @@ admin client and `kraftpy configs`."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import trio
 
@@ -21,6 +19,7 @@ from kraftpy.metadata.bootstrap import parse_add_scram, write_bootstrap
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.messages import MetadataRequest
 from kraftpy.storage.formatter import format_dirs
+from tests.helpers import forkserver
 from tests.helpers.deployments import ProcessCluster, create_topics
 from tests.helpers.processes import free_ports
 
@@ -107,19 +106,17 @@ def test_altered_credentials_work_on_every_broker(tmp_path):
         assert trio.run(alter, [("alice", "SCRAM-SHA-256", "alice-secret", 8192)], []) == [("alice", 0, None)]
         trio.run(_on_every_broker, cluster, alice, True)
 
-        described = subprocess.run(
-            [sys.executable, "-m", "kraftpy", "configs", "describe", "--entity-type", "users", "--bootstrap-server",
-             cluster.bootstrap, "--json"], capture_output=True, text=True)
+        described = forkserver.run(["configs", "describe", "--entity-type", "users", "--bootstrap-server",
+                                    cluster.bootstrap, "--json"], capture_output=True, text=True)
         assert described.returncode == 0, described.stderr
         users = {doc["entity_name"]: doc["scram_credentials"] for doc in json.loads(described.stdout)}
         assert users == {"alice": [{"mechanism": "SCRAM-SHA-256", "iterations": 8192}],
                          "broker": [{"mechanism": "SCRAM-SHA-512", "iterations": 4096}]}
 
         marks = {broker_id: proc.mark() for broker_id, proc in cluster.brokers.items()}
-        deleted = subprocess.run(
-            [sys.executable, "-m", "kraftpy", "configs", "alter", "--entity-type", "users", "--entity-name", "alice",
-             "--delete-config", "SCRAM-SHA-256", "--bootstrap-server", cluster.bootstrap],
-            capture_output=True, text=True)
+        deleted = forkserver.run(["configs", "alter", "--entity-type", "users", "--entity-name", "alice",
+                                  "--delete-config", "SCRAM-SHA-256", "--bootstrap-server", cluster.bootstrap],
+                                 capture_output=True, text=True)
         assert deleted.returncode == 0, deleted.stderr
         assert deleted.stdout.strip() == "Completed updating config for user alice."
         for broker_id, proc in cluster.brokers.items():

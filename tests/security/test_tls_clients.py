@@ -6,8 +6,6 @@ is required, a plaintext client) are logged and leave the broker serving; the ad
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -15,6 +13,7 @@ import trio
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.helpers import forkserver
 from tests.helpers.client_round_trip import aiokafka_round_trip, confluent_round_trip, kafka_python_round_trip
 from tests.helpers.deployments import create_topics
 from tests.security.tls_support import Pki, TlsNode
@@ -149,13 +148,13 @@ def test_admin_cli_over_ssl_with_command_config(node, pki, tmp_path):
     topic = new_topic(node)
     settings = tmp_path / "ssl.properties"
     settings.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={pki.ca_file}\n")
-    out = subprocess.run([sys.executable, "-m", "kraftpy", "topics", "list", "--bootstrap-server",
+    out = forkserver.run(["topics", "list", "--bootstrap-server",
                           node.endpoints["SSL"], "--command-config", str(settings)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert topic in out.stdout.split()
     # DescribeCluster on the SSL listener names the brokers' SSL endpoints.
-    out = subprocess.run([sys.executable, "-m", "kraftpy", "cluster", "describe", "--json", "--bootstrap-server",
+    out = forkserver.run(["cluster", "describe", "--json", "--bootstrap-server",
                           node.endpoints["SSL"], "--command-config", str(settings)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -163,12 +162,12 @@ def test_admin_cli_over_ssl_with_command_config(node, pki, tmp_path):
     # Without the SSL settings the admin client cannot speak to the TLS port: one line, no traceback.
     plain = tmp_path / "plain.properties"
     plain.write_text("client.id=plain\nrequest.timeout.ms=10000\n")
-    out = subprocess.run([sys.executable, "-m", "kraftpy", "topics", "list", "--bootstrap-server",
+    out = forkserver.run(["topics", "list", "--bootstrap-server",
                           node.endpoints["SSL"], "--command-config", str(plain)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
     settings.write_text("security.protocol=SSL\nssl.truststore.type=JKS\n")
-    out = subprocess.run([sys.executable, "-m", "kraftpy", "topics", "list", "--bootstrap-server",
+    out = forkserver.run(["topics", "list", "--bootstrap-server",
                           node.endpoints["SSL"], "--command-config", str(settings)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "ssl.truststore.type=JKS" in out.stderr and "Traceback" not in out.stderr

@@ -20,6 +20,7 @@ from kraftpy.protocol.types import FileRegion
 from kraftpy.rpc.kafka_server import KafkaServer
 from kraftpy.security import tls
 from kraftpy.security.tls import ClientTls, ServerTls, TlsConfigError, TlsSettings
+from tests.helpers import forkserver
 from tests.security.tls_support import Pki
 
 BASE = """\
@@ -320,8 +321,6 @@ async def test_the_watch_task_reloads_on_its_interval(pki, tmp_path):
 
 def test_a_taken_port_of_a_second_listener_is_named_in_one_line(pki, tmp_path):
     import socket
-    import subprocess
-    import sys
 
     from tests.helpers.deployments import format_storage
     from tests.helpers.processes import free_ports
@@ -336,7 +335,7 @@ def test_a_taken_port_of_a_second_listener_is_named_in_one_line(pki, tmp_path):
         path.write_text(BASE.replace("9093", str(controller)).replace("/tmp/kraftpy-tls-test", str(tmp_path / "d"))
                         + f"listeners={listeners}\nssl.keystore.location={pki.server()}\n")
         format_storage([path])
-        run = subprocess.run([sys.executable, "-m", "kraftpy", "server", "-c", str(path)], capture_output=True,
+        run = forkserver.run(["server", "-c", str(path)], capture_output=True,
                              text=True, timeout=60)
     assert run.returncode != 0
     assert [line for line in run.stderr.splitlines() if not line.startswith("{")] == [
