@@ -304,6 +304,11 @@ class ForkedProcess:
                 self._lock.release()
         return self.returncode
 
+    def __del__(self) -> None:
+        # Not closed at the exit: another thread may be waiting on it then (its end of file is what wakes it).
+        with contextlib.suppress(Exception):
+            self._status.close()
+
     def fileno_for_waiting(self) -> int:
         return self._status.fileno()
 

@@ -12,9 +12,11 @@ that none of it is left: its processes, its brokers' ports, its directory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -104,6 +106,12 @@ class InnerSuite:
         assert self.process is not None
         try:
             self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # pytest's faulthandler writes every thread's stack to the output on SIGABRT: where it hangs.
+            self.process.send_signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(30)
+            raise AssertionError(f"the inner suite did not exit within {timeout}s:\n{self.output()}") from None
         finally:
             os.close(self._report_r)
             os.close(self._block_w)
