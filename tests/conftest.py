@@ -1,4 +1,5 @@
 import os
+import signal
 import socket
 
 import pytest
@@ -63,3 +64,30 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     other had finished."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
     items.sort(key=lambda item: item.path not in slow_files)  # stable: each file's order is kept
+
+
+def _signal_state() -> dict[str, int]:
+    """The calling thread's ignored and blocked signals, as the kernel has them (Python's
+    `signal.getsignal` does not see what C code set)."""
+    try:
+        status = open("/proc/thread-self/status").read().splitlines()
+    except OSError:
+        return {}
+    return {line.split(":")[0]: int(line.split()[1], 16) for line in status if line.startswith(("SigIgn", "SigBlk"))}
+
+
+_WATCHED = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+
+
+@pytest.fixture(autouse=True)
+def _signals_as_found():
+    """Each test leaves SIGINT and SIGTERM neither ignored nor blocked in the test process if they were
+    not: a process the suite starts later inherits both (and a `pytest` it starts would not stop on
+    Ctrl-C)."""
+    before = _signal_state()
+    yield
+    after = _signal_state()
+    changed = [f"{name} {kind} {'on' if after[kind] >> (signum - 1) & 1 else 'off'}"
+               for kind in before for signum, name in _WATCHED.items()
+               if (before[kind] ^ after.get(kind, before[kind])) >> (signum - 1) & 1]
+    assert not changed, f"the test left the process's signals changed: {', '.join(changed)}"
