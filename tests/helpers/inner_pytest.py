@@ -41,13 +41,34 @@ def report_file(name, **facts):
         json.dump(facts, out)
 
 def block():
-    """Wait until this process is interrupted or killed: nobody writes to this pipe."""
-    os.read(int(os.environ["INNER_BLOCK_FD"]), 1)
+    """Wait until this process is interrupted or killed: nobody writes to this pipe. A signal may be
+    handed to any thread of the process that does not block it (a library's thread), and then does not
+    interrupt the main thread's read: the wake-up descriptor the handler writes to is waited on as well,
+    and the main thread back in Python code runs the handler (KeyboardInterrupt for SIGINT)."""
+    import select, signal
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    fd = int(os.environ["INNER_BLOCK_FD"])
+    while fd not in select.select([fd, wake_r], [], [])[0]:
+        os.read(wake_r, 512)
 
 def cluster_facts(cluster):
     return {"processes": cluster.processes(), "directory": str(cluster.data_dir),
             "ports": [b.port for b in cluster.brokers], "bootstrap": cluster.bootstrap_servers}
 '''
+
+
+def _threads(pid: int) -> list[tuple[str, ...]]:
+    """Each thread of process ``pid``: its name and its signal masks (SigIgn, SigBlk, SigCgt), as the kernel has them."""
+    found = []
+    with contextlib.suppress(OSError):
+        for task in sorted(os.listdir(f"/proc/{pid}/task")):
+            with contextlib.suppress(OSError):
+                status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/task/{task}/status").read_text()
+                              .splitlines() if ":\t" in line)
+                found.append((status.get("Name", "?"), *(status.get(k, "?") for k in ("SigIgn", "SigBlk", "SigCgt"))))
+    return found
 
 
 class Ended(Exception):
@@ -107,11 +128,13 @@ class InnerSuite:
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
+            threads = _threads(self.process.pid)
             # pytest's faulthandler writes every thread's stack to the output on SIGABRT: where it hangs.
             self.process.send_signal(signal.SIGABRT)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(30)
-            raise AssertionError(f"the inner suite did not exit within {timeout}s:\n{self.output()}") from None
+            raise AssertionError(f"the inner suite did not exit within {timeout}s; its threads (name, ignored, "
+                                 f"blocked, caught signals): {threads}\n{self.output()}") from None
         finally:
             os.close(self._report_r)
             os.close(self._block_w)
