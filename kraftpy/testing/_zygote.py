@@ -28,6 +28,7 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Iterable
 from typing import Any, NoReturn
 
 
@@ -121,18 +122,25 @@ class Zygote:
             self._send({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
 
     def _quit(self) -> NoReturn:
-        for pid in list(self.children):
-            for signum in (signal.SIGCONT, signal.SIGKILL):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signum)
-        for pid in list(self.children):
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+        kill_and_reap(self.children)
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
         with contextlib.suppress(OSError):
             self.sock.close()
         os._exit(0)
+
+
+def kill_and_reap(pids: Iterable[int]) -> None:
+    """SIGKILL each of the calling process's children ``pids`` (resumed first, in case it is paused) and
+    reap them."""
+    pids = list(pids)
+    for pid in pids:
+        for signum in (signal.SIGCONT, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
 
 
 def start(directory: str | None) -> tuple[int, socket.socket]:

@@ -148,13 +148,9 @@ class _Server:
                 sock.close()
 
     def _quit(self) -> None:
-        for pid in list(self.children):
-            for signum in (signal.SIGCONT, signal.SIGKILL):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signum)
-        for pid in list(self.children):
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+        from kraftpy.testing._zygote import kill_and_reap
+
+        kill_and_reap(self.children)
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
