@@ -29,7 +29,13 @@ from kraftpy.testing.faults import process_state
 
 #: Imported by the inner tests: ``from inner_support import report, block, cluster_facts``.
 SUPPORT = '''
-import json, os
+import json, os, signal
+
+# A pytest started from a terminal stops on Ctrl-C. One started by a suite that was itself started in the
+# background of a non-interactive shell (`make test &` in a script) inherits SIGINT ignored, and Python
+# then leaves it ignored: the inner suite is the user's, whose Ctrl-C raises KeyboardInterrupt.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def report(**facts):
     fd = int(os.environ["INNER_REPORT_FD"])
@@ -41,17 +47,8 @@ def report_file(name, **facts):
         json.dump(facts, out)
 
 def block():
-    """Wait until this process is interrupted or killed: nobody writes to this pipe. A signal may be
-    handed to any thread of the process that does not block it (a library's thread), and then does not
-    interrupt the main thread's read: the wake-up descriptor the handler writes to is waited on as well,
-    and the main thread back in Python code runs the handler (KeyboardInterrupt for SIGINT)."""
-    import select, signal
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    fd = int(os.environ["INNER_BLOCK_FD"])
-    while fd not in select.select([fd, wake_r], [], [])[0]:
-        os.read(wake_r, 512)
+    """Wait until this process is interrupted or killed: nobody writes to this pipe."""
+    os.read(int(os.environ["INNER_BLOCK_FD"]), 1)
 
 def cluster_facts(cluster):
     return {"processes": cluster.processes(), "directory": str(cluster.data_dir),
