@@ -37,10 +37,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+from kraftpy.testing._cluster import _readable
 
 #: The modules every forked process finds imported: a node's and the commands'.
 PRELOAD = ("kraftpy.cli.main", "kraftpy.cli.servers", "kraftpy.cli.dev", "kraftpy.node", "kraftpy.cli.topics",
@@ -294,7 +297,7 @@ class ForkedProcess:
     def poll(self) -> int | None:
         if self.returncode is None and self._lock.acquire(blocking=False):
             try:
-                if self.returncode is None and select.select([self._status], [], [], 0)[0]:
+                if self.returncode is None and _readable(self._status.fileno(), 0):
                     self.returncode = int(self._next()["exit"])
             finally:
                 self._lock.release()
@@ -309,12 +312,13 @@ class ForkedProcess:
         return self._status.fileno()
 
     def wait(self, timeout: float | None = None) -> int:
-        end = None if timeout is None else _monotonic() + timeout
+        end = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
-            left = None if end is None else end - _monotonic()
+            left = None if end is None else end - time.monotonic()
             if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
-            select.select([self._status], [], [], left)
+            # poll, not select: a test process may hold descriptors numbered beyond select's 1024.
+            _readable(self._status.fileno(), 3600.0 if left is None else left)
         return self.returncode  # type: ignore[return-value]
 
     def send_signal(self, signum: int) -> None:
@@ -337,12 +341,6 @@ class ForkedProcess:
                 with contextlib.suppress(OSError):
                     stream.close()
         self.wait()
-
-
-def _monotonic() -> float:
-    import time
-
-    return time.monotonic()
 
 
 def popen(args: Sequence[object], **kwargs: Any) -> ForkedProcess | subprocess.Popen[Any]:
