@@ -190,6 +190,55 @@ def parse_request(
     return header, body
 
 
+_INT16 = struct.Struct(">h")
+
+
+def _uvarint_at(buf: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise ValueError("varint longer than 5 bytes")
+
+
+def produce_acks(frame: bytes | bytearray | memoryview) -> int | None:
+    """The ``acks`` of a Produce request frame, read without decoding the request: the header's client
+    id and tagged fields and the transactional id are skipped. None when the frame is not a Produce or
+    ends before its acks (its decoding then says what is wrong with it). A server uses it to decide how
+    to run the request before it is parsed (acks=all may wait for the followers)."""
+    buf = _as_view(frame)
+    try:
+        api_key, api_version, _ = _FIXED_REQUEST_HEADER.unpack_from(buf, 0)
+        if api_key != ApiKey.PRODUCE:
+            return None
+        pos = _FIXED_REQUEST_HEADER.size
+        (client_id,) = _INT16.unpack_from(buf, pos)
+        pos += 2 + max(client_id, 0)
+        flexible = REQUESTS[ApiKey.PRODUCE].SCHEMA.is_flexible(api_version)
+        if flexible:
+            tagged, pos = _uvarint_at(buf, pos)
+            for _ in range(tagged):
+                _, pos = _uvarint_at(buf, pos)
+                size, pos = _uvarint_at(buf, pos)
+                pos += size
+        if api_version >= 3:  # transactional_id, a nullable string
+            if flexible:
+                length, pos = _uvarint_at(buf, pos)
+                pos += max(length - 1, 0)
+            else:
+                (length,) = _INT16.unpack_from(buf, pos)
+                pos += 2 + max(length, 0)
+        (acks,) = _INT16.unpack_from(buf, pos)
+        return acks
+    except (IndexError, ValueError, struct.error):
+        return None
+
+
 def _finish(out: bytearray, parts: list) -> list[FramePart]:
     """Close a frame whose first four bytes are the size placeholder."""
     if not parts:

@@ -9,9 +9,11 @@ it. Kafka mutes the connection until the answer is sent, so its acks=all produce
 committed per replication round trip per connection; a client with several requests in flight
 (librdkafka sends up to max.in.flight) waits here for none of that. Any other request waits until
 every answer before it is sent, so nothing else changes order. At most `PIPELINED_PRODUCES`
-Produce requests of `PIPELINED_PRODUCE_BYTES` in all are under way on one connection. Each Produce
-is handled in a task of its own in the connection's nursery (any other request, alone on its
-connection, in the connection's task); the first failure (a bad frame, a handler's `BadRequest`, a
+Produce requests of `PIPELINED_PRODUCE_BYTES` in all are under way on one connection. A Produce with
+acks=all, or one that starts while another is under way, is handled in a task of its own in the
+connection's nursery; any other request, alone on its connection, in the connection's task (a Produce
+with acks=0 or 1 waits for nothing but its append: its acks are read off the frame, `produce_acks`,
+and it is spared a task's start and the two switches to it and back); the first failure (a bad frame, a handler's `BadRequest`, a
 broken socket) cancels the others and closes the connection.
 
 The handler gets each frame's bytes and returns the response as a list of parts: bytes-like parts are written as they are, and a
@@ -69,6 +71,7 @@ from kraftpy.metrics import (
     request_times,
 )
 from kraftpy.protocol.api_keys import ApiKey
+from kraftpy.protocol.frames import produce_acks
 from kraftpy.protocol.types import FileRegion
 from kraftpy.rpc.framing import FramedStream, FrameError, IdleConnection, RequestBudget, send_all_fast
 from kraftpy.rpc.listeners import Acceptor
@@ -531,11 +534,14 @@ class KafkaServer:
             await _mute(conn)
             request = _Request(frame, pipeline.answering[-1] if pipeline.answering else None, produce, read_at)
             pipeline.add(request)
-            if produce:
+            if produce and (request.previous is not None or produce_acks(frame) not in (0, 1)):
+                # acks=all may wait for the followers, and the next Produce may start meanwhile (or
+                # this one starts while the one before it waits): a task of its own.
                 nursery.start_soon(self._answer, conn, framed, pipeline, request, nursery)
                 await request.released.wait()
             else:
-                # Alone on the connection (every answer before it is sent): handled in this task.
+                # Alone on the connection (every answer before it is sent), and answered without
+                # waiting for anything else: handled in this task.
                 await self._answer(conn, framed, pipeline, request, nursery)
 
     async def _answer(self, conn: Connection, framed: FramedStream, pipeline: _Pipeline, request: _Request,

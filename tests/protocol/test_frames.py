@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kraftpy.protocol.api_keys import ApiKey
+from kraftpy.protocol.api_keys import API_VERSIONS, ApiKey
 from kraftpy.protocol.errors import (
     ErrorCode,
     FrameTooLargeError,
@@ -25,6 +25,7 @@ from kraftpy.protocol.frames import (
     frame_size,
     join_frame,
     parse_request,
+    produce_acks,
     request_header_version,
     response_header_version,
 )
@@ -123,6 +124,41 @@ def test_null_client_id_and_tagged_header_fields():
     raw[head_len : head_len + 1] = bytes([1, 7, 2, 0xAB, 0xCD])
     header2, body2 = parse_request(bytes(raw))
     assert header2 == header and body2 == body
+
+
+@given(version=st.integers(0, 11), acks=st.sampled_from([0, 1, -1, 2, -32768, 32767]),
+       transactional_id=st.one_of(st.none(), st.text(max_size=300)), client_id=st.one_of(st.none(), st.text(max_size=40)),
+       tagged=st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_produce_acks_reads_what_the_request_decodes_to(version, acks, transactional_id, client_id, tagged):
+    """The server reads a Produce's acks off its frame to decide how to run it: the same acks as
+    decoding the request gives, whatever the version, client id, transactional id and header tags."""
+    if version < 3:
+        transactional_id = None
+    body = ProduceRequest(acks=acks, transactional_id=transactional_id, timeout_ms=1, topic_data=[])
+    frame = bytearray(frame_bytes(encode_request(ApiKey.PRODUCE, version, 5, client_id, body))[4:])
+    if tagged and request_header_version(ApiKey.PRODUCE, version) == 2:
+        # An unknown tagged field in the v2 header (after the client id), which a decoder skips.
+        at = 8 + 2 + len((client_id or "").encode())
+        assert frame[at] == 0
+        frame[at : at + 1] = bytes([1, 9, 3, 1, 2, 3])
+    if API_VERSIONS[ApiKey.PRODUCE].accepts(version):
+        assert parse_request(bytes(frame))[1].acks == acks
+    assert produce_acks(bytes(frame)) == acks
+    assert produce_acks(memoryview(frame)) == acks
+
+
+def test_produce_acks_of_what_is_not_a_whole_produce_is_none():
+    body = ProduceRequest(acks=1, transactional_id="tx", timeout_ms=1, topic_data=[])
+    frame = frame_bytes(encode_request(ApiKey.PRODUCE, 9, 5, "client", body))[4:]
+    acks_end = 8 + 2 + len("client") + 1 + 1 + len("tx") + 2
+    assert produce_acks(frame[:acks_end]) == 1
+    for cut in range(acks_end):
+        assert produce_acks(frame[:cut]) is None
+    heartbeat = frame_bytes(encode_request(12, 4, 1, None, HeartbeatRequest(group_id="g", member_id="m")))[4:]
+    assert produce_acks(heartbeat) is None
+    # A header tag that announces more bytes than the frame has.
+    assert produce_acks(frame[:12 + len("client") - 2] + b"\x01\x05\xff\xff\xff\xff\x0f") is None
 
 
 def test_unknown_api_key():
