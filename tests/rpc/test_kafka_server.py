@@ -184,6 +184,51 @@ async def test_a_produce_that_does_not_allow_it_is_answered_before_the_next_star
         nursery.cancel_scope.cancel()
 
 
+async def test_a_produce_with_acks_0_or_1_alone_on_its_connection_runs_in_the_connections_task():
+    """Only acks=all waits for anything beyond its append: a Produce with acks=0 or 1, with no answer
+    under way before it, is handled in the task that reads the connection, as any other request is
+    (sparing a task's start); acks=all, and any Produce behind one under way, gets a task of its own."""
+    from kraftpy.protocol.api_keys import ApiKey
+    from kraftpy.protocol.frames import encode_request, join_frame
+    from kraftpy.protocol.messages import MetadataRequest, ProduceRequest
+    from kraftpy.rpc.kafka_server import allow_next_request
+
+    tasks: dict[str, object] = {}
+    releases: dict[str, trio.Event] = {}
+
+    def request(name: str, acks: int | None) -> bytes:
+        body = (MetadataRequest(topics=[]) if acks is None
+                else ProduceRequest(acks=acks, transactional_id=name, timeout_ms=1, topic_data=[]))
+        key = ApiKey.METADATA if acks is None else ApiKey.PRODUCE
+        return bytes(join_frame(encode_request(key, 12 if acks is None else 9, 1, "client", body)))
+
+    async def handler(payload, conn):
+        from kraftpy.protocol.frames import parse_request
+
+        _, body = parse_request(payload)
+        name = getattr(body, "transactional_id", None) or "metadata"
+        tasks[name] = trio.lowlevel.current_task()
+        if name.startswith("all"):
+            allow_next_request()
+            await releases.setdefault(name, trio.Event()).wait()
+        return [struct.pack(">i", len(name)), name.encode()]
+
+    async with trio.open_nursery() as nursery:
+        client = await serve(nursery, handler)
+        with trio.fail_after(30):  # bounds a failure only
+            await client.send_all(request("metadata", None) + request("one", 1) + request("zero", 0))
+            assert [await read_frame(client) for _ in range(2)] == [b"metadata", b"one"]
+            await client.send_all(request("all", -1) + request("one-behind", 1))
+            while "one-behind" not in tasks:
+                await trio.sleep(0)
+            releases.setdefault("all", trio.Event()).set()
+            assert [await read_frame(client) for _ in range(3)] == [b"zero", b"all", b"one-behind"]
+        nursery.cancel_scope.cancel()
+    assert tasks["one"] is tasks["metadata"] and tasks["zero"] is tasks["metadata"]
+    assert tasks["all"] is not tasks["metadata"]
+    assert tasks["one-behind"] is not tasks["metadata"] and tasks["one-behind"] is not tasks["all"]
+
+
 async def test_the_pipeline_is_bounded_in_requests_and_bytes(monkeypatch):
     from kraftpy.rpc import kafka_server
 
