@@ -29,7 +29,8 @@
  *   cperf.partition=N   the partition "consume" reads (default 0);
  *   cperf.warmup=S      "paced": the records of the first S seconds are sent, and marked (the byte
  *                       after the time is 1), but not measured, by "paced" or by "follow";
- *   cperf.stats=FILE    librdkafka's statistics, every second, appended to FILE (one JSON a line);
+ *   cperf.stats=FILE    librdkafka's statistics, every second (or statistics.interval.ms), appended to
+ *                       FILE (one JSON a line);
  *   cperf.timeline=FILE "paced" and "follow": for each 100 ms after the first measured record, the
  *                       records measured and their largest latency, written to FILE at the end
  *                       ("MS COUNT MAX_MS" a line): whether a tail is a few stalls or a backlog.
@@ -140,6 +141,7 @@ static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque) {
 }
 
 static void extra(rd_kafka_conf_t *conf, int argc, char **argv, int first) {
+    int interval_given = 0;
     for (int i = first; i < argc; i++) {
         char *eq = strchr(argv[i], '=');
         if (eq == NULL) {
@@ -155,11 +157,14 @@ static void extra(rd_kafka_conf_t *conf, int argc, char **argv, int first) {
             opt_stats = eq + 1;
         else if (strcmp(argv[i], "cperf.timeline") == 0)
             opt_timeline = eq + 1;
-        else
+        else {
+            interval_given |= strcmp(argv[i], "statistics.interval.ms") == 0;
             set(conf, argv[i], eq + 1);
+        }
     }
     if (opt_stats != NULL) {
-        set(conf, "statistics.interval.ms", "1000");
+        if (!interval_given)
+            set(conf, "statistics.interval.ms", "1000");
         rd_kafka_conf_set_stats_cb(conf, on_stats);
     }
 }

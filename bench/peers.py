@@ -25,7 +25,12 @@ records: 100-byte and 1 KiB values, produced with acks=1 and with acks=all (ling
 default batching), then read back once. Server CPU is the server process's user+system time over the
 phase: records per server CPU-second say what each record costs the server, whatever the client. The
 cores column gives the server's and the load generator's CPU over the phase's wall time (1.00 is one
-core all along): on this machine both share two cores. One more row reads in the shape of
+core all along): on this machine both share two cores. The load generator's CPU a record is its
+user+system time over the phase divided by the records: what the client itself pays for each, which
+on two shared cores bounds the rows of 100 B. For the C client, librdkafka's own statistics (written
+every 100 ms) give the Produce or Fetch requests it sent in the phase and their bytes: how the producer
+batched, and how much each broker put in an answer to a consumer that asks for at most 1 MiB of a
+partition (librdkafka's max.partition.fetch.bytes). One more row reads in the shape of
 rdkafka_performance runs with one process a partition: 100-byte records spread over 6 partitions by
 librdkafka's partitioner, four times as many as a single consumer reads (each of the 6 reads for
 long enough that the processes' start-up skew is a small part of the span), then 6 C consumers at
@@ -40,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import json
 import os
 import platform
 import re
@@ -149,6 +155,28 @@ def cperf(binary: Path, *args: str) -> float:
     return float(cperf_fields(proc, args)["seconds"])
 
 
+#: librdkafka's statistics are written this often by a measured cperf: a phase lasts a second or two.
+STATS_INTERVAL_MS = 100
+
+
+def stats_args(path: Path) -> tuple[str, str]:
+    return f"cperf.stats={path}", f"statistics.interval.ms={STATS_INTERVAL_MS}"
+
+
+def client_requests(path: Path, api: str) -> tuple[int, int]:
+    """From the last of librdkafka's statistics a cperf wrote to ``path``: the ``api`` requests (Produce,
+    Fetch) it sent to the broker, and the bytes it sent (Produce) or received (Fetch) on that connection.
+    The last snapshot can be up to STATS_INTERVAL_MS older than the phase's end: the bytes a request are
+    what to read from these."""
+    lines = [line for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    if not lines:
+        return 0, 0
+    brokers = [b for b in json.loads(lines[-1])["brokers"].values() if b.get("nodeid", -1) >= 0]
+    count = sum(b.get("req", {}).get(api, 0) for b in brokers)
+    moved = sum(b.get("txbytes" if api == "Produce" else "rxbytes", 0) for b in brokers)
+    return count, moved
+
+
 #: The consume row in the shape of the issue that asked for these rows: a topic of this many
 #: partitions, read by as many C consumers at once, one process each.
 PARALLEL_CONSUMERS = 6
@@ -157,7 +185,7 @@ PARALLEL_CONSUMERS = 6
 PARALLEL_SCALE = 4
 
 
-def parallel_consume(binary: Path, bootstrap: str, pid: int, records: int) -> Row:
+def parallel_consume(binary: Path, bootstrap: str, pid: int, records: int, work: Path) -> Row:
     """``records`` of 100 B spread over PARALLEL_CONSUMERS partitions by librdkafka's partitioner,
     then read by PARALLEL_CONSUMERS cperf processes at once, one a partition: records/s from the
     first record any of them read until the last."""
@@ -166,10 +194,11 @@ def parallel_consume(binary: Path, bootstrap: str, pid: int, records: int) -> Ro
     args = ("paced", bootstrap, topic, str(records), "100", "1", "0")
     produced = cperf_fields(subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=900), args)
     counts = [int(n) for n in produced["partitions"].split(",")]
+    stats = [work / f"parallel-{partition}.stats" for partition in range(len(counts))]
     with Meter(pid) as meter:
         started = []
         for partition, count in enumerate(counts):
-            args = ("consume", bootstrap, topic, str(count), f"cperf.partition={partition}")
+            args = ("consume", bootstrap, topic, str(count), f"cperf.partition={partition}", *stats_args(stats[partition]))
             started.append((args, subprocess.Popen(
                 [str(binary), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
         spans = []
@@ -178,21 +207,25 @@ def parallel_consume(binary: Path, bootstrap: str, pid: int, records: int) -> Ro
             fields = cperf_fields((proc.returncode, stdout, stderr), args)
             # Each process's first and last record on the machine's one monotonic clock.
             spans.append((float(fields["first_at"]), float(fields["last_at"])))
-    return meter_row(sum(counts), max(end for _, end in spans) - min(start for start, _ in spans), meter)
+    fetched = [client_requests(path, "Fetch") for path in stats]
+    return meter_row(sum(counts), max(end for _, end in spans) - min(start for start, _ in spans), meter,
+                     (sum(n for n, _ in fetched), sum(b for _, b in fetched)))
 
 
-def kafka_phases(bootstrap: str, pid: int, sizes: dict[int, int], binary: Path) -> dict:
+def kafka_phases(bootstrap: str, pid: int, sizes: dict[int, int], binary: Path, work: Path) -> dict:
     """records/s, records per server CPU-second and the cores each side used, every phase against one
-    Kafka broker."""
+    Kafka broker (and for the C client, its requests and their bytes)."""
     out: dict = {}
     for size, records in sizes.items():
         for client in ("c", "python"):
             for acks in ("1", "all"):
                 topic = f"peers-{client}-{size}-{acks}"
                 create_topic(bootstrap, topic)
+                stats = work / f"{topic}.stats"
                 with Meter(pid) as meter:
                     if client == "c":
-                        seconds = cperf(binary, "produce", bootstrap, topic, str(records), str(size), acks)
+                        seconds = cperf(binary, "produce", bootstrap, topic, str(records), str(size), acks,
+                                        *stats_args(stats))
                     else:
                         result = run_produce(ProduceSettings(bootstrap, topic, num_records=records, record_size=size,
                                                              acks=acks))
@@ -200,19 +233,22 @@ def kafka_phases(bootstrap: str, pid: int, sizes: dict[int, int], binary: Path) 
                             raise SystemExit(f"{bootstrap} produce: {result.records} of {records}, "
                                              f"{result.first_error}")
                         seconds = records / result.records_per_sec
-                out[("produce", client, size, acks)] = meter_row(records, seconds, meter)
+                out[("produce", client, size, acks)] = meter_row(
+                    records, seconds, meter, client_requests(stats, "Produce") if client == "c" else None)
             topic = f"peers-{client}-{size}-1"
+            stats = work / f"{topic}.consume.stats"
             with Meter(pid) as meter:
                 if client == "c":
-                    seconds = cperf(binary, "consume", bootstrap, topic, str(records))
+                    seconds = cperf(binary, "consume", bootstrap, topic, str(records), *stats_args(stats))
                 else:
                     result = run_consume(ConsumeSettings(bootstrap, topic, messages=records, from_beginning=True))
                     if result.records != records:
                         raise SystemExit(f"{bootstrap} consume: {result.records} of {records}")
                     seconds = records / result.records_per_sec
-            out[("consume", client, size, "-")] = meter_row(records, seconds, meter)
+            out[("consume", client, size, "-")] = meter_row(
+                records, seconds, meter, client_requests(stats, "Fetch") if client == "c" else None)
     out[(f"consume, {PARALLEL_CONSUMERS} partitions, {PARALLEL_CONSUMERS} processes", "c", 100, "-")] = \
-        parallel_consume(binary, bootstrap, pid, sizes[100] * PARALLEL_SCALE)
+        parallel_consume(binary, bootstrap, pid, sizes[100] * PARALLEL_SCALE, work)
     return out
 
 
@@ -225,11 +261,25 @@ class Row(NamedTuple):
     #: Cores the server and the load generator used over the phase (1.00: one core all along).
     server_cores: float
     client_cores: float
+    #: The C client's Produce or Fetch requests and their bytes, from librdkafka's statistics (None: not known).
+    requests: tuple[int, int] | None = None
+
+    @property
+    def client_ns(self) -> float:
+        """The load generator's CPU time a record, in ns."""
+        return self.client_cores / self.records_per_s * 1e9
 
 
-def meter_row(records: int, seconds: float, meter: Meter) -> Row:
+def meter_row(records: int, seconds: float, meter: Meter, requests: tuple[int, int] | None = None) -> Row:
     return Row(records / seconds, records / meter.server if meter.server else float("inf"),
-               meter.server / meter.wall, (meter.client + meter.children) / meter.wall)
+               meter.server / meter.wall, (meter.client + meter.children) / meter.wall, requests)
+
+
+def request_bytes(row: Row) -> str:
+    """A row's bytes a request, in KiB, or "-"."""
+    if not row.requests or not row.requests[0]:
+        return "-"
+    return f"{row.requests[1] / row.requests[0] / 1024:,.0f}"
 
 
 def redis_row(records_per_s: float, meter: Meter) -> Row:
@@ -302,9 +352,9 @@ def main(argv: list[str]) -> int:
         peer_runs, kraft_runs = [], []
         for round_ in range(args.rounds):
             with Tansu(tansu_bin, session=True) as tansu:
-                peer_runs.append(kafka_phases(tansu.bootstrap, tansu.process.pid, sizes, binary))
+                peer_runs.append(kafka_phases(tansu.bootstrap, tansu.process.pid, sizes, binary, work))
             with DevProcess(work / f"kraftpy-{round_}", session=True) as dev:
-                kraft_runs.append(kafka_phases(dev.bootstrap, dev.process.pid, sizes, binary))
+                kraft_runs.append(kafka_phases(dev.bootstrap, dev.process.pid, sizes, binary, work))
             shutil.rmtree(work / f"kraftpy-{round_}", ignore_errors=True)
         peer, kraft = median_rows(peer_runs), median_rows(kraft_runs)
     finally:
@@ -316,8 +366,9 @@ def main(argv: list[str]) -> int:
         print(re.sub(r"\n(?!\* )\s*", " ", paragraph.strip()) + "\n")
     print("| phase | client | record | acks | kraftpy records/s | Tansu records/s | Redis records/s | kraftpy / best "
           "peer | records per server CPU-second: kraftpy / Tansu / Redis | cores, server + load generator: "
-          "kraftpy / Tansu / Redis |")
-    print("|---|---|---:|---|---:|---:|---:|---:|---|---|")
+          "kraftpy / Tansu / Redis | load generator's CPU a record: kraftpy / Tansu / Redis | C client's "
+          "requests: kraftpy / Tansu, KiB each |")
+    print("|---|---|---:|---|---:|---:|---:|---:|---|---|---|---|")
     missed = []
     for key in kraft:
         phase, client, size, acks = key
@@ -328,9 +379,13 @@ def main(argv: list[str]) -> int:
             missed.append(f"{phase} {size} B" + (f" acks={acks}" if acks != "-" else ""))
         name = "cperf (C)" if client == "c" else "confluent-kafka (Python)"
         cores = " / ".join(f"{row.server_cores:.2f} + {row.client_cores:.2f}" for row in (k, t, r) if row)
+        client_cpu = " / ".join(f"{row.client_ns:,.0f}" for row in (k, t, r) if row) + " ns"
+        requests = (f"{k.requests[0]:,} / {t.requests[0]:,}, {request_bytes(k)} / {request_bytes(t)}"
+                    if k.requests and t.requests else "-")
         print(f"| {phase} | {name} | {size:,} B | {acks} | {k.records_per_s:,.0f} | {t.records_per_s:,.0f} | "
               f"{f'{r.records_per_s:,.0f}' if r else '-'} | {ratio:.2f}x | {k.per_server_cpu_s:,.0f} / "
-              f"{t.per_server_cpu_s:,.0f} / {f'{r.per_server_cpu_s:,.0f}' if r else '-'} | {cores} |")
+              f"{t.per_server_cpu_s:,.0f} / {f'{r.per_server_cpu_s:,.0f}' if r else '-'} | {cores} | {client_cpu} | "
+              f"{requests} |")
     print()
     verdict = "**met**" if not missed else f"**not met** for {', '.join(missed)}"
     print(f"Goal (kraftpy ≥ {GOAL}x the best peer's records/s on every C-client row): {verdict}. Redis is "
