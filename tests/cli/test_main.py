@@ -44,6 +44,23 @@ def test_a_command_imports_its_own_module_only():
     assert "kraftpy.cli.topics" in modules
     assert not modules & {"kraftpy.cli.metadata_cmd", "kraftpy.cli.storage", "kraftpy.raft.driver", "kraftpy.node",
                           "kraftpy.cli.dev"}, sorted(modules)
+    # It reads one enum of kraftpy.metadata.records: the package does not load its controller with it.
+    assert "kraftpy.metadata.records" in modules
+    assert not modules & {"kraftpy.metadata.controller", "kraftpy.metadata.snapshot"}, sorted(modules)
+
+
+def test_the_metadata_package_exports_its_names_and_submodules_when_asked():
+    code = ("import sys, kraftpy.metadata as m\n"
+            "assert 'kraftpy.metadata.controller' not in sys.modules\n"
+            "from kraftpy.metadata import EMPTY_IMAGE, QuorumController, Uuid, load_snapshot\n"
+            "from kraftpy.metadata.controller import QuorumController as Q\n"
+            "from kraftpy.ids import Uuid as U\n"
+            "assert QuorumController is Q and Uuid is U and m.MetadataImage is type(EMPTY_IMAGE)\n"
+            "assert m.snapshot.load_snapshot is load_snapshot and 'QuorumController' in dir(m)\n"
+            "assert set(m.__all__) <= set(dir(m))\n"
+            "try:\n    m.no_such_name\nexcept AttributeError:\n    pass\nelse:\n    raise SystemExit('no error')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("args", [("dev", "--help"), ("dump-log", "--help"), ("broker", "--help")])
