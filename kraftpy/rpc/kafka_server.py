@@ -13,8 +13,8 @@ Produce requests of `PIPELINED_PRODUCE_BYTES` in all are under way on one connec
 acks=all, or one that starts while another is under way, is handled in a task of its own in the
 connection's nursery; any other request, alone on its connection, in the connection's task (a Produce
 with acks=0 or 1 waits for nothing but its append: its acks are read off the frame, `produce_acks`,
-and it is spared a task's start and the two switches to it and back); the first failure (a bad frame, a handler's `BadRequest`, a
-broken socket) cancels the others and closes the connection.
+and it is spared a task's start and the two switches to it and back). The first failure (a bad frame,
+a handler's `BadRequest`, a broken socket) cancels the others and closes the connection.
 
 The handler gets each frame's bytes and returns the response as a list of parts: bytes-like parts are written as they are, and a
 `FileRegion` (a byte range of a log segment) is written with ``os.sendfile``, so record data goes
