@@ -26,11 +26,11 @@ default batching), then read back once. Server CPU is the server process's user+
 phase: records per server CPU-second say what each record costs the server, whatever the client. The
 cores column gives the server's and the load generator's CPU over the phase's wall time (1.00 is one
 core all along): on this machine both share two cores. The load generator's CPU a record is its
-user+system time over the phase divided by the records: what the client itself pays for each, which
-on two shared cores bounds the rows of 100 B. For the C client, librdkafka's own statistics (written
-every 100 ms) give the Produce or Fetch requests it sent in the phase and their bytes: how the producer
-batched, and how much each broker put in an answer to a consumer that asks for at most 1 MiB of a
-partition (librdkafka's max.partition.fetch.bytes). One more row reads in the shape of
+user+system time over the phase (its start-up included) divided by the records: what the client
+itself pays for each, which on two shared cores bounds the rows of 100 B. For the C client, librdkafka's
+own statistics (written every 100 ms) give the Produce or Fetch requests it sent in the phase and their
+bytes: how the producer batched, and how much each broker put in an answer to a consumer that asks for
+at most 1 MiB of a partition (librdkafka's max.partition.fetch.bytes). One more row reads in the shape of
 rdkafka_performance runs with one process a partition: 100-byte records spread over 6 partitions by
 librdkafka's partitioner, four times as many as a single consumer reads (each of the 6 reads for
 long enough that the processes' start-up skew is a small part of the span), then 6 C consumers at
@@ -160,6 +160,9 @@ STATS_INTERVAL_MS = 100
 
 
 def stats_args(path: Path) -> tuple[str, str]:
+    """cperf's arguments that write librdkafka's statistics to ``path`` (emptied first: cperf appends, and
+    the same phase runs against each broker in turn)."""
+    path.unlink(missing_ok=True)
     return f"cperf.stats={path}", f"statistics.interval.ms={STATS_INTERVAL_MS}"
 
 
@@ -198,7 +201,8 @@ def parallel_consume(binary: Path, bootstrap: str, pid: int, records: int, work:
     with Meter(pid) as meter:
         started = []
         for partition, count in enumerate(counts):
-            args = ("consume", bootstrap, topic, str(count), f"cperf.partition={partition}", *stats_args(stats[partition]))
+            args = ("consume", bootstrap, topic, str(count), f"cperf.partition={partition}",
+                    *stats_args(stats[partition]))
             started.append((args, subprocess.Popen(
                 [str(binary), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
         spans = []
@@ -261,18 +265,16 @@ class Row(NamedTuple):
     #: Cores the server and the load generator used over the phase (1.00: one core all along).
     server_cores: float
     client_cores: float
+    #: The load generator's CPU time a record over the whole phase (its start-up included), in ns.
+    client_ns: float
     #: The C client's Produce or Fetch requests and their bytes, from librdkafka's statistics (None: not known).
     requests: tuple[int, int] | None = None
 
-    @property
-    def client_ns(self) -> float:
-        """The load generator's CPU time a record, in ns."""
-        return self.client_cores / self.records_per_s * 1e9
-
 
 def meter_row(records: int, seconds: float, meter: Meter, requests: tuple[int, int] | None = None) -> Row:
+    client = meter.client + meter.children
     return Row(records / seconds, records / meter.server if meter.server else float("inf"),
-               meter.server / meter.wall, (meter.client + meter.children) / meter.wall, requests)
+               meter.server / meter.wall, client / meter.wall, client / records * 1e9, requests)
 
 
 def request_bytes(row: Row) -> str:
@@ -283,8 +285,9 @@ def request_bytes(row: Row) -> str:
 
 
 def redis_row(records_per_s: float, meter: Meter) -> Row:
+    client = meter.client + meter.children
     return Row(records_per_s, records_per_s * meter.wall / meter.server if meter.server else float("inf"),
-               meter.server / meter.wall, (meter.client + meter.children) / meter.wall)
+               meter.server / meter.wall, client / meter.wall, client / (records_per_s * meter.wall) * 1e9)
 
 
 @contextlib.contextmanager

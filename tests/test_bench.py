@@ -90,3 +90,38 @@ def test_bench_run_refuses_a_name_that_is_no_section_before_running_anything():
     assert run.returncode == 2
     assert "not a section: --help" in run.stderr and "latency" in run.stderr
     assert page.read_bytes() == before  # no "## --help" section of a failed benchmark
+
+
+def test_peers_reads_the_c_clients_requests_from_the_last_statistics_and_its_cpu_a_record(tmp_path):
+    """bench/peers.py's columns on both sides: the requests and bytes of the last of librdkafka's
+    statistics (the broker's connection, not the bootstrap one), a file emptied before each phase
+    (cperf appends, and the phase runs against each broker in turn), and the load generator's CPU
+    a record over the whole phase."""
+    import json
+    import types
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import peers
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    path = tmp_path / "phase.stats"
+    path.write_text("stale line of the other broker's phase\n")
+    assert peers.stats_args(path) == (f"cperf.stats={path}", f"statistics.interval.ms={peers.STATS_INTERVAL_MS}")
+    assert not path.exists()
+    assert peers.client_requests(path, "Fetch") == (0, 0)  # a phase too short for one snapshot
+
+    def snapshot(fetches: int, received: int) -> str:
+        return json.dumps({"brokers": {
+            "127.0.0.1:9092/bootstrap": {"nodeid": -1, "req": {"Fetch": 0, "Metadata": 2}, "rxbytes": 500},
+            "127.0.0.1:9092/1": {"nodeid": 1, "req": {"Fetch": fetches, "ListOffsets": 1}, "rxbytes": received,
+                                 "txbytes": 7}}})
+
+    path.write_text(snapshot(2, 2_000_000) + "\n" + snapshot(5, 5_300_000) + "\n\n")
+    assert peers.client_requests(path, "Fetch") == (5, 5_300_000)
+    assert peers.client_requests(path, "Produce") == (0, 7)
+    meter = types.SimpleNamespace(server=0.5, client=0.25, children=0.75, wall=2.0)
+    row = peers.meter_row(1_000_000, 1.5, meter, (5, 5_300_000))
+    assert round(row.client_ns) == 1_000  # all of the client's second of CPU over the million records
+    assert row.client_cores == 0.5 and row.records_per_s == 1_000_000 / 1.5
+    assert peers.request_bytes(row) == f"{5_300_000 / 5 / 1024:,.0f}"
