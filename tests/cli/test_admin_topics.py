@@ -22,7 +22,7 @@ from kraftpy.cli.topics import parse_replica_assignment
 from tests.helpers import forkserver
 from tests.helpers.cli_runner import CliRunner
 from tests.helpers.deployments import DevDeployment
-from tests.helpers.processes import free_ports
+from tests.helpers.processes import free_ports, interruptible
 from tests.helpers.terminal import run_on_terminal
 
 
@@ -179,7 +179,8 @@ def test_ctrl_c_while_waiting_for_an_answer_is_one_line_and_exit_130(command):
         server.settimeout(60)
         process = subprocess.Popen([sys.executable, "-m", "kraftpy", *command,
                                     f"127.0.0.1:{server.getsockname()[1]}"],
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=interruptible)
         connection, _ = server.accept()  # the command is connected and waits for its answer
         with connection:
             process.send_signal(signal.SIGINT)

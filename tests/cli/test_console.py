@@ -18,7 +18,7 @@ import pytest
 from kraftpy.cli.main import app
 from tests.helpers.cli_runner import CliRunner
 from tests.helpers.deployments import DevDeployment, create_topics
-from tests.helpers.processes import free_ports
+from tests.helpers.processes import free_ports, interruptible
 from tests.helpers.terminal import run_on_terminal
 
 ck = pytest.importorskip("confluent_kafka")
@@ -170,7 +170,8 @@ def test_ctrl_c_ends_cleanly_with_the_count(dev):
     produce(dev, topic, [(None, f"v{i}".encode(), None) for i in range(4)], timestamp=0)
     process = subprocess.Popen(
         [sys.executable, "-m", "kraftpy", "console", "consume", "--topic", topic, "--from-beginning",
-         "--bootstrap-server", dev.bootstrap], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+         "--bootstrap-server", dev.bootstrap], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=interruptible)
     try:
         assert process.stdout is not None and process.stderr is not None
         lines = [process.stdout.readline() for _ in range(4)]  # waits for each record to be printed

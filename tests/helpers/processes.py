@@ -115,6 +115,16 @@ def format_all(configs: list[Path], cluster_id: str | None = None) -> str:
     return cluster_id
 
 
+def interruptible() -> None:
+    """A ``preexec_fn``: the child starts with SIGINT at its default and unblocked, as a command typed at a
+    terminal does, whatever the test process inherited. A suite started in the background of a script
+    (``make test &``) ignores SIGINT, a real child inherits that, and Python then leaves Ctrl-C ignored:
+    a test that sends SIGINT to a fresh interpreter would wait for nothing. (Forked processes get
+    Python's handler from the fork server.)"""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 class DevProcess:
     """``kraftpy dev`` in a subprocess, for tests that drive it from blocking code (Spark, clients).
 
