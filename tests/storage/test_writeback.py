@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import sys
 import threading
@@ -97,8 +98,30 @@ async def test_appended_ranges_are_handed_over_in_order_from_a_worker_thread(tmp
     for _, _, offset, length in recorder.calls:
         assert offset == position and length >= INTERVAL
         position += length
-    assert segment.writeback_from == position <= segment.size < position + INTERVAL + len(record)
+    assert segment.writeback_from == position <= segment.size < position + INTERVAL + mmap.PAGESIZE + len(record)
     assert writeback.requested_bytes == position and writeback.errors == 0
+
+
+async def test_ranges_end_on_a_page_boundary_short_of_the_page_still_appended_into(tmp_path):
+    # The kernel locks a page while it writes it back, and an append into it would wait on the event
+    # loop: the last page, still being filled, is never asked for.
+    async with running(tmp_path) as (recorder, _, log):
+        record = batch(3, value_size=333)  # not a divisor of the page: the log's end falls inside pages
+        ends = []
+        while log.active_segment.size < 20 * INTERVAL:
+            log.append_as_leader(record, leader_epoch=1)
+            ends.append(log.active_segment.size)
+            await trio.lowlevel.checkpoint()
+        segment = log.active_segment
+        recorder.expect(segment.path, segment.writeback_from)
+        await covered(recorder)
+    assert any(end % mmap.PAGESIZE for end in ends)
+    assert recorder.calls
+    for _, _, offset, length in recorder.calls:
+        assert (offset + length) % mmap.PAGESIZE == 0
+    # The data past the last range asked for reaches into the page it ends before: not asked for.
+    assert segment.writeback_from % mmap.PAGESIZE == 0
+    assert segment.writeback_from <= segment.size - segment.size % mmap.PAGESIZE
 
 
 async def test_each_segment_is_written_back_on_its_own(tmp_path):
