@@ -1,7 +1,10 @@
 """Produce and end-to-end latency on a 3 + 3 cluster, acks=all, replication factor 3, at half of peak.
 
 Three `kraftpy controller` and three `kraftpy broker` processes on this machine; a topic of 6 partitions
-with replication factor 3 and min.insync.replicas 2; 100-byte records. The clients are bench/cperf.c
+with replication factor 3 and min.insync.replicas 2; 100-byte records. The brokers run with
+log.preallocate=true, as docs/operations.md advises for latency on ext4 (each new segment's disk blocks
+reserved when it is created: appends never wait while the file system allocates blocks); the half-rate
+runs are then made again on a cluster with the defaults, for comparison. The clients are bench/cperf.c
 (librdkafka 2.x, as the confluent-kafka wheel bundles it), each in a process of its own, so that neither
 waits on the other or on the benchmark's interpreter. First the peak: one producer (acks=all,
 librdkafka's defaults: linger.ms=5, its sticky partitioner) sends as fast as it can while one consumer
@@ -263,7 +266,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     config = {"min.insync.replicas": "2"}
     with tempfile.TemporaryDirectory(prefix="kraftpy-bench-latency-", ignore_cleanup_errors=True) as tmp, \
-            ProcessCluster(Path(tmp), log_level="info", metrics=True) as cluster:
+            ProcessCluster(Path(tmp), {"log.preallocate": "true"}, log_level="info", metrics=True) as cluster:
         work = Path(tmp)
         binary = build_cperf(work)
         create_topics(cluster.bootstrap, [NewTopic(t, num_partitions=PARTITIONS, replication_factor=3, config=config)
@@ -295,6 +298,19 @@ def main(argv: list[str]) -> int:
         bounds = {linger: highest_rate_within_goal(binary, cluster, peak / 2, linger, args, work, args.trials,
                                                    tried[linger])
                   for linger in (5, 1)}
+    with tempfile.TemporaryDirectory(prefix="kraftpy-bench-latency-", ignore_cleanup_errors=True) as tmp, \
+            ProcessCluster(Path(tmp), log_level="info") as defaults:
+        work = Path(tmp)
+        binary = build_cperf(work)
+        plain = []
+        for run_ in range(args.runs):
+            topic = f"latency-defaults-{run_}"
+            create_topics(defaults.bootstrap, [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3,
+                                                        config=config)])
+            known_everywhere(defaults, topic)
+            plain.append(paced_run(binary, defaults.bootstrap, topic, peak / 2, args.seconds, args.warmup,
+                                   args.record_size, 5, work))
+            retire(defaults.bootstrap, topic)
     split = half.split
     print("## latency\n")
     print(__doc__.split("\n\n", 1)[1].replace("\n", " ").strip() + "\n")
@@ -340,6 +356,9 @@ def main(argv: list[str]) -> int:
             "fetches)", phases("Produce"))
         row("of a follower's fetch at the leader, p50 / p99 of each phase (remote: its long poll, waiting for "
             "records)", phases("FetchFollower"))
+    row("the same half-rate runs on a cluster with the defaults (log.preallocate=false): end-to-end p99 of "
+        "each run, in the order run / largest", " / ".join(f"{run.e2e_ms('p99'):.1f}" for run in plain)
+        + f" / {max(run.e2e_ms('max') for run in plain):.1f} ms")
     for linger, (rate, run) in bounds.items():
         within = (f"{rate:,.0f} (end-to-end p50 / p99 {run.e2e_ms('p50'):.1f} / {run.e2e_ms('p99'):.1f} ms)"
                   if run is not None else "none of the rates tried")

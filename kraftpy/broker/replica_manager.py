@@ -200,6 +200,7 @@ def log_settings_for(image: MetadataImage, static: dict | None, topic: str,
         min_compaction_lag_ms=number("min.compaction.lag.ms"),
         max_compaction_lag_ms=max_compaction_lag_ms,
         min_cleanable_ratio=float(get("min.cleanable.dirty.ratio").strip()),
+        preallocate=get("preallocate").strip().lower() == "true",
     )
     log_append_time = get("message.timestamp.type").strip() == "LogAppendTime"
     rules = ProduceRules(

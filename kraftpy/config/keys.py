@@ -298,6 +298,15 @@ KEYS: list[ConfigKey] = [
               "of memory, or 30 s), which take the CPU and the disk from the broker for a second and show "
               "as latency spikes. 0: the kernel's write-back alone, as Kafka leaves it. Not Linux: no "
               "effect.", at_least(0), roles=B),
+    ConfigKey("log.preallocate", "boolean", False,
+              "Whether a new log segment has the disk blocks of its whole size (log.segment.bytes) allocated "
+              "when it is created (Linux fallocate; the file's size is unchanged), and those it did not use "
+              "given back when it is rolled. Appends then write into blocks the file already has: on ext4 they "
+              "no longer wait while the file system allocates blocks under other work of the disk (an fsync's "
+              "cache flush, a deleted file's discards), stalls of 100 ms and more on a busy disk. Costs a "
+              "whole segment of disk space per partition replica from the moment the segment is created. "
+              "Where the file system cannot reserve blocks, or the disk has no room for them, segments are "
+              "written as without. The default of the topic-level preallocate.", roles=B),
     ConfigKey("log.cleaner.threads", "int", 1,
               "How many logs are cleaned at the same time, each with its share of the dedupe buffer; 0 "
               "cleans none.", at_least(0), roles=B),

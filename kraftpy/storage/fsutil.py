@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 from pathlib import Path
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syncfs = getattr(_libc, "syncfs", None)
+_fallocate = getattr(_libc, "fallocate", None)
+if _fallocate is not None:
+    _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    _fallocate.restype = ctypes.c_int
+
+#: fallocate's mode that allocates blocks past the end of a file and leaves its size as it is.
+FALLOC_FL_KEEP_SIZE = 1
+#: What fallocate answers when the blocks cannot be had or the file system does not reserve them: the
+#: file is then written as it would have been without (a full disk shows at the writes, as ever).
+_NOT_RESERVED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
 
 
 def read_small_file(path: str | os.PathLike[str], chunk: int = 1 << 16) -> bytes:
@@ -82,3 +93,19 @@ def write_atomic(path: str | Path, data: bytes, *, sync: bool = True) -> None:
         if exc.filename is not None:
             raise
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
+
+
+def reserve_blocks(fd: int, length: int) -> bool:
+    """Allocate the disk blocks of the file's first ``length`` bytes, past its end too, and leave its
+    size as it is (Linux ``fallocate`` with ``FALLOC_FL_KEEP_SIZE``): writes up to there then land in
+    blocks the file already has. True when the blocks are reserved; False where the system or the file
+    system does not reserve blocks, or the disk (or a quota) has no room for them. Another error (EIO,
+    EBADF) raises OSError."""
+    if _fallocate is None or length <= 0:
+        return False
+    if _fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, length) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in _NOT_RESERVED:
+        return False
+    raise OSError(err, f"fallocate: {os.strerror(err)}")

@@ -321,7 +321,8 @@ class Log:
         created = not self._segments
         if created:
             start = max(checkpoint.log_start_offset, 0)
-            self._segments.append(LogSegment.create(directory, start, interval, now))
+            self._segments.append(LogSegment.create(directory, start, interval, now,
+                                                    reserve_bytes=self._reserve_bytes()))
             self._directory_unsynced = True
         self._log_start_offset = max(checkpoint.log_start_offset, self._segments[0].base_offset)
         if self._log_start_offset > self.log_end_offset:
@@ -628,11 +629,16 @@ class Log:
             or waited >= self.config.segment_ms
         )
 
+    def _reserve_bytes(self) -> int:
+        """The disk space a new segment reserves for its appends (``preallocate``; see `LogSegment.create`)."""
+        return self.config.segment_bytes if self.config.preallocate else 0
+
     def roll(self, base_offset: int | None = None) -> LogSegment:
         """Start a new active segment at ``base_offset`` (default: the log end offset).
 
-        The finished segment's indexes are saved and its data fsynced. Rolling an empty active
-        segment replaces it (or keeps it, when it already starts there).
+        The finished segment's indexes are saved, its data fsynced and the disk blocks it reserved past
+        its data (``preallocate``) given back. Rolling an empty active segment replaces it (or keeps it,
+        when it already starts there).
         """
         self._check_open()
         new_base = self.log_end_offset if base_offset is None else base_offset
@@ -648,7 +654,9 @@ class Log:
         else:
             active.save_indexes()
             self.flush(self.log_end_offset)
-        segment = LogSegment.create(self.directory, new_base, self.config.index_interval_bytes, self.clock())
+            active.release_reserved()
+        segment = LogSegment.create(self.directory, new_base, self.config.index_interval_bytes, self.clock(),
+                                    reserve_bytes=self._reserve_bytes())
         self._segments = [*kept, segment]
         self._directory_unsynced = True
         return segment
@@ -788,7 +796,8 @@ class Log:
     def _replace_all_segments(self, offset: int) -> None:
         doomed = self._segments
         self._detach(doomed)  # renamed first: the new segment may take one of their names
-        self._segments = [LogSegment.create(self.directory, offset, self.config.index_interval_bytes, self.clock())]
+        self._segments = [LogSegment.create(self.directory, offset, self.config.index_interval_bytes, self.clock(),
+                                            reserve_bytes=self._reserve_bytes())]
         fsync_dir(self.directory)
         self._directory_unsynced = False
 

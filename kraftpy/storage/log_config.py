@@ -67,3 +67,6 @@ class LogConfig:
     #: ``log.cleaner.min.cleanable.ratio`` / ``min.cleanable.dirty.ratio``: the share of a log's bytes
     #: that must be dirty (written since its last cleaning) before it is cleaned.
     min_cleanable_ratio: float = attrs.field(default=0.5, validator=_ratio)
+    #: ``log.preallocate`` / ``preallocate``: a new segment has the disk blocks of ``segment_bytes``
+    #: allocated when it is created, given back past its data when it is rolled.
+    preallocate: bool = False

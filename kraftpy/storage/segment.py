@@ -57,6 +57,7 @@ from kraftpy.protocol.batch_header import (
 from kraftpy.protocol.records import decode_batch, parse_control_key
 from kraftpy.protocol.types import FileRegion
 from kraftpy.storage.descriptors import DESCRIPTORS
+from kraftpy.storage.fsutil import reserve_blocks
 from kraftpy.storage.index import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -78,6 +79,9 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 NO_TIMESTAMP = -1
+#: A segment opened from disk whose blocks exceed its data by more than this had blocks reserved
+#: (``preallocate``); less is the file system's own rounding and extent blocks.
+RESERVED_SLACK_BYTES = 64 * 1024
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
@@ -162,6 +166,9 @@ class LogSegment:
         #: The bytes before this position were handed to the write-back (kraftpy.storage.writeback),
         #: those after it not yet.
         self.writeback_from = 0
+        #: Disk blocks past the data are reserved for the appends to come (``preallocate``): given back
+        #: when the segment is appended to no more (`release_reserved`) or cut.
+        self.reserved = False
         self._deferred = False
         if fd >= 0:
             DESCRIPTORS.opened(self)
@@ -212,12 +219,25 @@ class LogSegment:
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int,
-               suffix: str = "") -> LogSegment:
+               suffix: str = "", *, reserve_bytes: int = 0) -> LogSegment:
         """A new empty segment; any file left under its name is emptied. With a ``suffix``
-        (`CLEANED_SUFFIX`) its files are named ``<base>.log<suffix>``, ... until `rename_files`."""
+        (`CLEANED_SUFFIX`) its files are named ``<base>.log<suffix>``, ... until `rename_files`.
+
+        ``reserve_bytes`` (``segment.bytes`` when the topic has ``preallocate``): the disk blocks of that
+        many bytes are allocated now, the file's size staying 0 (`kraftpy.storage.fsutil.reserve_blocks`).
+        The appends then write into blocks the file has, and never wait while the file system finds
+        new ones: on ext4 a write that needs blocks waits for any allocation under way in the same file
+        (the kernel's write-back), and an allocation that must read a block bitmap waits behind whatever
+        the disk is doing. Where the blocks cannot be had, the segment is written as without."""
         path = directory / (segment_file_name(base_offset) + suffix)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            reserved = reserve_blocks(fd, reserve_bytes)
+        except OSError:
+            os.close(fd)
+            raise
         segment = cls(directory, base_offset, fd, index_interval_bytes, now_ms, suffix)
+        segment.reserved = reserved
         segment.index.delete_file()
         segment.time_index.delete_file()
         segment.txn_index.delete_file()
@@ -238,6 +258,8 @@ class LogSegment:
             segment.txn_index.known_absent = True
         segment.size = stat.st_size
         segment.last_modified_ms = stat.st_mtime_ns // 1_000_000
+        # Blocks well past the data: reserved when it was created (a broker stopped, or one that died).
+        segment.reserved = stat.st_blocks * 512 > stat.st_size + RESERVED_SLACK_BYTES
         return segment
 
     def load_empty(self) -> None:
@@ -458,6 +480,7 @@ class LogSegment:
         cut = self.size - valid
         os.ftruncate(self._fd, valid)
         self.size = valid
+        self.reserved = False  # a cut gives back every block past it
         self._walked = None
         self._unsynced = True
         return cut
@@ -483,6 +506,7 @@ class LogSegment:
                     rest = rest[os.write(self._fd, rest):]
         except BaseException:
             os.ftruncate(self._fd, start)
+            self.reserved = False
             raise
         self.size = start + total
         self._unsynced = True
@@ -634,6 +658,7 @@ class LogSegment:
         removed = self.size - position
         os.ftruncate(self._fd, position)
         self.size = position
+        self.reserved = False
         self._walked = None
         self.writeback_from = min(self.writeback_from, position)
         self._unsynced = True
@@ -653,6 +678,14 @@ class LogSegment:
                 os.fsync(fd)
             self._unsynced = False
         return self.txn_index.flush()
+
+    def release_reserved(self) -> None:
+        """Give back the disk blocks reserved past the data (``preallocate``): the segment is appended to no
+        more. Cutting a file at its own size frees every block past its end."""
+        if self.reserved:
+            with DESCRIPTORS.pinned(self) as fd:
+                os.ftruncate(fd, self.size)
+            self.reserved = False
 
     def save_indexes(self, fsync: bool = False) -> None:
         if self._deferred:  # its index files are as they were when the log was opened

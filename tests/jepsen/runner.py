@@ -130,6 +130,10 @@ class Plan:
     #: A dynamic quorum (the membership nemesis): controller.quorum.bootstrap.servers, and the
     #: controllers formatted with --initial-controllers.
     dynamic: bool = False
+    #: Brokers reserve each new segment's disk blocks (log.preallocate) and roll every
+    #: `PREALLOCATED_ROLL_MS`: the faults land on reserved segments, and on rolls giving back what a
+    #: segment did not use.
+    preallocate: bool = False
 
     @property
     def nodes(self) -> tuple[NodeSpec, ...]:
@@ -175,7 +179,7 @@ def cluster_id_for(seed: int) -> str:
 def plan_cluster(out: Path, *, seed: int, controllers: int = 3, brokers: int = 3, network: str = "netns",
                  base_port: int = 19000, partitions: int = 3, replication_factor: int = 3,
                  min_insync: int = 2, offsets_partitions: int = 50, txn_partitions: int = 50,
-                 security: str = "none", dynamic: bool = False) -> Plan:
+                 security: str = "none", dynamic: bool = False, preallocate: bool = False) -> Plan:
     """Names, ids, addresses and files of every node. Controllers are c1..cN with node ids 1..N,
     brokers b1..bM with node ids 101..100+M.
 
@@ -215,7 +219,32 @@ def plan_cluster(out: Path, *, seed: int, controllers: int = 3, brokers: int = 3
                 brokers=tuple(s for s in specs if s.role == "broker"),
                 partitions=partitions, replication_factor=replication_factor, min_insync=min_insync,
                 offsets_partitions=offsets_partitions, txn_partitions=txn_partitions, security=security,
-                dynamic=dynamic)
+                dynamic=dynamic, preallocate=preallocate)
+
+
+#: log.segment.bytes and log.roll.ms of a --preallocate campaign: its segments roll every two seconds,
+#: long before they fill, so that one whose reservation a roll did not give back stands out.
+PREALLOCATED_SEGMENT_BYTES = 1 << 20
+PREALLOCATED_ROLL_MS = 2000
+
+
+def preallocated_segments(topic: str, plan: Plan) -> dict[str, int]:
+    """What a --preallocate campaign left in the brokers' logs of the workload's topic: its segments (more
+    than its replicas: rolls under the faults), and the finished ones still holding disk blocks reserved
+    past their data (a roll gives them back, whatever the faults: 0)."""
+    from kraftpy.storage.segment import RESERVED_SLACK_BYTES
+
+    segments = replicas = finished_reserved = 0
+    for broker in plan.brokers:
+        for directory in broker.data_dir.glob(f"{topic}-*"):
+            logs = sorted(directory.glob("*.log"))
+            replicas += bool(logs)
+            segments += len(logs)
+            for finished in logs[:-1]:
+                stat = finished.stat()
+                finished_reserved += stat.st_blocks * 512 > stat.st_size + RESERVED_SLACK_BYTES
+    return {"segment_bytes": PREALLOCATED_SEGMENT_BYTES, "replicas": replicas, "segments": segments,
+            "finished_segments_still_reserved": finished_reserved}
 
 
 def render_config(node: NodeSpec, plan: Plan) -> str:
@@ -245,6 +274,9 @@ def render_config(node: NodeSpec, plan: Plan) -> str:
         ("controller.quorum.election.timeout.ms", "1000"),
         ("controller.quorum.fetch.timeout.ms", "2000"),
     ]
+    if plan.preallocate and node.role == "broker":
+        props += [("log.preallocate", "true"), ("log.segment.bytes", str(PREALLOCATED_SEGMENT_BYTES)),
+                  ("log.roll.ms", str(PREALLOCATED_ROLL_MS))]
     return format_properties(props, header=f"kraftpy jepsen: {node.role} {node.name} ({plan.network} network)")
 
 
@@ -1075,6 +1107,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="none (plaintext, no authorization) or sasl_ssl: TLS between the nodes, SASL_SSL "
                          "(SCRAM-SHA-512) for the clients, ACLs on; allows the cert-rotate, acl-flap and "
                          "credential-flap nemeses")
+    ap.add_argument("--preallocate", action="store_true",
+                    help="brokers reserve each segment's disk blocks (log.preallocate=true, "
+                         f"log.segment.bytes={PREALLOCATED_SEGMENT_BYTES}) and roll every "
+                         f"{PREALLOCATED_ROLL_MS / 1000:g} s (log.roll.ms)")
     ap.add_argument("--dry-run", action="store_true", help="write the configurations and schedule, then stop")
     return ap
 
@@ -1110,14 +1146,15 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_cluster(out, seed=seed, controllers=args.nodes, brokers=args.brokers, network=network,
                             base_port=args.base_port, partitions=args.partitions,
                             offsets_partitions=args.offsets_partitions, txn_partitions=args.txn_partitions,
-                            security=args.security, dynamic="membership" in kinds)
+                            security=args.security, dynamic="membership" in kinds,
+                            preallocate=args.preallocate)
         write_configs(plan)
         faults = nm.schedule(seed, kinds, [c.name for c in plan.controllers], [b.name for b in plan.brokers],
                              args.time_limit, interval=args.interval, partitions=args.partitions,
                              group=args.workload in ("group", "txn"))
         (out / "schedule.json").write_text(json.dumps(
             {"seed": seed, "nemesis": list(kinds), "network": network, "security": args.security,
-             "time_limit": args.time_limit,
+             "time_limit": args.time_limit, "preallocate": args.preallocate,
              "workload": args.workload, "faults": [f.to_json() for f in faults]}, indent=2) + "\n")
         log(f"seed {seed}, {args.workload} workload, nemesis {','.join(kinds) or 'none'}, network {network}, "
             f"security {args.security}, "
@@ -1245,6 +1282,8 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
         + (txns.errors if txns else [])
     if nemesis.rolls:
         results["details"]["rolls"] = nemesis.rolls
+    if plan.preallocate:
+        results["details"]["preallocate"] = preallocated_segments(workload.topic, plan)
     if plan.dynamic:
         results["details"]["membership"] = {**membership_faults(history), "voters_at_end": final_voters}
     if security:

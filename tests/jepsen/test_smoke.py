@@ -1,5 +1,6 @@
 """A short Jepsen campaign against real processes: 3 controllers and 3 brokers, the queue workload,
-one fault kind (kill -9, restarted), the final read and the checker. The whole test stays under two
+one fault kind (kill -9, restarted) on brokers that reserve their segments' disk blocks
+(log.preallocate), the final read and the checker. The whole test stays under two
 minutes on a two-core machine; the long campaigns are `make jepsen` and `make soak`.
 
 The start-up and final-read timeouts are generous: each wait ends as soon as the cluster answers or
@@ -23,8 +24,10 @@ SEED = 7
 
 def test_kill_smoke_campaign_is_valid(tmp_path):
     out = tmp_path / "run"
+    # Brokers reserving each segment's blocks and rolling every two seconds (log.preallocate): the kills land
+    # on reserved, rolling segments. The group and transaction smoke campaigns kill brokers on the defaults.
     code = runner.main(["--time-limit", "35", "--nemesis", "kill", "--seed", str(SEED), "--out", str(out),
-                        "--startup-timeout", "120", "--final-read-timeout", "120"])
+                        "--startup-timeout", "120", "--final-read-timeout", "120", "--preallocate"])
     log = (out / "runner.log").read_text() if (out / "runner.log").exists() else ""
     assert code != 2, f"the harness failed:\n{log}"
     results = json.loads((out / RESULTS).read_text())
@@ -40,3 +43,6 @@ def test_kill_smoke_campaign_is_valid(tmp_path):
     starts = [op for op in history if op.f == "nemesis" and op.fault["phase"] == "start"]
     assert starts and all(op.fault["kind"] == "kill" for op in starts)
     assert (out / PLOT).stat().st_size > 0
+    reserved = results["details"]["preallocate"]
+    assert reserved["segments"] > reserved["replicas"] > 0, reserved  # segments rolled during the campaign
+    assert reserved["finished_segments_still_reserved"] == 0, reserved

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kraftpy.broker.replica_manager import log_settings_for
 from kraftpy.metadata import configs as config_defs
 from kraftpy.metadata.controller_config import ControllerConfig
@@ -92,3 +94,22 @@ def test_a_per_broker_override_is_the_topic_value_on_that_broker_only(cluster3):
     assert log_settings_for(c.image, {}, "t", broker=2).config.retention_ms == 3000
     assert config_defs.effective_topic_config(c.image, {}, "t", "retention.ms", 2) == (
         "3000", ConfigSource.TOPIC_CONFIG)
+
+
+def test_preallocate_is_the_topics_value_or_the_brokers_log_preallocate(cluster3):
+    from kraftpy.config import ConfigError, load_config
+
+    c = cluster3
+    c.create_topic("t", 1, 1)
+    assert log_settings_for(c.image, {}, "t").config.preallocate is False  # Kafka's default
+    properties = ("process.roles=broker\nnode.id=4\ncontroller.quorum.voters=1@127.0.0.1:9093\n"
+                  "listeners=PLAINTEXT://127.0.0.1:9092\ncontroller.listener.names=CONTROLLER\n"
+                  "log.dirs=/tmp/a\nlog.preallocate=true\n")
+    static = config_defs.static_broker_configs(load_config(text=properties))
+    assert static["log.preallocate"] == "true"
+    assert log_settings_for(c.image, static, "t").config.preallocate is True
+    assert alter(c, TOPIC, "t", ("preallocate", SET, "false")).error_code == Errors.NONE
+    assert log_settings_for(c.image, static, "t").config.preallocate is False
+    with pytest.raises(ConfigError) as refused:
+        load_config(text=properties.replace("log.preallocate=true", "log.preallocate=maybe"))
+    assert "log.preallocate" in str(refused.value) and "maybe" in str(refused.value)
