@@ -55,6 +55,7 @@ from tests.helpers.deployments import ProcessCluster, create_topics  # noqa: E40
 from tests.helpers.scrape import scrape  # noqa: E402
 
 PARTITIONS = 6
+TOPIC_CONFIG = {"min.insync.replicas": "2"}
 GOAL_P99_MS = 10.0
 
 
@@ -237,7 +238,7 @@ def highest_rate_within_goal(binary: Path, cluster: ProcessCluster, ceiling: flo
         rate = (low + high) / 2
         topic = f"latency-bound-{linger_ms}-{trial}"
         create_topics(cluster.bootstrap, [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3,
-                                                   config={"min.insync.replicas": "2"})])
+                                                   config=TOPIC_CONFIG)])
         known_everywhere(cluster, topic)
         run = paced_run(binary, cluster.bootstrap, topic, rate, args.trial_seconds, args.warmup, args.record_size,
                         linger_ms, work)
@@ -248,6 +249,21 @@ def highest_rate_within_goal(binary: Path, cluster: ProcessCluster, ceiling: flo
         else:
             high = rate
     return best
+
+
+def half_rate_runs(binary: Path, cluster: ProcessCluster, prefix: str, rate: float, args: argparse.Namespace,
+                   work: Path, metrics_ports: list[int] | None = None) -> list[Run]:
+    """``args.runs`` paced runs at ``rate`` (linger.ms=5), each on a topic of its own, deleted after it."""
+    runs = []
+    for number in range(args.runs):
+        topic = f"{prefix}-{number}"
+        create_topics(cluster.bootstrap, [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3,
+                                                   config=TOPIC_CONFIG)])
+        known_everywhere(cluster, topic)
+        runs.append(paced_run(binary, cluster.bootstrap, topic, rate, args.seconds, args.warmup, args.record_size,
+                              5, work, metrics_ports))
+        retire(cluster.bootstrap, topic)
+    return runs
 
 
 def main(argv: list[str]) -> int:
@@ -264,12 +280,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trials", type=int, default=5, help="bisection steps for each linger.ms")
     parser.add_argument("--trial-seconds", type=float, default=8.0)
     args = parser.parse_args(argv)
-    config = {"min.insync.replicas": "2"}
     with tempfile.TemporaryDirectory(prefix="kraftpy-bench-latency-", ignore_cleanup_errors=True) as tmp, \
             ProcessCluster(Path(tmp), {"log.preallocate": "true"}, log_level="info", metrics=True) as cluster:
         work = Path(tmp)
         binary = build_cperf(work)
-        create_topics(cluster.bootstrap, [NewTopic(t, num_partitions=PARTITIONS, replication_factor=3, config=config)
+        create_topics(cluster.bootstrap, [NewTopic(t, num_partitions=PARTITIONS, replication_factor=3, config=TOPIC_CONFIG)
                                           for t in ("latency-burst", "latency-peak")])
         for topic in ("latency-burst", "latency-peak"):
             known_everywhere(cluster, topic)
@@ -283,15 +298,8 @@ def main(argv: list[str]) -> int:
                              work)
         peak = flat_out.steady_rate()
         retire(cluster.bootstrap, "latency-peak")
-        halves = []
-        for run_ in range(args.runs):
-            topic = f"latency-{run_}"
-            create_topics(cluster.bootstrap, [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3,
-                                                       config=config)])
-            known_everywhere(cluster, topic)
-            halves.append(paced_run(binary, cluster.bootstrap, topic, peak / 2, args.seconds, args.warmup,
-                                    args.record_size, 5, work, list(cluster.broker_metrics_ports.values())))
-            retire(cluster.bootstrap, topic)
+        halves = half_rate_runs(binary, cluster, "latency", peak / 2, args, work,
+                                list(cluster.broker_metrics_ports.values()))
         # The median run by end-to-end p99 (on two shared cores one run can land far from the next).
         half = sorted(halves, key=lambda run: run.e2e_ms("p99"))[len(halves) // 2]
         tried: dict[int, list[tuple[float, float]]] = {5: [], 1: []}
@@ -301,16 +309,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="kraftpy-bench-latency-", ignore_cleanup_errors=True) as tmp, \
             ProcessCluster(Path(tmp), log_level="info") as defaults:
         work = Path(tmp)
-        binary = build_cperf(work)
-        plain = []
-        for run_ in range(args.runs):
-            topic = f"latency-defaults-{run_}"
-            create_topics(defaults.bootstrap, [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3,
-                                                        config=config)])
-            known_everywhere(defaults, topic)
-            plain.append(paced_run(binary, defaults.bootstrap, topic, peak / 2, args.seconds, args.warmup,
-                                   args.record_size, 5, work))
-            retire(defaults.bootstrap, topic)
+        plain = half_rate_runs(build_cperf(work), defaults, "latency-defaults", peak / 2, args, work)
     split = half.split
     print("## latency\n")
     print(__doc__.split("\n\n", 1)[1].replace("\n", " ").strip() + "\n")
