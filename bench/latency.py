@@ -99,6 +99,8 @@ class Run:
     def _split(stats: Path) -> dict[str, tuple[float, float]]:
         """The medians, over the statistics windows after the warm-up and the leaders, of librdkafka's
         p50 and p99 of a record's time in the producer's queue and of a produce request's round trip."""
+        if not stats.exists():
+            return {}  # a run shorter than the statistics interval
         windows = [json.loads(line) for line in stats.read_text().splitlines() if line.strip()]
         parts: dict[str, list[tuple[float, float]]] = {"int_latency": [], "rtt": []}
         for window in windows[3:]:  # the first windows fall in the warm-up
