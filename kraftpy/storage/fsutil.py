@@ -99,13 +99,16 @@ def reserve_blocks(fd: int, length: int) -> bool:
     """Allocate the disk blocks of the file's first ``length`` bytes, past its end too, and leave its
     size as it is (Linux ``fallocate`` with ``FALLOC_FL_KEEP_SIZE``): writes up to there then land in
     blocks the file already has. True when the blocks are reserved; False where the system or the file
-    system does not reserve blocks, or the disk (or a quota) has no room for them. Another error (EIO,
-    EBADF) raises OSError."""
+    system does not reserve blocks, or the disk (or a quota) has no room for them: then nothing stays
+    reserved (a file system that ran out of room part of the way keeps what it had allocated, and the
+    file is cut at its own size to give that back). Another error (EIO, EBADF) raises OSError."""
     if _fallocate is None or length <= 0:
         return False
     if _fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, length) == 0:
         return True
     err = ctypes.get_errno()
     if err in _NOT_RESERVED:
+        if err in (errno.ENOSPC, errno.EDQUOT):
+            os.ftruncate(fd, os.fstat(fd).st_size)
         return False
     raise OSError(err, f"fallocate: {os.strerror(err)}")

@@ -150,3 +150,20 @@ def test_an_io_error_while_reserving_is_raised_and_leaves_no_descriptor(tmp_path
     assert raised.value.errno == errno.EIO
     if before is not None:
         assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_disk_that_runs_out_part_of_the_way_keeps_nothing_reserved(disk, monkeypatch):
+    # A file system that runs out of room part of the way keeps what it allocated: here the real call
+    # reserves half, then the answer is ENOSPC, as a nearly full disk gives it.
+    real = fsutil._fallocate
+
+    def half_then_full(fd, mode, offset, length):
+        real(fd, mode, offset, length // 2)
+        ctypes.set_errno(errno.ENOSPC)
+        return -1
+
+    monkeypatch.setattr(fsutil, "_fallocate", half_then_full)
+    log = open_log(disk)
+    segment = log.active_segment
+    assert not segment.reserved and allocated(segment.path) < RESERVED_SLACK_BYTES
+    log.close()
