@@ -889,8 +889,10 @@ class Log:
 
     def _detach(self, segments: Iterable[LogSegment]) -> None:
         """Segments that left the segment list: rename their files ``.deleted`` now (a crash leaves
-        nothing ambiguous), close and remove them in :meth:`delete_detached_segments`."""
+        nothing ambiguous), close and remove them in :meth:`delete_detached_segments`. Blocks a segment
+        reserved past its data (``preallocate``) are given back now, not when its files go."""
         for segment in segments:
+            segment.release_reserved()
             segment.rename_to_deleted()
             self._detached.append(segment)
         self._directory_unsynced = True

@@ -167,3 +167,15 @@ def test_a_disk_that_runs_out_part_of_the_way_keeps_nothing_reserved(disk, monke
     segment = log.active_segment
     assert not segment.reserved and allocated(segment.path) < RESERVED_SLACK_BYTES
     log.close()
+
+
+def test_a_segment_that_leaves_the_log_gives_its_reservation_back_at_once(disk):
+    # Its files stay for file.delete.delay.ms (readers may hold regions of it): its reservation does not.
+    log = open_log(disk)
+    log.append_as_leader(batch(10, value_size=100), leader_epoch=1)
+    replaced = log.active_segment
+    log.truncate_fully_and_start_at(100)  # a follower far behind the leader's log start
+    assert log.has_detached_segments and replaced.path.name.endswith(".deleted")
+    assert not replaced.reserved and allocated(replaced.path) < RESERVED_SLACK_BYTES
+    assert log.active_segment.reserved and log.log_end_offset == 100
+    log.close()
