@@ -161,9 +161,55 @@ class FetchSession:
     cached_size: int = -1
     evictable_by_all: bool = False
     evictable_by_privileged: bool = False
+    #: A follower's session (see kraftpy.broker.apis.fetch, "Follower sessions in proportion to the
+    #: change"): the partitions that changed since a fetch last found them with nothing to say (marked
+    #: by the partitions themselves, `mark`), or that still have something to say.
+    dirty: set = attrs.field(factory=set)
+    #: Called by `mark` (a parked fetch of the session sets it to wake itself up).
+    wake: Callable[[], None] | None = None
+    #: The replica manager's ``partitions_version`` when a fetch last looked at every partition (-1: never).
+    version: int = -1
+    #: When the session was last fetched (the partitions' clock, ms).
+    last_fetch_ms: int = 0
+    #: Gone from the cache: its partitions no longer count its fetches.
+    closed: bool = False
+    #: Each partition's place in `partitions` (increasing along it), so that a subset is read in order.
+    order: dict = attrs.field(factory=dict)
+    _next_place: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        for key in self.partitions:
+            self._place(key)
+
+    def _place(self, key: PartitionKey) -> None:
+        self.order[key] = self._next_place
+        self._next_place += 1
 
     def evictable_key(self) -> tuple[bool, int, int]:
         return self.privileged, self.cached_size, self.id
+
+    def mark(self, key: PartitionKey) -> None:
+        """The partition ``key`` changed: the next fetch looks at it."""
+        self.dirty.add(key)
+        if self.wake is not None:
+            self.wake()
+
+    def holds(self, key: PartitionKey) -> bool:
+        """Whether this session, still cached, fetches ``key``."""
+        return not self.closed and key in self.partitions
+
+    def pick(self, named: Iterable[PartitionKey]) -> list[tuple[PartitionKey, CachedPartition]]:
+        """The partitions a fetch naming ``named`` looks at: those and the changed ones, in session order."""
+        partitions = self.partitions
+        keys = [key for key in self.dirty.union(named) if key in partitions]
+        keys.sort(key=self.order.__getitem__)
+        return [(key, partitions[key]) for key in keys]
+
+    def move_to_end(self, key: PartitionKey) -> None:
+        cached = self.partitions.pop(key, None)
+        if cached is not None:
+            self.partitions[key] = cached
+            self._place(key)
 
     def update(self, fetch_data: dict[PartitionKey, CachedPartition],
                forgotten: Iterable[PartitionKey]) -> tuple[list, list, list]:
@@ -174,12 +220,15 @@ class FetchSession:
             cached = self.partitions.get(key)
             if cached is None:
                 self.partitions[key] = requested
+                self._place(key)
                 added.append(key)
             else:
                 cached.update_request_params(requested)
                 updated.append(key)
         for key in forgotten:
             if self.partitions.pop(key, None) is not None:
+                self.order.pop(key, None)
+                self.dirty.discard(key)
                 removed.append(key)
         return added, updated, removed
 
@@ -251,6 +300,7 @@ class FetchSessionCache:
         if session is not None:
             self.total_partitions -= session.cached_size
             session.cached_size = -1
+            session.closed = True
         return session
 
     def touch(self, session: FetchSession, now_ms: float) -> None:
@@ -314,17 +364,17 @@ class FetchContext:
                 if records_size > 0:
                     moved.append(key)
         for key in moved:  # round-robin: what returned records is read last next time
-            cached = session.partitions.pop(key, None)
-            if cached is not None:
-                session.partitions[key] = cached
+            session.move_to_end(key)
         return ErrorCode.NONE, session.id, carried
 
 
 def new_context(cache: FetchSessionCache, now_ms: float, *, version: int, session_id: int, epoch: int,
                 is_follower: bool, fetch_data: dict[PartitionKey, CachedPartition],
-                forgotten: Iterable[PartitionKey]) -> FetchContext:
+                forgotten: Iterable[PartitionKey], lazy: bool = False) -> FetchContext:
     """The context of one fetch request (Kafka's FetchManager.newContext): closes the session a full
-    fetch names, finds and updates the session of an incremental one, or says what is wrong."""
+    fetch names, finds and updates the session of an incremental one, or says what is wrong. ``lazy``:
+    an incremental context's `partitions` are left empty, for the caller to choose (a follower's fetch
+    looks only at what changed)."""
     uses_topic_ids = version >= 13
     if is_full(epoch):
         if session_id != INVALID_SESSION_ID:
@@ -344,7 +394,7 @@ def new_context(cache: FetchSessionCache, now_ms: float, *, version: int, sessio
         return FetchContext("sessionless", list(fetch_data.items()))
     cache.touch(session, now_ms)
     session.epoch = next_epoch(session.epoch)
-    return FetchContext("incremental", list(session.partitions.items()), session=session,
+    return FetchContext("incremental", [] if lazy else list(session.partitions.items()), session=session,
                         expected_epoch=session.epoch, uses_topic_ids=uses_topic_ids)
 
 

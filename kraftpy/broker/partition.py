@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -181,6 +182,19 @@ class FollowerState:
     last_fetch_ms: int = 0
     #: The leader's log end offset when the follower last fetched.
     leader_end_offset_at_last_fetch: int = -1
+    #: The follower's fetch session that last fetched this partition, and its key there. A follower
+    #: session's fetch looks only at the partitions that changed (kraftpy.broker.apis.fetch): one the
+    #: follower has all of is left alone, and each fetch of that session still counts as catching up.
+    session: Any = None
+    session_key: Any = None
+
+    def caught_up_ms(self, leader_end: int) -> int:
+        """The last time the follower was known to have the leader's whole log (``leader_end``): its own
+        last fetch of the partition, or the last fetch of the session that holds it while it has all."""
+        session = self.session
+        if session is not None and self.log_end_offset >= leader_end and session.holds(self.session_key):
+            return max(self.last_caught_up_ms, session.last_fetch_ms)
+        return self.last_caught_up_ms
 
 
 class Partition:
@@ -223,10 +237,14 @@ class Partition:
         #: producer. A verified append must find its own guard still in place (`append_as_leader`).
         self._verification_guards: dict[int, object] = {}
 
+        #: The follower fetch sessions that hold this partition, and its key in each: told of every change
+        #: the watchers below are notified of (kraftpy.broker.apis.fetch, "Follower sessions in proportion
+        #: to the change"). Weak: a session the cache let go leaves no trace here.
+        self.sessions: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         #: Notified when the log end offset moves (followers' fetches wait on it).
-        self.append_watchers = Watchers()
+        self.append_watchers = Watchers(self.changed)
         #: Notified when the HW moves or the role changes (consumers' fetches and acks=all produces).
-        self.hw_watchers = Watchers()
+        self.hw_watchers = Watchers(self.changed)
         #: Follower side: bumped on every role or leader change, so a fetch in flight can tell it is stale.
         self.generation = 0
         #: Follower side: set when fetching must wait for new metadata (the leader said we are stale).
@@ -371,6 +389,13 @@ class Partition:
 
     # -- leader: followers, ISR, high watermark --------------------------------------------------
 
+    def changed(self) -> None:
+        """Tell the fetch sessions holding this partition that it has news to look at (its log end, high
+        watermark, last stable offset, log start offset, role or ISR moved)."""
+        if self.sessions:
+            for session, key in list(self.sessions.items()):
+                session.mark(key)
+
     def update_follower_fetch(self, replica_id: int, fetch_offset: int) -> FollowerState | None:
         """Record a follower's fetch at ``fetch_offset`` (everything below it is on the follower)."""
         state = self.followers.get(replica_id)
@@ -412,9 +437,10 @@ class Partition:
         if self.role is not Role.LEADER or self.pending_isr is not None:
             return None
         now = self.clock()
+        end = self.log.log_end_offset
         lagging = [
             r for r in self.isr
-            if r != self.node_id and now - self.followers.get(r, FollowerState()).last_caught_up_ms > lag_max_ms
+            if r != self.node_id and now - self.followers.get(r, FollowerState()).caught_up_ms(end) > lag_max_ms
         ]
         if not lagging:
             return None
@@ -793,7 +819,10 @@ class Partition:
     async def delete_records_before(self, offset: int, *, generation: int | None = None) -> int:
         """Move the log start offset up to ``offset`` (DeleteRecords, or the leader's start on a
         follower); segments wholly below it are detached. Returns the log start offset."""
-        return await self._run_exclusive_paused(self.log.delete_records_before, offset, generation=generation)
+        try:
+            return await self._run_exclusive_paused(self.log.delete_records_before, offset, generation=generation)
+        finally:
+            self.changed()  # a new log start offset is news to the fetch sessions
 
     def housekeeping(self) -> int:
         """Blocking (`run_exclusive`): retention and a due flush; old producer snapshots go when the log
@@ -814,9 +843,14 @@ class Partition:
 
     async def run_housekeeping(self) -> int:
         """`housekeeping` as exclusive log work, the cleaner held off when retention has segments to remove."""
-        if self.log.retention_due():
-            return await self._run_exclusive_paused(self.housekeeping)
-        return await self.run_exclusive(self.housekeeping)
+        start = self.log.log_start_offset
+        try:
+            if self.log.retention_due():
+                return await self._run_exclusive_paused(self.housekeeping)
+            return await self.run_exclusive(self.housekeeping)
+        finally:
+            if self.log.log_start_offset != start:
+                self.changed()  # a new log start offset is news to the fetch sessions
 
     def housekeeping_due(self) -> bool:
         """Whether `housekeeping` has file work to do (memory only: asked of every partition)."""

@@ -7,11 +7,15 @@ watermark moves or its leadership changes (what consumers' fetches and acks=all 
 for). A parked request adds one `trio.Event` to the sets of every partition it reads or writes,
 sleeps on it until the deadline, then checks its condition again: a wake-up is a hint, never a
 promise, so a spurious one costs a re-check and nothing else.
+
+A set may also carry one standing callback (``on_notify``), called on every notification whether or
+not a request is parked: a partition tells the fetch sessions that hold it that it changed (see
+kraftpy.broker.apis.fetch, "Follower sessions in proportion to the change").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import trio
 
@@ -19,10 +23,11 @@ import trio
 class Watchers:
     """The events parked on one kind of change of one partition."""
 
-    __slots__ = ("_events",)
+    __slots__ = ("_events", "_on_notify")
 
-    def __init__(self) -> None:
+    def __init__(self, on_notify: Callable[[], None] | None = None) -> None:
         self._events: set[trio.Event] = set()
+        self._on_notify = on_notify
 
     def __len__(self) -> int:
         return len(self._events)
@@ -35,6 +40,8 @@ class Watchers:
 
     def notify(self) -> None:
         """Wake every parked request (each re-checks its own condition)."""
+        if self._on_notify is not None:
+            self._on_notify()
         if self._events:
             events, self._events = self._events, set()
             for event in events:

@@ -250,6 +250,9 @@ class ReplicaManager:
         self.image: MetadataImage = EMPTY_IMAGE
         self.running = False
         self.partitions: dict[TopicPartition, Partition] = {}
+        #: Moved on whenever a replica joins or leaves `partitions`: a follower's fetch session that has
+        #: not looked at all of its partitions since does so once (kraftpy.broker.apis.fetch).
+        self.partitions_version = 0
         self._by_id: dict[tuple[Uuid, int], Partition] = {}
         #: What the fetchers should do: leader id -> partitions to fetch from it.
         self.fetch_assignments: dict[int, set[TopicPartition]] = {}
@@ -328,6 +331,7 @@ class ReplicaManager:
         for part in parts:
             part.make_offline()
         self.partitions.clear()
+        self.partitions_version += 1
         self._by_id.clear()
         if parts:
             async with self._log_manager_lock:
@@ -566,6 +570,7 @@ class ReplicaManager:
                 self._detach_partition(part.tp)
             self.offline.pop(part.tp, None)
             self.partitions[part.tp] = part
+            self.partitions_version += 1
             self._by_id[(part.topic_id, part.tp.partition)] = part
         for tp, replica in failed:
             if tp in self.partitions:  # an older topic of the same name: it is gone
@@ -724,6 +729,7 @@ class ReplicaManager:
     def _detach_partition(self, tp: TopicPartition) -> Partition:
         """Take a replica out of the maps and stop its roles (trio thread); its log is closed apart."""
         part = self.partitions.pop(tp)
+        self.partitions_version += 1
         self._by_id.pop((part.topic_id, tp.partition), None)
         self.mover.cancel_soon(tp)
         part.make_offline()

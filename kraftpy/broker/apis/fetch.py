@@ -93,6 +93,10 @@ class FetchApi:
         sessions = self.sessions
         FETCH_SESSIONS.labels(node).set_function(lambda: len(sessions))
         FETCH_SESSION_PARTITIONS.labels(node).set_function(lambda: sessions.total_partitions)
+        #: Followers' fetches, and the partitions they looked at (each look after a wake-up counted too):
+        #: what a follower's fetch costs here, which follows what changed, not the session's size.
+        self.follower_fetches = 0
+        self.follower_partitions_looked_at = 0
 
     def handlers(self) -> dict[ApiKey, Any]:
         return {ApiKey.FETCH: self.handle_fetch}
@@ -119,59 +123,29 @@ class FetchApi:
                      for ft in request.forgotten_topics_data for p in ft.partitions]
         context = new_context(self.sessions, trio.current_time() * 1000, version=version,
                               session_id=request.session_id, epoch=request.session_epoch, is_follower=is_replica,
-                              fetch_data=fetch_data, forgotten=forgotten)
+                              fetch_data=fetch_data, forgotten=forgotten, lazy=is_replica)
         if context.error != ErrorCode.NONE:
             self._log.debug("fetch session refused", session_id=request.session_id,
                             epoch=request.session_epoch, error=context.error.name)
             return FetchResponse(throttle_time_ms=0, error_code=context.error, session_id=0)
-        items = []  # (partition key, partition request, Partition | None, error)
-        names: dict[Any, str | None] = {}  # a topic of the fetch (its id from v13) -> its name, if known
-        for (topic_key, _), cached in context.partitions:
-            if topic_key not in names:
-                if uses_topic_ids:
-                    topic_id = from_wire_uuid(cached.topic_id)
-                    topic_image = image.topics.get_by_id(topic_id) if topic_id is not None else None
-                    names[topic_key] = topic_image.name if topic_image is not None else None
-                else:
-                    names[topic_key] = cached.topic
         follower_denied = is_replica and not self.authz.allows_cluster(conn, CLUSTER_ACTION)
-        unauthorized: set[str] = set() if is_replica else self.authz.denied(
-            conn, READ, TOPIC, {n for n in names.values() if n is not None})
-        unknown = ErrorCode.UNKNOWN_TOPIC_ID if uses_topic_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        for key, fp in context.partitions:
-            name = names[key[0]]
-            if name is None:
-                item = (key, fp, None, unknown)
-            elif follower_denied or name in unauthorized:
-                item = (key, fp, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-            else:
-                part, error = leader_partition(self.replicas, self.metadata, name, fp.partition,
-                                               fp.current_leader_epoch)
-                if part is not None and is_replica and replica_id not in part.replicas:
-                    error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                item = (key, fp, part, error)
-            items.append(item)
-
-        diverging: dict[int, tuple[int, int]] = {}
+        # A follower's incremental fetch looks only at the partitions it names and those that changed
+        # since (see "Follower sessions in proportion to the change"), unless replicas came or went here
+        # since the session last looked at all of its partitions.
+        session = context.session if is_replica and context.kind == "incremental" else None
+        picking = (session is not None and not follower_denied
+                   and session.version == self.replicas.partitions_version)
         if is_replica:
-            for i, (_, fp, part, error) in enumerate(items):
-                if part is None or error != ErrorCode.NONE:
-                    continue
-                diverged = divergence(part, fp)
-                if diverged is not None:
-                    diverging[i] = diverged
-                elif part.log_start_offset <= fp.fetch_offset <= part.log_end_offset:
-                    if part.update_follower_fetch(replica_id, fp.fetch_offset) is not None:
-                        self.replicas.maybe_expand_isr(part, replica_id, replica_epoch)
+            self.follower_fetches += 1
+        if session is not None:
+            session.last_fetch_ms = self.replicas.clock()
+            context.partitions = session.pick(fetch_data) if picking else list(session.partitions.items())
+        items, diverging = self._resolve(context.partitions, uses_topic_ids, image, conn, is_replica,
+                                         follower_denied, replica_id, replica_epoch)
 
         # Replication throttles (see replication_quota): a throttled partition the follower is not in the
         # ISR of is left out of the answer while the leader's quota is exceeded.
         throttles = self.replicas.throttles
-        throttled: set[int] = set()
-        if is_replica:
-            throttled = {i for i, (_, fp, part, error) in enumerate(items)
-                         if part is not None and error == ErrorCode.NONE and replica_id not in part.isr
-                         and throttles.leader_throttles(part.tp.topic, part.tp.partition)}
         held: set[int] = set()
         read_committed = not is_replica and request.isolation_level == READ_COMMITTED
         deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
@@ -181,6 +155,7 @@ class FetchApi:
             max_bytes = min(max_bytes, quota_bytes)
             min_bytes = min(min_bytes, max_bytes)
         while True:
+            throttled = self._throttled(items, replica_id) if is_replica else set()
             held = throttled if throttled and throttles.leader.is_exceeded() else set()
             total, datas, answer_now = self._read(items, max_bytes, is_replica, diverging, held, read_committed,
                                                   context.kind == "incremental")
@@ -191,6 +166,21 @@ class FetchApi:
                 or trio.current_time() >= deadline
             ):
                 break
+            if picking:
+                # Parked on the session itself: any of its partitions that changes wakes it.
+                woken = trio.Event()
+                session.wake = woken.set
+                try:
+                    with waiting_remotely(), trio.move_on_at(deadline):
+                        await woken.wait()
+                finally:
+                    session.wake = None
+                context.partitions = session.pick(fetch_data)
+                # The follower's offsets were taken in when the fetch came: its state is not touched again
+                # (it said what it had then, not now).
+                items, diverging = self._resolve(context.partitions, uses_topic_ids, image, conn, is_replica,
+                                                 follower_denied, replica_id, replica_epoch, take_offsets=False)
+                continue
             parts = [part for _, _, part, error in items if part is not None and error == ErrorCode.NONE]
             if not parts:
                 break
@@ -219,6 +209,9 @@ class FetchApi:
         sizes = [part_length(data.records) if data is not None and data.records is not None else 0 for data in datas]
         error, session_id, carried = context.finish(self.sessions, trio.current_time() * 1000,
                                                     list(zip(datas, sizes, strict=True)))
+        if is_replica and error == ErrorCode.NONE and session_id != 0 and not follower_denied:
+            self._note_follower_session(self.sessions.get(session_id), items, diverging, held, replica_id,
+                                        looked_at_all=not picking)
         responses = []
         topic_response = None
         for i in carried:
@@ -237,6 +230,96 @@ class FetchApi:
         node_endpoints = self._current_leaders(items, datas, carried, conn.listener) if version >= 16 else []
         return FetchResponse(throttle_time_ms=0, error_code=error, session_id=session_id, responses=responses,
                              node_endpoints=node_endpoints)
+
+    def _resolve(self, partitions: list, uses_topic_ids: bool, image: Any, conn: Connection, is_replica: bool,
+                 follower_denied: bool, replica_id: int, replica_epoch: int,
+                 take_offsets: bool = True) -> tuple[list, dict[int, tuple[int, int]]]:
+        """Each partition of the fetch as (key, partition request, Partition | None, error), and the
+        follower's diverging epochs by index; with ``take_offsets``, a follower's fetch offsets are taken
+        in on the way (its progress, the high watermark, the ISR)."""
+        items = []
+        names: dict[Any, str | None] = {}  # a topic of the fetch (its id from v13) -> its name, if known
+        for (topic_key, _), cached in partitions:
+            if topic_key not in names:
+                if uses_topic_ids:
+                    topic_id = from_wire_uuid(cached.topic_id)
+                    topic_image = image.topics.get_by_id(topic_id) if topic_id is not None else None
+                    names[topic_key] = topic_image.name if topic_image is not None else None
+                else:
+                    names[topic_key] = cached.topic
+        unauthorized: set[str] = set() if is_replica else self.authz.denied(
+            conn, READ, TOPIC, {n for n in names.values() if n is not None})
+        unknown = ErrorCode.UNKNOWN_TOPIC_ID if uses_topic_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        for key, fp in partitions:
+            name = names[key[0]]
+            if name is None:
+                item = (key, fp, None, unknown)
+            elif follower_denied or name in unauthorized:
+                item = (key, fp, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            else:
+                part, error = leader_partition(self.replicas, self.metadata, name, fp.partition,
+                                               fp.current_leader_epoch)
+                if part is not None and is_replica and replica_id not in part.replicas:
+                    error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                item = (key, fp, part, error)
+            items.append(item)
+
+        diverging: dict[int, tuple[int, int]] = {}
+        if is_replica:
+            self.follower_partitions_looked_at += len(items)
+            for i, (_, fp, part, error) in enumerate(items):
+                if part is None or error != ErrorCode.NONE:
+                    continue
+                diverged = divergence(part, fp)
+                if diverged is not None:
+                    diverging[i] = diverged
+                elif take_offsets and part.log_start_offset <= fp.fetch_offset <= part.log_end_offset:
+                    if part.update_follower_fetch(replica_id, fp.fetch_offset) is not None:
+                        self.replicas.maybe_expand_isr(part, replica_id, replica_epoch)
+        return items, diverging
+
+    def _throttled(self, items: list, replica_id: int) -> set[int]:
+        """The indexes of the partitions a follower's fetch may be held back on (replication throttles):
+        throttled ones the follower is not in the ISR of."""
+        throttles = self.replicas.throttles
+        return {i for i, (_, fp, part, error) in enumerate(items)
+                if part is not None and error == ErrorCode.NONE and replica_id not in part.isr
+                and throttles.leader_throttles(part.tp.topic, part.tp.partition)}
+
+    def _note_follower_session(self, session: Any, items: list, diverging: dict, held: set[int], replica_id: int,
+                               *, looked_at_all: bool) -> None:
+        """After a follower's fetch of ``session``: each partition looked at tells the session of its
+        changes from now on and counts its fetches as the follower's (`FollowerState.caught_up_ms`), and
+        stays marked unless it has nothing left to say (see "Follower sessions in proportion to the
+        change")."""
+        if session is None:
+            return
+        dirty = session.dirty
+        for i, (key, cached, part, error) in enumerate(items):
+            if part is None:
+                dirty.add(key)
+                continue
+            part.sessions[session] = key
+            state = part.followers.get(replica_id)
+            if state is not None:
+                state.session, state.session_key = session, key
+            log = part.log
+            if (
+                error == ErrorCode.NONE
+                and i not in diverging
+                and i not in held
+                and part.is_leader
+                and replica_id in part.isr
+                and cached.fetch_offset == log.log_end_offset
+                and cached.high_watermark == part.high_watermark
+                and cached.last_stable_offset == part.last_stable_offset
+                and cached.local_log_start_offset == log.log_start_offset
+            ):
+                dirty.discard(key)
+            else:
+                dirty.add(key)
+        if looked_at_all:
+            session.version = self.replicas.partitions_version
 
     def _current_leaders(self, items: list, datas: list, carried: Iterable[int], listener: str) -> list[Any]:
         """KIP-951 (Fetch v16+): a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names
