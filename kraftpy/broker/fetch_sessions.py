@@ -423,7 +423,8 @@ class FetchRequestData:
     to_send: dict[PartitionKey, PartitionFetchState]
     #: The partitions that leave the session (incremental only).
     to_forget: list[tuple[PartitionKey, PartitionFetchState]]
-    #: Every partition the session holds once this request is served.
+    #: Every partition the session holds once this request is served (an incremental request's is the
+    #: handler's own, as it stands until the next build).
     session_partitions: dict[PartitionKey, PartitionFetchState]
 
     @property
@@ -447,25 +448,42 @@ class FetchSessionHandler:
         #: What the session holds (what the broker remembers for each partition), in order.
         self.session_partitions: dict[PartitionKey, PartitionFetchState] = {}
 
-    def build(self, wanted: dict[PartitionKey, PartitionFetchState]) -> FetchRequestData:
+    def build(self, wanted: dict[PartitionKey, PartitionFetchState],
+              changed: Iterable[PartitionKey] | None = None) -> FetchRequestData:
+        """The next request for the partitions ``wanted`` now. ``changed``: the only keys whose wanted
+        state may differ from the last build's (a fetcher that keeps its wanted states from round to
+        round): an incremental request then costs what changed, not the session's size."""
         if is_full(self.epoch):
             self.session_partitions = dict(wanted)
             return FetchRequestData(self.session_id, self.epoch, dict(wanted), [], dict(wanted))
         to_send: dict[PartitionKey, PartitionFetchState] = {}
         to_forget = []
-        for key, previous in list(self.session_partitions.items()):
-            state = wanted.get(key)
-            if state is None:
-                del self.session_partitions[key]
-                to_forget.append((key, previous))
-            elif state != previous:
-                self.session_partitions[key] = state
-                to_send[key] = state
-        for key, state in wanted.items():
-            if key not in self.session_partitions:
-                self.session_partitions[key] = state
-                to_send[key] = state
-        return FetchRequestData(self.session_id, self.epoch, to_send, to_forget, dict(self.session_partitions))
+        held = self.session_partitions
+        if changed is None:
+            for key, previous in list(held.items()):
+                state = wanted.get(key)
+                if state is None:
+                    del held[key]
+                    to_forget.append((key, previous))
+                elif state != previous:
+                    held[key] = state
+                    to_send[key] = state
+            for key, state in wanted.items():
+                if key not in held:
+                    held[key] = state
+                    to_send[key] = state
+        else:
+            for key in changed:
+                state = wanted.get(key)
+                previous = held.get(key)
+                if state is None:
+                    if previous is not None:
+                        del held[key]
+                        to_forget.append((key, previous))
+                elif state != previous:
+                    held[key] = state
+                    to_send[key] = state
+        return FetchRequestData(self.session_id, self.epoch, to_send, to_forget, held)
 
     def handle_response(self, error_code: int, session_id: int, answered: Iterable[PartitionKey]) -> bool:
         """Take the broker's answer to the last `build`: False when the response is not to be used (a

@@ -43,10 +43,15 @@ import structlog
 import trio
 
 from kraftpy.broker.client import ConnectionClosed, KafkaConnection
-from kraftpy.broker.fetch_sessions import SESSION_ERRORS, FetchSessionHandler, PartitionFetchState
+from kraftpy.broker.fetch_sessions import (
+    SESSION_ERRORS,
+    FetchSessionHandler,
+    PartitionFetchState,
+    PartitionKey,
+)
 from kraftpy.broker.partition import Partition, PartitionChanged, Role, TopicPartition
 from kraftpy.broker.replica_manager import ReplicaManager
-from kraftpy.broker.replication_quota import SAMPLE_SECONDS
+from kraftpy.broker.replication_quota import SAMPLE_SECONDS, UNBOUNDED
 from kraftpy.fatal import describe_os_error
 from kraftpy.metadata import metadata_version
 from kraftpy.protocol.api_keys import ApiKey
@@ -78,6 +83,8 @@ class FetcherManager:
         #: Fetch requests sent, and how many of them were full (not incremental) ones.
         self.requests = 0
         self.full_requests = 0
+        #: Partition fetch states taken (a round takes those of the partitions that changed).
+        self.states_taken = 0
         self.round_done = trio.Event()
 
     def pause(self) -> None:
@@ -123,6 +130,22 @@ class ReplicaFetcher:
         #: The fetch session with this leader (KIP-227); it outlives a connection, and the first fetch
         #: on a new connection is a full one that closes it.
         self.session = FetchSessionHandler()
+        #: What each partition fetched from this leader asks for, kept from round to round, and the
+        #: partition with its generation and log end offset when that was taken: a round looks again
+        #: only at the partitions in `_stale` (told by the partitions themselves, `mark`, or processed in
+        #: the last answer), so that it costs what changed, not how many partitions this leader has for
+        #: us. Built anew in full when replicas or fetch assignments changed (`_built_against`).
+        self._wanted: dict[PartitionKey, PartitionFetchState] = {}
+        self._entries: dict[PartitionKey, tuple[Partition, int, int]] = {}
+        self._keys: dict[TopicPartition, PartitionKey] = {}
+        self._stale: set[TopicPartition] = set()
+        self._built_against: tuple | None = None
+        self._topic_ids: dict = {}
+
+    def mark(self, tp: TopicPartition) -> None:
+        """``tp`` changed (Partition.changed: an append, a truncation, a new role or log start offset): the
+        next round takes its fetch state again."""
+        self._stale.add(tp)
 
     async def run(self) -> None:
         backoff = self.settings.replica_fetch_backoff_ms / 1000
@@ -166,47 +189,99 @@ class ReplicaFetcher:
             out.append(part)
         return out
 
+    def _want(self, part: Partition) -> PartitionKey:
+        """Take ``part``'s fetch state now (it is fetched), and have it tell this fetcher of its changes."""
+        topic_id = self._topic_ids.get(part.topic_id)
+        if topic_id is None:
+            topic_id = self._topic_ids[part.topic_id] = uuid.UUID(bytes=part.topic_id.raw)
+        key = (topic_id, part.tp.partition)
+        latest = part.log.latest_epoch
+        self._wanted[key] = PartitionFetchState(
+            topic=part.tp.topic,
+            topic_id=topic_id,
+            partition=part.tp.partition,
+            fetch_offset=part.log_end_offset,
+            current_leader_epoch=part.leader_epoch,
+            last_fetched_epoch=latest if latest is not None else -1,
+            log_start_offset=part.log_start_offset,
+            partition_max_bytes=self.settings.replica_fetch_max_bytes,
+        )
+        self._entries[key] = (part, part.generation, part.log_end_offset)
+        self._keys[part.tp] = key
+        part.sessions[self] = part.tp
+        self.manager.states_taken += 1
+        return key
+
+    def _fetchable_now(self, tp: TopicPartition, now: float) -> Partition | None:
+        part = self.replicas.partitions.get(tp)
+        if (
+            part is None
+            or tp not in self.replicas.fetch_assignments.get(self.leader, ())
+            or part.role is not Role.FOLLOWER
+            or part.leader_id != self.leader
+            or part.fetch_blocked_generation == part.generation
+            or self._retry_at.get(tp, 0.0) > now
+        ):
+            return None
+        return part
+
+    def _refresh(self) -> set[PartitionKey] | None:
+        """Bring `_wanted` up to date: in full when replicas or assignments changed since it was built
+        (returns None), else only for the stale partitions and those whose retry time came (returns the
+        keys that may have changed)."""
+        against = (self.replicas.assignments_changed, self.replicas.partitions_version)
+        if against != self._built_against:
+            self._built_against = against
+            self._stale.clear()
+            self._wanted.clear()
+            self._entries.clear()
+            self._keys.clear()
+            for part in self._fetchable():
+                self._want(part)
+            return None
+        now = trio.current_time()
+        stale, self._stale = self._stale, set()
+        if self._retry_at:
+            stale.update(tp for tp, at in self._retry_at.items() if at <= now)
+        changed: set[PartitionKey] = set()
+        for tp in stale:
+            key = self._keys.pop(tp, None)
+            if key is not None:
+                del self._wanted[key]
+                del self._entries[key]
+                changed.add(key)
+            part = self._fetchable_now(tp, now)
+            if part is not None:
+                changed.add(self._want(part))
+        return changed
+
     async def fetch_once(self, conn: KafkaConnection) -> None:
-        parts = self._fetchable()
+        changed = self._refresh()
+        wanted = self._wanted
         # Replication throttles (see replication_quota): throttled partitions this broker is not in the
         # ISR of are left out while the follower's quota is exceeded.
         throttles = self.replicas.throttles
-        throttled = {part.tp for part in parts if self.node_id not in part.isr
-                     and throttles.follower_throttles(part.tp.topic, part.tp.partition)}
+        throttled: set[TopicPartition] = set()
+        if throttles.follower.bound < UNBOUNDED:
+            throttled = {part.tp for part, _, _ in self._entries.values() if self.node_id not in part.isr
+                         and throttles.follower_throttles(part.tp.topic, part.tp.partition)}
         if throttled and throttles.follower.is_exceeded():
-            parts = [part for part in parts if part.tp not in throttled]
+            wanted = {key: state for key, state in wanted.items() if self._entries[key][0].tp not in throttled}
+            changed = None
             throttles.follower.held_back += len(throttled)
             self._log.debug("replication throttled: partitions not fetched", partitions=sorted(map(str, throttled)),
                             rate=int(throttles.follower.rate()), bound=throttles.follower.bound)
-            if not parts:
+            if not wanted:
                 await trio.sleep(SAMPLE_SECONDS)
                 return
-        if not parts:
-            changed = self.replicas.assignments_changed
+        if not wanted:
+            changed_event = self.replicas.assignments_changed
             delay = min(self._retry_at.values(), default=None)
             with trio.move_on_at(delay if delay is not None else trio.current_time() + 3600):
-                await changed.wait()
+                await changed_event.wait()
             return
-        wanted: dict = {}
-        sent: dict[tuple, tuple[Partition, int, int]] = {}
-        topic_ids: dict = {}
-        for part in parts:
-            topic_id = topic_ids.get(part.topic_id)
-            if topic_id is None:
-                topic_id = topic_ids[part.topic_id] = uuid.UUID(bytes=part.topic_id.raw)
-            latest = part.log.latest_epoch
-            wanted[(topic_id, part.tp.partition)] = PartitionFetchState(
-                topic=part.tp.topic,
-                topic_id=topic_id,
-                partition=part.tp.partition,
-                fetch_offset=part.log_end_offset,
-                current_leader_epoch=part.leader_epoch,
-                last_fetched_epoch=latest if latest is not None else -1,
-                log_start_offset=part.log_start_offset,
-                partition_max_bytes=self.settings.replica_fetch_max_bytes,
-            )
-            sent[(topic_id, part.tp.partition)] = (part, part.generation, part.log_end_offset)
-        built = self.session.build(wanted)
+        sent = self._entries
+        built = self.session.build(wanted, changed)
         image = self.replicas.image
         version = metadata_version.fetch_request_version(image.features.metadata_version)
         registration = image.cluster.broker(self.node_id)
@@ -272,6 +347,7 @@ class ReplicaFetcher:
                 if entry is None:
                     continue
                 part, generation, fetch_offset = entry
+                self._stale.add(part.tp)  # what the answer does to it is taken in the next round
                 if part.tp in throttled and data.records is not None:
                     throttles.follower.record(len(data.records))
                 if part.generation != generation or part.role is not Role.FOLLOWER or part.log_end_offset != fetch_offset:

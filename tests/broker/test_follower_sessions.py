@@ -34,8 +34,10 @@ async def test_a_followers_fetch_looks_at_what_changed_and_idle_partitions_stay_
         follower = 3 - leader
         assert len(led[leader]) >= PARTITIONS // 4
         api = fetch_api(cluster, leader)
+        fetchers = cluster.brokers[follower].fetchers
         target = led[leader][0]
         fetches, looked_at = api.follower_fetches, api.follower_partitions_looked_at
+        rounds, taken = fetchers.rounds, fetchers.states_taken
         async with await KafkaConnection.connect("127.0.0.1", cluster.ports[leader]) as conn:
             for i in range(10):
                 response = await produce(conn, "w", target, batch(b"r%d" % i, timestamp=clock()))
@@ -49,6 +51,10 @@ async def test_a_followers_fetch_looks_at_what_changed_and_idle_partitions_stay_
         # not at the other partitions of its session.
         assert fetches >= 10
         assert looked_at <= 2 * fetches, (looked_at, fetches, len(led[leader]))
+        # The follower's side: each round takes again the fetch state of what its last answer changed.
+        rounds, taken = fetchers.rounds - rounds, fetchers.states_taken - taken
+        assert rounds >= 10
+        assert taken <= 2 * rounds, (taken, rounds, PARTITIONS)
 
         # Past replica.lag.time.max.ms, the follower's fetches, which looked at none of the idle
         # partitions, still keep it in sync on every one of them.
