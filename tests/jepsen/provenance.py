@@ -100,3 +100,51 @@ def attach_provenance(results: dict[str, Any], topic: str, data_dirs: dict[str, 
     if results.get("duplicated"):
         results["details"]["duplicated_provenance"] = explain_duplicates(
             results["details"].get("duplicated") or (), topic, data_dirs)
+
+
+def partition_batches(partition_dir: Path) -> list[tuple[int, int, int]]:
+    """Every batch of a replica's log, in order, as (base offset, last offset, CRC); a torn or corrupt
+    tail ends the list (what recovery would cut)."""
+    batches: list[tuple[int, int, int]] = []
+    for _, path in _segments(partition_dir):
+        if path.stat().st_size == 0:
+            continue
+        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            pos = 0
+            while pos < len(buf):
+                try:
+                    header = read_header(buf, pos)
+                except CorruptRecordError:
+                    return batches
+                if pos + header.size > len(buf):
+                    return batches
+                batches.append((header.base_offset, header.last_offset, header.crc))
+                pos += header.size
+    return batches
+
+
+def replica_agreement(topic: str, data_dirs: dict[str, Path]) -> dict[str, Any]:
+    """Whether the replicas of each of ``topic``'s partitions hold the same batches, read from every
+    broker's data directory after the cluster stopped. A replica whose batches are neither the others'
+    nor a beginning of them *diverged* (two histories: a truncation that went wrong, a follower that
+    appended what its leader never wrote); one that holds only a beginning of the longest is *behind*
+    (it had not fetched the last batches when the cluster stopped: a follower that stopped hearing of
+    its leader's appends stays there)."""
+    logs: dict[str, dict[str, list[tuple[int, int, int]]]] = {}
+    for broker, data_dir in sorted(data_dirs.items()):
+        for directory in Path(data_dir).glob(f"{topic}-*"):
+            partition = directory.name.rsplit("-", 1)[1]
+            if partition.isdigit():
+                logs.setdefault(partition, {})[broker] = partition_batches(directory)
+    diverged, behind = [], []
+    for partition, replicas in sorted(logs.items(), key=lambda item: int(item[0])):
+        longest = max(replicas.values(), key=len)
+        described = {"partition": int(partition), "replicas": {
+            broker: {"batches": len(batches), "last_offset": batches[-1][1] if batches else -1}
+            for broker, batches in replicas.items()}}
+        if any(batches != longest[:len(batches)] for batches in replicas.values()):
+            diverged.append(described)
+        elif any(len(batches) != len(longest) for batches in replicas.values()):
+            behind.append(described)
+    return {"partitions": len(logs), "replicas": sum(len(r) for r in logs.values()), "diverged": diverged,
+            "behind": behind}

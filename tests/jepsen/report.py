@@ -74,6 +74,10 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
         "anomalies: " + ", ".join(f"{k}={results.get(k)}" for k in (
             "lost", "unseen", "duplicated", "inconsistent_offsets", "nonmonotonic", "aborted_reads", "reordered")),
     ]
+    replicas = results.get("details", {}).get("replicas")
+    if replicas is not None:
+        lines.append(f"replicas: {replicas['replicas']} of {replicas['partitions']} partitions read after the stop; "
+                     f"diverged={len(replicas['diverged'])} behind={len(replicas['behind'])}")
     pipelined = results.get("details", {}).get("pipelined_acked")
     if pipelined:
         lines.append(f"pipelined sends acknowledged: {pipelined} (checked for reordering)")
@@ -285,9 +289,13 @@ def main(argv: list[str] | None = None) -> int:
         results = check(history, seed=seed, nemesis=nemesis)
     # what the runner knew and the history does not say
     prev_details = prev.get("details", {})
-    for key in ("network", "harness_errors", "txn_run", "duplicated_provenance"):
+    for key in ("network", "harness_errors", "txn_run", "duplicated_provenance", "replicas"):
         if key in prev_details:
             results["details"][key] = prev_details[key]
+    if "replicas_diverged" in prev:  # read from the logs after the stop: it stands as the runner found it
+        results["replicas_diverged"] = prev["replicas_diverged"]
+        if prev["replicas_diverged"]:
+            results["valid"] = False
     if "security" in prev_details:
         results["details"]["security"] = {**prev_details["security"], **results["details"].get("security", {})}
     if "group" in results["details"]:

@@ -71,7 +71,7 @@ from tests.jepsen import security as sec
 from tests.jepsen.checker import check, membership_faults, security_faults
 from tests.jepsen.group import ASSIGNORS, GroupWorkload, offsets_partition_for
 from tests.jepsen.history import FINAL_READ, POLL, SEND, Recorder
-from tests.jepsen.provenance import attach_provenance
+from tests.jepsen.provenance import attach_provenance, replica_agreement
 from tests.jepsen.proxy import Route, SocketOwners, ThreadedProxy
 from tests.jepsen.report import HISTORY, RUN_FACTS, write_report
 from tests.jepsen.txn import TxnWorkload, txn_topics
@@ -1278,6 +1278,12 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
     if not txns:
         # whether the broker appended a resend of one producer session, or the client wrote in two sessions
         attach_provenance(results, workload.topic, {b.name: b.data_dir for b in plan.brokers})
+        # The healed cluster's replicas of the workload's topic hold one history (and, caught up, all of it).
+        agreement = replica_agreement(workload.topic, {b.name: b.data_dir for b in plan.brokers})
+        results["details"]["replicas"] = agreement
+        results["replicas_diverged"] = len(agreement["diverged"])
+        if agreement["diverged"]:
+            results["valid"] = False
     results["details"]["harness_errors"] = runner.errors + workload.errors + (members.errors if members else []) \
         + (txns.errors if txns else [])
     if nemesis.rolls:

@@ -7,7 +7,14 @@ from pathlib import Path
 from kraftpy.protocol.records import SimpleRecord, build_batch
 from kraftpy.storage.segment import segment_file_name
 from tests.jepsen import report
-from tests.jepsen.provenance import attach_provenance, batch_holding, explain_duplicates, verdict
+from tests.jepsen.provenance import (
+    attach_provenance,
+    batch_holding,
+    explain_duplicates,
+    partition_batches,
+    replica_agreement,
+    verdict,
+)
 
 TOPIC = "jepsen"
 
@@ -79,3 +86,33 @@ def test_attached_only_when_the_checker_found_duplicates(tmp_path):
         {"value": 10, "at": [{"partition": 0, "offset": 0}, {"partition": 0, "offset": 1}]}]}}
     attach_provenance(found, TOPIC, {"b1": tmp_path / "b1"})
     assert [p["verdict"] for p in found["details"]["duplicated_provenance"]] == ["new epoch"]
+
+
+def test_replicas_that_agree_one_behind_and_one_diverged(tmp_path):
+    dirs = {name: tmp_path / name for name in ("b4", "b5", "b6")}
+    first, second, third = _batch(0, [1, 2]), _batch(2, [3], seq=2), _batch(3, [4], seq=3)
+    other = _batch(3, [40], seq=3, leader_epoch=2)  # offset 3 written in another leader's history
+    # Partition 0: the same batches on every broker, whatever the segments (rolls are each replica's own).
+    _write(dirs["b4"], 0, {0: [first, second, third]})
+    _write(dirs["b5"], 0, {0: [first], 2: [second, third]})
+    _write(dirs["b6"], 0, {0: [first, second], 3: [third]})
+    # Partition 1: b6 has not fetched the last batch.
+    for name in ("b4", "b5"):
+        _write(dirs[name], 1, {0: [first, second, third]})
+    _write(dirs["b6"], 1, {0: [first, second]})
+    # Partition 2: b5 holds another batch at offset 3.
+    _write(dirs["b4"], 2, {0: [first, second, third]})
+    _write(dirs["b5"], 2, {0: [first, second, other]})
+    _write(dirs["b6"], 2, {0: [first, second]})
+    assert [b[:2] for b in partition_batches(dirs["b5"] / f"{TOPIC}-0")] == [(0, 1), (2, 2), (3, 3)]
+    found = replica_agreement(TOPIC, dirs)
+    assert (found["partitions"], found["replicas"]) == (3, 9)
+    assert [d["partition"] for d in found["behind"]] == [1]
+    assert found["behind"][0]["replicas"]["b6"] == {"batches": 2, "last_offset": 2}
+    assert [d["partition"] for d in found["diverged"]] == [2]
+
+
+def test_a_torn_tail_ends_a_replicas_batches(tmp_path):
+    whole = _batch(0, [1, 2])
+    _write(tmp_path, 0, {0: [whole, _batch(2, [3])[:20]]})
+    assert [b[:2] for b in partition_batches(tmp_path / f"{TOPIC}-0")] == [(0, 1)]

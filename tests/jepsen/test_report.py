@@ -102,3 +102,22 @@ def test_report_main_keeps_what_the_runner_knew(tmp_path, capsys):
     assert {k: group[k] for k in report.RUN_FACTS} == facts
     assert group["acked_commits"] == 1  # checked again, not carried over
     assert "group: g assignor=range static=False members started=4 stopped=1 killed=0" in capsys.readouterr().out
+
+
+def test_report_main_keeps_the_replicas_read_from_the_logs(tmp_path, capsys):
+    b = Builder()
+    b.send(0, 10, 0, offset=0)
+    b.assign("m1", [0])
+    b.consume("m1", 1, [(0, 0, 10)])
+    b.commit("m1", 1, [(0, 1)])
+    b.drain(3, [(0, 1)])
+    write_history(tmp_path / report.HISTORY, b.ops)
+    replicas = {"partitions": 1, "replicas": 3, "behind": [],
+                "diverged": [{"partition": 0, "replicas": {"b4": {"batches": 2, "last_offset": 1}}}]}
+    (tmp_path / report.RESULTS).write_text(json.dumps({"seed": 3, "nemesis": ["kill"], "replicas_diverged": 1,
+                                                       "details": {"replicas": replicas}}))
+    assert report.main([str(tmp_path)]) == 1  # the history alone is valid; the logs were not
+    saved = json.loads((tmp_path / report.RESULTS).read_text())
+    assert saved["valid"] is False and saved["replicas_diverged"] == 1
+    assert saved["details"]["replicas"] == replicas
+    assert "replicas: 3 of 1 partitions read after the stop; diverged=1 behind=0" in capsys.readouterr().out

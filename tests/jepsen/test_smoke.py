@@ -43,6 +43,10 @@ def test_kill_smoke_campaign_is_valid(tmp_path):
     starts = [op for op in history if op.f == "nemesis" and op.fault["phase"] == "start"]
     assert starts and all(op.fault["kind"] == "kill" for op in starts)
     assert (out / PLOT).stat().st_size > 0
+    # The replicas of every partition hold the same batches once healed: none diverged, none left behind.
+    replicas = results["details"]["replicas"]
+    assert replicas["partitions"] > 0 and replicas["replicas"] == 3 * replicas["partitions"], replicas
+    assert results["replicas_diverged"] == 0 and replicas["behind"] == [], replicas
     reserved = results["details"]["preallocate"]
     assert reserved["segments"] > reserved["replicas"] > 0, reserved  # segments rolled during the campaign
     assert reserved["finished_segments_still_reserved"] == 0, reserved
