@@ -141,6 +141,9 @@ class ReplicaFetcher:
         self._stale: set[TopicPartition] = set()
         self._built_against: tuple | None = None
         self._topic_ids: dict = {}
+        #: The last request left partitions out of the session (throttled): the next one compares every
+        #: wanted partition with the session, so they join it again.
+        self._compare_all = False
 
     def mark(self, tp: TopicPartition) -> None:
         """``tp`` changed (Partition.changed: an append, a truncation, a new role or log start offset): the
@@ -265,9 +268,11 @@ class ReplicaFetcher:
         if throttles.follower.bound < UNBOUNDED:
             throttled = {part.tp for part, _, _ in self._entries.values() if self.node_id not in part.isr
                          and throttles.follower_throttles(part.tp.topic, part.tp.partition)}
+        if self._compare_all:
+            changed, self._compare_all = None, False
         if throttled and throttles.follower.is_exceeded():
             wanted = {key: state for key, state in wanted.items() if self._entries[key][0].tp not in throttled}
-            changed = None
+            changed, self._compare_all = None, True
             throttles.follower.held_back += len(throttled)
             self._log.debug("replication throttled: partitions not fetched", partitions=sorted(map(str, throttled)),
                             rate=int(throttles.follower.rate()), bound=throttles.follower.bound)
