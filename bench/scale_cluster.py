@@ -13,7 +13,10 @@ controller.quorum.fetch.timeout.ms=2000), a new cluster for each size. For each 
    until the broker's handlers use the image that holds it, commit included; once over the creation,
    then over 50 single changes (a topic of one partition created, one at a time, each waited for);
 3. times a Metadata request for every topic (kraftpy's own client, the answer decoded);
-4. reads the resident memory and open files of each process;
+4. reads the resident memory and open files of each process, then the three brokers' CPU over 10 s
+   with no client (following and leading every partition at rest), then sends 20 records one at a time
+   with acks=all, each to a partition of another topic, and times each from produce() to its delivery
+   report (with replication factor 3, two rounds of the followers' fetches);
 5. stops one broker with SIGTERM (a controlled shutdown: its leaderships move first) and starts it
    again, then kills another with SIGKILL and starts it again, each time until it is running
    (registered, its logs open, unfenced) — after a kill the controller waits out the dead
@@ -60,6 +63,9 @@ GOALS = {"failover_s": 2.0, "restart_s": 15.0, "propagation_p99_s": 0.2}
 #: controller.quorum.fetch.timeout.ms, its followers electing another).
 EXPECTED_EPOCHS = 3
 PER_CALL = 10_000
+#: The idle window over which the brokers' CPU is read, and the acks=all sends timed one at a time.
+IDLE_S = 10.0
+ACKS_ALL_SENDS = 20
 #: Kafka's defaults (the test cluster's are shorter): a broker busy opening 10,000 logs may miss a
 #: 3-second session, and a restart after SIGKILL waits out the dead incarnation's.
 KAFKA_SESSION = {"broker.session.timeout.ms": 9000, "broker.heartbeat.interval.ms": 2000}
@@ -282,6 +288,8 @@ def measure(cluster: ProcessCluster, out: dict, topics: list[str], total: int, r
     out["metadata_s"], out["metadata_partitions"] = metadata_time(cluster.broker_ports[4])
     out["brokers"] = [rss_and_files(p.pid) for p in cluster.brokers.values()]
     out["controllers"] = [rss_and_files(p.pid) for p in cluster.controllers.values()]
+    out["idle_cores"] = idle_cores(cluster, IDLE_S)
+    out["acks_all_ms"] = acks_all_latencies(cluster, topics, ACKS_ALL_SENDS)
     out["shutdown_s"], out["restart_clean_s"] = restart_broker(cluster, 4, signal.SIGTERM)
     # A broker is running once its metadata shows it unfenced; the elections written with its
     # unfencing may still be on their way. Each step starts from a cluster where they all arrived.
@@ -294,6 +302,45 @@ def measure(cluster: ProcessCluster, out: dict, topics: list[str], total: int, r
     cluster.controllers[stopped].start()
     snapshot = newest_snapshot(cluster)
     out["snapshot"] = None if snapshot is None else (snapshot.stat().st_size, snapshot_load(snapshot))
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cores(cluster: ProcessCluster, seconds: float) -> float:
+    """The three brokers' CPU over ``seconds`` with no client: what following and leading every
+    partition costs at rest (the followers' long polls and whatever else runs on its own)."""
+    pids = [proc.pid for proc in cluster.brokers.values()]
+    before = sum(cpu_seconds(pid) for pid in pids)
+    time.sleep(seconds)
+    return (sum(cpu_seconds(pid) for pid in pids) - before) / seconds
+
+
+def acks_all_latencies(cluster: ProcessCluster, topics: list[str], sends: int) -> list[float]:
+    """One record at a time, each to a partition of another topic, acks=all and linger.ms=0: the ms from
+    produce() to the delivery report. With replication factor 3 each waits for both followers to fetch
+    the record and say so in their next fetch (two rounds of the followers' fetch sessions)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0, "log_level": 0})
+    out = []
+    try:
+        step = max(len(topics) // sends, 1)
+        for i in range(sends + 1):  # the first one warms up (metadata, connections) and is not counted
+            topic = topics[(i * step) % len(topics)]
+            reports: list = []
+            started = time.perf_counter()
+            producer.produce(topic, b"x" * 100, partition=i % 100,
+                             on_delivery=lambda err, _msg, into=reports: into.append(err))
+            if producer.flush(30) != 0 or reports != [None]:
+                raise SystemExit(f"acks=all send to {topic} failed: {reports}")
+            if i:
+                out.append((time.perf_counter() - started) * 1000)
+    finally:
+        producer.flush(5)
+    return out
 
 
 def fmt_bound(seconds: float) -> str:
@@ -336,6 +383,9 @@ def main(argv: list[str]) -> int:
         lambda r: f"{r['single_propagation'][0]:,}, {fmt_bound(r['single_propagation'][1])} / "
                   f"{fmt_bound(r['single_propagation'][2])}")
     row("Metadata for every topic (median of 5)", lambda r: f"{r['metadata_s'] * 1000:,.0f} ms")
+    row(f"the three brokers' CPU at rest ({IDLE_S:g} s, no client), cores", lambda r: f"{r['idle_cores']:.2f}")
+    row(f"a record sent alone with acks=all ({ACKS_ALL_SENDS}, each to another topic): median / largest",
+        lambda r: f"{statistics.median(r['acks_all_ms']):.1f} / {max(r['acks_all_ms']):.1f} ms")
     row("controller failover after SIGKILL of the active one", lambda r: f"{r['failover_kill_s']:.2f} s")
     row("controller failover after SIGTERM of the active one (it resigns)",
         lambda r: f"{r['failover_term_s']:.2f} s")
