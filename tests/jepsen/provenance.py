@@ -17,7 +17,7 @@ broker's data directory after the cluster has stopped; the checker's verdict sta
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,30 +34,38 @@ def _segments(partition_dir: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def batch_holding(partition_dir: Path, offset: int) -> dict[str, Any] | None:
-    """The header of the batch holding ``offset`` in the partition directory, or None when no
-    segment there holds it (or the segment is corrupt before it)."""
-    candidates = [(base, path) for base, path in _segments(partition_dir) if base <= offset]
-    if not candidates:
-        return None
-    path = candidates[-1][1]
+def _headers(path: Path, *, whole: bool) -> Iterator[Any]:
+    """The batch headers of a segment file, in order, until its end or a corrupt header (``whole``: or
+    a batch that ends past the file, a torn tail)."""
     if path.stat().st_size == 0:
-        return None
+        return
     with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         pos = 0
         while pos < len(buf):
             try:
                 header = read_header(buf, pos)
             except CorruptRecordError:
-                return None
-            if header.base_offset <= offset <= header.last_offset:
-                sequence = -1 if header.base_sequence < 0 else header.base_sequence + offset - header.base_offset
-                return {"base_offset": header.base_offset, "last_offset": header.last_offset,
-                        "producer_id": header.producer_id, "producer_epoch": header.producer_epoch,
-                        "sequence": sequence, "leader_epoch": header.partition_leader_epoch}
-            if header.base_offset > offset:
-                return None
+                return
+            if whole and pos + header.size > len(buf):
+                return
+            yield header
             pos += header.size
+
+
+def batch_holding(partition_dir: Path, offset: int) -> dict[str, Any] | None:
+    """The header of the batch holding ``offset`` in the partition directory, or None when no
+    segment there holds it (or the segment is corrupt before it)."""
+    candidates = [(base, path) for base, path in _segments(partition_dir) if base <= offset]
+    if not candidates:
+        return None
+    for header in _headers(candidates[-1][1], whole=False):
+        if header.base_offset <= offset <= header.last_offset:
+            sequence = -1 if header.base_sequence < 0 else header.base_sequence + offset - header.base_offset
+            return {"base_offset": header.base_offset, "last_offset": header.last_offset,
+                    "producer_id": header.producer_id, "producer_epoch": header.producer_epoch,
+                    "sequence": sequence, "leader_epoch": header.partition_leader_epoch}
+        if header.base_offset > offset:
+            return None
     return None
 
 
@@ -107,19 +115,12 @@ def partition_batches(partition_dir: Path) -> list[tuple[int, int, int]]:
     tail ends the list (what recovery would cut)."""
     batches: list[tuple[int, int, int]] = []
     for _, path in _segments(partition_dir):
-        if path.stat().st_size == 0:
-            continue
-        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            pos = 0
-            while pos < len(buf):
-                try:
-                    header = read_header(buf, pos)
-                except CorruptRecordError:
-                    return batches
-                if pos + header.size > len(buf):
-                    return batches
-                batches.append((header.base_offset, header.last_offset, header.crc))
-                pos += header.size
+        read = 0
+        for header in _headers(path, whole=True):
+            batches.append((header.base_offset, header.last_offset, header.crc))
+            read += header.size
+        if read < path.stat().st_size:  # the headers stopped short of the file's end
+            return batches
     return batches
 
 

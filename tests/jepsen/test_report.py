@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -81,14 +82,19 @@ def test_a_group_run_reports_the_group_checks(tmp_path):
     assert "committed_regressions (first 1 of 1):" in summary
 
 
-def test_report_main_keeps_what_the_runner_knew(tmp_path, capsys):
+def _valid_group_history(directory: Path) -> None:
+    """A valid group run's history: one value sent, consumed, committed and drained."""
     b = Builder()
     b.send(0, 10, 0, offset=0)
     b.assign("m1", [0])
     b.consume("m1", 1, [(0, 0, 10)])
     b.commit("m1", 1, [(0, 1)])
     b.drain(3, [(0, 1)])
-    write_history(tmp_path / report.HISTORY, b.ops)
+    write_history(directory / report.HISTORY, b.ops)
+
+
+def test_report_main_keeps_what_the_runner_knew(tmp_path, capsys):
+    _valid_group_history(tmp_path)
     facts = dict(zip(report.RUN_FACTS, ("g", "range", False, 4, 1, 0), strict=True))
     (tmp_path / report.RESULTS).write_text(json.dumps({"seed": 3, "nemesis": ["kill"], "details": {
         "network": "proxy", "harness_errors": ["x"], "group": {**facts, "acked_commits": 99},
@@ -105,13 +111,7 @@ def test_report_main_keeps_what_the_runner_knew(tmp_path, capsys):
 
 
 def test_report_main_keeps_the_replicas_read_from_the_logs(tmp_path, capsys):
-    b = Builder()
-    b.send(0, 10, 0, offset=0)
-    b.assign("m1", [0])
-    b.consume("m1", 1, [(0, 0, 10)])
-    b.commit("m1", 1, [(0, 1)])
-    b.drain(3, [(0, 1)])
-    write_history(tmp_path / report.HISTORY, b.ops)
+    _valid_group_history(tmp_path)
     replicas = {"partitions": 1, "replicas": 3, "behind": [],
                 "diverged": [{"partition": 0, "replicas": {"b4": {"batches": 2, "last_offset": 1}}}]}
     (tmp_path / report.RESULTS).write_text(json.dumps({"seed": 3, "nemesis": ["kill"], "replicas_diverged": 1,
