@@ -24,9 +24,25 @@ From v16 (KIP-951) a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_
 current leader and epoch, and the answer carries those leaders' endpoints on the request's listener.
 
 Fetch sessions (KIP-227, kraftpy.broker.fetch_sessions): a full fetch may leave its partitions in the
-broker's session cache; an incremental one then names only what changed, reads every partition of the
-session, and is answered only with the partitions that have something new. The regions read for the
-partitions left out are never detached, so they cost no descriptor.
+broker's session cache; an incremental one then names only what changed, and is answered only with the
+partitions that have something new. A consumer's incremental fetch reads every partition of its
+session; the regions read for the partitions left out are never detached, so they cost no descriptor.
+
+Follower sessions in proportion to the change
+---------------------------------------------
+A follower's incremental fetch reads only the partitions it names and those marked since: every
+partition a follower's session holds tells it of each change (`Partition.changed`, called by the
+partition's watchers on appends, truncations, a new high watermark, role or ISR, and on a new log
+start offset), and `FetchSession.pick` returns those, in session order. After the fetch,
+`_note_follower_session` leaves a partition marked unless the follower has all of it, is in its ISR,
+and has been told its high watermark, last stable offset and log start offset: a partition with an
+error, a diverging epoch, a follower catching up or outside the ISR is read again on every fetch, as
+before. A fetch with nothing to read parks on the session (its ``wake``), not on each partition's
+watchers. The follower's offsets are taken in once, when the fetch arrives. Partitions not read are
+unchanged since the follower last had all of them, so each fetch of the session counts as catching
+up there (`FollowerState.caught_up_ms`). Replicas that came or went on this broker since the session
+last read everything (``ReplicaManager.partitions_version``), or a follower denied, make the fetch
+read every partition once.
 """
 
 from __future__ import annotations
