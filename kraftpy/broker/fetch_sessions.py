@@ -189,7 +189,10 @@ class FetchSession:
         return self.privileged, self.cached_size, self.id
 
     def mark(self, key: PartitionKey) -> None:
-        """The partition ``key`` changed: the next fetch looks at it."""
+        """The partition ``key`` changed: the next fetch looks at it. A partition the session no longer
+        holds (forgotten, or the session closed) may still call: nothing is kept of it."""
+        if self.closed or key not in self.partitions:
+            return
         self.dirty.add(key)
         if self.wake is not None:
             self.wake()

@@ -256,6 +256,10 @@ class ReplicaFetcher:
             part = self._fetchable_now(tp, now)
             if part is not None:
                 changed.add(self._want(part))
+            else:
+                part = self.replicas.partitions.get(tp)
+                if part is not None and (part.role is not Role.FOLLOWER or part.leader_id != self.leader):
+                    part.sessions.pop(self, None)  # it follows another leader, or leads: its changes are not ours
         return changed
 
     async def fetch_once(self, conn: KafkaConnection) -> None:

@@ -330,3 +330,19 @@ class FetcherAndLeader(RuleBasedStateMachine):
 
 FetcherAndLeader.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
 TestFetcherAndLeader = FetcherAndLeader.TestCase
+
+
+def test_a_mark_is_kept_only_for_a_partition_the_open_session_holds():
+    cache = FetchSessionCache(4)
+    a, b = ("t", 0), ("t", 1)
+    session = cache.get(cache.maybe_create_session(0, True, {a: CachedPartition("t", None, 0, 0, 100)}, False))
+    woken = []
+    session.wake = lambda: woken.append(1)
+    session.mark(b)  # forgotten, or never held: a partition that still tells the session of its changes
+    assert session.dirty == set() and woken == []
+    session.mark(a)
+    assert session.dirty == {a} and woken == [1]
+    session.dirty.clear()
+    cache.remove(session.id)
+    session.mark(a)
+    assert session.dirty == set() and woken == [1]

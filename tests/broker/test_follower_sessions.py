@@ -108,3 +108,28 @@ def test_a_session_counts_as_catching_up_only_while_it_holds_the_partition_and_t
     assert state.caught_up_ms(6) == 100  # the leader has more than the follower
     cache.remove(session_id)
     assert state.caught_up_ms(5) == 100  # the session is gone
+
+
+async def test_retention_on_the_leader_of_an_idle_partition_reaches_its_follower(tmp_path):
+    async with open_cluster(tmp_path, brokers=2) as cluster:
+        await cluster.create_topic("r", partitions=1, replication_factor=2,
+                                   configs={"segment.bytes": "200", "retention.bytes": "1"})
+        await cluster.wait_for(lambda: len(cluster.registration("r", 0).isr) == 2)
+        leader = cluster.leader("r")
+        follower = 3 - leader
+        async with await KafkaConnection.connect("127.0.0.1", cluster.ports[leader]) as conn:
+            for i in range(6):
+                assert (await produce(conn, "r", 0, batch(b"x" * 80 + b"%d" % i))).error_code == ErrorCode.NONE
+        await cluster.wait_for(lambda: cluster.partition(follower, "r").log_end_offset == 6)
+        await cluster.fetch_rounds(follower, 3)  # idle: the session's fetches look at nothing
+        part = cluster.partition(leader, "r")
+        assert len(part.log.segments) >= 3
+        await part.run_housekeeping()  # retention: every segment but the active one goes
+        start = part.log_start_offset
+        assert start > 0
+        # The leader's new log start offset wakes the follower's parked fetch, which takes it over.
+        for _ in range(20):
+            if cluster.partition(follower, "r").log_start_offset == start:
+                break
+            await cluster.fetch_rounds(follower, 1)
+        assert cluster.partition(follower, "r").log_start_offset == start
