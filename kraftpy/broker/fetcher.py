@@ -83,8 +83,10 @@ class FetcherManager:
         #: Fetch requests sent, and how many of them were full (not incremental) ones.
         self.requests = 0
         self.full_requests = 0
-        #: Partition fetch states taken (a round takes those of the partitions that changed).
+        #: Partition fetch states taken again by rounds (those of the partitions that changed), and the
+        #: rebuilds of every state (replicas or fetch assignments changed).
         self.states_taken = 0
+        self.full_rebuilds = 0
         self.round_done = trio.Event()
 
     def pause(self) -> None:
@@ -212,7 +214,6 @@ class ReplicaFetcher:
         self._entries[key] = (part, part.generation, part.log_end_offset)
         self._keys[part.tp] = key
         part.sessions[self] = part.tp
-        self.manager.states_taken += 1
         return key
 
     def _fetchable_now(self, tp: TopicPartition, now: float) -> Partition | None:
@@ -239,6 +240,7 @@ class ReplicaFetcher:
             self._wanted.clear()
             self._entries.clear()
             self._keys.clear()
+            self.manager.full_rebuilds += 1
             for part in self._fetchable():
                 self._want(part)
             return None
@@ -256,6 +258,7 @@ class ReplicaFetcher:
             part = self._fetchable_now(tp, now)
             if part is not None:
                 changed.add(self._want(part))
+                self.manager.states_taken += 1
             else:
                 part = self.replicas.partitions.get(tp)
                 if part is not None and (part.role is not Role.FOLLOWER or part.leader_id != self.leader):
