@@ -247,7 +247,12 @@ class ReplicaFetcher:
         now = trio.current_time()
         stale, self._stale = self._stale, set()
         if self._retry_at:
-            stale.update(tp for tp, at in self._retry_at.items() if at <= now)
+            # A retry time that came is spent: the partition is taken again this once (and fetched;
+            # another error sets a new one), not in every round after it.
+            due = [tp for tp, at in self._retry_at.items() if at <= now]
+            for tp in due:
+                del self._retry_at[tp]
+            stale.update(due)
         changed: set[PartitionKey] = set()
         for tp in stale:
             key = self._keys.pop(tp, None)

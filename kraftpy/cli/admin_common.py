@@ -16,6 +16,7 @@ controller could be reached; 130 interrupted (Ctrl-C). Messages go to stderr as 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -101,15 +102,49 @@ def bootstrap_or_exit(bootstrap_server: str | None) -> list[tuple[str, int]]:
 
 
 def run_trio(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """``trio.run(fn, *args)``; Ctrl-C ends the command with one line and exit 130, not a traceback
-    (trio may deliver it inside an exception group, from a nursery that was connecting)."""
+    """``trio.run(fn, *args)``; Ctrl-C ends the command with one line and exit 130, not a traceback.
+
+    Once the command runs, Ctrl-C cancels it: everything it started ends at its next checkpoint, so
+    none is cut between two statements (a KeyboardInterrupt raised there left a task created and never
+    started, which Python reported with a warning). A second Ctrl-C while that ends interrupts at once;
+    one before trio starts, or that trio delivers inside an exception group, ends it the same way."""
+    interrupted = False
+
+    async def main() -> T | None:
+        nonlocal interrupted
+        result: T | None = None
+        failure: BaseException | None = None
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                async def on_ctrl_c() -> None:
+                    nonlocal interrupted
+                    async for _ in signals:
+                        if interrupted:
+                            raise KeyboardInterrupt
+                        interrupted = True
+                        nursery.cancel_scope.cancel()
+                nursery.start_soon(on_ctrl_c)
+                try:
+                    result = await fn(*args)
+                except trio.Cancelled:
+                    raise
+                except BaseException as exc:  # leaves as itself below, not inside the nursery's group
+                    failure = exc
+                nursery.cancel_scope.cancel()
+        if failure is not None and not interrupted:
+            raise failure
+        return result
+
     try:
-        return trio.run(fn, *args)
+        result = trio.run(main)
     except KeyboardInterrupt:
         pass
     except BaseExceptionGroup as group:
         if group.subgroup(KeyboardInterrupt) is None:
             raise
+    else:
+        if not interrupted:
+            return result  # type: ignore[return-value]
     die("interrupted", EXIT_INTERRUPTED)
 
 
