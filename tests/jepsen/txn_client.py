@@ -296,11 +296,24 @@ class Client:
         assignment = consumer.assignment()
         if not assignment:
             return
-        try:
-            committed = consumer.committed(assignment, timeout=self.args.op_timeout)
-        except KafkaException as e:
-            self.logger.info(f"committed: {error_name(e)}; a new consumer position from the group")
-            committed = [TopicPartition(tp.topic, tp.partition, -2) for tp in assignment]
+        # Asked until the group answers for every partition. Only a partition the group holds no offset for
+        # starts from the beginning (auto.offset.reset): a failed or timed-out answer is no such word (the
+        # group answers UNSTABLE_OFFSET_COMMIT while an unfinished transaction holds offsets of it, until that
+        # ends), and reading from the beginning then read again what committed transactions had consumed.
+        while True:
+            try:
+                committed = consumer.committed(assignment, timeout=self.args.op_timeout)
+            except KafkaException as e:
+                failed = error_name(e)
+            else:
+                errors = [tp for tp in committed if tp.error is not None]
+                if not errors:
+                    break
+                failed = ", ".join(f"partition {tp.partition}: {tp.error.name()}" for tp in errors)
+            if self.stopping:
+                return
+            self.logger.info(f"committed: {failed}; asked again")
+            time.sleep(0.1)  # the client's back-off between two asks
         for tp in committed:
             consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else -2))
 
