@@ -173,6 +173,9 @@ class BrokerAuthorizer:
         self.enabled = class_name == STANDARD_AUTHORIZER
         users = parse_super_users(super_users) if isinstance(super_users, str) else frozenset(super_users)
         self.index = AclIndex(super_users=users, allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found)
+        #: Moved on by every change of the ACLs: what was decided under an earlier version may no longer
+        #: hold (a fetch session reading only what changed looks at every partition again).
+        self.version = 0
         self._log = _logger.bind(node_id=node_id)
 
     @classmethod
@@ -194,6 +197,7 @@ class BrokerAuthorizer:
                     self.index.remove(acl_id)
             else:
                 self.index.add(acl_id, binding)
+        self.version += 1
         self._log.info("acls changed", added=sum(b is not None for b in changed.values()),
                        removed=sum(b is None for b in changed.values()), acls=len(self.index))
 

@@ -161,14 +161,15 @@ class FetchSession:
     cached_size: int = -1
     evictable_by_all: bool = False
     evictable_by_privileged: bool = False
-    #: A follower's session (see kraftpy.broker.apis.fetch, "Follower sessions in proportion to the
-    #: change"): the partitions that changed since a fetch last found them with nothing to say (marked
-    #: by the partitions themselves, `mark`), or that still have something to say.
+    #: The partitions that changed since a fetch last found them with nothing to say (marked by the
+    #: partitions themselves, `mark`), or that still have something to say (see kraftpy.broker.apis.fetch,
+    #: "Sessions in proportion to the change").
     dirty: set = attrs.field(factory=set)
     #: Called by `mark` (a parked fetch of the session sets it to wake itself up).
     wake: Callable[[], None] | None = None
-    #: The replica manager's ``partitions_version`` when a fetch last looked at every partition (-1: never).
-    version: int = -1
+    #: What a fetch that last looked at every partition saw (the fetch API's ``view``: the replicas here,
+    #: the ACLs, the isolation level); None: never.
+    version: Any = None
     #: When the session was last fetched (the partitions' clock, ms).
     last_fetch_ms: int = 0
     #: Gone from the cache: its partitions no longer count its fetches.

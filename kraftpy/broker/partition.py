@@ -237,9 +237,9 @@ class Partition:
         #: producer. A verified append must find its own guard still in place (`append_as_leader`).
         self._verification_guards: dict[int, object] = {}
 
-        #: The follower fetch sessions that hold this partition, and its key in each: told of every change
-        #: the watchers below are notified of (kraftpy.broker.apis.fetch, "Follower sessions in proportion
-        #: to the change"). Weak: a session the cache let go leaves no trace here.
+        #: The fetch sessions that hold this partition, and its key in each: told of every change the
+        #: watchers below are notified of (kraftpy.broker.apis.fetch, "Sessions in proportion to the
+        #: change"). Weak: a session the cache let go leaves no trace here.
         self.sessions: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         #: Notified when the log end offset moves (followers' fetches wait on it).
         self.append_watchers = Watchers(self.changed)
@@ -715,6 +715,7 @@ class Partition:
             await self.run_exclusive(segment.txn_index.append_all, entries)
         finally:
             self._aborts_being_indexed.remove(floor)
+            self.hw_watchers.notify()  # the last stable offset it held back may move now
 
     async def append_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                                 committed: bool, *, now: int, leader_epoch: int | None = None) -> LeaderAppend:

@@ -10,7 +10,7 @@ promise, so a spurious one costs a re-check and nothing else.
 
 A set may also carry one standing callback (``on_notify``), called on every notification whether or
 not a request is parked: a partition tells the fetch sessions that hold it that it changed (see
-kraftpy.broker.apis.fetch, "Follower sessions in proportion to the change").
+kraftpy.broker.apis.fetch, "Sessions in proportion to the change").
 """
 
 from __future__ import annotations

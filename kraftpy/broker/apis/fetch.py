@@ -25,24 +25,27 @@ current leader and epoch, and the answer carries those leaders' endpoints on the
 
 Fetch sessions (KIP-227, kraftpy.broker.fetch_sessions): a full fetch may leave its partitions in the
 broker's session cache; an incremental one then names only what changed, and is answered only with the
-partitions that have something new. A consumer's incremental fetch reads every partition of its
-session; the regions read for the partitions left out are never detached, so they cost no descriptor.
+partitions that have something new. The regions read for the partitions left out are never detached,
+so they cost no descriptor.
 
-Follower sessions in proportion to the change
----------------------------------------------
-A follower's incremental fetch reads only the partitions it names and those marked since: every
-partition a follower's session holds tells it of each change (`Partition.changed`, called by the
-partition's watchers on appends, truncations, a new high watermark, role or ISR, and on a new log
-start offset), and `FetchSession.pick` returns those, in session order. After the fetch,
-`_note_follower_session` leaves a partition marked unless the follower has all of it, is in its ISR,
-and has been told its high watermark, last stable offset and log start offset: a partition with an
-error, a diverging epoch, a follower catching up or outside the ISR is read again on every fetch, as
-before. A fetch with nothing to read parks on the session (its ``wake``), not on each partition's
-watchers. The follower's offsets are taken in once, when the fetch arrives. Partitions not read are
-unchanged since the follower last had all of them, so each fetch of the session counts as catching
-up there (`FollowerState.caught_up_ms`). Replicas that came or went on this broker since the session
-last read everything (``ReplicaManager.partitions_version``), or a follower denied, make the fetch
-read every partition once.
+Sessions in proportion to the change
+------------------------------------
+An incremental fetch reads only the partitions it names and those marked since: every partition a
+session holds tells it of each change (`Partition.changed`, called by the partition's watchers on
+appends, truncations, a new high watermark, last stable offset, role or ISR, and on a new log start
+offset), and `FetchSession.pick` returns those, in session order. After the fetch, `_note_session`
+leaves a partition marked unless it has nothing left to say: a follower has all of it and is in its
+ISR, a consumer has everything below its bound (the high watermark, or the last stable offset for
+read_committed), and either was told the high watermark, last stable offset and log start offset. A
+partition with an error, a diverging epoch, records left to read or a follower outside the ISR is read
+again on every fetch, as before. A fetch with nothing to read parks on the session (its ``wake``), not
+on each partition's watchers. A follower's offsets are taken in once, when the fetch arrives.
+Partitions not read are unchanged since the follower last had all of them, so each fetch of its session
+counts as catching up there (`FollowerState.caught_up_ms`). The fetch reads every partition once when
+what decided the others may have changed since the session last read them all (its ``view``): replicas
+came or went on this broker (``ReplicaManager.partitions_version``), the ACLs changed (each partition's
+READ is decided again), or the consumer asks with another isolation level; and a follower denied
+always reads them all.
 """
 
 from __future__ import annotations
@@ -113,6 +116,9 @@ class FetchApi:
         #: what a follower's fetch costs here, which follows what changed, not the session's size.
         self.follower_fetches = 0
         self.follower_partitions_looked_at = 0
+        #: The same of consumers' fetches.
+        self.consumer_fetches = 0
+        self.consumer_partitions_looked_at = 0
 
     def handlers(self) -> dict[ApiKey, Any]:
         return {ApiKey.FETCH: self.handle_fetch}
@@ -139,20 +145,23 @@ class FetchApi:
                      for ft in request.forgotten_topics_data for p in ft.partitions]
         context = new_context(self.sessions, trio.current_time() * 1000, version=version,
                               session_id=request.session_id, epoch=request.session_epoch, is_follower=is_replica,
-                              fetch_data=fetch_data, forgotten=forgotten, lazy=is_replica)
+                              fetch_data=fetch_data, forgotten=forgotten, lazy=True)
         if context.error != ErrorCode.NONE:
             self._log.debug("fetch session refused", session_id=request.session_id,
                             epoch=request.session_epoch, error=context.error.name)
             return FetchResponse(throttle_time_ms=0, error_code=context.error, session_id=0)
         follower_denied = is_replica and not self.authz.allows_cluster(conn, CLUSTER_ACTION)
-        # A follower's incremental fetch looks only at the partitions it names and those that changed
-        # since (see "Follower sessions in proportion to the change"), unless replicas came or went here
-        # since the session last looked at all of its partitions.
-        session = context.session if is_replica and context.kind == "incremental" else None
-        picking = (session is not None and not follower_denied
-                   and session.version == self.replicas.partitions_version)
+        read_committed = not is_replica and request.isolation_level == READ_COMMITTED
+        # An incremental fetch looks only at the partitions it names and those that changed since (see
+        # "Sessions in proportion to the change"), unless replicas came or went here, the ACLs changed or
+        # the isolation level is another since the session last looked at all of its partitions.
+        view = (self.replicas.partitions_version, self.authz.version, read_committed)
+        session = context.session if context.kind == "incremental" else None
+        picking = session is not None and not follower_denied and session.version == view
         if is_replica:
             self.follower_fetches += 1
+        else:
+            self.consumer_fetches += 1
         if session is not None:
             session.last_fetch_ms = self.replicas.clock()
             context.partitions = session.pick(fetch_data) if picking else list(session.partitions.items())
@@ -163,7 +172,6 @@ class FetchApi:
         # ISR of is left out of the answer while the leader's quota is exceeded.
         throttles = self.replicas.throttles
         held: set[int] = set()
-        read_committed = not is_replica and request.isolation_level == READ_COMMITTED
         deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
         max_bytes, min_bytes = request.max_bytes, request.min_bytes
         quota_bytes = self.quotas.max_fetch_bytes(header, conn) if self.quotas is not None and not is_replica else None
@@ -192,7 +200,7 @@ class FetchApi:
                 finally:
                     session.wake = None
                 context.partitions = session.pick(fetch_data)
-                # The follower's offsets were taken in when the fetch came: its state is not touched again
+                # A follower's offsets were taken in when the fetch came: its state is not touched again
                 # (it said what it had then, not now).
                 items, diverging = self._resolve(context.partitions, uses_topic_ids, image, conn, is_replica,
                                                  follower_denied, replica_id, replica_epoch, take_offsets=False)
@@ -225,9 +233,9 @@ class FetchApi:
         sizes = [part_length(data.records) if data is not None and data.records is not None else 0 for data in datas]
         error, session_id, carried = context.finish(self.sessions, trio.current_time() * 1000,
                                                     list(zip(datas, sizes, strict=True)))
-        if is_replica and error == ErrorCode.NONE and session_id != 0 and not follower_denied:
-            self._note_follower_session(self.sessions.get(session_id), items, diverging, held, replica_id,
-                                        looked_at_all=not picking)
+        if error == ErrorCode.NONE and session_id != 0 and not follower_denied:
+            self._note_session(self.sessions.get(session_id), items, diverging, held, replica_id, read_committed,
+                               view=None if picking else view)
         responses = []
         topic_response = None
         for i in carried:
@@ -281,7 +289,9 @@ class FetchApi:
             items.append(item)
 
         diverging: dict[int, tuple[int, int]] = {}
-        if is_replica:
+        if not is_replica:
+            self.consumer_partitions_looked_at += len(items)
+        else:
             self.follower_partitions_looked_at += len(items)
             for i, (_, fp, part, error) in enumerate(items):
                 if part is None or error != ErrorCode.NONE:
@@ -302,31 +312,39 @@ class FetchApi:
                 if part is not None and error == ErrorCode.NONE and replica_id not in part.isr
                 and throttles.leader_throttles(part.tp.topic, part.tp.partition)}
 
-    def _note_follower_session(self, session: Any, items: list, diverging: dict, held: set[int], replica_id: int,
-                               *, looked_at_all: bool) -> None:
-        """After a follower's fetch of ``session``: each partition looked at tells the session of its
-        changes from now on and counts its fetches as the follower's (`FollowerState.caught_up_ms`), and
-        stays marked unless it has nothing left to say (see "Follower sessions in proportion to the
-        change")."""
+    def _note_session(self, session: Any, items: list, diverging: dict, held: set[int], replica_id: int,
+                      read_committed: bool, *, view: Any) -> None:
+        """After a fetch of ``session``: each partition looked at tells the session of its changes from now
+        on (and, for a follower, counts its fetches as the follower's: `FollowerState.caught_up_ms`), and
+        stays marked unless it has nothing left to say (see "Sessions in proportion to the change").
+        ``view``: what the fetch saw when it looked at every partition (None: it looked at some)."""
         if session is None:
             return
         dirty = session.dirty
+        is_replica = replica_id >= 0
         for i, (key, cached, part, error) in enumerate(items):
             if part is None:
                 dirty.add(key)
                 continue
             part.sessions[session] = key
-            state = part.followers.get(replica_id)
-            if state is not None:
-                state.session, state.session_key = session, key
             log = part.log
+            if is_replica:
+                state = part.followers.get(replica_id)
+                if state is not None:
+                    state.session, state.session_key = session, key
+                # Nothing left to say: the follower has all of it, is in its ISR, and was told its
+                # high watermark, last stable offset and log start offset.
+                settled = (i not in diverging and i not in held and replica_id in part.isr
+                           and cached.fetch_offset == log.log_end_offset)
+            else:
+                # Nothing left to say: the consumer has everything below its bound (the high watermark,
+                # the last stable offset for read_committed) and was told where the log stands.
+                upper = part.last_stable_offset if read_committed else part.high_watermark
+                settled = upper <= cached.fetch_offset <= log.log_end_offset
             if (
-                error == ErrorCode.NONE
-                and i not in diverging
-                and i not in held
+                settled
+                and error == ErrorCode.NONE
                 and part.is_leader
-                and replica_id in part.isr
-                and cached.fetch_offset == log.log_end_offset
                 and cached.high_watermark == part.high_watermark
                 and cached.last_stable_offset == part.last_stable_offset
                 and cached.local_log_start_offset == log.log_start_offset
@@ -334,8 +352,8 @@ class FetchApi:
                 dirty.discard(key)
             else:
                 dirty.add(key)
-        if looked_at_all:
-            session.version = self.replicas.partitions_version
+        if view is not None:
+            session.version = view
 
     def _current_leaders(self, items: list, datas: list, carried: Iterable[int], listener: str) -> list[Any]:
         """KIP-951 (Fetch v16+): a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH names
