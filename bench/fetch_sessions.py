@@ -1,5 +1,5 @@
-"""Benchmark fetch sessions (KIP-227): a follower replicating 1,000 partitions with incremental fetch
-sessions and with full fetches, in the same run; print a markdown section.
+"""Benchmark fetch sessions (KIP-227): a follower replicating 1,000 partitions, and a consumer reading
+them, with incremental fetch sessions and with full fetches, in the same run; print a markdown section.
 
 Each mode runs its own cluster of real processes (three `kraftpy controller`, three `kraftpy broker`,
 logging at info level, metrics endpoints on). The brokers of the "full fetches" cluster have
@@ -15,7 +15,11 @@ For each mode, once every partition's ISR holds both brokers:
    no records are produced; the leader's received bytes are then all fetch requests;
 2. a load window of WINDOW_S seconds: a confluent-kafka producer (acks=1, linger.ms=5) sends RATE
    records/s of SIZE bytes to partitions picked at random (the same seeded sequence in both modes),
-   so a few partitions have news at each fetch.
+   so a few partitions have news at each fetch;
+3. a consumer window of WINDOW_S seconds: the same load, read as it comes by a kafka-python consumer
+   (a client that fetches through sessions, as Java's does) assigned all 1,000 partitions on the
+   leader, which has read everything before the window starts; what the window costs the leader
+   beyond the load window is what the consumer's fetches cost it.
 
 Per window: the bytes of the fetch requests broker 4 received (its ``kraftpy_request_bytes``, less
 the producer's requests as librdkafka counts them, ``txbytes``), its fetch requests
@@ -30,6 +34,7 @@ import os
 import random
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -37,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
 from tests.helpers.deployments import ProcessCluster, create_topics  # noqa: E402
 from tests.helpers.scrape import scrape, value  # noqa: E402
@@ -87,6 +93,7 @@ class Window:
             "time": time.monotonic(),
             "bytes": value(samples, "kraftpy_request_bytes_total") or 0.0,
             "fetches": value(samples, "kraftpy_requests_total", api_key="1") or 0.0,
+            "consumer_fetches": value(samples, "kraftpy_request_duration_seconds_count", request="FetchConsumer") or 0.0,
             "leader_cpu": cpu_seconds(self.cluster.brokers[LEADER].pid),
             "follower_cpu": cpu_seconds(self.cluster.brokers[FOLLOWER].pid),
         }
@@ -103,6 +110,9 @@ class Window:
             "follower_cpu": 100 * delta["follower_cpu"] / elapsed,
             "leader_ms_per_fetch": 1000 * delta["leader_cpu"] / max(delta["fetches"], 1),
             "follower_ms_per_fetch": 1000 * delta["follower_cpu"] / max(delta["fetches"], 1),
+            "consumer_fetches_s": delta["consumer_fetches"] / elapsed,
+            "leader_cpu_s": delta["leader_cpu"],
+            "consumer_fetches": delta["consumer_fetches"],
         }
 
 
@@ -144,13 +154,37 @@ def run_mode(slots: int) -> dict[str, dict[str, float]]:
         with Window(cluster) as load:
             produced = produce_for(leader_bootstrap, WINDOW_S)
         load.producer_bytes = produced
-        return {"idle": idle.result(), "load": load.result()}
+        consumer = KafkaConsumer(bootstrap_servers=leader_bootstrap, enable_auto_commit=False,
+                                 auto_offset_reset="earliest", fetch_max_wait_ms=500)
+        partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        consumer.assign(partitions)
+        ends = consumer.end_offsets(partitions)
+        while any(consumer.position(tp) < end for tp, end in ends.items()):
+            consumer.poll(timeout_ms=200, max_records=100_000)
+        stop = threading.Event()
+        read = [0]
+
+        def consume() -> None:
+            while not stop.is_set():
+                read[0] += sum(len(r) for r in consumer.poll(timeout_ms=200, max_records=100_000).values())
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        try:
+            with Window(cluster) as consuming:
+                produced = produce_for(leader_bootstrap, WINDOW_S)
+            consuming.producer_bytes = produced
+        finally:
+            stop.set()
+            reader.join()
+            consumer.close()
+        return {"idle": idle.result(), "load": load.result(), "consumer": consuming.result()}
 
 
 def main() -> None:
     results = {"sessions": run_mode(1000), "full fetches": run_mode(0)}
     lines = [
-        "## Fetch sessions (KIP-227): a follower of 1,000 partitions",
+        "## Fetch sessions (KIP-227): a follower and a consumer of 1,000 partitions",
         "",
         "`bench/fetch_sessions.py`. " + " ".join((__doc__ or "").split("\n\n")[1].split()),
         "",
@@ -169,6 +203,12 @@ def main() -> None:
                          f"{r['bytes_per_fetch']:,.0f} | {r['leader_cpu']:.1f}% | {r['leader_ms_per_fetch']:.1f} | "
                          f"{r['follower_cpu']:.1f}% | {r['follower_ms_per_fetch']:.1f} |")
     lines.append("")
+    for mode, windows in results.items():
+        load, consuming = windows["load"], windows["consumer"]
+        extra_ms = 1000 * (consuming["leader_cpu_s"] - load["leader_cpu_s"])
+        lines.append(f"- {mode}, the consumer: {consuming['consumer_fetches_s']:.1f} fetches/s; the leader's CPU "
+                     f"{consuming['leader_cpu']:.1f}% with it against {load['leader_cpu']:.1f}% in the load window, "
+                     f"a difference of {extra_ms / max(consuming['consumer_fetches'], 1):.2f} ms a consumer fetch.")
     for window in ("idle", "load"):
         s, f = results["sessions"][window], results["full fetches"][window]
         lines.append(f"- {window}: with sessions the follower sent {100 * s['bytes_s'] / max(f['bytes_s'], 1):.1f}% "
