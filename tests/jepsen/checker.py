@@ -25,7 +25,13 @@ partitions in order):
   TOPIC_AUTHORIZATION_FAILED, by the broker or by the client's cached answer (the `acl-flap` nemesis
   removes the producers' WRITE ACL); definite failures, so any of them read is an aborted read, also
   counted as `unauthorized_writes_read`. `details.security` counts the security faults of the
-  history (certificates rotated and reloads seen, ACL and credential flaps).
+  history (certificates rotated and reloads seen, ACL and credential flaps);
+- *session reads behind*: a session consumer (kafka-python, reading through KIP-227 fetch sessions,
+  whose incremental fetches name only what changed) that, once healed, did not reach the high
+  watermark of one of its partitions within the drain's time (a `session-drain` op not `ok`, or one
+  whose positions fall short): the leader was never told that partition had news for the session.
+  Its polls are also checked as every poll is (nonmonotonic, aborted, unexpected reads).
+  `session_reads_behind` is None for a history without session consumers.
 
 `details.membership` (a dynamic quorum's campaign, `membership_faults`) counts the membership nemesis's
 changes: voters removed (the leader among them) and added back, disks replaced, changes skipped or
@@ -61,6 +67,7 @@ from tests.jepsen.history import (
     OK,
     POLL,
     SEND,
+    SESSION_DRAIN,
     Op,
 )
 
@@ -227,6 +234,19 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
 
     group = check_group(pairs, history, acked, nonmonotonic, detail_limit)
 
+    # The session consumers' drains: every partition read up to the high watermark named once healed.
+    session_drains = 0
+    session_behind = Capped(detail_limit)
+    for inv, comp in pairs:
+        if inv.f != SESSION_DRAIN:
+            continue
+        session_drains += 1
+        reached = dict(comp.offsets or ()) if comp is not None else {}
+        for partition, high in inv.offsets or ():
+            if comp is None or reached.get(partition, -1) < high:
+                session_behind.add({"member": inv.member, "partition": partition, "high_watermark": high,
+                                    "reached": reached.get(partition)})
+
     # Availability, operation counts and latencies.
     counts: dict[str, dict[str, int]] = {}
     latencies: dict[str, list[float]] = defaultdict(list)
@@ -252,7 +272,7 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
         latency[f] = entry
 
     hard = lost.count + duplicated.count + inconsistent.count + nonmonotonic.count + aborted.count \
-        + unexpected.count + unseen_after_final + reordered.count
+        + unexpected.count + unseen_after_final + reordered.count + session_behind.count
     if group is not None:
         hard += group["group_lost"].count + group["committed_regressions"].count \
             + group["redelivered_after_commit"].count
@@ -277,6 +297,7 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
         "reordered": reordered.count,
         "unauthorized_writes": len(unauthorized),
         "unauthorized_writes_read": unauthorized_read.count,
+        "session_reads_behind": session_behind.count if session_drains else None,
         "availability": round(client_ok / client_done, 6) if client_done else None,
         "seed": seed,
         "nemesis": nemesis,
@@ -300,6 +321,12 @@ def check(history: Iterable[Op], *, seed: int | None = None, nemesis: Any = None
             "ops": counts,
             "read_values": len(read_values),
             "final_read_partitions": sorted(final_read_partitions),
+            "session_consumers": {"drains": session_drains, "behind": session_behind.items,
+                                  "polls": sum(1 for inv, comp in pairs if inv.f == POLL and inv.member == "session"
+                                               and comp is not None and comp.type == OK),
+                                  "records": sum(len(comp.records or ()) for inv, comp in pairs
+                                                 if inv.f == POLL and inv.member == "session"
+                                                 and comp is not None and comp.type == OK)},
         },
     }
     for key in ("group_lost", "committed_regressions", "redelivered_after_commit"):

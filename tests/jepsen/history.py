@@ -27,6 +27,14 @@ The group workload adds the operations of consumers in one consumer group:
   assignment changing: `partitions` were added to or taken from it (`error` is `lost` for
   partitions lost without a revocation), `member_id` is the coordinator's id for it.
 
+The queue workload's session consumers (kafka-python, which reads through KIP-227 fetch sessions:
+an incremental fetch names only what changed) record their reads as `poll` (`member` is `session`),
+and add:
+
+- `session-drain`: after healing, each session consumer reads on until it holds every partition up to
+  the high watermark the invocation names (`offsets`: `[partition, high watermark]`); `ok` with the
+  positions reached, `info` (its `error` naming the partitions) when time ran out first.
+
 The transaction workload (`tests.jepsen.txn`) adds:
 
 - `txn`: one transaction of a transactional producer or of the consume-transform-produce process
@@ -77,8 +85,10 @@ REVOKE = "revoke"
 TXN = "txn"
 TXN_POLL = "txn-poll"
 TXN_FINAL_READ = "txn-final-read"
+#: the queue workload's session consumers reading on, once healed, up to every high watermark
+SESSION_DRAIN = "session-drain"
 FS = (SEND, POLL, FINAL_READ, NEMESIS, CONSUME, COMMIT, COMMITTED, DRAIN, ASSIGN, REVOKE, TXN, TXN_POLL,
-      TXN_FINAL_READ)
+      TXN_FINAL_READ, SESSION_DRAIN)
 #: events recorded on their own, not as an invocation and a completion
 EVENT_FS = (NEMESIS, ASSIGN, REVOKE)
 

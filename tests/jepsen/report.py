@@ -78,6 +78,10 @@ def summary_text(results: dict[str, Any], windows: list[dict[str, Any]]) -> str:
     if replicas is not None:
         lines.append(f"replicas: {replicas['replicas']} of {replicas['partitions']} partitions read after the stop; "
                      f"diverged={len(replicas['diverged'])} behind={len(replicas['behind'])}")
+    sessions = results.get("details", {}).get("session_consumers")
+    if sessions and sessions["drains"]:
+        lines.append(f"session consumers (fetch sessions): {sessions['polls']} polls, {sessions['records']} records "
+                     f"read; drained to every high watermark: {results.get('session_reads_behind')} partitions behind")
     pipelined = results.get("details", {}).get("pipelined_acked")
     if pipelined:
         lines.append(f"pipelined sends acknowledged: {pipelined} (checked for reordering)")

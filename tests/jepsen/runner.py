@@ -9,8 +9,10 @@ cluster id derived from the seed, set up the network backend (network namespaces
 TCP proxy layer), start `kraftpy controller --config F` and `kraftpy broker --config F` (inside the
 node's namespace with the netns backend), wait until the brokers answer, create the topic
 (RF=3, min.insync.replicas=2), run producer and consumer workers (confluent-kafka: acks=all,
-idempotence, retries; consumers assign() their partitions) while the nemesis runs the schedule,
-heal everything, read every partition from the start, stop the cluster and write history.jsonl,
+idempotence, retries; consumers assign() their partitions; kafka-python session consumers read
+through fetch sessions) while the nemesis runs the schedule, heal everything, let the session
+consumers read up to every high watermark, read every partition from the start, stop the cluster
+and write history.jsonl,
 schedule.json, results.json, summary.txt and the PNG. The exit status is 0 when the history is
 valid, 1 when it is not, 2 when the harness itself failed.
 
@@ -70,7 +72,7 @@ from tests.jepsen import nemesis as nm
 from tests.jepsen import security as sec
 from tests.jepsen.checker import check, membership_faults, security_faults
 from tests.jepsen.group import ASSIGNORS, GroupWorkload, offsets_partition_for
-from tests.jepsen.history import FINAL_READ, POLL, SEND, Recorder
+from tests.jepsen.history import FINAL_READ, POLL, SEND, SESSION_DRAIN, Recorder
 from tests.jepsen.provenance import attach_provenance, replica_agreement
 from tests.jepsen.proxy import Route, SocketOwners, ThreadedProxy
 from tests.jepsen.report import HISTORY, RUN_FACTS, write_report
@@ -779,9 +781,16 @@ class Workload:
 
     def __init__(self, plan: Plan, recorder: Recorder, *, topic: str, seed: int, producers: int,
                  consumers: int, op_timeout: float, log: Callable[[str], Any], pipelined: int = 0,
-                 burst: int = 16) -> None:
-        """``pipelined`` of the ``producers`` send ``burst`` records at a time (see `_produce_pipelined`)."""
+                 burst: int = 16, session_consumers: int = 0) -> None:
+        """``pipelined`` of the ``producers`` send ``burst`` records at a time (see `_produce_pipelined`);
+        ``session_consumers`` read through fetch sessions (see `_consume_in_session`)."""
         self.plan = plan
+        self.session_consumers = session_consumers
+        #: Stops the session consumers, which read on after `stop` until `drain_sessions` is done.
+        self.session_stop = threading.Event()
+        #: Each session consumer's next offset of each of its partitions.
+        self.session_positions: list[dict[int, int]] = []
+        self.session_threads: list[threading.Thread] = []
         self.recorder = recorder
         self.topic = topic
         self.seed = seed
@@ -841,7 +850,14 @@ class Workload:
             if parts:
                 self.threads.append(threading.Thread(target=self._guard, args=(self._consume, parts),
                                                      name=f"consumer-{i}", daemon=True))
-        for t in self.threads:
+        for i in range(self.session_consumers):
+            positions = {p: 0 for p in range(self.plan.partitions) if p % self.session_consumers == i}
+            if positions:
+                self.session_positions.append(positions)
+                self.session_threads.append(threading.Thread(
+                    target=self._guard, args=(self._consume_in_session, positions), name=f"session-consumer-{i}",
+                    daemon=True))
+        for t in self.threads + self.session_threads:
             t.start()
 
     def join(self) -> None:
@@ -991,6 +1007,80 @@ class Workload:
             finally:
                 consumer.close()
 
+    def _consume_in_session(self, positions: dict[int, int]) -> None:
+        """Read ``positions``' partitions from the beginning with kafka-python, whose fetches go through
+        a KIP-227 session (librdkafka's never do): an incremental fetch names only what changed, and the
+        leader answers from what it was told changed. Every poll is recorded as the queue consumers'
+        are; a client error ends the client, and a new one (a new process) resumes after the last record
+        read. Reads on after `stop`, until `drain_sessions` sets `session_stop`."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        while not self.session_stop.is_set():
+            process = self.next_process()
+            consumer = KafkaConsumer(bootstrap_servers=self.plan.bootstrap.split(","), enable_auto_commit=False,
+                                     auto_offset_reset="none", fetch_max_wait_ms=500, request_timeout_ms=30_000,
+                                     metadata_max_age_ms=2000, reconnect_backoff_max_ms=1000,
+                                     client_id=f"jepsen-session-{process}")
+            try:
+                parts = [TopicPartition(self.topic, p) for p in positions]
+                consumer.assign(parts)
+                for tp in parts:
+                    consumer.seek(tp, positions[tp.partition])
+                while not self.session_stop.is_set():
+                    self.recorder.invoke(POLL, process, member="session")
+                    try:
+                        batches = consumer.poll(timeout_ms=1000, max_records=500)
+                    except Exception as e:
+                        self.recorder.info(POLL, process, member="session", error=f"poll: {type(e).__name__}: {e}")
+                        break  # a new consumer (and process) resumes after the last record read
+                    records = []
+                    for _, messages in sorted(batches.items(), key=lambda kv: kv[0].partition):
+                        for m in messages:
+                            records.append((m.partition, m.offset, decode_value(m.value)))
+                            positions[m.partition] = m.offset + 1
+                    self.recorder.ok(POLL, process, member="session", records=records)
+            finally:
+                with contextlib.suppress(Exception):
+                    consumer.close(autocommit=False)
+
+    def drain_sessions(self, timeout: float) -> None:
+        """Once healed: let each session consumer read on until it holds every partition up to the high
+        watermark it has now (or ``timeout`` passed), record that as a `session-drain`, then stop them.
+        A partition a session was never told of again would stay behind."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        if not self.session_threads:
+            return
+        process = self.next_process()
+        consumer = Consumer(self.consumer_config(process))
+        targets: dict[int, int] = {}
+        deadline = time.monotonic() + timeout
+        try:
+            for p in range(self.plan.partitions):
+                while p not in targets and time.monotonic() < deadline:
+                    with contextlib.suppress(Exception):
+                        targets[p] = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=3)[1]
+        finally:
+            consumer.close()
+        for i, positions in enumerate(self.session_positions):
+            mine = {p: targets.get(p, -1) for p in positions}
+            drain = self.next_process()
+            self.recorder.invoke(SESSION_DRAIN, drain, member=f"session-{i}", offsets=sorted(mine.items()))
+            while time.monotonic() < deadline and any(positions[p] < high for p, high in mine.items()):
+                time.sleep(0.1)
+            reached = sorted((p, positions[p]) for p in mine)
+            behind = [p for p, high in mine.items() if high < 0 or positions[p] < high]
+            if behind:
+                self.recorder.info(SESSION_DRAIN, drain, member=f"session-{i}", offsets=reached,
+                                   error="behind on partitions " + ",".join(map(str, sorted(behind))))
+            else:
+                self.recorder.ok(SESSION_DRAIN, drain, member=f"session-{i}", offsets=reached)
+        self.session_stop.set()
+        for t in self.session_threads:
+            t.join(timeout=self.op_timeout * 3 + 10)
+            if t.is_alive():
+                self.errors.append(f"{t.name} did not stop")
+
     def final_read(self, timeout: float) -> None:
         """Reads every partition from the beginning up to its high watermark."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -1081,6 +1171,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--burst", type=int, default=16, help="queue: records a pipelined producer hands over at once")
     ap.add_argument("--consumers", type=int, default=3,
                     help="consumers, group members, or read_committed consumers (txn) (default 3)")
+    ap.add_argument("--session-consumers", type=int, default=1,
+                    help="queue workload without --security: kafka-python consumers reading every partition "
+                         "through fetch sessions, which read on once healed up to every high watermark (default 1)")
     ap.add_argument("--abort-every", type=int, default=5,
                     help="txn: about one transaction in N is aborted on purpose (default 5)")
     ap.add_argument("--transaction-timeout-ms", type=int, default=10000,
@@ -1097,7 +1190,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--offsets-partitions", type=int, default=50,
                     help="offsets.topic.num.partitions of the cluster (default 50, Kafka's)")
     ap.add_argument("--drain-timeout", type=float, default=120.0,
-                    help="group: seconds the healed group has to commit up to every high watermark")
+                    help="group: seconds the healed group has to commit up to every high watermark; queue: "
+                         "seconds the session consumers have to read up to every high watermark")
     ap.add_argument("--op-timeout", type=float, default=10.0, help="seconds before a send is indeterminate")
     ap.add_argument("--base-port", type=int, default=19000, help="first port of the proxy/none layouts")
     ap.add_argument("--startup-timeout", type=float, default=60.0)
@@ -1214,7 +1308,9 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
                                     producers=0 if cluster.txn_id else args.producers,
                                     consumers=0 if cluster.group or cluster.txn_id else args.consumers,
                                     op_timeout=args.op_timeout, log=log, pipelined=args.pipelined_producers,
-                                    burst=args.burst)
+                                    burst=args.burst,
+                                    session_consumers=0 if cluster.group or cluster.txn_id or security
+                                    else args.session_consumers)
                 if cluster.group:
                     members = GroupWorkload(
                         bootstrap=plan.bootstrap, recorder=recorder, topic=args.topic, group=cluster.group,
@@ -1254,6 +1350,7 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
                     if cluster.node(name).process is None or cluster.node(name).process.poll() is not None:
                         cluster.restart(name)
                 wait_for_cluster(plan, cluster, args.startup_timeout, log)
+                workload.drain_sessions(args.drain_timeout)
                 if members:
                     members.drain(args.drain_timeout)
                     members.stop()

@@ -49,9 +49,9 @@ class Builder:
                  offset=offset if result == "ok" else None, error=error)
 
     def poll(self, process: int | str, records: list[tuple[int, int, Any]], result: str = "ok",
-             partition: int | None = None, error: str | None = None) -> None:
-        self.invoke(POLL, process, partition=partition)
-        self.add(result, POLL, process, partition=partition,
+             partition: int | None = None, error: str | None = None, member: str | None = None) -> None:
+        self.invoke(POLL, process, partition=partition, member=member)
+        self.add(result, POLL, process, partition=partition, member=member,
                  records=records if result == "ok" else None, error=error)
 
     def final_read(self, process: int | str, partition: int, records: list[tuple[int, int, Any]],

@@ -12,7 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.jepsen.checker import check, membership_faults, pair_ops, quantile
-from tests.jepsen.history import FINAL_READ, INVOKE, POLL, SEND, Op, Recorder, read_history, write_history
+from tests.jepsen.history import (
+    FINAL_READ,
+    INVOKE,
+    POLL,
+    SEND,
+    SESSION_DRAIN,
+    Op,
+    Recorder,
+    read_history,
+    write_history,
+)
 from tests.jepsen.synthetic import Builder, synthetic_run
 
 KEYS = {"valid", "acked", "lost", "unseen", "duplicated", "inconsistent_offsets", "nonmonotonic",
@@ -503,3 +513,32 @@ def test_membership_faults_are_counted_from_the_nemesis_records():
         "errors": ["start remove: RpcError('REQUEST_TIMED_OUT')"]}
     assert membership_faults(history[6:]) == {"removed": 0, "leaders_removed": 0, "disks_replaced": 0, "added": 0,
                                               "skipped": 0, "errors": []}
+
+
+def test_a_session_consumer_that_did_not_reach_a_high_watermark_makes_the_run_invalid():
+    def history(reached: list[tuple[int, int]], result: str = "ok"):
+        b = Builder()
+        b.send(0, 1, 0, offset=0)
+        b.send(0, 2, 1, offset=0)
+        b.poll(5, [(0, 0, 1)], member="session")
+        b.invoke(SESSION_DRAIN, 6, member="session-0", offsets=[(0, 1), (1, 1)])
+        b.add(result, SESSION_DRAIN, 6, member="session-0", offsets=reached)
+        b.final_read(9, 0, [(0, 0, 1)])
+        b.final_read(10, 1, [(1, 0, 2)])
+        return check(b.ops)
+
+    caught_up = history([(0, 1), (1, 1)])
+    assert caught_up["valid"] is True and caught_up["session_reads_behind"] == 0
+    assert caught_up["details"]["session_consumers"] == {"drains": 1, "behind": [], "polls": 1, "records": 1}
+    # Partition 1's record never reached the session consumer although the partition was healthy.
+    behind = history([(0, 1), (1, 0)], result="info")
+    assert behind["valid"] is False and behind["session_reads_behind"] == 1
+    assert behind["details"]["session_consumers"]["behind"] == [
+        {"member": "session-0", "partition": 1, "high_watermark": 1, "reached": 0}]
+    # Positions short of the high watermark count even in an `ok` drain.
+    assert history([(0, 1), (1, 0)])["session_reads_behind"] == 1
+    # No session consumer: no such check.
+    b = Builder()
+    b.send(0, 1, 0, offset=0)
+    b.final_read(9, 0, [(0, 0, 1)])
+    assert check(b.ops)["session_reads_behind"] is None

@@ -50,3 +50,7 @@ def test_kill_smoke_campaign_is_valid(tmp_path):
     reserved = results["details"]["preallocate"]
     assert reserved["segments"] > reserved["replicas"] > 0, reserved  # segments rolled during the campaign
     assert reserved["finished_segments_still_reserved"] == 0, reserved
+    # The session consumer read through fetch sessions under the kills, and reached every high watermark.
+    sessions = results["details"]["session_consumers"]
+    assert sessions["drains"] == 1 and sessions["records"] > 0 and results["session_reads_behind"] == 0, sessions
+    assert "session consumers (fetch sessions)" in summary
