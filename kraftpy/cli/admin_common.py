@@ -114,22 +114,24 @@ def run_trio(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         nonlocal interrupted
         result: T | None = None
         failure: BaseException | None = None
+        command = trio.CancelScope()
         with trio.open_signal_receiver(signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 async def on_ctrl_c() -> None:
                     nonlocal interrupted
-                    async for _ in signals:
+                    async for _ in signals:  # still listening while the command ends
                         if interrupted:
                             raise KeyboardInterrupt
                         interrupted = True
-                        nursery.cancel_scope.cancel()
+                        command.cancel()
                 nursery.start_soon(on_ctrl_c)
-                try:
-                    result = await fn(*args)
-                except trio.Cancelled:
-                    raise
-                except BaseException as exc:  # leaves as itself below, not inside the nursery's group
-                    failure = exc
+                with command:
+                    try:
+                        result = await fn(*args)
+                    except trio.Cancelled:
+                        raise
+                    except BaseException as exc:  # leaves as itself below, not inside the nursery's group
+                        failure = exc
                 nursery.cancel_scope.cancel()
         if failure is not None and not interrupted:
             raise failure
