@@ -860,6 +860,11 @@ class Workload:
         for t in self.threads + self.session_threads:
             t.start()
 
+    def abandon(self) -> None:
+        """Tell every client thread to stop, without waiting (the campaign is over, or failed)."""
+        self.stop.set()
+        self.session_stop.set()
+
     def join(self) -> None:
         self.stop.set()
         for t in self.threads:
@@ -1017,10 +1022,15 @@ class Workload:
 
         while not self.session_stop.is_set():
             process = self.next_process()
-            consumer = KafkaConsumer(bootstrap_servers=self.plan.bootstrap.split(","), enable_auto_commit=False,
-                                     auto_offset_reset="none", fetch_max_wait_ms=500, request_timeout_ms=30_000,
-                                     metadata_max_age_ms=2000, reconnect_backoff_max_ms=1000,
-                                     client_id=f"jepsen-session-{process}")
+            try:
+                consumer = KafkaConsumer(bootstrap_servers=self.plan.bootstrap.split(","), enable_auto_commit=False,
+                                         auto_offset_reset="none", fetch_max_wait_ms=500, request_timeout_ms=30_000,
+                                         metadata_max_age_ms=2000, reconnect_backoff_max_ms=1000,
+                                         client_id=f"jepsen-session-{process}")
+            except Exception as e:  # no broker answered its bootstrap (a fault): a new client, soon
+                self.log(f"session consumer: {type(e).__name__}: {e}; a new one")
+                self.session_stop.wait(1.0)
+                continue
             try:
                 parts = [TopicPartition(self.topic, p) for p in positions]
                 consumer.assign(parts)
@@ -1287,6 +1297,7 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
     members: GroupWorkload | None = None
     security = sec.SecurityFaults(plan, pki, topic_prefix=args.topic) if pki else None
     txns: TxnWorkload | None = None
+    workload: Workload | None = None
     with network_backend(plan.network, plan, cluster.pids, seed) as net:
         if isinstance(net, nm.NetnsNetwork):
             cluster.wrap = net.wrap
@@ -1362,6 +1373,8 @@ def _campaign_in(args: argparse.Namespace, plan: Plan, cluster: ProcessCluster, 
                 history = recorder.ops
                 final_voters = _quietly(cluster.voters) if plan.dynamic else None
         finally:
+            if workload is not None:
+                workload.abandon()  # a campaign that failed early leaves no client thread reading on
             if members:
                 members.kill_all()
             if txns:
