@@ -13,8 +13,11 @@ one 100-byte record, acks=1. Redis is driven by redis-benchmark with one connect
 ``XADD`` of one 100-byte field, and ``XRANGE key - + COUNT 1``. Server CPU is the server process's
 user+system time over the requests of a kind, divided by their number; the round trip is the client's,
 from the request's first byte written until its answer's last byte read (for Redis, one over
-redis-benchmark's requests/s). Each server runs every kind of request in every round, a fresh server a
-round; a cell is its median round.
+redis-benchmark's requests/s). Then the same requests again, each sent 3 ms after the answer to the one
+before: the server sleeps between them, as each broker of the latency section's cluster sleeps between
+the hops of a produce (the leader's append, the followers' fetches, the consumer's), and the last column
+is its CPU a request then (the two Kafka brokers only: redis-benchmark does not pause). Each server runs
+every kind of request in every round, a fresh server a round; a cell is its median round.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ TOPIC = "requests"
 RECORD = b"r" * 100
 #: Fetch by topic name (v13 names topics by id, which the two brokers need not agree on for a test topic).
 FETCH_VERSION = 12
+#: The pause after each request of the spaced measurement: long enough for the server to sleep between
+#: requests, as each broker of a cluster at a few hundred produce requests a second does between hops.
+SPACING = 0.003
 KINDS = ("ApiVersions", "Metadata", "Fetch, nothing new", "Fetch, one record", "Produce, one record, acks=1")
 REDIS_KINDS = {"Produce, one record, acks=1": ["XADD", "requests", "*", "f", "v" * 100],
                "Fetch, one record": ["XRANGE", "requests", "-", "+", "COUNT", "1"]}
@@ -131,8 +137,10 @@ def check(kind: str, key: ApiKey, version: int, answer_frame: bytes) -> None:
         raise SystemExit(f"{kind}: error {answer.error_code}")
 
 
-def kafka_round(port: int, pid: int, count: int, warmup: int) -> dict[str, tuple[float, float, float]]:
-    """For each kind: server CPU µs a request, round trip p50 and p99 in µs."""
+def kafka_round(port: int, pid: int, count: int, warmup: int,
+                spaced: int) -> dict[str, tuple[float, float, float, float]]:
+    """For each kind: server CPU µs a request, round trip p50 and p99 in µs, and server CPU µs a request
+    when ``spaced`` requests are sent `SPACING` seconds apart (each finds the server idle)."""
     client = Client(port)
     try:
         frames = frames_for(client)
@@ -150,7 +158,13 @@ def kafka_round(port: int, pid: int, count: int, warmup: int) -> dict[str, tuple
                 trips.append(time.perf_counter_ns() - started)
             used = cpu_seconds(pid) - cpu
             trips.sort()
-            out[kind] = (used / count * 1e6, trips[len(trips) // 2] / 1000, trips[int(len(trips) * 0.99)] / 1000)
+            cpu = cpu_seconds(pid)
+            for _ in range(spaced):
+                client.call(frame)
+                time.sleep(SPACING)
+            alone = (cpu_seconds(pid) - cpu) / spaced * 1e6 if spaced else float("nan")
+            out[kind] = (used / count * 1e6, trips[len(trips) // 2] / 1000, trips[int(len(trips) * 0.99)] / 1000,
+                         alone)
         return out
     finally:
         client.close()
@@ -180,8 +194,8 @@ def fill(port: int) -> None:
         client.close()
 
 
-def redis_round(root: Path, count: int) -> dict[str, tuple[float, float, float]]:
-    out = {}
+def redis_round(root: Path, count: int) -> dict[str, tuple[float, float, float, float]]:
+    out: dict[str, tuple[float, float, float, float]] = {}
     with redis_server(root) as (server, port):
         redis_cli(port, "XADD", "requests", "*", "f", "v" * 100)
         for kind, command in REDIS_KINDS.items():
@@ -191,15 +205,17 @@ def redis_round(root: Path, count: int) -> dict[str, tuple[float, float, float]]
             used = cpu_seconds(server.pid) - cpu
             rate = float([row for row in proc.stdout.splitlines() if row and not row.startswith('"test"')][-1]
                          .split(",")[1].strip('"'))
-            out[kind] = (used / count * 1e6, 1e6 / rate, float("nan"))
+            out[kind] = (used / count * 1e6, 1e6 / rate, float("nan"), float("nan"))
     return out
 
 
-def median_round(rounds: list[dict], kind: str) -> tuple[float, float, float] | None:
+def median_round(rounds: list[dict], kind: str) -> tuple[float, float, float, float] | None:
+    """The round whose CPU a request is the median, with the median of the rounds' spaced requests' CPU."""
     found = [r[kind] for r in rounds if kind in r]
     if not found:
         return None
-    return sorted(found, key=lambda cell: cell[0])[len(found) // 2]
+    cell = sorted(found, key=lambda c: c[0])[len(found) // 2]
+    return (*cell[:3], sorted(c[3] for c in found)[len(found) // 2])
 
 
 def main(argv: list[str]) -> int:
@@ -207,6 +223,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--requests", type=int, default=20_000, help="requests of each kind a round")
     parser.add_argument("--warmup", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--spaced", type=int, default=1_000,
+                        help=f"requests of each kind a round sent {SPACING * 1000:g} ms apart (0: none)")
     parser.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                         help="run Tansu and Redis too (--no-peers: kraftpy alone, as the suite checks it runs)")
     args = parser.parse_args(argv)
@@ -220,20 +238,23 @@ def main(argv: list[str]) -> int:
         for round_ in range(args.rounds):
             with DevProcess(work / f"kraftpy-{round_}", session=True) as dev:
                 fill(dev.port)
-                runs["kraftpy"].append(kafka_round(dev.port, dev.process.pid, args.requests, args.warmup))
+                runs["kraftpy"].append(kafka_round(dev.port, dev.process.pid, args.requests, args.warmup,
+                                                   args.spaced))
             if not args.peers:
                 continue
             with Tansu(tansu, session=True) as server:
                 fill(server.port)
-                runs["Tansu"].append(kafka_round(server.port, server.process.pid, args.requests, args.warmup))
+                runs["Tansu"].append(kafka_round(server.port, server.process.pid, args.requests, args.warmup,
+                                                 args.spaced))
             runs["Redis"].append(redis_round(work / f"redis-{round_}", args.requests))
 
     print("## requests\n")
     for paragraph in __doc__.split("\n\n")[1:]:
         print(paragraph.replace("\n", " ").strip() + "\n")
     print("| request | server CPU a request: kraftpy / Tansu / Redis | kraftpy's CPU / Tansu's (lower is cheaper) | "
-          "round trip p50 / p99: kraftpy | Tansu | Redis (mean) |")
-    print("|---|---|---:|---|---|---:|")
+          f"round trip p50 / p99: kraftpy | Tansu | Redis (mean) | server CPU a request, {SPACING * 1000:g} ms apart: "
+          "kraftpy / Tansu |")
+    print("|---|---|---:|---|---|---:|---|")
     for kind in KINDS:
         cells = {name: median_round(found, kind) for name, found in runs.items()}
         cpu = " / ".join(f"{cells[name][0]:.0f} µs" if cells[name] else "-" for name in runs)
@@ -241,7 +262,9 @@ def main(argv: list[str]) -> int:
         trip = {name: f"{cells[name][1]:.0f} / {cells[name][2]:.0f} µs" if cells[name] else "-"
                 for name in ("kraftpy", "Tansu")}
         redis = f"{cells['Redis'][1]:.0f} µs" if cells["Redis"] else "-"
-        print(f"| {kind} | {cpu} | {ratio} | {trip['kraftpy']} | {trip['Tansu']} | {redis} |")
+        alone = " / ".join(f"{cells[name][3]:.0f} µs" if cells[name] and cells[name][3] == cells[name][3] else "-"
+                           for name in ("kraftpy", "Tansu"))
+        print(f"| {kind} | {cpu} | {ratio} | {trip['kraftpy']} | {trip['Tansu']} | {redis} | {alone} |")
     print()
     for note in notes:
         print(note + "\n")

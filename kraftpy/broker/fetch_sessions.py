@@ -189,6 +189,12 @@ class FetchSession:
     def evictable_key(self) -> tuple[bool, int, int]:
         return self.privileged, self.cached_size, self.id
 
+    @property
+    def reads_log_end(self) -> bool:
+        """A follower's session reads up to the log end, and is told when only that moved (an append below
+        the high watermark); a consumer's reads up to the high watermark and is not (`Partition.changed`)."""
+        return self.privileged
+
     def mark(self, key: PartitionKey) -> None:
         """The partition ``key`` changed: the next fetch looks at it. A partition the session no longer
         holds (forgotten, or the session closed) may still call: nothing is kept of it."""

@@ -120,6 +120,10 @@ class FetcherManager:
 
 
 class ReplicaFetcher:
+    #: Told of every move of a followed partition's log end, not only of its high watermark
+    #: (`Partition.sessions`).
+    reads_log_end = True
+
     def __init__(self, manager: FetcherManager, leader: int) -> None:
         self.manager = manager
         self.replicas = manager.replicas
@@ -148,8 +152,8 @@ class ReplicaFetcher:
         self._compare_all = False
 
     def mark(self, tp: TopicPartition) -> None:
-        """``tp`` changed (Partition.changed: an append, a truncation, a new role or log start offset): the
-        next round takes its fetch state again."""
+        """``tp`` changed (`Partition.changed`, or only its log end moved: an append, a truncation, a new
+        role or log start offset): the next round takes its fetch state again."""
         self._stale.add(tp)
 
     async def run(self) -> None:

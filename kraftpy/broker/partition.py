@@ -237,12 +237,12 @@ class Partition:
         #: producer. A verified append must find its own guard still in place (`append_as_leader`).
         self._verification_guards: dict[int, object] = {}
 
-        #: The fetch sessions that hold this partition, and its key in each: told of every change the
-        #: watchers below are notified of (kraftpy.broker.apis.fetch, "Sessions in proportion to the
-        #: change"). Weak: a session the cache let go leaves no trace here.
+        #: The fetch sessions that hold this partition, and its key in each: told of the changes the
+        #: watchers below are notified of that they read (kraftpy.broker.apis.fetch, "Sessions in
+        #: proportion to the change"). Weak: a session the cache let go leaves no trace here.
         self.sessions: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         #: Notified when the log end offset moves (followers' fetches wait on it).
-        self.append_watchers = Watchers(self.changed)
+        self.append_watchers = Watchers(self._log_end_moved)
         #: Notified when the HW moves or the role changes (consumers' fetches and acks=all produces).
         self.hw_watchers = Watchers(self.changed)
         #: Follower side: bumped on every role or leader change, so a fetch in flight can tell it is stale.
@@ -390,11 +390,23 @@ class Partition:
     # -- leader: followers, ISR, high watermark --------------------------------------------------
 
     def changed(self) -> None:
-        """Tell the fetch sessions holding this partition that it has news to look at (its log end, high
-        watermark, last stable offset, log start offset, role or ISR moved)."""
+        """Tell the fetch sessions holding this partition that it has news to look at (its high watermark,
+        last stable offset, log start offset, role or ISR moved)."""
         if self.sessions:
             for session, key in list(self.sessions.items()):
                 session.mark(key)
+
+    def _log_end_moved(self) -> None:
+        """Only the log end moved (an append, or a truncation at or above the high watermark): news to the
+        sessions that read up to it (``reads_log_end``: a follower's session here, this broker's replica
+        fetcher), not to a consumer's, which reads up to the high watermark. On a leader with followers
+        every append is one of these, and a consumer's parked fetch woken by it found nothing to read and
+        parked again: a wasted round for every batch. When the high watermark moves, the consumers'
+        sessions are told (`changed`)."""
+        if self.sessions:
+            for session, key in list(self.sessions.items()):
+                if session.reads_log_end:
+                    session.mark(key)
 
     def update_follower_fetch(self, replica_id: int, fetch_offset: int) -> FollowerState | None:
         """Record a follower's fetch at ``fetch_offset`` (everything below it is on the follower)."""
@@ -797,6 +809,7 @@ class Partition:
         if target < self.log.log_end_offset:
             self._log.info("truncating", offset=target, log_end_offset=self.log.log_end_offset)
             await self._run_exclusive_paused(self._truncate, target, generation=generation)
+            self.changed()  # below the high watermark (diverged) it moves too: news to every session
             self.append_watchers.notify()
         elif diverged:  # no record to cut; an epoch begun at the end without records still goes
             await self.run_exclusive(self.log.truncate_to, target, generation=generation)
@@ -809,6 +822,7 @@ class Partition:
     async def truncate_fully_and_start_at(self, offset: int, *, generation: int | None = None) -> None:
         self._log.info("log restarts at the leader's start offset", offset=offset)
         await self._run_exclusive_paused(self._truncate_fully, offset, generation=generation)
+        self.changed()  # a new log start offset and high watermark: news to every session
         self.append_watchers.notify()
 
     def _truncate_fully(self, offset: int) -> None:

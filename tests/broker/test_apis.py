@@ -14,7 +14,9 @@ from kraftpy.broker.apis import fetch as apis_module
 from kraftpy.broker.client import ConnectionClosed, KafkaConnection
 from kraftpy.broker.purgatory import wait_for_change
 from kraftpy.broker.server import BrokerServer
-from kraftpy.metadata.controller_config import ControllerConfig
+from kraftpy.metadata.controller_config import LATEST_METADATA_VERSION, ControllerConfig
+from kraftpy.metadata.messages import FeatureUpdateKey, UpdateFeaturesRequest
+from kraftpy.metadata.records import FeatureLevelRecord
 from kraftpy.protocol.api_keys import ApiKey
 from kraftpy.protocol.errors import ErrorCode
 from kraftpy.protocol.frames import decode_response, encode_request, join_frame
@@ -72,6 +74,38 @@ async def test_api_versions_lists_served_apis_and_answers_unknown_versions_with_
     assert header.correlation_id == 77
     assert body.error_code == ErrorCode.UNSUPPORTED_VERSION
     assert {k.api_key for k in body.api_keys} == set(ranges)
+
+
+async def test_api_versions_answers_follow_the_finalized_features_and_the_served_apis(tmp_path):
+    """What ApiVersions answers is kept between requests, and built again when it changes: a raised
+    metadata.version is in the next answer on the same connection, and so is an API served later; the
+    features listed are those of the answer's version."""
+    at_7 = {"bootstrap_records": (FeatureLevelRecord("metadata.version", 7),)}
+    async with open_cluster(tmp_path, brokers=1, controller_config=at_7) as cluster, \
+            await KafkaConnection.connect("127.0.0.1", cluster.ports[1]) as conn:
+        async def answer(version: int = 3):
+            response = await conn.request(ApiKey.API_VERSIONS, version, ApiVersionsRequest(
+                client_software_name="t", client_software_version="1"))
+            assert response.error_code == ErrorCode.NONE
+            return ({f.name: f.max_version_level for f in response.finalized_features},
+                    {k.api_key for k in response.api_keys}, {f.name for f in response.supported_features})
+
+        levels, served, supported = await answer()
+        # Before v4 an answer leaves out the features whose lowest level is 0 (kraft.version).
+        assert levels == {"metadata.version": 7} and supported == {"metadata.version"}
+        assert (await answer(4))[2] == {"metadata.version", "kraft.version"}
+        assert (levels, served, supported) == await answer()
+        raised = await cluster.controller.update_features(UpdateFeaturesRequest((FeatureUpdateKey(
+            "metadata.version", LATEST_METADATA_VERSION),)))
+        assert all(r.error_code == ErrorCode.NONE for r in raised.results), raised
+        await cluster.caught_up()
+        assert (await answer())[0] == {"metadata.version": LATEST_METADATA_VERSION}
+
+        apis = cluster.brokers[1].apis
+        del apis.handlers[ApiKey.DELETE_RECORDS]
+        assert ApiKey.DELETE_RECORDS not in (await answer())[1]
+        apis.register(ApiKey.DELETE_RECORDS, apis.handle_api_versions)
+        assert (await answer())[1] == served
 
 
 async def test_produce_below_v3_is_unsupported(conn):

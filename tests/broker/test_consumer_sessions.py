@@ -46,8 +46,8 @@ class Consumer:
     """A raw consumer of every partition of one topic through a fetch session; counts what each of its
     fetches made the leader look at."""
 
-    def __init__(self, cluster, conn: KafkaConnection, topic: str) -> None:
-        self.api = fetch_api(cluster)
+    def __init__(self, cluster, conn: KafkaConnection, topic: str, broker_id: int = 1) -> None:
+        self.api = fetch_api(cluster, broker_id)
         self.conn = conn
         self.topic_id = uuid.UUID(bytes=cluster.image.topics.get_by_name(topic).id.raw)
         self.session_id = 0
@@ -108,6 +108,40 @@ async def test_a_consumers_fetch_looks_at_what_changed_and_a_parked_one_wakes_on
             _, looked = await consumer.fetch({42: 1}, isolation_level=1)
             assert looked == PARTITIONS
             assert (await consumer.fetch({}, isolation_level=1))[1] == 0
+
+
+async def test_a_parked_consumer_wakes_when_the_high_watermark_moves_not_at_each_append_before_it(tmp_path):
+    """With followers, the leader's append moves only its log end: nothing a consumer may read yet (it
+    reads up to the high watermark). A consumer's parked fetch sleeps through it and wakes once, when the
+    followers' next fetches move the high watermark; the followers' sessions are told of the append."""
+    async with open_cluster(tmp_path, brokers=3) as cluster:
+        await cluster.create_topic("r", partitions=1, replication_factor=3)
+        await cluster.caught_up()
+        leader = cluster.leader("r")
+        port = cluster.ports[leader]
+        async with await KafkaConnection.connect("127.0.0.1", port) as conn, \
+                await KafkaConnection.connect("127.0.0.1", port) as producer:
+            consumer = Consumer(cluster, conn, "r", leader)
+            await consumer.fetch({0: 0})
+            assert (await consumer.fetch({}))[1] == 0
+            session = consumer.api.sessions.get(consumer.session_id)
+            wakes = []
+            async with trio.open_nursery() as nursery:
+                got = {}
+
+                async def long_poll() -> None:
+                    got["answer"], got["looked"] = await consumer.fetch({}, max_wait_ms=30_000)
+
+                nursery.start_soon(long_poll)
+                with trio.fail_after(30):
+                    while session.wake is None:
+                        await trio.testing.wait_all_tasks_blocked()
+                wake = session.wake
+                session.wake = lambda: (wakes.append(cluster.partition(leader, "r", 0).high_watermark), wake())
+                assert (await produce(producer, "r", 0, batch(b"replicated"))).error_code == ErrorCode.NONE
+            assert values_of(answered(got["answer"])[0].records) == [b"replicated"]
+            # Woken once, by the high watermark (1); never by the append alone (its high watermark still 0).
+            assert wakes == [1] and got["looked"] == 1
 
 
 def read_acl(topic: str) -> AclCreation:

@@ -68,6 +68,11 @@ class KafkaApis:
         self.ready = ready
         self._log = _logger.bind(node_id=node_id)
         self.handlers: dict[int, Handler] = {ApiKey.API_VERSIONS: self.handle_api_versions}
+        #: What ApiVersions answers, kept between requests: (the served API keys, the list of their
+        #: ranges); the supported features by answer version; (the image, its finalized features).
+        self._api_versions: tuple[tuple[int, ...], list] | None = None
+        self._supported_features: dict[int, list] = {}
+        self._finalized_features: tuple[Any, list] = (None, [])
         self._large_requests = trio.CapacityLimiter(LARGE_REQUEST_THREADS)
         #: Client quotas (kraftpy.broker.quotas.ClientQuotas): told what each answered request cost;
         #: they set its throttle time and mute its connection when its client is over a quota.
@@ -166,19 +171,35 @@ class KafkaApis:
     # -- ApiVersions ------------------------------------------------------------------------------
 
     def _api_version_list(self) -> list:
-        return [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                for k, lo, hi in self.supported_versions()]
+        """The served APIs and their version ranges, as an answer lists them: built again only when the
+        served APIs changed (every client asks once a connection, and building it was most of the cost
+        of answering)."""
+        served = tuple(self.handlers)
+        if self._api_versions is None or self._api_versions[0] != served:
+            self._api_versions = (served, [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                                           for k, lo, hi in self.supported_versions()])
+        return self._api_versions[1]
+
+    def _features(self, version: int, image: Any) -> tuple[list, list]:
+        """An answer of ``version``'s supported_features, and the finalized features of ``image``: the
+        former by version, the latter for the image last asked about."""
+        supported = self._supported_features.get(version)
+        if supported is None:
+            # The feature ranges this broker declared when it registered (Kafka's SupportedFeatures).
+            supported = self._supported_features[version] = supported_feature_keys(DEFAULT_SUPPORTED_FEATURES,
+                                                                                   version)
+        if self._finalized_features[0] is not image:
+            self._finalized_features = (image, [
+                ApiVersionsResponse.FinalizedFeatureKey(name=name, max_version_level=level, min_version_level=level)
+                for name, level in sorted(image.finalized_features.items())
+            ])
+        return supported, self._finalized_features[1]
 
     async def handle_api_versions(self, header: Any, request: Any, conn: Connection) -> ApiVersionsResponse:
         response = ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=self._api_version_list())
-        # The feature ranges this broker declared when it registered (Kafka's SupportedFeatures).
-        response.supported_features = supported_feature_keys(DEFAULT_SUPPORTED_FEATURES, header.request_api_version)
         image = self.metadata.image
-        levels = image.finalized_features
-        if levels:
+        response.supported_features, finalized = self._features(header.request_api_version, image)
+        if finalized:
             response.finalized_features_epoch = max(image.provenance.last_offset, 0)
-            response.finalized_features = [
-                ApiVersionsResponse.FinalizedFeatureKey(name=name, max_version_level=level, min_version_level=level)
-                for name, level in sorted(levels.items())
-            ]
+            response.finalized_features = finalized
         return response

@@ -31,9 +31,12 @@ so they cost no descriptor.
 Sessions in proportion to the change
 ------------------------------------
 An incremental fetch reads only the partitions it names and those marked since: every partition a
-session holds tells it of each change (`Partition.changed`, called by the partition's watchers on
-appends, truncations, a new high watermark, last stable offset, role or ISR, and on a new log start
-offset), and `FetchSession.pick` returns those, in session order. After the fetch, `_note_session`
+session holds tells it of each change it reads (`Partition.changed`, called by the partition's watchers
+on a new high watermark, last stable offset, role or ISR, on truncations and on a new log start offset;
+an append that moves only the log end is news to a follower's session alone, since a consumer reads up
+to the high watermark: its parked fetch sleeps through the appends of a partition with followers and
+wakes once the followers' fetches move the high watermark), and `FetchSession.pick` returns those, in
+session order. After the fetch, `_note_session`
 leaves a partition marked unless it has nothing left to say: a follower has all of it and is in its
 ISR, a consumer has everything below its bound (the high watermark, or the last stable offset for
 read_committed), and either was told the high watermark, last stable offset and log start offset. A
