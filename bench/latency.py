@@ -24,7 +24,9 @@ leader (the broker's append, the followers' fetches, the answer); the brokers' o
 kraftpy_request_phase_seconds, read before and after each half-rate run, split a produce's time at its
 leader into Kafka's RequestMetrics phases (remote: waiting for the followers). Last, the highest rate
 whose end-to-end p99 stays within the goal, found by bisection in shorter runs, with linger.ms=5 and with linger.ms=1
-(the setting the OpenMessaging Benchmark uses for Kafka's latency runs). Each phase has a topic of its
+(the setting the OpenMessaging Benchmark uses for Kafka's latency runs). And what one produce request
+costs the cluster when each finds the brokers idle: 300 records/s, one a request (linger.ms=0), the
+brokers' CPU a produce request and the fetches they answered for each. Each phase has a topic of its
 own, deleted when the phase ends, so that none starts while the followers still catch up with the one
 before, or while the disk still writes its data. Every process shares the two cores with every other:
 the cluster's six and the two clients. The goal is an end-to-end p99 of 10 ms or less.
@@ -47,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from broker import cpu_seconds  # noqa: E402
 from confluent_kafka.admin import NewTopic  # noqa: E402
 from peers import build_cperf, cperf_fields  # noqa: E402
 
@@ -57,6 +60,8 @@ from tests.helpers.scrape import scrape  # noqa: E402
 PARTITIONS = 6
 TOPIC_CONFIG = {"min.insync.replicas": "2"}
 GOAL_P99_MS = 10.0
+#: Records/s of the phase that prices one produce request (one record a request, linger.ms=0).
+HOP_RATE = 300
 
 
 class Run:
@@ -179,6 +184,40 @@ def paced_run(binary: Path, bootstrap: str, topic: str, rate: float, seconds: fl
     if metrics_ports:
         run.phases = (before, phase_buckets(metrics_ports))
     return run
+
+
+def request_counts(ports: list[int]) -> dict[str, float]:
+    """The requests the brokers answered so far, by Kafka's request name (FetchFollower, FetchConsumer,
+    Produce, ...), summed over the brokers: the counts of kraftpy_request_duration_seconds."""
+    out: dict[str, float] = {}
+    for port in ports:
+        for (name, labels), count in scrape(port).items():
+            if name == "kraftpy_request_duration_seconds_count":
+                request = dict(labels)["request"]
+                out[request] = out.get(request, 0.0) + count
+    return out
+
+
+def produce_request_cost(binary: Path, cluster: ProcessCluster, args: argparse.Namespace,
+                         work: Path) -> tuple[Run, float, dict[str, float]]:
+    """What one produce request costs the cluster when each finds the brokers idle: `HOP_RATE` records/s,
+    one a request (linger.ms=0), the consumer following. The run, the three brokers' CPU seconds a produce
+    request, and the requests of each kind the brokers answered a produce request (over the whole run,
+    warm-up included; the idle brokers' own CPU, about a fortieth of a core each, is in it)."""
+    topic = "latency-request-cost"
+    create_topics(cluster.bootstrap, [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3,
+                                               config=TOPIC_CONFIG)])
+    known_everywhere(cluster, topic)
+    pids = [proc.process.pid for proc in cluster.brokers.values()]
+    ports = list(cluster.broker_metrics_ports.values())
+    cpu, counts = sum(map(cpu_seconds, pids)), request_counts(ports)
+    run = paced_run(binary, cluster.bootstrap, topic, HOP_RATE, args.trial_seconds, args.warmup, args.record_size,
+                    0, work)
+    used, grown = sum(map(cpu_seconds, pids)) - cpu, request_counts(ports)
+    retire(cluster.bootstrap, topic)
+    produced = max(grown.get("Produce", 0.0) - counts.get("Produce", 0.0), 1.0)
+    return run, used / produced, {name: (grown.get(name, 0.0) - counts.get(name, 0.0)) / produced
+                                  for name in ("FetchFollower", "FetchConsumer")}
 
 
 def known_everywhere(cluster: ProcessCluster, topic: str) -> None:
@@ -308,6 +347,7 @@ def main(argv: list[str]) -> int:
         bounds = {linger: highest_rate_within_goal(binary, cluster, peak / 2, linger, args, work, args.trials,
                                                    tried[linger])
                   for linger in (5, 1)}
+        alone, request_cost, per_produce = produce_request_cost(binary, cluster, args, work)
     with tempfile.TemporaryDirectory(prefix="kraftpy-bench-latency-", ignore_cleanup_errors=True) as tmp, \
             ProcessCluster(Path(tmp), log_level="info") as defaults:
         work = Path(tmp)
@@ -367,6 +407,12 @@ def main(argv: list[str]) -> int:
             f"({args.trials} steps between 0 and half of peak)", within)
         row(f"— the rates tried, linger.ms={linger}: records/s → end-to-end p99",
             ", ".join(f"{r:,.0f} → {p:.1f} ms" for r, p in tried[linger]))
+    row(f"one record a produce request (linger.ms=0), {HOP_RATE} records/s: the three brokers' CPU a produce "
+        "request; the followers' and the consumer's fetches answered a produce request",
+        f"{request_cost * 1000:.1f} ms; {per_produce['FetchFollower']:.2f} and {per_produce['FetchConsumer']:.2f}")
+    row("— its produce and end-to-end latency p50 / p99",
+        f"{alone.produce_ms('p50'):.1f} / {alone.produce_ms('p99'):.1f} ms and "
+        f"{alone.e2e_ms('p50'):.1f} / {alone.e2e_ms('p99'):.1f} ms")
     print()
     p99 = half.e2e_ms("p99")
     verdict = "met" if p99 <= GOAL_P99_MS else "not met"
