@@ -397,7 +397,7 @@ class Partition:
                 session.mark(key)
 
     def _log_end_moved(self) -> None:
-        """Only the log end moved (an append, or a truncation at or above the high watermark): news to the
+        """Only the log end moved (an append; a truncation tells every session too): news to the
         sessions that read up to it (``reads_log_end``: a follower's session here, this broker's replica
         fetcher), not to a consumer's, which reads up to the high watermark. On a leader with followers
         every append is one of these, and a consumer's parked fetch woken by it found nothing to read and

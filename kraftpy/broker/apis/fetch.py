@@ -36,13 +36,12 @@ on a new high watermark, last stable offset, role or ISR, on truncations and on 
 an append that moves only the log end is news to a follower's session alone, since a consumer reads up
 to the high watermark: its parked fetch sleeps through the appends of a partition with followers and
 wakes once the followers' fetches move the high watermark), and `FetchSession.pick` returns those, in
-session order. After the fetch, `_note_session`
-leaves a partition marked unless it has nothing left to say: a follower has all of it and is in its
-ISR, a consumer has everything below its bound (the high watermark, or the last stable offset for
-read_committed), and either was told the high watermark, last stable offset and log start offset. A
-partition with an error, a diverging epoch, records left to read or a follower outside the ISR is read
-again on every fetch, as before. A fetch with nothing to read parks on the session (its ``wake``), not
-on each partition's watchers. A follower's offsets are taken in once, when the fetch arrives.
+session order. After the fetch, `_note_session` leaves a partition marked unless it has nothing left to
+say: a follower has all of it and is in its ISR, a consumer has everything below its bound (the high
+watermark, or the last stable offset for read_committed), and either was told the high watermark, last
+stable offset and log start offset. A partition with an error, a diverging epoch, records left to read
+or a follower outside the ISR is read again on every fetch, as before. A fetch with nothing to read
+parks on the session (its ``wake``), not on each partition's watchers. A follower's offsets are taken in once, when the fetch arrives.
 Partitions not read are unchanged since the follower last had all of them, so each fetch of its session
 counts as catching up there (`FollowerState.caught_up_ms`). The fetch reads every partition once when
 what decided the others may have changed since the session last read them all (its ``view``): replicas
