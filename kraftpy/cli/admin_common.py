@@ -16,6 +16,7 @@ controller could be reached; 130 interrupted (Ctrl-C). Messages go to stderr as 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -101,13 +102,23 @@ def bootstrap_or_exit(bootstrap_server: str | None) -> list[tuple[str, int]]:
         die(f"--bootstrap-server={bootstrap_server}: {exc}", EXIT_USAGE)
 
 
+def _interrupted_now() -> NoReturn:
+    """End the process at once, as an interrupted command ends: nothing left to run can hold it (a
+    KeyboardInterrupt would wait for the command's shielded clean-up to finish)."""
+    sys.stdout.flush()
+    typer.echo("kraftpy: interrupted", err=True)
+    sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)
+
+
 def run_trio(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     """``trio.run(fn, *args)``; Ctrl-C ends the command with one line and exit 130, not a traceback.
 
     Once the command runs, Ctrl-C cancels it: everything it started ends at its next checkpoint, so
     none is cut between two statements (a KeyboardInterrupt raised there left a task created and never
-    started, which Python reported with a warning). A second Ctrl-C while that ends interrupts at once;
-    one before trio starts, or that trio delivers inside an exception group, ends it the same way."""
+    started, which Python reported with a warning). A second Ctrl-C while that ends (a clean-up waiting
+    on a peer that does not answer) ends the process at once, with the same line and status. One before
+    trio starts, or that trio delivers inside an exception group, ends it the same way."""
     interrupted = False
 
     async def main() -> T | None:
@@ -121,7 +132,7 @@ def run_trio(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
                     nonlocal interrupted
                     async for _ in signals:  # still listening while the command ends
                         if interrupted:
-                            raise KeyboardInterrupt
+                            _interrupted_now()
                         interrupted = True
                         command.cancel()
                 nursery.start_soon(on_ctrl_c)

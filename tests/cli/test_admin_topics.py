@@ -189,6 +189,42 @@ def test_ctrl_c_while_waiting_for_an_answer_is_one_line_and_exit_130(command):
     assert (out, err) == ("", "kraftpy: interrupted\n")
 
 
+STUBBORN_COMMAND = """
+import trio
+from kraftpy.cli.admin_common import run_trio
+
+async def command():
+    try:
+        print("waiting", flush=True)
+        await trio.sleep_forever()
+    finally:
+        with trio.CancelScope(shield=True):  # a clean-up whose peer never answers
+            print("ending", flush=True)
+            await trio.sleep_forever()
+
+run_trio(command)
+"""
+
+
+def test_a_second_ctrl_c_while_the_command_ends_ends_the_process_at_once():
+    """The first Ctrl-C cancels the command; its clean-up waits, shielded, for ever. The second ends the
+    process there and then, with the same line and status as the first would have."""
+    process = subprocess.Popen([sys.executable, "-c", STUBBORN_COMMAND], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
+    try:
+        assert process.stdout.readline() == "waiting\n"
+        process.send_signal(signal.SIGINT)
+        assert process.stdout.readline() == "ending\n"
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, err
+    assert (out, err) == ("", "kraftpy: interrupted\n")
+
+
 def test_a_command_config_setting_the_admin_client_does_not_read_is_warned_about(tmp_path):
     settings = tmp_path / "client.properties"
     settings.write_text("client.id=ops\nretries=3\nssl.truststore.type=PEM\n")
