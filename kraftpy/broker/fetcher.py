@@ -410,7 +410,10 @@ class ReplicaFetcher:
             if data.log_start_offset > part.log_start_offset:
                 target = min(data.log_start_offset, part.high_watermark)
                 if target > part.log_start_offset:
-                    await part.delete_records_before(target, generation=generation)
+                    # As Kafka's follower does (LeaderOffsetIncremented): what the leader's retention or a
+                    # DeleteRecords removed goes here too, whether or not this broker's own retention would.
+                    start = await part.delete_records_before(target, generation=generation)
+                    self._log.info("log start follows the leader's", partition=str(part.tp), log_start_offset=start)
             self._retry_at.pop(part.tp, None)
         elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
             if 0 <= fetch_offset < data.log_start_offset:

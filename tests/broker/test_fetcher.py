@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+import structlog.testing
 import trio
 
 from kraftpy.broker.fetcher import FetcherManager, ReplicaFetcher
@@ -107,11 +108,14 @@ async def test_fetches_from_its_log_end_and_appends_the_leaders_batches_as_they_
     assert part.log.read_bytes(0, 1 << 20) == data  # byte for byte
     assert (part.log_end_offset, part.high_watermark) == (3, 2)
     leader.answer = answer(part, high_watermark=3, log_start_offset=2)
-    await fetcher.fetch_once(leader)
+    with structlog.testing.capture_logs() as logs:
+        await fetcher.fetch_once(leader)
     sent = leader.requests[-1].topics[0].partitions[0]
     assert (sent.fetch_offset, sent.last_fetched_epoch) == (3, epoch)
-    # The leader's log start moved up (retention, DeleteRecords): the follower's follows.
+    # The leader's log start moved up (retention, DeleteRecords): the follower's follows, and says so.
     assert (part.high_watermark, part.log_start_offset) == (3, 2)
+    assert [(e["partition"], e["log_start_offset"]) for e in logs
+            if e["event"] == "log start follows the leader's"] == [(str(part.tp), 2)]
 
 
 async def test_the_fetch_version_follows_the_metadata_version_and_names_the_followers_broker_epoch(autojump_clock, follower):

@@ -106,14 +106,16 @@ class Proc:
                     return line
         return None
 
-    def wait_for(self, event: str, timeout: float = 60.0, since: int = 0,
+    def wait_for(self, event: str | tuple[str, ...], timeout: float = 60.0, since: int = 0,
                  where: Callable[[Line], bool] | None = None, **fields: Any) -> Line:
-        """The first line from ``since`` on with ``event``, ``fields`` and ``where``; waits for it."""
+        """The first line from ``since`` on with ``event`` (or any of a tuple of events), ``fields`` and
+        ``where``; waits for it."""
+        events = event if isinstance(event, tuple) else (event,)
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
                 for line in self.lines[since:]:
-                    if line.get("event") == event and all(line.get(k) == v for k, v in fields.items()) and (
+                    if line.get("event") in events and all(line.get(k) == v for k, v in fields.items()) and (
                             where is None or where(line)):
                         return line
                 since = len(self.lines)
