@@ -152,8 +152,8 @@ class ReplicaFetcher:
         self._compare_all = False
 
     def mark(self, tp: TopicPartition) -> None:
-        """``tp`` changed (`Partition.changed`, or only its log end moved: an append, a truncation, a new
-        role or log start offset): the next round takes its fetch state again."""
+        """``tp`` changed, as the partition tells its sessions (an append, a truncation, a new high
+        watermark, role or log start offset): the next round takes its fetch state again."""
         self._stale.add(tp)
 
     async def run(self) -> None:
