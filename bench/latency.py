@@ -77,6 +77,10 @@ class Run:
         self.received = self._timeline(timelines.with_suffix(".follow"))
         #: The brokers' request phase histograms before and after the run (`phase_buckets`), when scraped.
         self.phases: tuple[Buckets, Buckets] | None = None
+        #: Over the run, warm-up included: the share of the machine's cores busy (every process), and
+        #: the cores the brokers used together (when their pids were given).
+        self.machine_busy: float | None = None
+        self.broker_cores: float | None = None
 
     @staticmethod
     def _timeline(path: Path) -> list[tuple[int, float]]:
@@ -156,8 +160,17 @@ def phase_quantile(before: Buckets, after: Buckets, key: tuple[str, str], q: flo
     return None
 
 
+def machine_ticks(path: str = "/proc/stat") -> tuple[int, int]:
+    """The machine's CPU time so far, in clock ticks summed over its cores: (busy, all), from the first
+    line of /proc/stat (user, nice, system, idle, iowait, irq, softirq; idle and iowait are not busy)."""
+    with open(path) as stat:
+        fields = [int(value) for value in stat.readline().split()[1:8]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)
+
+
 def paced_run(binary: Path, bootstrap: str, topic: str, rate: float, seconds: float, warmup: float,
-              record_size: int, linger_ms: int, work: Path, metrics_ports: list[int] | None = None) -> Run:
+              record_size: int, linger_ms: int, work: Path, metrics_ports: list[int] | None = None,
+              broker_pids: list[int] | None = None) -> Run:
     """``rate`` records/s for ``warmup`` + ``seconds``; ``rate`` 0: as fast as it goes, ``seconds`` then
     being the number of records."""
     count = int(rate * (warmup + seconds)) if rate else int(seconds)
@@ -168,6 +181,7 @@ def paced_run(binary: Path, bootstrap: str, topic: str, rate: float, seconds: fl
     follower = subprocess.Popen([str(binary), *follow_args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
     before = phase_buckets(metrics_ports) if metrics_ports else {}
+    ticks, brokers_cpu, started = machine_ticks(), sum(map(cpu_seconds, broker_pids or [])), time.monotonic()
     try:
         paced_args = ("paced", bootstrap, topic, str(count), str(record_size), "all", f"{rate:.0f}",
                       f"linger.ms={linger_ms}", f"cperf.warmup={warmup}", f"cperf.stats={stats}",
@@ -179,8 +193,12 @@ def paced_run(binary: Path, bootstrap: str, topic: str, rate: float, seconds: fl
         if follower.poll() is None:
             follower.kill()
             follower.wait()
+    busy, total = (now - then for now, then in zip(machine_ticks(), ticks, strict=True))
+    brokers_cpu, elapsed = sum(map(cpu_seconds, broker_pids or [])) - brokers_cpu, time.monotonic() - started
     followed = cperf_fields((follower.returncode, stdout, stderr), follow_args)
     run = Run(produced, followed, stats, timelines)
+    run.machine_busy = busy / total if total else None
+    run.broker_cores = brokers_cpu / elapsed if broker_pids else None
     if metrics_ports:
         run.phases = (before, phase_buckets(metrics_ports))
     return run
@@ -302,7 +320,7 @@ def half_rate_runs(binary: Path, cluster: ProcessCluster, prefix: str, rate: flo
                                                    config=TOPIC_CONFIG)])
         known_everywhere(cluster, topic)
         runs.append(paced_run(binary, cluster.bootstrap, topic, rate, args.seconds, args.warmup, args.record_size,
-                              5, work, metrics_ports))
+                              5, work, metrics_ports, [proc.process.pid for proc in cluster.brokers.values()]))
         retire(cluster.bootstrap, topic)
     return runs
 
@@ -378,6 +396,10 @@ def main(argv: list[str]) -> int:
     if worst:
         row(f"end-to-end, the largest of each second ({len(worst)} s): median / largest",
             f"{statistics.median(worst):.1f} / {max(worst):.1f} ms")
+    if half.machine_busy is not None and half.broker_cores is not None:
+        row(f"the machine over that run, warm-up included: its {os.cpu_count()} cores busy (every process, from "
+            "/proc/stat); the cores the three brokers used together",
+            f"{half.machine_busy:.0%}; {half.broker_cores:.2f}")
     if "int_latency" in split:
         row("of a record's produce latency: in the producer's queue (linger.ms=5), p50 / p99",
             "{:.1f} / {:.1f} ms".format(*split["int_latency"]))

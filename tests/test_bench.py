@@ -127,3 +127,45 @@ def test_peers_reads_the_c_clients_requests_from_the_last_statistics_and_its_cpu
     assert round(row.client_ns) == 1_000  # all of the client's second of CPU over the million records
     assert row.client_cores == 0.5 and row.records_per_s == 1_000_000 / 1.5
     assert peers.request_bytes(row) == f"{5_300_000 / 5 / 1024:,.0f}"
+
+
+def test_peers_goal_leaves_out_the_reference_row_and_takes_the_best_peer():
+    """The verdict names every C-client row under 1.5x the best peer (Redis where it is faster than
+    Tansu), and not the reference row of a raised max.partition.fetch.bytes, which is outside the goal."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import peers
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+    def row(rate: float) -> peers.Row:
+        return peers.Row(rate, 1.0, 0.5, 0.5, 100.0)
+
+    kraft = {("produce", "c", 100, "1"): row(1_600_000), ("consume", "c", 100, "-"): row(1_400_000),
+             (peers.LARGE_ANSWERS_PHASE, "c", 100, "-"): row(1_000_000),
+             ("produce", "python", 100, "1"): row(100)}
+    peer = {("produce", "c", 100, "1"): row(1_000_000), ("consume", "c", 100, "-"): row(900_000),
+            (peers.LARGE_ANSWERS_PHASE, "c", 100, "-"): row(2_000_000),
+            ("produce", "python", 100, "1"): row(1_000_000)}
+    redis = {("consume", 100): row(1_000_000)}
+    # produce: 1.6x Tansu, met; consume: 1.56x Tansu but 1.4x Redis, missed; the reference row and the
+    # Python client's row are not the goal's.
+    assert peers.goal_misses(kraft, peer, redis) == ["consume 100 B"]
+    assert peers.best_peer_ratio(kraft[("consume", "c", 100, "-")], peer[("consume", "c", 100, "-")],
+                                 redis[("consume", 100)]) == 1.4
+    assert "max.partition.fetch.bytes=6 MiB" in peers.LARGE_ANSWERS_PHASE
+
+
+def test_latency_reads_the_machines_busy_time_from_proc_stat(tmp_path):
+    """bench/latency.py's share of the machine busy over a run: every tick but idle and iowait, of the
+    first line (all cores) of /proc/stat; the per-core lines after it are not counted again."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import latency
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 5 50 800 40 3 2 7 0 0\ncpu0 50 2 25 400 20 1 1 3 0 0\nintr 12345\n")
+    assert latency.machine_ticks(str(stat)) == (160, 1000)  # steal (7) is past the seven fields read
+    busy, total = latency.machine_ticks()
+    assert 0 < busy < total
