@@ -3,11 +3,21 @@ to a request or a record they use fails here, not first in `make bench`."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench_module(name: str):
+    """bench/<name>.py, imported as the benchmark runs it (bench/ first on the path while it loads)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
 
 
 def test_the_testing_benchmark_runs_at_small_sizes():
@@ -46,11 +56,7 @@ def _page(date: str, ratio: str, verdict: str, other: str = "2.00x") -> str:
 
 
 def test_bench_run_lists_the_tracked_ratios_that_moved_against_the_previous_page():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import run
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    run = bench_module("run")
     old = _page("2026-11-01", "1.25x", "not met")
     new = _page("2026-11-02", "1.60x", "met", other="2.02x")  # 2.00x -> 2.02x moved by 1%: not listed
     changes = run.ratio_changes(old, new)
@@ -68,11 +74,7 @@ def test_bench_run_lists_the_tracked_ratios_that_moved_against_the_previous_page
 
 
 def test_a_partial_bench_run_keeps_the_comparison_lines_of_the_sections_it_did_not_run():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import run
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    run = bench_module("run")
     page = run.with_comparison(_page("2026-11-02", "1.60x", "met"), [
         "peers: produce / cperf (C) / 100 B / 1, kraftpy / best peer: 1.25x → 1.60x",
         "latency: goal (end-to-end p99 ≤ 10 ms): met → not met",
@@ -102,11 +104,7 @@ def test_peers_reads_the_c_clients_requests_from_the_last_statistics_and_its_cpu
     import json
     import types
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import peers
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    peers = bench_module("peers")
     path = tmp_path / "phase.stats"
     path.write_text("stale line of the other broker's phase\n")
     assert peers.stats_args(path) == (f"cperf.stats={path}", f"statistics.interval.ms={peers.STATS_INTERVAL_MS}")
@@ -132,11 +130,7 @@ def test_peers_reads_the_c_clients_requests_from_the_last_statistics_and_its_cpu
 def test_peers_goal_leaves_out_the_reference_row_and_takes_the_best_peer():
     """The verdict names every C-client row under 1.5x the best peer (Redis where it is faster than
     Tansu), and not the reference row of a raised max.partition.fetch.bytes, which is outside the goal."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import peers
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    peers = bench_module("peers")
 
     def row(rate: float) -> peers.Row:
         return peers.Row(rate, 1.0, 0.5, 0.5, 100.0)
@@ -159,11 +153,7 @@ def test_peers_goal_leaves_out_the_reference_row_and_takes_the_best_peer():
 def test_latency_reads_the_machines_busy_time_from_proc_stat(tmp_path):
     """bench/latency.py's share of the machine busy over a run: every tick but idle and iowait, of the
     first line (all cores) of /proc/stat; the per-core lines after it are not counted again."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import latency
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    latency = bench_module("latency")
     stat = tmp_path / "stat"
     stat.write_text("cpu  100 5 50 800 40 3 2 7 0 0\ncpu0 50 2 25 400 20 1 1 3 0 0\nintr 12345\n")
     assert latency.machine_ticks(str(stat)) == (160, 1000)  # steal (7) is past the seven fields read
