@@ -38,9 +38,9 @@ once, one process each, from the first record any of them reads until the last. 
 outside the goal, reads the 100-byte records once more with the C consumer's max.partition.fetch.bytes
 raised to 6 MiB on both brokers: answers of about the size Tansu sends whatever the consumer asks, so
 that no broker's answer size bounds the consumer, which then reads as fast as it can itself on this
-machine. The goal is kraftpy at 1.5x the best peer's records/s on every other C-client row. Each Kafka broker runs every phase three times, each time a fresh server, the two
-brokers in turn; a row is its median run (on two shared cores one run of a phase can land a third
-off the next).
+machine. The goal is kraftpy at 1.5x the best peer's records/s on every other C-client row. Each
+Kafka broker runs every phase three times, each time a fresh server, the two brokers in turn; a row
+is its median run (on two shared cores one run of a phase can land a third off the next).
 """
 
 from __future__ import annotations

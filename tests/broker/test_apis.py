@@ -102,9 +102,9 @@ async def test_api_versions_answers_follow_the_finalized_features_and_the_served
         assert (await answer())[0] == {"metadata.version": LATEST_METADATA_VERSION}
 
         apis = cluster.brokers[1].apis
-        del apis.handlers[ApiKey.DELETE_RECORDS]
+        delete_records = apis.handlers.pop(ApiKey.DELETE_RECORDS)
         assert ApiKey.DELETE_RECORDS not in (await answer())[1]
-        apis.register(ApiKey.DELETE_RECORDS, apis.handle_api_versions)
+        apis.register(ApiKey.DELETE_RECORDS, delete_records)
         assert (await answer())[1] == served
 
 

@@ -41,7 +41,8 @@ say: a follower has all of it and is in its ISR, a consumer has everything below
 watermark, or the last stable offset for read_committed), and either was told the high watermark, last
 stable offset and log start offset. A partition with an error, a diverging epoch, records left to read
 or a follower outside the ISR is read again on every fetch, as before. A fetch with nothing to read
-parks on the session (its ``wake``), not on each partition's watchers. A follower's offsets are taken in once, when the fetch arrives.
+parks on the session (its ``wake``), not on each partition's watchers. A follower's offsets are taken
+in once, when the fetch arrives.
 Partitions not read are unchanged since the follower last had all of them, so each fetch of its session
 counts as catching up there (`FollowerState.caught_up_ms`). The fetch reads every partition once when
 what decided the others may have changed since the session last read them all (its ``view``): replicas
