@@ -4,6 +4,7 @@
 #
 #   deploy/local/cluster.sh format    # one new cluster id for all six nodes (formatted ones are skipped)
 #   deploy/local/cluster.sh start     # in the background; returns once every broker is Running
+#                                     # (fails, naming it, if a node exits meanwhile)
 #   deploy/local/cluster.sh status    # pids, and the quorum as its leader sees it
 #   deploy/local/cluster.sh stop      # SIGTERM, brokers first (controlled shutdown), then controllers
 #
@@ -88,9 +89,14 @@ cmd_start() {
     mkdir -p "$RUN_DIR" "$LOG_DIR"
     local name waited=0 running
     for name in "${CONTROLLERS[@]}" "${BROKERS[@]}"; do start_node "$name"; done
-    # A broker is Running once the controller unfenced it; each logs it once per start.
+    # A broker is Running once the controller unfenced it; each logs it once per start. A node that
+    # exited meanwhile (a port taken, a bad file) fails the start, a controller too: the brokers run
+    # with two controllers of three, and the cluster would look started without the third.
     while :; do
         running=0
+        for name in "${CONTROLLERS[@]}"; do
+            alive "$name" || die "$name exited; see $LOG_DIR/$name.log"
+        done
         for name in "${BROKERS[@]}"; do
             alive "$name" || die "$name exited; see $LOG_DIR/$name.log"
             if tail -n 200 "$LOG_DIR/$name.log" | grep -q '"broker running"'; then
