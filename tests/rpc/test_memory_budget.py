@@ -9,6 +9,9 @@ import gc
 import os
 import resource
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import structlog
@@ -19,6 +22,8 @@ from kraftpy.protocol.frames import FrameReader
 from kraftpy.rpc.control import ControlClient, ControlServer, pack
 from kraftpy.rpc.framing import SMALL_REQUEST_RESERVE, FramedStream, IdleConnection, RequestBudget
 from kraftpy.rpc.kafka_server import KafkaServer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 MiB = 1024 * 1024
 
@@ -381,7 +386,20 @@ async def test_framed_stream_without_budget_reads_as_before():
 # -- accept at the open-files limit -------------------------------------------------------------------------
 
 
-async def test_accept_at_the_open_files_limit_backs_off_logs_once_and_recovers():
+def test_accept_at_the_open_files_limit_backs_off_logs_once_and_recovers():
+    """In a process of its own: the episode takes every descriptor but one, and any thread of the test
+    process that frees one meanwhile (a client an earlier test left, closing a socket as it reconnects;
+    a finalizer) lets the server's accept() succeed, and the episode waits for failures that never come.
+    This once failed so in a full run, after other tests in the same process."""
+    done = subprocess.run([sys.executable, "-c", "import trio; from tests.rpc.test_memory_budget import "
+                           "accept_at_the_open_files_limit as episode; trio.run(episode)"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+async def accept_at_the_open_files_limit() -> None:
+    """At the open-files limit, accept() fails with EMFILE: the server backs off, logs one line for the
+    whole episode, and takes the waiting connection once a descriptor is free again."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with structlog.testing.capture_logs() as logs:
         server = KafkaServer(echo, max_frame_bytes=1024)
